@@ -1,0 +1,115 @@
+"""The typed errors of hermes_assets.
+
+Every failure the project reports has an ``error_kind`` (SPEC §9). Store-level
+kinds fail a run and change no partition file; cell-level kinds are counted
+(see :class:`ErrorTally`) and never raised.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+# Cell-level kinds (counted, never raised).
+BAD_TOOL_CALLS = "bad_tool_calls"
+BAD_TIMESTAMP = "bad_timestamp"
+BAD_TEXT = "bad_text"
+BAD_ENVELOPE = "bad_envelope"
+OVERSIZED_CELL = "oversized_cell"
+OUT_OF_RANGE_SESSION = "out_of_range_session"
+
+#: kinds that are warnings: counted and logged, but the data is kept whole.
+WARNING_KINDS = frozenset({OVERSIZED_CELL, "store_replaced"})
+
+
+class HermesAssetsError(Exception):
+    """Base class: a failure with a stable ``error_kind`` string."""
+
+    error_kind = "error"
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class StoreBusy(HermesAssetsError):
+    """The store stayed locked past the retry budget, or a writer is mid-transaction."""
+
+    error_kind = "store_busy"
+
+
+class StoreCorrupt(HermesAssetsError):
+    """SQLite reports the file as malformed or not a database."""
+
+    error_kind = "store_corrupt"
+
+
+class StoreReplaced(HermesAssetsError):
+    """The file changed identity under us (new inode, ids went backwards)."""
+
+    error_kind = "store_replaced"
+
+
+class NotAHermesStore(HermesAssetsError):
+    """A SQLite file without the ``sessions`` and ``messages`` tables."""
+
+    error_kind = "not_a_hermes_store"
+
+
+class PolicyListUnreadable(HermesAssetsError):
+    """The machine-local usage-policy list exists but cannot be read or parsed."""
+
+    error_kind = "policy_list_unreadable"
+
+
+class ConfigurationError(HermesAssetsError):
+    """A setting (environment variable) that cannot be honoured."""
+
+    error_kind = "configuration_error"
+
+
+@dataclass(frozen=True)
+class CellError:
+    """One bad cell: what kind, where. Never carries content (SPEC §9)."""
+
+    error_kind: str
+    session_id: str | None
+    mid: int | None
+    column: str | None = None
+
+
+@dataclass
+class ErrorTally:
+    """Counts cell errors by kind and keeps a few samples (ids only)."""
+
+    max_samples: int = 20
+    counts: Counter = field(default_factory=Counter)
+    samples: list[CellError] = field(default_factory=list)
+
+    def add(self, error_kind: str, session_id: str | None, mid: int | None, column: str | None = None) -> None:
+        self.counts[error_kind] += 1
+        if len(self.samples) < self.max_samples:
+            self.samples.append(CellError(error_kind, session_id, mid, column))
+
+    def merge(self, other: "ErrorTally") -> None:
+        self.counts.update(other.counts)
+        room = self.max_samples - len(self.samples)
+        if room > 0:
+            self.samples.extend(other.samples[:room])
+
+    @property
+    def errors(self) -> int:
+        """Cell errors proper (warnings such as ``oversized_cell`` excluded)."""
+        return sum(n for kind, n in self.counts.items() if kind not in WARNING_KINDS)
+
+    @property
+    def warnings(self) -> int:
+        return sum(n for kind, n in self.counts.items() if kind in WARNING_KINDS)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(sorted(self.counts.items()))
+
+    def sample_dicts(self) -> list[dict]:
+        return [
+            {k: v for k, v in vars(s).items() if v is not None} for s in self.samples
+        ]
