@@ -1,0 +1,231 @@
+"""Arrow schemas of the three datasets (SPEC §3, §4, §5.1).
+
+The Hermes column lists are those of hermes-agent 0.19.0 (schema v22), in that
+order, with their SQLite declared types and the default a column reads as when
+an older store lacks it (SPEC §1).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TS = pa.timestamp("ms", tz="UTC")
+JSON = pa.json_(pa.utf8())
+
+_SQL_TO_ARROW = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string()}
+
+#: (name, SQLite type, default when the column is absent) for v22 ``sessions``.
+SESSION_COLUMNS: tuple[tuple[str, str, object], ...] = (
+    ("id", "TEXT", None),
+    ("source", "TEXT", None),
+    ("user_id", "TEXT", None),
+    ("session_key", "TEXT", None),
+    ("chat_id", "TEXT", None),
+    ("chat_type", "TEXT", None),
+    ("thread_id", "TEXT", None),
+    ("display_name", "TEXT", None),
+    ("origin_json", "TEXT", None),
+    ("expiry_finalized", "INTEGER", 0),
+    ("model", "TEXT", None),
+    ("model_config", "TEXT", None),
+    ("system_prompt", "TEXT", None),
+    ("parent_session_id", "TEXT", None),
+    ("started_at", "REAL", None),
+    ("ended_at", "REAL", None),
+    ("end_reason", "TEXT", None),
+    ("message_count", "INTEGER", 0),
+    ("tool_call_count", "INTEGER", 0),
+    ("input_tokens", "INTEGER", 0),
+    ("output_tokens", "INTEGER", 0),
+    ("cache_read_tokens", "INTEGER", 0),
+    ("cache_write_tokens", "INTEGER", 0),
+    ("reasoning_tokens", "INTEGER", 0),
+    ("cwd", "TEXT", None),
+    ("git_branch", "TEXT", None),
+    ("git_repo_root", "TEXT", None),
+    ("billing_provider", "TEXT", None),
+    ("billing_base_url", "TEXT", None),
+    ("billing_mode", "TEXT", None),
+    ("estimated_cost_usd", "REAL", None),
+    ("actual_cost_usd", "REAL", None),
+    ("cost_status", "TEXT", None),
+    ("cost_source", "TEXT", None),
+    ("pricing_version", "TEXT", None),
+    ("title", "TEXT", None),
+    ("api_call_count", "INTEGER", 0),
+    ("handoff_state", "TEXT", None),
+    ("handoff_platform", "TEXT", None),
+    ("handoff_error", "TEXT", None),
+    ("compression_failure_cooldown_until", "REAL", None),
+    ("compression_failure_error", "TEXT", None),
+    ("compression_fallback_streak", "INTEGER", 0),
+    ("profile_name", "TEXT", None),
+    ("rewind_count", "INTEGER", 0),
+    ("archived", "INTEGER", 0),
+)
+
+#: (name, SQLite type, default when absent) for v22 ``messages``.
+MESSAGE_COLUMNS: tuple[tuple[str, str, object], ...] = (
+    ("id", "INTEGER", None),
+    ("session_id", "TEXT", None),
+    ("role", "TEXT", None),
+    ("content", "TEXT", None),
+    ("tool_call_id", "TEXT", None),
+    ("tool_calls", "TEXT", None),
+    ("tool_name", "TEXT", None),
+    ("effect_disposition", "TEXT", None),
+    ("timestamp", "REAL", None),
+    ("token_count", "INTEGER", None),
+    ("finish_reason", "TEXT", None),
+    ("reasoning", "TEXT", None),
+    ("reasoning_content", "TEXT", None),
+    ("reasoning_details", "TEXT", None),
+    ("codex_reasoning_items", "TEXT", None),
+    ("codex_message_items", "TEXT", None),
+    ("platform_message_id", "TEXT", None),
+    ("observed", "INTEGER", 0),
+    ("active", "INTEGER", 1),
+    ("compacted", "INTEGER", 0),
+    ("api_content", "TEXT", None),
+)
+
+#: v22 ``session_model_usage`` (absent before 0.19: no rows).
+USAGE_COLUMNS: tuple[tuple[str, str, object], ...] = (
+    ("session_id", "TEXT", None),
+    ("model", "TEXT", None),
+    ("billing_provider", "TEXT", ""),
+    ("billing_base_url", "TEXT", ""),
+    ("billing_mode", "TEXT", ""),
+    ("task", "TEXT", ""),
+    ("api_call_count", "INTEGER", 0),
+    ("input_tokens", "INTEGER", 0),
+    ("output_tokens", "INTEGER", 0),
+    ("cache_read_tokens", "INTEGER", 0),
+    ("cache_write_tokens", "INTEGER", 0),
+    ("reasoning_tokens", "INTEGER", 0),
+    ("estimated_cost_usd", "REAL", 0.0),
+    ("actual_cost_usd", "REAL", 0.0),
+    ("cost_status", "TEXT", None),
+    ("cost_source", "TEXT", None),
+    ("first_seen", "REAL", None),
+    ("last_seen", "REAL", None),
+)
+
+_TIMESTAMP_COLUMNS = {"started_at", "ended_at", "timestamp"}
+_REQUIRED_RAW = {"id"}
+
+
+def _raw_fields(columns) -> list[pa.Field]:
+    fields = []
+    for name, sql_type, _ in columns:
+        arrow_type = TS if name in _TIMESTAMP_COLUMNS else _SQL_TO_ARROW[sql_type]
+        fields.append(pa.field(name, arrow_type, nullable=name not in _REQUIRED_RAW))
+    return fields
+
+
+_PROVENANCE = [
+    pa.field("store", pa.string(), nullable=False),
+    pa.field("store_label", pa.string(), nullable=False),
+    pa.field("profile", pa.string()),
+]
+
+HERMES_SESSIONS = pa.schema(
+    _raw_fields(SESSION_COLUMNS)
+    + _PROVENANCE
+    + [
+        pa.field("scope_path", pa.string()),
+        pa.field("policy_class", pa.string(), nullable=False),
+        pa.field("usage_by_model", JSON),
+        pa.field("source_deleted", pa.bool_(), nullable=False),
+        pa.field("day", pa.string(), nullable=False),
+    ]
+)
+
+HERMES_MESSAGES = pa.schema(
+    _raw_fields(MESSAGE_COLUMNS)
+    + [pa.field("content_text", pa.string()), pa.field("content_json", JSON)]
+    + _PROVENANCE
+    + [
+        pa.field("source_deleted", pa.bool_(), nullable=False),
+        pa.field("day", pa.string(), nullable=False),
+    ]
+)
+
+S, I32, B = pa.string(), pa.int32(), pa.bool_()
+
+#: (name, type, required) of ``ai_gateway_messages`` schema version 7, in order.
+GATEWAY_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
+    ("gateway_id", S, True),
+    ("schema_version", I32, True),
+    ("session_id", S, True),
+    ("conversation_id", S, False),
+    ("user_id", S, False),
+    ("provider", S, True),
+    ("model", S, False),
+    ("system_text", S, False),
+    ("tools", JSON, False),
+    ("conversation_started_at", TS, True),
+    ("conversation_source", S, False),
+    ("client_name", S, False),
+    ("cwd", S, False),
+    ("git_branch", S, False),
+    ("git_remote", S, False),
+    ("head_sha", S, False),
+    ("repo_root", S, False),
+    ("client_version", S, False),
+    ("entrypoint", S, False),
+    ("user_type", S, False),
+    ("permission_mode", S, False),
+    ("is_sidechain", B, False),
+    ("agent_id", S, False),
+    ("parent_thread_id", S, False),
+    ("message_id", S, True),
+    ("previous_message_id", JSON, False),
+    ("provider_uuid", S, False),
+    ("parent_uuid", S, False),
+    ("logical_parent_uuid", S, False),
+    ("source_tool_assistant_uuid", S, False),
+    ("request_id", S, False),
+    ("prompt_id", S, False),
+    ("message_index", I32, True),
+    ("message_created_at", TS, True),
+    ("role", S, True),
+    ("part_id", S, True),
+    ("part_index", I32, True),
+    ("part_type", S, True),
+    ("provider_type", S, False),
+    ("provider_subtype", S, False),
+    ("content_text", S, False),
+    ("tool_name", S, False),
+    ("tool_call_id", S, False),
+    ("tool_args", JSON, False),
+    ("caller_type", S, False),
+    ("tool_result_for", S, False),
+    ("thinking_signature", S, False),
+    ("attachment_type", S, False),
+    ("hook_event", S, False),
+    ("is_error", B, False),
+    ("is_compact_summary", B, False),
+    ("compact_metadata", JSON, False),
+    ("status", JSON, False),
+    ("attributes", JSON, False),
+    ("raw_frame", JSON, False),
+    ("date", S, True),
+)
+
+AI_GATEWAY_MESSAGES = pa.schema(
+    [pa.field(name, typ, nullable=not required) for name, typ, required in GATEWAY_COLUMNS]
+)
+
+REQUIRED_GATEWAY_COLUMNS = tuple(name for name, _, required in GATEWAY_COLUMNS if required)
+
+#: dataset name -> (schema, key columns, sort columns)
+DATASETS = {
+    "hermes_sessions": (HERMES_SESSIONS, ("store", "id"), ("store", "id")),
+    "hermes_messages": (HERMES_MESSAGES, ("store", "id"), ("store", "session_id", "id")),
+    "ai_gateway_messages_hermes": (
+        AI_GATEWAY_MESSAGES,
+        ("part_id",),
+        ("session_id", "message_index", "part_id"),
+    ),
+}

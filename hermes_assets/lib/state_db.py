@@ -1,0 +1,458 @@
+"""Read a Hermes ``state.db`` read-only (SPEC §1).
+
+The store is live: Hermes writes it in WAL mode while we read. We open it with
+``mode=ro``, probe which columns this store's schema has, read in short
+statements (never one long transaction), retry busy/locked on the primary
+result code, and turn SQLite's failures into the typed errors of
+:mod:`hermes_assets.lib.errors`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import shutil
+import sqlite3
+import tempfile
+import time
+import urllib.parse
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from hermes_assets.lib import errors
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS, USAGE_COLUMNS
+
+log = get_logger()
+
+STORE_FILE = "state.db"
+DEFAULT_BUSY_TIMEOUT_MS = 2000
+#: sessions per ``IN (...)`` statement: bounds one statement's memory and time.
+SESSION_CHUNK = 200
+
+# SQLite result codes (primary = code & 0xFF).
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
+_SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 11, 14, 26
+_READONLY_ROLLBACK = _SQLITE_READONLY | (3 << 8)
+_READONLY_CANTINIT = _SQLITE_READONLY | (5 << 8)
+_READONLY_DIRECTORY = _SQLITE_READONLY | (6 << 8)
+
+_SANE_MIN_S = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+
+
+# --------------------------------------------------------------------------
+# stores and their discovery
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Store:
+    """One Hermes store: where it is and how its ids are scoped (SPEC §1)."""
+
+    path: str
+    label: str = ""
+    profile: str | None = None
+
+    def scoped(self, sid: str) -> str:
+        return f"{self.label}:{sid}" if self.label else sid
+
+    @property
+    def path_hash(self) -> str:
+        return hashlib.sha256(self.path.encode("utf-8")).hexdigest()[:16]
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.path)
+
+
+def hermes_home(environ=None) -> str:
+    environ = os.environ if environ is None else environ
+    home = environ.get("HERMES_HOME") or os.path.join(_user_home(environ), ".hermes")
+    return os.path.abspath(os.path.expanduser(home))
+
+
+def _user_home(environ) -> str:
+    return environ.get("HOME") or os.path.expanduser("~")
+
+
+def discover_stores(environ=None) -> list[Store]:
+    """The stores to read: ``HERMES_STATE_DB`` if set, else the Hermes home and its profiles.
+
+    The default store is listed even when it does not exist (a missing store is a
+    state, not an error: SPEC R9); profiles are listed when their file exists.
+    """
+    environ = os.environ if environ is None else environ
+    explicit = environ.get("HERMES_STATE_DB", "").strip()
+    if explicit:
+        return _explicit_stores([p for p in explicit.split(":") if p.strip()])
+    home = hermes_home(environ)
+    stores = [Store(os.path.join(home, STORE_FILE))]
+    profiles = Path(home, "profiles")
+    if profiles.is_dir():
+        for db in sorted(profiles.glob(f"*/{STORE_FILE}")):
+            name = db.parent.name
+            stores.append(Store(str(db.absolute()), label=name, profile=name))
+    return stores
+
+
+def _explicit_stores(paths: list[str]) -> list[Store]:
+    paths = [os.path.abspath(os.path.expanduser(p.strip())) for p in paths]
+    if len(paths) == 1 and not os.path.isdir(paths[0]):
+        return [Store(paths[0])]
+    stores: list[Store] = []
+    for path in paths:
+        if os.path.isdir(path):
+            for db in sorted(Path(path).rglob(STORE_FILE)):
+                rel = os.path.relpath(db.parent, path)
+                stores.append(Store(str(db), label="" if rel == "." else rel.replace(os.sep, "/")))
+        else:
+            stores.append(Store(path, label=os.path.basename(os.path.dirname(path))))
+    labels = [s.label for s in stores]
+    clashes = sorted({label for label in labels if labels.count(label) > 1})
+    if clashes:
+        raise errors.ConfigurationError(
+            f"HERMES_STATE_DB names several stores with the same label {clashes}: "
+            "labels come from each store's folder name; put the stores in folders with distinct names."
+        )
+    return stores
+
+
+# --------------------------------------------------------------------------
+# time helpers (SPEC §5.1)
+# --------------------------------------------------------------------------
+
+
+def epoch_ms(value) -> int | None:
+    """Hermes REAL epoch seconds -> integer ms, rounding half up; None if not a number."""
+    if type(value) is float or type(value) is int:
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        return int((value * 1000 + 0.5) // 1)
+    return None
+
+
+def sane_ms(ms: int | None, now_s: float) -> bool:
+    return ms is not None and _SANE_MIN_S * 1000 <= ms <= (now_s + 86400) * 1000
+
+
+def ms_day(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def day_bounds_s(day: str) -> tuple[float, float]:
+    start = dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp()
+    return start, start + 86400
+
+
+# --------------------------------------------------------------------------
+# text decoding (SPEC §1 "Text")
+# --------------------------------------------------------------------------
+
+
+class BadText(str):
+    """A TEXT cell that was not valid UTF-8, decoded with U+FFFD replacements."""
+
+    __slots__ = ()
+
+
+#: how many cells failed strict UTF-8 in this process (cheap "did anything go wrong" probe)
+_BAD_TEXT_SEEN = [0]
+
+
+def _decode_text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        _BAD_TEXT_SEEN[0] += 1
+        return BadText(raw.decode("utf-8", "replace"))
+
+
+# --------------------------------------------------------------------------
+# the reader
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class SessionBundle:
+    """One session with everything of it the projection needs."""
+
+    store: Store
+    sid: str
+    day: str
+    session: dict
+    messages: list[dict]
+    usage: list[dict]
+
+
+@dataclass
+class SessionIndexEntry:
+    raw_id: object
+    day: str | None  # None: no sane time at all
+
+
+@dataclass
+class StoreReader:
+    """A read-only session on one store. Use as a context manager."""
+
+    store: Store
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    now_s: float | None = None
+    tally: ErrorTally = field(default_factory=ErrorTally)
+
+    def __post_init__(self):
+        self._conn: sqlite3.Connection | None = None
+        self._tmpdir: str | None = None
+        self.columns: dict[str, set[str]] = {}
+        self._index: dict[str, SessionIndexEntry] | None = None
+        if self.now_s is None:
+            self.now_s = time.time()
+
+    # -- opening ------------------------------------------------------------
+
+    def __enter__(self) -> "StoreReader":
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> None:
+        path = self.store.path
+        if not os.path.isfile(path):
+            raise FileNotFoundError(path)
+        try:
+            self._conn = self._connect(path, {"mode": "ro"})
+            self._probe()
+        except sqlite3.Error as exc:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            code = getattr(exc, "sqlite_errorcode", None)
+            if code not in (_READONLY_DIRECTORY, _READONLY_CANTINIT, _SQLITE_CANTOPEN):
+                raise self._translate(exc) from exc
+            self._open_in_readonly_directory(path, exc)
+        log.debug("hermes.store.opened", store=self.store.label, path=path)
+
+    def _open_in_readonly_directory(self, path: str, first: sqlite3.Error) -> None:
+        """The -shm cannot be created, so nobody can be writing this store (SPEC §1)."""
+        if os.path.exists(path + "-journal"):
+            raise errors.StoreBusy(
+                f"{path} has a rollback journal and sits in a read-only folder; "
+                "it cannot be read consistently until its writer finishes.",
+                path=path,
+            ) from first
+        wal = path + "-wal"
+        try:
+            if os.path.exists(wal) and os.path.getsize(wal) > 0:
+                self._tmpdir = tempfile.mkdtemp(prefix="hermes-ro-")
+                copy = os.path.join(self._tmpdir, STORE_FILE)
+                shutil.copyfile(path, copy)
+                shutil.copyfile(wal, copy + "-wal")
+                self._conn = self._connect(copy, {"mode": "ro"})
+            else:
+                self._conn = self._connect(path, {"mode": "ro", "immutable": 1})
+            self._probe()
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+
+    def _connect(self, path: str, params: dict) -> sqlite3.Connection:
+        uri = "file:" + urllib.parse.quote(path) + "?" + urllib.parse.urlencode(params)
+        conn = sqlite3.connect(uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False)
+        conn.text_factory = _decode_text
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def _probe(self) -> None:
+        tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"sessions", "messages"} <= tables:
+            raise errors.NotAHermesStore(
+                f"{self.store.path} is a SQLite file but has no sessions/messages tables; "
+                "point HERMES_STATE_DB at a Hermes state.db.",
+                path=self.store.path,
+            )
+        for table in ("sessions", "messages", "session_model_usage"):
+            if table in tables:
+                self.columns[table] = {r[1] for r in self._query(f"PRAGMA table_info({table})")}
+
+    # -- statements with busy retry -------------------------------------------
+
+    def _query(self, sql: str, params: Iterable = ()) -> list[tuple]:
+        """Run one statement to completion (its own short read transaction)."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                return self._conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as exc:
+                code = getattr(exc, "sqlite_errorcode", 0) or 0
+                if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.1)
+                    continue
+                raise self._translate(exc) from exc
+
+    def _translate(self, exc: sqlite3.Error) -> errors.HermesAssetsError:
+        code = getattr(exc, "sqlite_errorcode", 0) or 0
+        path = self.store.path
+        if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) or code == _READONLY_ROLLBACK:
+            return errors.StoreBusy(
+                f"{path} stayed locked by a Hermes writer for {self.busy_timeout_ms} ms "
+                f"({exc}); nothing was written, the next run will retry.",
+                path=path,
+            )
+        if code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in str(exc):
+            return errors.StoreCorrupt(
+                f"{path} is corrupt ({exc}); captured rows are kept. "
+                "Repair or restore the store (Hermes: `hermes doctor`), then re-run.",
+                path=path,
+            )
+        if isinstance(exc, errors.HermesAssetsError):
+            return exc
+        return errors.StoreCorrupt(f"{path} cannot be read: {exc}", path=path)
+
+    # -- selecting by name ------------------------------------------------------
+
+    def _select_list(self, table: str, columns) -> str:
+        present = self.columns.get(table, set())
+        parts = []
+        for name, _, default in columns:
+            if name in present:
+                parts.append(f'"{name}"')
+            else:
+                parts.append(f'{"NULL" if default is None else repr(default)} AS "{name}"')
+        return ", ".join(parts)
+
+    # -- the session index: which day each session belongs to (SPEC §2) --------
+
+    def session_index(self) -> dict[str, SessionIndexEntry]:
+        """``sid -> (raw id, day)`` for every session of the store (one short scan)."""
+        if self._index is not None:
+            return self._index
+        index: dict[str, SessionIndexEntry] = {}
+        insane: list[tuple[str, object, object]] = []
+        ended = "ended_at" if "ended_at" in self.columns["sessions"] else "NULL"
+        for raw_id, started, ended_at in self._query(f'SELECT id, started_at, {ended} FROM sessions'):
+            sid = str(raw_id)
+            ms = epoch_ms(started)
+            if sane_ms(ms, self.now_s):
+                index[sid] = SessionIndexEntry(raw_id, ms_day(ms))
+            else:
+                insane.append((sid, raw_id, ended_at))
+        for sid, raw_id, ended_at in insane:
+            index[sid] = SessionIndexEntry(raw_id, self._fallback_day(raw_id, ended_at))
+        self._index = index
+        return index
+
+    def _fallback_day(self, raw_id, ended_at) -> str | None:
+        lo, hi = _SANE_MIN_S, self.now_s + 86400
+        rows = self._query(
+            "SELECT min(timestamp) FROM messages WHERE session_id = ? "
+            "AND typeof(timestamp) IN ('real', 'integer') AND timestamp BETWEEN ? AND ?",
+            (raw_id, lo, hi),
+        )
+        for candidate in (rows[0][0] if rows else None, ended_at):
+            ms = epoch_ms(candidate)
+            if sane_ms(ms, self.now_s):
+                return ms_day(ms)
+        return None
+
+    def days(self) -> dict[str, list[str]]:
+        """``day -> sorted sids`` (sessions with no sane time are under ``None``)."""
+        by_day: dict[str, list[str]] = defaultdict(list)
+        for sid, entry in self.session_index().items():
+            by_day[entry.day].append(sid)
+        for sids in by_day.values():
+            sids.sort()
+        return dict(by_day)
+
+    # -- streaming one day's sessions --------------------------------------------
+
+    def iter_sessions(self, days: Iterable[str]) -> Iterator[SessionBundle]:
+        """The sessions of ``days`` (in the given day order, then by sid), whole.
+
+        Memory: one chunk of ``SESSION_CHUNK`` sessions with their messages.
+        """
+        by_day = self.days()
+        index = self.session_index()
+        for day in days:
+            sids = by_day.get(day, [])
+            for start in range(0, len(sids), SESSION_CHUNK):
+                chunk = sids[start : start + SESSION_CHUNK]
+                yield from self._read_chunk(day, chunk, [index[s].raw_id for s in chunk])
+
+    def _read_chunk(self, day: str, sids: list[str], raw_ids: list) -> Iterator[SessionBundle]:
+        marks = ",".join("?" * len(raw_ids))
+        before = _bad_text_count()
+        sessions = self._query(
+            f"SELECT {self._select_list('sessions', SESSION_COLUMNS)} FROM sessions WHERE id IN ({marks})",
+            raw_ids,
+        )
+        messages = self._query(
+            f"SELECT {self._select_list('messages', MESSAGE_COLUMNS)} FROM messages "
+            f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
+            raw_ids,
+        )
+        usage = []
+        if "session_model_usage" in self.columns:
+            usage = self._query(
+                f"SELECT {self._select_list('session_model_usage', USAGE_COLUMNS)} "
+                f"FROM session_model_usage WHERE session_id IN ({marks})",
+                raw_ids,
+            )
+        if _bad_text_count() != before:
+            self._count_bad_text(sessions, messages)
+        s_names = [c[0] for c in SESSION_COLUMNS]
+        m_names = [c[0] for c in MESSAGE_COLUMNS]
+        u_names = [c[0] for c in USAGE_COLUMNS]
+        msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
+        for row in messages:
+            msg = dict(zip(m_names, row))
+            msgs_by_sid[str(msg["session_id"])].append(msg)
+        usage_by_sid: dict[str, list[dict]] = defaultdict(list)
+        for row in usage:
+            u = dict(zip(u_names, row))
+            usage_by_sid[str(u["session_id"])].append(u)
+        rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}
+        for sid in sids:
+            session = rows.get(sid)
+            if session is None:  # deleted between the index scan and now
+                continue
+            session["id"] = sid
+            msgs = msgs_by_sid.get(sid, [])
+            msgs.sort(key=_mid_key)
+            yield SessionBundle(self.store, sid, day, session, msgs, usage_by_sid.get(sid, []))
+
+    def _count_bad_text(self, sessions: list[tuple], messages: list[tuple]) -> None:
+        for row in sessions:
+            for name, value in zip((c[0] for c in SESSION_COLUMNS), row):
+                if type(value) is BadText:
+                    self.tally.add(errors.BAD_TEXT, self.store.scoped(str(row[0])), None, name)
+        for row in messages:
+            for name, value in zip((c[0] for c in MESSAGE_COLUMNS), row):
+                if type(value) is BadText:
+                    self.tally.add(errors.BAD_TEXT, self.store.scoped(str(row[1])), row[0], name)
+
+    # -- small queries for change detection and retention ----------------------
+
+    def session_ids(self) -> set[str]:
+        return set(self.session_index())
+
+
+def _mid_key(msg: dict):
+    mid = msg["id"]
+    return (0, mid) if isinstance(mid, int) else (1, str(mid))
+
+
+
+def _bad_text_count() -> int:
+    return _BAD_TEXT_SEEN[0]
