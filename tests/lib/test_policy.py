@@ -166,6 +166,11 @@ def test_huge_hypignore_reads_only_the_head(tmp_path, resolver):
     assert time.monotonic() - started < 0.5
 
 
+def test_token_beyond_the_read_limit_is_not_seen(tmp_path, resolver):
+    d = make_dir(tmp_path, "p", b"\n" * (10 * 1024 * 1024) + b"local-only\n")
+    assert resolver.classify_scope(str(d)) == IGNORE  # the head read is blank: fail safe
+
+
 def test_hypignore_found_through_the_real_path_of_a_symlinked_scope(tmp_path, resolver):
     make_dir(tmp_path, "real", "ignore\n")
     target = make_dir(tmp_path, "real/x")

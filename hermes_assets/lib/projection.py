@@ -1,0 +1,646 @@
+"""Hermes sessions -> canonical ``ai_gateway_messages`` rows (SPEC §5), plus the
+row builders of ``hermes_sessions`` (§3) and ``hermes_messages`` (§4).
+
+Pure and deterministic: the same store gives the same rows. The only outside
+look-ups (git, §5.8) go through an injected :class:`GitResolver`. Rows are built
+column by column into :class:`GatewayColumns`, which turns into an Arrow table
+without a per-row dict, so projection stays allocation-light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from hermes_assets.lib import errors, policy, schemas
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.state_db import SessionBundle, epoch_ms, ms_day, sane_ms
+
+ENVELOPE = "\x00json:"
+OVERSIZED_CHARS = 4 * 1024 * 1024
+COMPACT_SUMMARY_PREFIXES = ("[CONTEXT COMPACTION", "[CONTEXT SUMMARY]:")
+FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
+KNOWN_HOSTS = {
+    "api.openai.com": "openai",
+    "chatgpt.com": "openai",
+    "openrouter.ai": "openrouter",
+    "api.anthropic.com": "anthropic",
+    "generativelanguage.googleapis.com": "google",
+}
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
+TOOL_SUCCESS = '{"tool_status":"success"}'
+_DATA_URI = re.compile(r"data:([^;,\s\"']*);base64,[A-Za-z0-9+/=_-]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CREDENTIALS = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^@/]*@")
+
+
+# --------------------------------------------------------------------------
+# JSON (SPEC §5.5 "JSON numbers")
+# --------------------------------------------------------------------------
+
+
+def _reject_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def loads(text: str):
+    """Strict JSON: NaN/Infinity are not JSON. Surrogate escapes become U+FFFD."""
+    value = json.loads(text, parse_constant=_reject_constant)
+    if "\\u" in text:
+        value = _scrub(value)
+    return value
+
+
+def dumps(value) -> str:
+    """Compact, raw non-ASCII, integral floats as integers."""
+    return json.dumps(_normalize(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _normalize(value):
+    if type(value) is float:
+        return int(value) if value.is_integer() else value
+    if type(value) is dict:
+        return {k: _normalize(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_normalize(v) for v in value]
+    return value
+
+
+def _scrub(value):
+    if type(value) is str:
+        return _SURROGATE.sub("\ufffd", value)
+    if type(value) is dict:
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_scrub(v) for v in value]
+    return value
+
+
+def _jstr(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------
+# session-level values
+# --------------------------------------------------------------------------
+
+
+def normalize_provider(billing_base_url, billing_provider) -> str:
+    """SPEC §5.6 (D8)."""
+    billing_provider = billing_provider if isinstance(billing_provider, str) and billing_provider else None
+    host = _url_host(billing_base_url)
+    if host:
+        if host in KNOWN_HOSTS:
+            return KNOWN_HOSTS[host]
+        if host.endswith(".nousresearch.com"):
+            return "nous"
+        if host in LOOPBACK_HOSTS:
+            return _never_hermes(billing_provider)
+        return host
+    return _never_hermes(billing_provider)
+
+
+def _never_hermes(provider: str | None) -> str:
+    return provider if provider and provider != "hermes" else "unknown"
+
+
+def _url_host(url) -> str | None:
+    if not isinstance(url, str) or "://" not in url:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        return None
+    if not parts.scheme or not host:
+        return None
+    return f"[{host}]" if ":" in host else host
+
+
+def strip_credentials(remote: str | None) -> str | None:
+    if not remote:
+        return None
+    return _CREDENTIALS.sub(r"\1", remote.strip()) or None
+
+
+class GitResolver:
+    """``git`` look-ups of SPEC §5.8, cached per (cwd, run). Tests inject a fake."""
+
+    def __init__(self, timeout_s: float = 2.0):
+        self.timeout_s = timeout_s
+        self._cache: dict[tuple[str, str], str | None] = {}
+
+    def toplevel(self, cwd: str) -> str | None:
+        return self._git(cwd, "rev-parse", "--show-toplevel")
+
+    def remote(self, cwd: str) -> str | None:
+        return strip_credentials(self._git(cwd, "config", "--get", "remote.origin.url"))
+
+    def _git(self, cwd: str, *args: str) -> str | None:
+        key = (cwd, args[-1])
+        if key not in self._cache:
+            self._cache[key] = self._run(cwd, args)
+        return self._cache[key]
+
+    def _run(self, cwd: str, args) -> str | None:
+        if not os.path.isdir(cwd):
+            return None
+        try:
+            done = subprocess.run(
+                ["git", "-C", cwd, *args], capture_output=True, text=True, timeout=self.timeout_s,
+                env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        out = done.stdout.strip()
+        return out if done.returncode == 0 and out else None
+
+
+class NoGit(GitResolver):
+    """A resolver that knows no repositories (deterministic tests, HypAware parity)."""
+
+    def _run(self, cwd, args):
+        return None
+
+
+@dataclass
+class ProjectionContext:
+    """Everything the projection takes from outside the store."""
+
+    user_home: str
+    now_s: float
+    git: GitResolver = field(default_factory=GitResolver)
+    gateway_source: str = "backfill"
+
+
+def _nonempty(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def session_scope(session: dict, user_home: str) -> str | None:
+    """The effective policy scope of a session (SPEC §7, §5.7)."""
+    return policy.scope_path(session.get("source"), _nonempty(session.get("cwd")), user_home)
+
+
+def usage_by_model(usage: list[dict]) -> list[dict] | None:
+    """SPEC §3: every column but ``session_id``, in a stable order."""
+    if not usage:
+        return None
+
+    def key(u):
+        return tuple("" if u.get(k) is None else str(u.get(k)) for k in ("model", "billing_provider", "billing_base_url", "billing_mode", "task"))
+
+    rows = sorted(usage, key=lambda u: ((u.get("first_seen") is None, u.get("first_seen") or 0), key(u)))
+    return [{k: v for k, v in u.items() if k != "session_id"} for u in rows]
+
+
+def session_start_ms(bundle: SessionBundle, now_s: float) -> int | None:
+    """``started_at`` as ms, with the SPEC §2 fallback for insane values."""
+    ms = epoch_ms(bundle.session.get("started_at"))
+    if sane_ms(ms, now_s):
+        return ms
+    candidates = [m for m in (epoch_ms(x.get("timestamp")) for x in bundle.messages) if sane_ms(m, now_s)]
+    if candidates:
+        return min(candidates)
+    ended = epoch_ms(bundle.session.get("ended_at"))
+    return ended if sane_ms(ended, now_s) else None
+
+
+# --------------------------------------------------------------------------
+# content (SPEC §5.4)
+# --------------------------------------------------------------------------
+
+
+def decode_content(content, tally: ErrorTally | None = None, scoped_sid=None, mid=None):
+    """-> (content_text, decoded envelope or None). ``content_text`` is None for non-strings."""
+    if not isinstance(content, str):
+        return None, None
+    decoded = None
+    text = content
+    if content.startswith(ENVELOPE):
+        try:
+            decoded = loads(content[len(ENVELOPE):])
+            text = _envelope_text(decoded)
+        except (ValueError, RecursionError):
+            decoded = None
+            if tally is not None:
+                tally.add(errors.BAD_ENVELOPE, scoped_sid, mid, "content")
+    if "data:" in text:
+        text = _DATA_URI.sub(_strip_data, text)
+    if tally is not None and len(content) > OVERSIZED_CHARS:
+        tally.add(errors.OVERSIZED_CELL, scoped_sid, mid, "content")
+    return text, decoded
+
+
+def _strip_data(match: re.Match) -> str:
+    return f"data:{match.group(1) or 'application/octet-stream'};base64,<stripped>"
+
+
+def _envelope_text(decoded) -> str:
+    items = decoded if isinstance(decoded, list) else [decoded]
+    texts = []
+    for item in items:
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("text"), str):
+            if item.get("type") in (None, "text", "input_text", "output_text"):
+                texts.append(item["text"])
+    return "\n".join(texts)
+
+
+# --------------------------------------------------------------------------
+# tool calls (SPEC §5.3, D1)
+# --------------------------------------------------------------------------
+
+
+def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
+    """-> [(call_id, name, args_json)], [] when absent, None when malformed."""
+    if raw is None or raw == "":
+        return []
+    if not isinstance(raw, str):
+        return None
+    try:
+        calls = loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        return None
+    out = []
+    try:
+        for call in calls:
+            if not isinstance(call, dict):
+                return None
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            call_id = _nonempty(call.get("id")) or _nonempty(call.get("call_id"))
+            name = _nonempty(fn.get("name")) or _nonempty(call.get("name"))
+            for holder, key in ((fn, "arguments"), (call, "arguments"), (call, "input")):
+                if key in holder:
+                    args = holder[key]
+                    break
+            else:
+                args = None
+            if isinstance(args, str):
+                try:
+                    args = loads(args)
+                except (ValueError, RecursionError):
+                    pass
+            out.append((call_id, name, dumps(args)))
+    except RecursionError:
+        return None
+    return out
+
+
+# --------------------------------------------------------------------------
+# the canonical rows, column by column
+# --------------------------------------------------------------------------
+
+#: columns that vary per row (appended per part)
+_ROW_COLUMNS = (
+    "message_id", "previous_message_id", "provider_uuid", "message_index", "message_created_at",
+    "role", "part_id", "part_type", "provider_subtype", "content_text", "tool_name", "tool_call_id",
+    "tool_args", "tool_result_for", "is_compact_summary", "status", "attributes", "date",
+)
+#: columns constant over a session (one value per session, repeated at build time)
+_SESSION_COLUMNS = (
+    "session_id", "provider", "model", "system_text", "conversation_started_at", "cwd",
+    "git_branch", "git_remote", "repo_root", "entrypoint", "parent_thread_id",
+)
+_CONSTANTS = {
+    "gateway_id": "hypaware-local",
+    "schema_version": 7,
+    "conversation_source": "hermes",
+    "client_name": "hermes",
+    "part_index": 0,
+}
+_SUBTYPE = {"text": "text", "reasoning": "thinking", "tool_call": "tool_use", "tool_result": "tool_result", "status": "status"}
+
+
+class GatewayColumns:
+    """Column buffers for ``ai_gateway_messages_hermes`` rows."""
+
+    def __init__(self):
+        self.rows = {name: [] for name in _ROW_COLUMNS}
+        self.sessions = {name: [] for name in _SESSION_COLUMNS}
+        self.session_rows: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows["part_id"])
+
+    def to_table(self) -> pa.Table:
+        n = len(self)
+        schema = schemas.AI_GATEWAY_MESSAGES
+        take = pa.array(np.repeat(np.arange(len(self.session_rows), dtype=np.int64), self.session_rows))
+        arrays = []
+        for f in schema:
+            name = f.name
+            if name in self.rows:
+                arrays.append(_array(self.rows[name], f.type))
+            elif name in self.sessions:
+                arrays.append(_array(self.sessions[name], f.type).take(take))
+            elif name in _CONSTANTS:
+                arrays.append(pa.array([_CONSTANTS[name]], type=f.type).take(pa.array(np.zeros(n, dtype=np.int64))))
+            else:
+                arrays.append(pa.nulls(n, type=f.type))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _array(values: list, typ: pa.DataType) -> pa.Array:
+    if isinstance(typ, pa.ExtensionType):
+        return pa.ExtensionArray.from_storage(typ, pa.array(values, type=typ.storage_type))
+    return pa.array(values, type=typ)
+
+
+@dataclass
+class _Part:
+    part_type: str
+    content_text: str | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    tool_args: str | None = None
+
+
+def project_session(
+    bundle: SessionBundle,
+    out: GatewayColumns,
+    ctx: ProjectionContext,
+    tally: ErrorTally,
+    *,
+    policy_class: str = policy.FULL,
+) -> int:
+    """Append the session's canonical rows to ``out``; return how many."""
+    store, s = bundle.store, bundle.session
+    sid = bundle.sid
+    scoped = store.scoped(sid)
+    session_id = "hermes-" + scoped
+    start_ms = session_start_ms(bundle, ctx.now_s)
+    if start_ms is None:
+        tally.add(errors.OUT_OF_RANGE_SESSION, scoped, None, "started_at")
+        return 0
+    if not sane_ms(epoch_ms(s.get("started_at")), ctx.now_s):
+        tally.add(errors.BAD_TIMESTAMP, scoped, None, "started_at")
+
+    source = s.get("source") if isinstance(s.get("source"), str) else None
+    channel = policy.is_channel(source)
+    raw_cwd = _nonempty(s.get("cwd"))
+    hermes_attrs: dict = {"source": source}
+    if channel:
+        cwd = policy.channel_scope_path(source, ctx.user_home)
+        if raw_cwd:
+            hermes_attrs["real_cwd"] = raw_cwd
+        repo_root = git_remote = None
+    else:
+        cwd = raw_cwd
+        repo_root = _nonempty(s.get("git_repo_root")) or (ctx.git.toplevel(cwd) if cwd else None)
+        git_remote = ctx.git.remote(cwd) if cwd else None
+    if store.label:
+        hermes_attrs["store"] = store.label
+    if store.profile:
+        hermes_attrs["profile"] = store.profile
+    if policy_class == policy.LOCAL_ONLY:
+        hermes_attrs["policy"] = policy.LOCAL_ONLY
+    base_attrs = {
+        "client": {"name": "hermes"},
+        "hermes": hermes_attrs,
+        "gateway": {"source": ctx.gateway_source, "source_path_hash": store.path_hash, "native_id": sid},
+    }
+    plain_attrs = dumps(base_attrs)
+
+    parent = _nonempty(s.get("parent_session_id")) if not isinstance(s.get("parent_session_id"), int) else str(s["parent_session_id"])
+    sess = out.sessions
+    sess["session_id"].append(session_id)
+    sess["provider"].append(normalize_provider(s.get("billing_base_url"), s.get("billing_provider")))
+    sess["model"].append(_nonempty(s.get("model")))
+    sess["system_text"].append(_nonempty(s.get("system_prompt")))
+    sess["conversation_started_at"].append(start_ms)
+    sess["cwd"].append(cwd)
+    sess["git_branch"].append(_nonempty(s.get("git_branch")))
+    sess["git_remote"].append(git_remote)
+    sess["repo_root"].append(repo_root)
+    sess["entrypoint"].append(source)
+    sess["parent_thread_id"].append("hermes-" + store.scoped(parent) if parent else None)
+
+    rows = out.rows
+    (r_mid, r_prev, r_uuid, r_index, r_created, r_role, r_part, r_type, r_subtype, r_text, r_tool,
+     r_call, r_args, r_for, r_summary, r_status, r_attrs, r_date) = (rows[c] for c in _ROW_COLUMNS)
+    id_prefix = session_id + "-"
+    esc_prefix = _jstr(id_prefix)[:-1]
+    day_cache: dict[int, str] = {}
+    call_names: dict[str, str] = {}
+    prev_esc = None
+    index = 0
+    now_s = ctx.now_s
+
+    for msg in bundle.messages:
+        mid = msg["id"]
+        role = msg["role"] if isinstance(msg["role"], str) else str(msg["role"])
+        parts = _message_parts(msg, role, call_names, tally, scoped)
+        if not parts:
+            continue
+        ts_ms = epoch_ms(msg["timestamp"])
+        if not sane_ms(ts_ms, now_s):
+            tally.add(errors.BAD_TIMESTAMP, scoped, mid, "timestamp")
+            ts_ms = start_ms
+        day_num = ts_ms // 86_400_000
+        day = day_cache.get(day_num) or day_cache.setdefault(day_num, ms_day(ts_ms))
+        content = msg["content"]
+        summary = True if isinstance(content, str) and content.startswith(COMPACT_SUMMARY_PREFIXES) else None
+        flags = {}
+        if msg["active"] is not None and not msg["active"]:
+            flags["active"] = False
+        if msg["compacted"]:
+            flags["compacted"] = True
+        if msg["observed"]:
+            flags["observed"] = True
+        token_count = msg["token_count"]
+        finish = msg["finish_reason"] if role == "assistant" and isinstance(msg["finish_reason"], str) and msg["finish_reason"] else None
+        last = len(parts) - 1
+        uuid = str(mid)
+        for k, part in enumerate(parts):
+            message_id = f"{id_prefix}{mid}-{k}"
+            esc = f'{esc_prefix}{mid}-{k}"'
+            r_mid.append(message_id)
+            r_prev.append("[]" if prev_esc is None else f"[{prev_esc}]")
+            prev_esc = esc
+            r_uuid.append(uuid)
+            r_index.append(index)
+            index += 1
+            r_created.append(ts_ms)
+            r_role.append(role)
+            r_part.append(message_id + "#0")
+            r_type.append(part.part_type)
+            r_subtype.append(_SUBTYPE[part.part_type])
+            r_text.append(part.content_text)
+            r_tool.append(part.tool_name)
+            r_call.append(part.tool_call_id)
+            r_args.append(part.tool_args)
+            r_for.append(part.tool_call_id if part.part_type == "tool_result" else None)
+            r_summary.append(summary)
+            carrier = k == last
+            if part.part_type == "tool_result":
+                r_status.append(TOOL_SUCCESS)
+            elif carrier and finish:
+                r_status.append(dumps({"finish_reason": FINISH_REASONS.get(finish, finish)}))
+            else:
+                r_status.append(None)
+            usage = carrier and token_count is not None
+            if flags or usage:
+                attrs = {**base_attrs, "hermes": {**hermes_attrs, **flags}}
+                if usage:
+                    attrs["usage"] = {"total_tokens": token_count}
+                r_attrs.append(dumps(attrs))
+            else:
+                r_attrs.append(plain_attrs)
+            r_date.append(day)
+
+    ended_ms = epoch_ms(s.get("ended_at"))
+    if s.get("ended_at"):  # set and non-zero
+        if not sane_ms(ended_ms, now_s):
+            tally.add(errors.BAD_TIMESTAMP, scoped, None, "ended_at")
+            ended_ms = start_ms
+        end_hermes = {"session_end": True}
+        for key in ("end_reason", "estimated_cost_usd", "actual_cost_usd", "api_call_count"):
+            if s.get(key) is not None:
+                end_hermes[key] = s[key]
+        models = usage_by_model(bundle.usage)
+        if models:
+            end_hermes["usage_by_model"] = models
+        end_attrs = {
+            **base_attrs,
+            "hermes": {**end_hermes, **hermes_attrs},
+            "usage": {k: s.get(k) for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")},
+        }
+        message_id = id_prefix + "session_end"
+        r_mid.append(message_id)
+        r_prev.append("[]" if prev_esc is None else f"[{prev_esc}]")
+        r_uuid.append(None)
+        r_index.append(index)
+        index += 1
+        r_created.append(ended_ms)
+        r_role.append("system")
+        r_part.append(message_id + "#0")
+        r_type.append("status")
+        r_subtype.append("status")
+        for column in (r_text, r_tool, r_call, r_args, r_for, r_summary, r_status):
+            column.append(None)
+        r_attrs.append(dumps(end_attrs))
+        r_date.append(ms_day(ended_ms))
+    out.session_rows.append(index)
+    return index
+
+
+def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str) -> list[_Part]:
+    """SPEC §5.2 expansion of one message: reasoning, tool calls, body."""
+    parts = []
+    reasoning = msg["reasoning"]
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(_Part("reasoning", reasoning))
+    else:
+        fallback = msg["reasoning_content"]
+        if isinstance(fallback, str) and fallback.strip():
+            parts.append(_Part("reasoning", fallback))
+    raw_calls = msg["tool_calls"]
+    if raw_calls is not None:
+        calls = parse_tool_calls(raw_calls)
+        if calls is None:
+            tally.add(errors.BAD_TOOL_CALLS, scoped, msg["id"], "tool_calls")
+        else:
+            for call_id, name, args in calls:
+                parts.append(_Part("tool_call", None, name, call_id, args))
+                if call_id and name:
+                    call_names[call_id] = name
+    content = msg["content"]
+    if role == "tool":
+        text, _ = decode_content(content, tally, scoped, msg["id"])
+        call_id = _nonempty(msg["tool_call_id"])
+        name = call_names.get(call_id) if call_id else None
+        parts.append(_Part("tool_result", text if text is not None else "", name or _nonempty(msg["tool_name"]), call_id))
+    elif isinstance(content, str) and content:
+        text, _ = decode_content(content, tally, scoped, msg["id"])
+        parts.append(_Part("text", text))
+    return parts
+
+
+# --------------------------------------------------------------------------
+# raw datasets (SPEC §3, §4)
+# --------------------------------------------------------------------------
+
+
+class RawColumns:
+    """Column buffers for ``hermes_sessions`` / ``hermes_messages``."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.columns = {f.name: [] for f in schema}
+
+    def __len__(self) -> int:
+        return len(self.columns["id"])
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_arrays(
+            [_array(self.columns[f.name], f.type) for f in self.schema], schema=self.schema
+        )
+
+
+def _cell(value, arrow_type: pa.DataType, now_s: float):
+    """A SQLite cell coerced to its v22 type; a value of the wrong type is NULL."""
+    if value is None:
+        return None
+    if arrow_type == schemas.TS:
+        ms = epoch_ms(value)
+        return ms if sane_ms(ms, now_s) else None
+    if arrow_type == pa.string():
+        return value if isinstance(value, str) else str(value) if not isinstance(value, bytes) else value.decode("utf-8", "replace")
+    if arrow_type == pa.int64():
+        return value if type(value) is int and -(2**63) <= value < 2**63 else None
+    if arrow_type == pa.float64():
+        return float(value) if type(value) in (int, float) else None
+    return value
+
+
+_SESSION_TYPES = [(name, schemas.HERMES_SESSIONS.field(name).type) for name, _, _ in schemas.SESSION_COLUMNS]
+_MESSAGE_TYPES = [(name, schemas.HERMES_MESSAGES.field(name).type) for name, _, _ in schemas.MESSAGE_COLUMNS]
+
+
+def session_row(
+    bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str, now_s: float
+) -> None:
+    cols = out.columns
+    for name, typ in _SESSION_TYPES:
+        cols[name].append(_cell(bundle.session.get(name), typ, now_s))
+    _provenance(cols, bundle, day)
+    cols["scope_path"].append(scope_path)
+    cols["policy_class"].append(policy_class)
+    models = usage_by_model(bundle.usage)
+    cols["usage_by_model"].append(dumps(models) if models else None)
+
+
+def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str, now_s: float) -> None:
+    cols = out.columns
+    for msg in bundle.messages:
+        for name, typ in _MESSAGE_TYPES:
+            cols[name].append(_cell(msg[name], typ, now_s))
+        text, decoded = decode_content(msg["content"])
+        cols["content_text"].append(text)
+        cols["content_json"].append(dumps(decoded) if decoded is not None else None)
+        _provenance(cols, bundle, day)
+
+
+def _provenance(cols: dict, bundle: SessionBundle, day: str) -> None:
+    cols["store"].append(bundle.store.path)
+    cols["store_label"].append(bundle.store.label)
+    cols["profile"].append(bundle.store.profile)
+    cols["source_deleted"].append(False)
+    cols["day"].append(day)
+
+
+ProjectFn = Callable[[SessionBundle, GatewayColumns, ProjectionContext, ErrorTally], int]
