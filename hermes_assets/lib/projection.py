@@ -15,7 +15,6 @@ import re
 import subprocess
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -51,17 +50,33 @@ def _reject_constant(name):
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+def _parse_float(text: str):
+    """Integral floats become integers at parse time (SPEC §5.5); inf is not JSON."""
+    value = float(text)
+    if value.is_integer():
+        return int(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("non-finite number")
+    return value
+
+
+_DECODE = json.JSONDecoder(parse_float=_parse_float, parse_constant=_reject_constant).decode
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def loads(text: str):
-    """Strict JSON: NaN/Infinity are not JSON. Surrogate escapes become U+FFFD."""
-    value = json.loads(text, parse_constant=_reject_constant)
+    """Strict JSON: NaN/Infinity are not JSON; surrogate escapes become U+FFFD;
+    integral floats come back as integers, so the result needs no normalizing."""
+    value = _DECODE(text)
     if "\\u" in text:
         value = _scrub(value)
     return value
 
 
-def dumps(value) -> str:
-    """Compact, raw non-ASCII, integral floats as integers."""
-    return json.dumps(_normalize(value), ensure_ascii=False, separators=(",", ":"))
+def dumps(value, *, normalized: bool = False) -> str:
+    """Compact, raw non-ASCII, integral floats as integers (``normalized``: the
+    value came from :func:`loads` and is already so)."""
+    return _DUMPS(value if normalized else _normalize(value))
 
 
 def _normalize(value):
@@ -294,7 +309,7 @@ def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
                     args = loads(args)
                 except (ValueError, RecursionError):
                     pass
-            out.append((call_id, name, dumps(args)))
+            out.append((call_id, name, dumps(args, normalized=True)))
     except RecursionError:
         return None
     return out
@@ -304,7 +319,7 @@ def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
 # the canonical rows, column by column
 # --------------------------------------------------------------------------
 
-#: columns that vary per row (appended per part)
+#: columns that vary per row, in the order of a row tuple
 _ROW_COLUMNS = (
     "message_id", "previous_message_id", "provider_uuid", "message_index", "message_created_at",
     "role", "part_id", "part_type", "provider_subtype", "content_text", "tool_name", "tool_call_id",
@@ -322,31 +337,33 @@ _CONSTANTS = {
     "client_name": "hermes",
     "part_index": 0,
 }
-_SUBTYPE = {"text": "text", "reasoning": "thinking", "tool_call": "tool_use", "tool_result": "tool_result", "status": "status"}
 
 
 class GatewayColumns:
-    """Column buffers for ``ai_gateway_messages_hermes`` rows."""
+    """Buffers for ``ai_gateway_messages_hermes`` rows: one tuple per row for the
+    varying columns, one tuple per session for the session-constant ones."""
 
     def __init__(self):
-        self.rows = {name: [] for name in _ROW_COLUMNS}
-        self.sessions = {name: [] for name in _SESSION_COLUMNS}
+        self.rows: list[tuple] = []
+        self.sessions: list[tuple] = []
         self.session_rows: list[int] = []
 
     def __len__(self) -> int:
-        return len(self.rows["part_id"])
+        return len(self.rows)
 
     def to_table(self) -> pa.Table:
-        n = len(self)
+        n = len(self.rows)
         schema = schemas.AI_GATEWAY_MESSAGES
+        row_cols = dict(zip(_ROW_COLUMNS, zip(*self.rows))) if n else {c: () for c in _ROW_COLUMNS}
+        sess_cols = dict(zip(_SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in _SESSION_COLUMNS}
         take = pa.array(np.repeat(np.arange(len(self.session_rows), dtype=np.int64), self.session_rows))
         arrays = []
         for f in schema:
             name = f.name
-            if name in self.rows:
-                arrays.append(_array(self.rows[name], f.type))
-            elif name in self.sessions:
-                arrays.append(_array(self.sessions[name], f.type).take(take))
+            if name in row_cols:
+                arrays.append(_array(row_cols[name], f.type))
+            elif name in sess_cols:
+                arrays.append(_array(sess_cols[name], f.type).take(take))
             elif name in _CONSTANTS:
                 arrays.append(pa.array([_CONSTANTS[name]], type=f.type).take(pa.array(np.zeros(n, dtype=np.int64))))
             else:
@@ -354,19 +371,10 @@ class GatewayColumns:
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _array(values: list, typ: pa.DataType) -> pa.Array:
+def _array(values, typ: pa.DataType) -> pa.Array:
     if isinstance(typ, pa.ExtensionType):
         return pa.ExtensionArray.from_storage(typ, pa.array(values, type=typ.storage_type))
     return pa.array(values, type=typ)
-
-
-@dataclass
-class _Part:
-    part_type: str
-    content_text: str | None = None
-    tool_name: str | None = None
-    tool_call_id: str | None = None
-    tool_args: str | None = None
 
 
 def project_session(
@@ -390,10 +398,9 @@ def project_session(
         tally.add(errors.BAD_TIMESTAMP, scoped, None, "started_at")
 
     source = s.get("source") if isinstance(s.get("source"), str) else None
-    channel = policy.is_channel(source)
     raw_cwd = _nonempty(s.get("cwd"))
     hermes_attrs: dict = {"source": source}
-    if channel:
+    if policy.is_channel(source):
         cwd = policy.channel_scope_path(source, ctx.user_home)
         if raw_cwd:
             hermes_attrs["real_cwd"] = raw_cwd
@@ -414,29 +421,29 @@ def project_session(
         "gateway": {"source": ctx.gateway_source, "source_path_hash": store.path_hash, "native_id": sid},
     }
     plain_attrs = dumps(base_attrs)
+    parent = s.get("parent_session_id")
+    parent = str(parent) if isinstance(parent, int) else _nonempty(parent)
+    out.sessions.append((
+        session_id,
+        normalize_provider(s.get("billing_base_url"), s.get("billing_provider")),
+        _nonempty(s.get("model")),
+        _nonempty(s.get("system_prompt")),
+        start_ms,
+        cwd,
+        _nonempty(s.get("git_branch")),
+        git_remote,
+        repo_root,
+        source,
+        "hermes-" + store.scoped(parent) if parent else None,
+    ))
 
-    parent = _nonempty(s.get("parent_session_id")) if not isinstance(s.get("parent_session_id"), int) else str(s["parent_session_id"])
-    sess = out.sessions
-    sess["session_id"].append(session_id)
-    sess["provider"].append(normalize_provider(s.get("billing_base_url"), s.get("billing_provider")))
-    sess["model"].append(_nonempty(s.get("model")))
-    sess["system_text"].append(_nonempty(s.get("system_prompt")))
-    sess["conversation_started_at"].append(start_ms)
-    sess["cwd"].append(cwd)
-    sess["git_branch"].append(_nonempty(s.get("git_branch")))
-    sess["git_remote"].append(git_remote)
-    sess["repo_root"].append(repo_root)
-    sess["entrypoint"].append(source)
-    sess["parent_thread_id"].append("hermes-" + store.scoped(parent) if parent else None)
-
-    rows = out.rows
-    (r_mid, r_prev, r_uuid, r_index, r_created, r_role, r_part, r_type, r_subtype, r_text, r_tool,
-     r_call, r_args, r_for, r_summary, r_status, r_attrs, r_date) = (rows[c] for c in _ROW_COLUMNS)
+    append = out.rows.append
     id_prefix = session_id + "-"
     esc_prefix = _jstr(id_prefix)[:-1]
     day_cache: dict[int, str] = {}
     call_names: dict[str, str] = {}
-    prev_esc = None
+    attrs_cache: dict[tuple, str] = {}
+    prev = "[]"
     index = 0
     now_s = ctx.now_s
 
@@ -462,48 +469,37 @@ def project_session(
         if msg["observed"]:
             flags["observed"] = True
         token_count = msg["token_count"]
-        finish = msg["finish_reason"] if role == "assistant" and isinstance(msg["finish_reason"], str) and msg["finish_reason"] else None
+        finish = msg["finish_reason"] if role == "assistant" else None
         last = len(parts) - 1
         uuid = str(mid)
-        for k, part in enumerate(parts):
+        for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
             message_id = f"{id_prefix}{mid}-{k}"
-            esc = f'{esc_prefix}{mid}-{k}"'
-            r_mid.append(message_id)
-            r_prev.append("[]" if prev_esc is None else f"[{prev_esc}]")
-            prev_esc = esc
-            r_uuid.append(uuid)
-            r_index.append(index)
-            index += 1
-            r_created.append(ts_ms)
-            r_role.append(role)
-            r_part.append(message_id + "#0")
-            r_type.append(part.part_type)
-            r_subtype.append(_SUBTYPE[part.part_type])
-            r_text.append(part.content_text)
-            r_tool.append(part.tool_name)
-            r_call.append(part.tool_call_id)
-            r_args.append(part.tool_args)
-            r_for.append(part.tool_call_id if part.part_type == "tool_result" else None)
-            r_summary.append(summary)
             carrier = k == last
-            if part.part_type == "tool_result":
-                r_status.append(TOOL_SUCCESS)
-            elif carrier and finish:
-                r_status.append(dumps({"finish_reason": FINISH_REASONS.get(finish, finish)}))
+            if ptype == "tool_result":
+                status = TOOL_SUCCESS
+            elif carrier and finish and isinstance(finish, str):
+                status = _finish_status(finish)
             else:
-                r_status.append(None)
+                status = None
+            attrs = plain_attrs
             usage = carrier and token_count is not None
             if flags or usage:
-                attrs = {**base_attrs, "hermes": {**hermes_attrs, **flags}}
-                if usage:
-                    attrs["usage"] = {"total_tokens": token_count}
-                r_attrs.append(dumps(attrs))
-            else:
-                r_attrs.append(plain_attrs)
-            r_date.append(day)
+                key = (tuple(flags), token_count if usage else None)
+                attrs = attrs_cache.get(key)
+                if attrs is None:
+                    value = {**base_attrs, "hermes": {**hermes_attrs, **flags}}
+                    if usage:
+                        value["usage"] = {"total_tokens": token_count}
+                    attrs = attrs_cache[key] = dumps(value)
+            append((
+                message_id, prev, uuid, index, ts_ms, role, message_id + "#0", ptype, subtype, text,
+                tool_name, call_id, args, result_for, summary, status, attrs, day,
+            ))
+            prev = f'[{esc_prefix}{mid}-{k}"]'
+            index += 1
 
-    ended_ms = epoch_ms(s.get("ended_at"))
     if s.get("ended_at"):  # set and non-zero
+        ended_ms = epoch_ms(s.get("ended_at"))
         if not sane_ms(ended_ms, now_s):
             tally.add(errors.BAD_TIMESTAMP, scoped, None, "ended_at")
             ended_ms = start_ms
@@ -520,34 +516,37 @@ def project_session(
             "usage": {k: s.get(k) for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")},
         }
         message_id = id_prefix + "session_end"
-        r_mid.append(message_id)
-        r_prev.append("[]" if prev_esc is None else f"[{prev_esc}]")
-        r_uuid.append(None)
-        r_index.append(index)
+        append((
+            message_id, prev, None, index, ended_ms, "system", message_id + "#0", "status", "status", None,
+            None, None, None, None, None, None, dumps(end_attrs), ms_day(ended_ms),
+        ))
         index += 1
-        r_created.append(ended_ms)
-        r_role.append("system")
-        r_part.append(message_id + "#0")
-        r_type.append("status")
-        r_subtype.append("status")
-        for column in (r_text, r_tool, r_call, r_args, r_for, r_summary, r_status):
-            column.append(None)
-        r_attrs.append(dumps(end_attrs))
-        r_date.append(ms_day(ended_ms))
     out.session_rows.append(index)
     return index
 
 
-def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str) -> list[_Part]:
+_FINISH_STATUS: dict[str, str] = {}
+
+
+def _finish_status(finish: str) -> str:
+    text = _FINISH_STATUS.get(finish)
+    if text is None:
+        text = dumps({"finish_reason": FINISH_REASONS.get(finish, finish)})
+        if len(_FINISH_STATUS) < 1000:
+            _FINISH_STATUS[finish] = text
+    return text
+
+
+def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str) -> list[tuple]:
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body."""
     parts = []
     reasoning = msg["reasoning"]
     if isinstance(reasoning, str) and reasoning:
-        parts.append(_Part("reasoning", reasoning))
+        parts.append(("reasoning", "thinking", reasoning, None, None, None, None))
     else:
         fallback = msg["reasoning_content"]
         if isinstance(fallback, str) and fallback.strip():
-            parts.append(_Part("reasoning", fallback))
+            parts.append(("reasoning", "thinking", fallback, None, None, None, None))
     raw_calls = msg["tool_calls"]
     if raw_calls is not None:
         calls = parse_tool_calls(raw_calls)
@@ -555,7 +554,7 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
             tally.add(errors.BAD_TOOL_CALLS, scoped, msg["id"], "tool_calls")
         else:
             for call_id, name, args in calls:
-                parts.append(_Part("tool_call", None, name, call_id, args))
+                parts.append(("tool_call", "tool_use", None, name, call_id, args, None))
                 if call_id and name:
                     call_names[call_id] = name
     content = msg["content"]
@@ -563,10 +562,10 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
         text, _ = decode_content(content, tally, scoped, msg["id"])
         call_id = _nonempty(msg["tool_call_id"])
         name = call_names.get(call_id) if call_id else None
-        parts.append(_Part("tool_result", text if text is not None else "", name or _nonempty(msg["tool_name"]), call_id))
+        parts.append(("tool_result", "tool_result", text if text is not None else "", name or _nonempty(msg["tool_name"]), call_id, None, call_id))
     elif isinstance(content, str) and content:
         text, _ = decode_content(content, tally, scoped, msg["id"])
-        parts.append(_Part("text", text))
+        parts.append(("text", "text", text, None, None, None, None))
     return parts
 
 
@@ -643,4 +642,9 @@ def _provenance(cols: dict, bundle: SessionBundle, day: str) -> None:
     cols["day"].append(day)
 
 
-ProjectFn = Callable[[SessionBundle, GatewayColumns, ProjectionContext, ErrorTally], int]
+#: the ``messages`` columns the canonical projection reads
+GATEWAY_MESSAGE_COLUMNS = tuple(
+    c for c in schemas.MESSAGE_COLUMNS
+    if c[0] in {"id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
+                "token_count", "finish_reason", "reasoning", "reasoning_content", "observed", "active", "compacted"}
+)

@@ -152,6 +152,10 @@ def day_bounds_s(day: str) -> tuple[float, float]:
 # --------------------------------------------------------------------------
 
 
+class _Undecodable(Exception):
+    """A fetched TEXT cell is not valid UTF-8 (internal: triggers the per-cell re-read)."""
+
+
 class BadText(str):
     """A TEXT cell that was not valid UTF-8, decoded with U+FFFD replacements."""
 
@@ -261,7 +265,7 @@ class StoreReader:
     def _connect(self, path: str, params: dict) -> sqlite3.Connection:
         uri = "file:" + urllib.parse.quote(path) + "?" + urllib.parse.urlencode(params)
         conn = sqlite3.connect(uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False)
-        conn.text_factory = _decode_text
+        conn.text_factory = str  # fast path; a chunk with invalid UTF-8 is re-read per cell
         return conn
 
     def close(self) -> None:
@@ -287,13 +291,30 @@ class StoreReader:
     # -- statements with busy retry -------------------------------------------
 
     def _query(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        """Run one statement to completion (its own short read transaction)."""
+        """Run one statement to completion (its own short read transaction).
+
+        TEXT is decoded by SQLite's C path; if any cell is not valid UTF-8 the
+        statement is re-run decoding per cell, so one bad cell costs one re-read
+        and never fails the batch (SPEC §1 "Text").
+        """
+        try:
+            return self._query_once(sql, params)
+        except _Undecodable:
+            self._conn.text_factory = _decode_text
+            try:
+                return self._query_once(sql, params)
+            finally:
+                self._conn.text_factory = str
+
+    def _query_once(self, sql: str, params: Iterable = ()) -> list[tuple]:
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
         delay = 0.005
         while True:
             try:
                 return self._conn.execute(sql, tuple(params)).fetchall()
             except sqlite3.Error as exc:
+                if isinstance(exc, sqlite3.OperationalError) and "decode" in str(exc) and self._conn.text_factory is str:
+                    raise _Undecodable() from exc
                 code = getattr(exc, "sqlite_errorcode", 0) or 0
                 if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and time.monotonic() < deadline:
                     time.sleep(delay)
@@ -377,10 +398,12 @@ class StoreReader:
 
     # -- streaming one day's sessions --------------------------------------------
 
-    def iter_sessions(self, days: Iterable[str]) -> Iterator[SessionBundle]:
+    def iter_sessions(self, days: Iterable[str], message_columns=MESSAGE_COLUMNS) -> Iterator[SessionBundle]:
         """The sessions of ``days`` (in the given day order, then by sid), whole.
 
-        Memory: one chunk of ``SESSION_CHUNK`` sessions with their messages.
+        ``message_columns`` narrows what is read of ``messages`` (the canonical
+        projection needs fewer columns than ``hermes_messages``). Memory: one
+        chunk of ``SESSION_CHUNK`` sessions with their messages.
         """
         by_day = self.days()
         index = self.session_index()
@@ -388,9 +411,9 @@ class StoreReader:
             sids = by_day.get(day, [])
             for start in range(0, len(sids), SESSION_CHUNK):
                 chunk = sids[start : start + SESSION_CHUNK]
-                yield from self._read_chunk(day, chunk, [index[s].raw_id for s in chunk])
+                yield from self._read_chunk(day, chunk, [index[s].raw_id for s in chunk], message_columns)
 
-    def _read_chunk(self, day: str, sids: list[str], raw_ids: list) -> Iterator[SessionBundle]:
+    def _read_chunk(self, day: str, sids: list[str], raw_ids: list, message_columns) -> Iterator[SessionBundle]:
         marks = ",".join("?" * len(raw_ids))
         before = _bad_text_count()
         sessions = self._query(
@@ -398,7 +421,7 @@ class StoreReader:
             raw_ids,
         )
         messages = self._query(
-            f"SELECT {self._select_list('messages', MESSAGE_COLUMNS)} FROM messages "
+            f"SELECT {self._select_list('messages', message_columns)} FROM messages "
             f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
             raw_ids,
         )
@@ -410,9 +433,9 @@ class StoreReader:
                 raw_ids,
             )
         if _bad_text_count() != before:
-            self._count_bad_text(sessions, messages)
+            self._count_bad_text(sessions, messages, message_columns)
         s_names = [c[0] for c in SESSION_COLUMNS]
-        m_names = [c[0] for c in MESSAGE_COLUMNS]
+        m_names = [c[0] for c in message_columns]
         u_names = [c[0] for c in USAGE_COLUMNS]
         msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
         for row in messages:
@@ -432,13 +455,13 @@ class StoreReader:
             msgs.sort(key=_mid_key)
             yield SessionBundle(self.store, sid, day, session, msgs, usage_by_sid.get(sid, []))
 
-    def _count_bad_text(self, sessions: list[tuple], messages: list[tuple]) -> None:
+    def _count_bad_text(self, sessions: list[tuple], messages: list[tuple], message_columns) -> None:
         for row in sessions:
             for name, value in zip((c[0] for c in SESSION_COLUMNS), row):
                 if type(value) is BadText:
                     self.tally.add(errors.BAD_TEXT, self.store.scoped(str(row[0])), None, name)
         for row in messages:
-            for name, value in zip((c[0] for c in MESSAGE_COLUMNS), row):
+            for name, value in zip((c[0] for c in message_columns), row):
                 if type(value) is BadText:
                     self.tally.add(errors.BAD_TEXT, self.store.scoped(str(row[1])), row[0], name)
 
