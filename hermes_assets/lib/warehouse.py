@@ -1,0 +1,288 @@
+"""Partition files of the three datasets (SPEC §2, §6).
+
+``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet``, zstd, sorted, replaced
+atomically (temp file in the same folder, fsync, rename) under a per-day lock
+file, so two runs never interleave on one day. A rewrite keeps rows whose
+source vanished from the store, flagged ``source_deleted`` (D13).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from hermes_assets.lib import schemas
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.projection import dumps, loads
+
+log = get_logger()
+
+PART_FILE = "part-0.parquet"
+LOCK_FILE = ".lock"
+GATEWAY = "ai_gateway_messages_hermes"
+SESSIONS = "hermes_sessions"
+MESSAGES = "hermes_messages"
+
+
+@dataclass
+class StoreFacts:
+    """What one store holds now, for deciding the fate of previously written rows.
+
+    ``sessions`` maps every sid in the store (any day) to its day; ``mids`` and
+    ``ignored`` cover the sessions of the day being written.
+    """
+
+    path: str
+    path_hash: str
+    sessions: dict[str, str | None]
+    mids: set[int] = field(default_factory=set)
+    ignored: set[str] = field(default_factory=set)
+
+
+@dataclass
+class WriteResult:
+    dataset: str
+    day: str
+    path: str
+    rows: int
+    retained: int  # rows kept with source_deleted (this write and earlier ones)
+    dropped: int  # previously written rows removed (fewer parts, policy ignore, moved)
+    bytes: int
+    changed: bool
+
+    def metadata(self) -> dict:
+        return {
+            "rows_written": self.rows,
+            "rows_retained_source_deleted": self.retained,
+            "rows_dropped": self.dropped,
+            "bytes": self.bytes,
+            "path": self.path,
+            "file_changed": self.changed,
+        }
+
+
+class Warehouse:
+    """The dataset root: a local folder (or a ``file://`` URI)."""
+
+    def __init__(self, root: str):
+        parsed = urlparse(root)
+        if parsed.scheme == "file":
+            root = parsed.path
+        elif parsed.scheme and len(parsed.scheme) > 1:
+            raise ValueError(f"warehouse URI scheme {parsed.scheme!r} is not supported yet: use a local path")
+        self.root = os.path.abspath(os.path.expanduser(root))
+
+    # -- paths ------------------------------------------------------------------
+
+    def day_dir(self, dataset: str, day: str) -> str:
+        return os.path.join(self.root, dataset, f"day={day}")
+
+    def path(self, dataset: str, day: str) -> str:
+        return os.path.join(self.day_dir(dataset, day), PART_FILE)
+
+    def days(self, dataset: str) -> list[str]:
+        base = os.path.join(self.root, dataset)
+        if not os.path.isdir(base):
+            return []
+        return sorted(
+            d[4:] for d in os.listdir(base)
+            if d.startswith("day=") and os.path.exists(os.path.join(base, d, PART_FILE))
+        )
+
+    def read(self, dataset: str, day: str, columns: list[str] | None = None) -> pa.Table | None:
+        path = self.path(dataset, day)
+        if not os.path.exists(path):
+            return None
+        return pq.read_table(path, columns=columns, schema=schemas.DATASETS[dataset][0])
+
+    @contextlib.contextmanager
+    def day_lock(self, dataset: str, day: str) -> Iterator[None]:
+        """An exclusive lock on one day of one dataset (a lock file beside the data)."""
+        folder = self.day_dir(dataset, day)
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    # -- writing ------------------------------------------------------------------
+
+    def write_day(
+        self, dataset: str, day: str, new: pa.Table, facts: Iterable[StoreFacts]
+    ) -> WriteResult:
+        """Merge ``new`` (every current row of the day from the stores in ``facts``)
+        with what the day's file holds, and replace the file atomically."""
+        schema, keys, sort = schemas.DATASETS[dataset]
+        facts = list(facts)
+        with self.day_lock(dataset, day):
+            old = self.read(dataset, day)
+            kept, dropped = _carry_over(dataset, old, new, facts)
+            table = pa.concat_tables([new, kept]) if kept is not None and kept.num_rows else new
+            table = table.sort_by([(c, "ascending") for c in sort])
+            retained = _count_source_deleted(dataset, table)
+            return self._replace(dataset, day, table, retained, dropped)
+
+    def rewrite_day(self, dataset: str, day: str, keep_mask_fn) -> tuple[int, int]:
+        """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left)."""
+        with self.day_lock(dataset, day):
+            old = self.read(dataset, day)
+            if old is None:
+                return 0, 0
+            table = old.filter(keep_mask_fn(old))
+            removed = old.num_rows - table.num_rows
+            if removed:
+                self._replace(dataset, day, table, _count_source_deleted(dataset, table), removed)
+            return removed, table.num_rows
+
+    def _replace(self, dataset: str, day: str, table: pa.Table, retained: int, dropped: int) -> WriteResult:
+        path = self.path(dataset, day)
+        if table.num_rows == 0:
+            changed = os.path.exists(path)
+            if changed:
+                os.unlink(path)
+                _fsync_dir(os.path.dirname(path))
+            return WriteResult(dataset, day, path, 0, 0, dropped, 0, changed)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
+        data = sink.getvalue()
+        changed = not _same_bytes(path, data)
+        if changed:
+            _atomic_write(path, data)
+        log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
+                 retained=retained, dropped=dropped, changed=changed)
+        return WriteResult(dataset, day, path, table.num_rows, retained, dropped, data.size, changed)
+
+
+def _same_bytes(path: str, data: pa.Buffer) -> bool:
+    try:
+        if os.path.getsize(path) != data.size:
+            return False
+        with open(path, "rb") as f:
+            return f.read() == data.to_pybytes()
+    except FileNotFoundError:
+        return False
+
+
+def _atomic_write(path: str, data: pa.Buffer) -> None:
+    folder = os.path.dirname(path)
+    tmp = os.path.join(folder, f".{PART_FILE}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(memoryview(data))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# retention (SPEC §6, D13)
+# --------------------------------------------------------------------------
+
+
+def _key_strings(dataset: str, table: pa.Table) -> pa.Array:
+    if dataset == GATEWAY:
+        return table.column("part_id")
+    return pc.binary_join_element_wise(
+        table.column("store"), pc.cast(table.column("id"), pa.string()), "\x1f"
+    )
+
+
+def _carry_over(dataset: str, old: pa.Table | None, new: pa.Table, facts: list[StoreFacts]):
+    """Rows of ``old`` not in ``new``: kept (flagged) when their source is gone."""
+    if old is None or old.num_rows == 0:
+        return None, 0
+    missing = pc.invert(pc.is_in(_key_strings(dataset, old), value_set=_key_strings(dataset, new)))
+    leftovers = old.filter(missing)
+    if leftovers.num_rows == 0:
+        return None, 0
+    by_path = {f.path: f for f in facts}
+    by_hash = {f.path_hash: f for f in facts}
+    keep, flag = [], []
+    for row in leftovers.to_pylist():
+        fate = _fate(dataset, row, by_path, by_hash)
+        keep.append(fate is not None)
+        flag.append(bool(fate))
+    kept = leftovers.filter(pa.array(keep))
+    flags = [f for f, k in zip(flag, keep) if k]
+    kept = _flag(dataset, kept, flags)
+    return kept, len(keep) - sum(keep)
+
+
+def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict) -> bool | None:
+    """None: drop the row; False: keep as is; True: keep, flagged source_deleted."""
+    if dataset == GATEWAY:
+        attrs = loads(row["attributes"]) if row["attributes"] else {}
+        gateway = attrs.get("gateway", {})
+        facts = by_hash.get(gateway.get("source_path_hash"))
+        sid = gateway.get("native_id")
+        mid = row["provider_uuid"]
+        mid = int(mid) if mid is not None and mid.isdigit() else None
+        end_row = row["message_id"].endswith("-session_end")
+    else:
+        facts = by_path.get(row["store"])
+        sid = row["id"] if dataset == SESSIONS else row["session_id"]
+        mid = row["id"] if dataset == MESSAGES else None
+        end_row = False
+    if facts is None:  # a store not read in this run: not ours to judge
+        return False
+    if sid in facts.ignored:
+        return None
+    if sid not in facts.sessions:  # the whole session is gone from the store
+        return True
+    if dataset == SESSIONS or end_row:  # the session exists (maybe now not ended, or moved)
+        return None
+    if mid is not None and mid not in facts.mids:
+        return True  # the message is gone (deleted, pruned, or /retry renumbered it)
+    return None  # the message exists but yields fewer parts now, or moved to another day
+
+
+def _flag(dataset: str, table: pa.Table, flags: list[bool]) -> pa.Table:
+    if not any(flags):
+        return table
+    if dataset != GATEWAY:
+        current = table.column("source_deleted").to_pylist()
+        values = pa.array([c or f for c, f in zip(current, flags)], pa.bool_())
+        return table.set_column(table.schema.get_field_index("source_deleted"), "source_deleted", values)
+    idx = table.schema.get_field_index("attributes")
+    attrs = table.column("attributes").to_pylist()
+    out = []
+    for text, flag in zip(attrs, flags):
+        if flag:
+            value = loads(text) if text else {}
+            value.setdefault("hermes", {})["source_deleted"] = True
+            text = dumps(value, normalized=True)
+        out.append(text)
+    typ = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
+    return table.set_column(idx, "attributes", pa.ExtensionArray.from_storage(typ, pa.array(out, pa.string())))
+
+
+def _count_source_deleted(dataset: str, table: pa.Table) -> int:
+    if dataset != GATEWAY:
+        return pc.sum(table.column("source_deleted")).as_py() or 0
+    column = table.column("attributes")
+    strings = pa.chunked_array([c.storage for c in column.chunks], pa.string())
+    return pc.sum(pc.match_substring(strings, '"source_deleted":true')).as_py() or 0
