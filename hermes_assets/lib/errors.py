@@ -87,6 +87,11 @@ class ErrorTally:
     samples: list[CellError] = field(default_factory=list)
 
     def add(self, error_kind: str, session_id: str | None, mid: int | None, column: str | None = None) -> None:
+        """Count one bad cell and log it (ids only, never content)."""
+        from hermes_assets.lib.logs import get_logger
+
+        get_logger().warning("hermes.project.bad_cell", error_kind=error_kind, session_id=session_id,
+                             mid=mid, column=column)
         self.counts[error_kind] += 1
         if len(self.samples) < self.max_samples:
             self.samples.append(CellError(error_kind, session_id, mid, column))

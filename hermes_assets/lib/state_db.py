@@ -193,8 +193,13 @@ class SessionBundle:
 
 @dataclass
 class SessionIndexEntry:
+    """What the index scan knows of a session: enough to place it and classify it."""
+
     raw_id: object
     day: str | None  # None: no sane time at all
+    source: str | None = None
+    cwd: str | None = None
+    parent: str | None = None
 
 
 @dataclass
@@ -361,16 +366,21 @@ class StoreReader:
             return self._index
         index: dict[str, SessionIndexEntry] = {}
         insane: list[tuple[str, object, object]] = []
-        ended = "ended_at" if "ended_at" in self.columns["sessions"] else "NULL"
-        for raw_id, started, ended_at in self._query(f'SELECT id, started_at, {ended} FROM sessions'):
+        cols = self.columns["sessions"]
+        extra = ", ".join(c if c in cols else "NULL" for c in ("ended_at", "source", "cwd", "parent_session_id"))
+        for raw_id, started, ended_at, source, cwd, parent in self._query(f"SELECT id, started_at, {extra} FROM sessions"):
             sid = str(raw_id)
+            entry = SessionIndexEntry(
+                raw_id, None, _text_or_none(source), _text_or_none(cwd), None if parent is None else str(parent) or None
+            )
+            index[sid] = entry
             ms = epoch_ms(started)
             if sane_ms(ms, self.now_s):
-                index[sid] = SessionIndexEntry(raw_id, ms_day(ms))
+                entry.day = ms_day(ms)
             else:
                 insane.append((sid, raw_id, ended_at))
         for sid, raw_id, ended_at in insane:
-            index[sid] = SessionIndexEntry(raw_id, self._fallback_day(raw_id, ended_at))
+            index[sid].day = self._fallback_day(raw_id, ended_at)
         self._index = index
         return index
 
@@ -398,17 +408,23 @@ class StoreReader:
 
     # -- streaming one day's sessions --------------------------------------------
 
-    def iter_sessions(self, days: Iterable[str], message_columns=MESSAGE_COLUMNS) -> Iterator[SessionBundle]:
+    def iter_sessions(
+        self, days: Iterable[str], message_columns=MESSAGE_COLUMNS, only: set[str] | None = None
+    ) -> Iterator[SessionBundle]:
         """The sessions of ``days`` (in the given day order, then by sid), whole.
 
         ``message_columns`` narrows what is read of ``messages`` (the canonical
-        projection needs fewer columns than ``hermes_messages``). Memory: one
+        projection needs fewer columns than ``hermes_messages``); ``only``
+        limits the read to those sids (policy-ignored sessions are never read).
+        Memory: one
         chunk of ``SESSION_CHUNK`` sessions with their messages.
         """
         by_day = self.days()
         index = self.session_index()
         for day in days:
             sids = by_day.get(day, [])
+            if only is not None:
+                sids = [sid for sid in sids if sid in only]
             for start in range(0, len(sids), SESSION_CHUNK):
                 chunk = sids[start : start + SESSION_CHUNK]
                 yield from self._read_chunk(day, chunk, [index[s].raw_id for s in chunk], message_columns)
@@ -469,6 +485,12 @@ class StoreReader:
 
     def session_ids(self) -> set[str]:
         return set(self.session_index())
+
+
+def _text_or_none(value) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
 
 
 def _mid_key(msg: dict):

@@ -1,0 +1,187 @@
+"""From stores to partition files, one step at a time.
+
+The Dagster shell runs these steps as ops (read -> policy -> project -> write);
+each step takes and returns small plain values, never a whole store:
+
+1. :func:`plan_capture` scans each store's ``sessions`` table (one short
+   statement) and places every session on its day (SPEC §2);
+2. :func:`apply_policy` classifies the sessions of the requested days, with
+   their ancestors, before any row is built (SPEC §7, D9);
+3. :func:`project_day` reads one day's kept sessions whole and builds the rows
+   of the requested datasets;
+4. :meth:`Warehouse.write_day` merges and replaces the day's files.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from hermes_assets.lib import errors, policy, projection, schemas
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, StoreFacts
+
+log = get_logger()
+
+
+@dataclass
+class StorePlan:
+    """One store's sessions, placed on days and (after policy) classified."""
+
+    store: Store
+    missing: bool = False
+    #: sid -> day (None when the session has no sane time at all)
+    days: dict[str, str | None] = field(default_factory=dict)
+    #: sid -> (scope path, parent sid), for the sessions of the requested days and their ancestors
+    scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    #: sid -> policy class, for the sessions of the requested days
+    classes: dict[str, str] = field(default_factory=dict)
+
+    def sessions_on(self, day: str) -> list[str]:
+        return sorted(sid for sid, d in self.days.items() if d == day)
+
+    def kept_on(self, day: str) -> set[str]:
+        return {sid for sid in self.sessions_on(day) if self.classes.get(sid, policy.FULL) != policy.IGNORE}
+
+    def ignored_on(self, day: str) -> set[str]:
+        return {sid for sid in self.sessions_on(day) if self.classes.get(sid) == policy.IGNORE}
+
+
+@dataclass
+class CapturePlan:
+    days: list[str]
+    stores: list[StorePlan]
+    #: (store label, sid, day or None) of sessions outside the partition range
+    out_of_range: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def sessions_in_range(self) -> int:
+        wanted = set(self.days)
+        return sum(1 for sp in self.stores for d in sp.days.values() if d in wanted)
+
+
+def plan_capture(
+    stores: list[Store],
+    days: list[str],
+    *,
+    user_home: str,
+    first_day: str | None = None,
+    last_day: str | None = None,
+    now_s: float | None = None,
+    busy_timeout_ms: int | None = None,
+) -> CapturePlan:
+    """Place every session of every store on its day. A missing store is a state."""
+    now_s = time.time() if now_s is None else now_s
+    wanted = set(days)
+    plan = CapturePlan(days=sorted(wanted), stores=[])
+    for store in stores:
+        sp = StorePlan(store)
+        plan.stores.append(sp)
+        if not store.exists():
+            sp.missing = True
+            log.info("hermes.store.missing", path=store.path, store=store.label)
+            continue
+        with _reader(store, now_s, busy_timeout_ms) as reader:
+            index = reader.session_index()
+        for sid, entry in index.items():
+            sp.days[sid] = entry.day
+            if entry.day is None or (first_day and entry.day < first_day) or (last_day and entry.day > last_day):
+                plan.out_of_range.append((store.label, sid, entry.day))
+        # scopes of the requested days' sessions and of all their ancestors
+        todo = [sid for sid, entry in index.items() if entry.day in wanted]
+        while todo:
+            sid = todo.pop()
+            if sid in sp.scopes or sid not in index:
+                continue
+            entry = index[sid]
+            sp.scopes[sid] = (policy.scope_path(entry.source, entry.cwd, user_home), entry.parent)
+            if entry.parent:
+                todo.append(entry.parent)
+    for label, sid, day in plan.out_of_range:
+        log.warning("hermes.capture.out_of_range_session", store=label, session_id=sid, day=day,
+                    error_kind=errors.OUT_OF_RANGE_SESSION)
+    return plan
+
+
+def apply_policy(plan: CapturePlan, resolver: policy.PolicyResolver) -> dict[str, int]:
+    """Classify the requested days' sessions; return the counts for op metadata."""
+    counts = Counter()
+    wanted = set(plan.days)
+    for sp in plan.stores:
+        classes = resolver.classify_sessions(sp.scopes)
+        sp.classes = {sid: cls for sid, cls in classes.items() if sp.days.get(sid) in wanted}
+        counts["sessions_in"] += len(sp.classes)
+        counts.update(cls for cls in sp.classes.values())
+    return {
+        "sessions_in": counts["sessions_in"],
+        "kept": counts["sessions_in"] - counts[policy.IGNORE],
+        "ignored": counts[policy.IGNORE],
+        "local_only": counts[policy.LOCAL_ONLY],
+        "errors": 0,
+        "warnings": len(resolver.warnings),
+    }
+
+
+@dataclass
+class DayRows:
+    """One day's rows for the requested datasets, with what retention needs."""
+
+    day: str
+    tables: dict[str, pa.Table]
+    facts: list[StoreFacts]
+    tally: ErrorTally
+
+
+def project_day(
+    plan: CapturePlan,
+    day: str,
+    datasets: set[str],
+    ctx: projection.ProjectionContext,
+    *,
+    busy_timeout_ms: int | None = None,
+) -> DayRows:
+    """Read the day's kept sessions whole and build the rows of ``datasets``."""
+    tally = ErrorTally()
+    gateway = projection.GatewayColumns()
+    sessions = projection.RawColumns(schemas.HERMES_SESSIONS)
+    messages = projection.RawColumns(schemas.HERMES_MESSAGES)
+    facts = []
+    columns = schemas.MESSAGE_COLUMNS if MESSAGES in datasets else projection.GATEWAY_MESSAGE_COLUMNS
+    for sp in plan.stores:
+        fact = StoreFacts(sp.store.path, sp.store.path_hash, sp.days, ignored=sp.ignored_on(day))
+        facts.append(fact)
+        kept = sp.kept_on(day)
+        if sp.missing or not kept:
+            continue
+        with _reader(sp.store, ctx.now_s, busy_timeout_ms) as reader:
+            for bundle in reader.iter_sessions([day], columns, only=kept):
+                fact.mids.update(m["id"] for m in bundle.messages if isinstance(m["id"], int))
+                cls = sp.classes.get(bundle.sid, policy.FULL)
+                if GATEWAY in datasets:
+                    projection.project_session(bundle, gateway, ctx, tally, policy_class=cls)
+                if SESSIONS in datasets:
+                    scope = sp.scopes.get(bundle.sid, (None, None))[0]
+                    projection.session_row(bundle, sessions, day=day, scope_path=scope, policy_class=cls, now_s=ctx.now_s)
+                if MESSAGES in datasets:
+                    projection.message_rows(bundle, messages, day=day, now_s=ctx.now_s)
+            tally.merge(reader.tally)
+    tables = {}
+    if GATEWAY in datasets:
+        tables[GATEWAY] = gateway.to_table()
+    if SESSIONS in datasets:
+        tables[SESSIONS] = sessions.to_table()
+    if MESSAGES in datasets:
+        tables[MESSAGES] = messages.to_table()
+    return DayRows(day, tables, facts, tally)
+
+
+def _reader(store: Store, now_s: float, busy_timeout_ms: int | None) -> StoreReader:
+    timeout = busy_timeout_ms if busy_timeout_ms is not None else int(
+        os.environ.get("HERMES_ASSETS_BUSY_TIMEOUT_MS", "2000")
+    )
+    return StoreReader(store, busy_timeout_ms=timeout, now_s=now_s)
