@@ -1,0 +1,106 @@
+"""The capture steps as the Dagster shell runs them: resources in, metadata out.
+
+Shared by the raw multi-asset and the ops of the gateway graph asset so both
+report the same counts in the same words.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.resources import HermesStores, UsagePolicy
+from hermes_assets.lib import capture, schemas
+from hermes_assets.lib.capture import CapturePlan, DayRows
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.warehouse import Warehouse, WriteResult
+
+log = get_logger()
+
+
+def partition_days(context) -> list[str]:
+    """The run's days, range-safe (a single-run backfill has many)."""
+    return list(context.partition_keys)
+
+
+def plan(context, hermes: HermesStores) -> CapturePlan:
+    return plan_for_days(partition_days(context), hermes)
+
+
+def plan_for_days(days: list[str], hermes: HermesStores) -> CapturePlan:
+    result = capture.plan_capture(
+        hermes.stores(),
+        days,
+        user_home=UsagePolicy().user_home,
+        first_day=daily_partitions.get_first_partition_key(),
+        last_day=daily_partitions.get_last_partition_key(),
+        busy_timeout_ms=hermes.busy_timeout_ms,
+    )
+    log.info("hermes.op.read_sessions", days=len(days), stores=len(result.stores),
+             sessions=result.sessions_in_range(), out_of_range=len(result.out_of_range))
+    return result
+
+
+def plan_metadata(p: CapturePlan) -> dict:
+    return {
+        "days": len(p.days),
+        "stores": len(p.stores),
+        "stores_missing": [sp.store.path for sp in p.stores if sp.missing],
+        "sessions_in_range": p.sessions_in_range(),
+        "sessions_out_of_range": len(p.out_of_range),
+    }
+
+
+def apply_policy(p: CapturePlan, usage_policy: UsagePolicy) -> dict:
+    counts = capture.apply_policy(p, usage_policy.resolver())
+    log.info("hermes.op.apply_usage_policy", **counts)
+    return counts
+
+
+def projection_metadata(days: list[DayRows] | list[dict], dataset: str) -> dict:
+    """Rows projected and row errors by ``error_kind`` (ids only in samples)."""
+    rows = errors = 0
+    by_kind: dict[str, int] = {}
+    samples: list[dict] = []
+    for d in days:
+        rows += d["rows"][dataset] if isinstance(d, dict) else d.tables[dataset].num_rows
+        tally = d["tally"] if isinstance(d, dict) else d.tally
+        errors += tally.errors
+        for kind, n in tally.counts.items():
+            by_kind[kind] = by_kind.get(kind, 0) + n
+        samples.extend(tally.sample_dicts()[: max(0, 10 - len(samples))])
+    return {"rows_projected": rows, "errors": errors, "errors_by_kind": by_kind, "error_samples": samples}
+
+
+def write(context, wh: Warehouse, dataset: str, rows: DayRows, table=None) -> WriteResult:
+    result = wh.write_day(dataset, rows.day, rows.tables[dataset] if table is None else table, rows.facts)
+    context.add_asset_metadata(day_metadata(result), asset_key=dataset, partition_key=rows.day)
+    return result
+
+
+def day_metadata(result: WriteResult) -> dict:
+    md = result.metadata()
+    md["dagster/row_count"] = result.rows
+    md["path"] = dg.MetadataValue.path(result.path)
+    return md
+
+
+def totals(results: list[WriteResult]) -> dict:
+    """Whole-run figures (the per-day ones go on each partition)."""
+    return {
+        "run_rows_written": sum(r.rows for r in results),
+        "run_rows_retained_source_deleted": sum(r.retained for r in results),
+        "run_rows_dropped": sum(r.dropped for r in results),
+        "run_bytes": sum(r.bytes for r in results),
+        "run_files_changed": sum(r.changed for r in results),
+    }
+
+
+def column_schema(dataset: str) -> dg.TableSchema:
+    schema = schemas.DATASETS[dataset][0]
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(f.name, str(f.type), constraints=dg.TableColumnConstraints(nullable=f.nullable))
+            for f in schema
+        ]
+    )

@@ -1,0 +1,36 @@
+"""In-process by default (a run in a fraction of a second); switchable by environment."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from hermes_assets.defs import settings
+from hermes_assets.lib.errors import ConfigurationError
+
+EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
+
+
+def executor_for(name: str | None = None) -> dg.ExecutorDefinition:
+    name = name or settings.env("HERMES_ASSETS_EXECUTOR", "in_process")
+    if name == "in_process":
+        return dg.in_process_executor
+    if name == "multiprocess":
+        return dg.multiprocess_executor
+    if name == "k8s":
+        try:
+            from dagster_k8s import k8s_job_executor
+        except ImportError as exc:
+            raise ConfigurationError("HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s==0.29.27 installed") from exc
+        return k8s_job_executor
+    if name == "celery":
+        try:
+            from dagster_celery import celery_executor
+        except ImportError as exc:
+            raise ConfigurationError("HERMES_ASSETS_EXECUTOR=celery needs dagster-celery==0.29.27 installed") from exc
+        return celery_executor
+    raise ConfigurationError(f"HERMES_ASSETS_EXECUTOR={name!r} is not one of {', '.join(EXECUTORS)}")
+
+
+@dg.definitions
+def executor() -> dg.Definitions:
+    return dg.Definitions(executor=executor_for())

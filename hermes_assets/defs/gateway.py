@@ -1,0 +1,83 @@
+"""``ai_gateway_messages_hermes``: the canonical rows, as a graph of ops.
+
+read the day's sessions -> apply usage policy -> project rows -> write partition.
+Ops hand each other small values (a plan, staged file paths), never a store.
+"""
+
+
+import os
+import shutil
+
+import dagster as dg
+import pyarrow.parquet as pq
+
+from hermes_assets.defs import capture_steps as steps
+from hermes_assets.defs.assets import COMMON
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
+from hermes_assets.lib import capture
+from hermes_assets.lib.capture import CapturePlan, DayRows
+from hermes_assets.lib.warehouse import GATEWAY
+
+
+@dg.op(description="Place every Hermes session on its UTC day; keep those of the run's days.")
+def read_hermes_sessions(context: dg.OpExecutionContext, hermes: HermesStores) -> dg.Output[CapturePlan]:
+    plan = steps.plan(context, hermes)
+    return dg.Output(plan, metadata=steps.plan_metadata(plan))
+
+
+@dg.op(description="Classify sessions by usage policy (SPEC §7) before any row is built.")
+def apply_usage_policy(context: dg.OpExecutionContext, usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Output[CapturePlan]:
+    counts = steps.apply_policy(plan, usage_policy)
+    return dg.Output(plan, metadata=counts)
+
+
+@dg.op(description="Project each day's kept sessions into canonical rows (staged, one day at a time).")
+def project_rows(
+    context: dg.OpExecutionContext,
+    hermes: HermesStores,
+    warehouse: HermesWarehouse,
+    usage_policy: UsagePolicy,
+    plan: CapturePlan,
+) -> dg.Output[list]:
+    ctx = usage_policy.projection_context()
+    staging = os.path.join(warehouse.open().root, ".staging", context.run_id)
+    os.makedirs(staging, exist_ok=True)
+    staged, days = [], []
+    for day in plan.days:
+        rows = capture.project_day(plan, day, {GATEWAY}, ctx, busy_timeout_ms=hermes.busy_timeout_ms)
+        path = os.path.join(staging, f"{day}.parquet.staged")
+        pq.write_table(rows.tables[GATEWAY], path, compression="none")
+        staged.append({"day": day, "path": path, "facts": rows.facts})
+        days.append({"rows": {GATEWAY: rows.tables[GATEWAY].num_rows}, "tally": rows.tally})
+    return dg.Output(staged, metadata=steps.projection_metadata(days, GATEWAY))
+
+
+@dg.op(description="Merge each staged day into its partition file, atomically, under the day's lock.")
+def write_partitions(
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, staged: list
+) -> dg.MaterializeResult:
+    wh = warehouse.open()
+    results = []
+    try:
+        for item in staged:
+            table = pq.read_table(item["path"])
+            rows = DayRows(item["day"], {GATEWAY: table}, item["facts"], tally=None)
+            results.append(steps.write(context, wh, GATEWAY, rows))
+    finally:
+        if staged:
+            shutil.rmtree(os.path.dirname(staged[0]["path"]), ignore_errors=True)
+    return dg.MaterializeResult(metadata=steps.totals(results))
+
+
+@dg.graph_asset(
+    name=GATEWAY,
+    description="Hermes activity as canonical `ai_gateway_messages` rows (HypAware schema v7, "
+    "client_name='hermes'), one row per message part plus a session-end row.",
+    partitions_def=daily_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    metadata={"dagster/column_schema": steps.column_schema(GATEWAY)},
+    **COMMON,
+)
+def ai_gateway_messages_hermes():
+    return write_partitions(project_rows(apply_usage_policy(read_hermes_sessions())))

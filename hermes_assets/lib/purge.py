@@ -1,0 +1,83 @@
+"""Remove a scope's or a session's rows from every partition (SPEC §7 "purge").
+
+Used when a scope or session has become ``ignore``: rows already captured go,
+from all three datasets, one atomic file replacement per day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse
+
+log = get_logger()
+
+
+@dataclass
+class PurgeResult:
+    removed: dict[str, int] = field(default_factory=lambda: {GATEWAY: 0, SESSIONS: 0, MESSAGES: 0})
+    days: dict[str, list[str]] = field(default_factory=lambda: {GATEWAY: [], SESSIONS: [], MESSAGES: []})
+    sessions: int = 0
+
+
+def _under(column: pa.ChunkedArray, scope: str) -> pa.ChunkedArray:
+    """Segment-aware: equal to ``scope`` or below it."""
+    scope = scope.rstrip("/") or "/"
+    prefix = scope if scope.endswith("/") else scope + "/"
+    return pc.fill_null(pc.or_(pc.equal(column, scope), pc.starts_with(column, prefix)), False)
+
+
+def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | None = None) -> PurgeResult:
+    """Delete every row of the sessions matching ``scope`` (a path) or ``session_id``.
+
+    ``session_id`` may be a raw sid, a scoped ``label:sid`` or a canonical
+    ``hermes-...`` id. Sessions are found through ``hermes_sessions`` (their
+    ``scope_path``) and through the canonical rows' ``cwd``.
+    """
+    if not scope and not session_id:
+        raise ValueError("purge needs a scope path or a session id")
+    canonical: set[str] = set()
+    raw: set[tuple[str, str]] = set()  # (store, sid)
+    if session_id:
+        canonical.add(session_id if session_id.startswith("hermes-") else "hermes-" + session_id)
+    for day in warehouse.days(SESSIONS):
+        table = warehouse.read(SESSIONS, day, columns=["store", "store_label", "id", "scope_path"])
+        for row in table.to_pylist():
+            scoped = f"{row['store_label']}:{row['id']}" if row["store_label"] else row["id"]
+            hit = ("hermes-" + scoped) in canonical or (session_id in (row["id"], scoped))
+            if scope and row["scope_path"] is not None:
+                hit = hit or _under(pa.chunked_array([[row["scope_path"]]]), scope)[0].as_py()
+            if hit:
+                raw.add((row["store"], row["id"]))
+                canonical.add("hermes-" + scoped)
+    result = PurgeResult()
+
+    def gateway_keep(table: pa.Table):
+        drop = pc.is_in(table.column("session_id"), value_set=pa.array(sorted(canonical), pa.string()))
+        if scope:
+            drop = pc.or_(drop, _under(table.column("cwd"), scope))
+        return pc.invert(drop)
+
+    def raw_keep(sid_column: str):
+        keys = pa.array(sorted(f"{s}\x1f{i}" for s, i in raw), pa.string())
+
+        def keep(table: pa.Table):
+            joined = pc.binary_join_element_wise(table.column("store"), pc.cast(table.column(sid_column), pa.string()), "\x1f")
+            return pc.invert(pc.is_in(joined, value_set=keys))
+
+        return keep
+
+    for dataset, keep in ((GATEWAY, gateway_keep), (SESSIONS, raw_keep("id")), (MESSAGES, raw_keep("session_id"))):
+        for day in warehouse.days(dataset):
+            removed, _ = warehouse.rewrite_day(dataset, day, keep)
+            if removed:
+                result.removed[dataset] += removed
+                result.days[dataset].append(day)
+    result.sessions = len(canonical)
+    log.info("hermes.purge.done", scope_given=bool(scope), session_given=bool(session_id),
+             rows=sum(result.removed.values()), sessions=result.sessions)
+    return result
