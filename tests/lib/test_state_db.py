@@ -1,0 +1,429 @@
+"""Tests of the read-only store reader (SPEC §1, §2): opening, schema probing,
+discovery, session days, per-cell text decoding, busy stores."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_assets.lib import errors, schemas
+from hermes_assets.lib.errors import ConfigurationError, NotAHermesStore, StoreBusy, StoreCorrupt
+from hermes_assets.lib.state_db import Store, StoreReader, discover_stores, epoch_ms, ms_day
+from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
+from tests.support.project import NOW_S
+
+SESSION_NAMES = [c[0] for c in schemas.SESSION_COLUMNS]
+MESSAGE_NAMES = [c[0] for c in schemas.MESSAGE_COLUMNS]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_everything(store: Store, **kwargs) -> dict:
+    """sid -> bundle for every session of every day (sane or not)."""
+    with StoreReader(store, now_s=NOW_S, **kwargs) as reader:
+        days = reader.days()
+        order = sorted(days, key=lambda d: (d is None, d or ""))
+        return {b.sid: b for b in reader.iter_sessions(order)}
+
+
+# --------------------------------------------------------------------------
+# read-only, always (SPEC §1, R5)
+# --------------------------------------------------------------------------
+
+
+def test_read_only_open_leaves_db_bytes_unchanged_and_creates_only_wal_and_shm(fixture_copy):
+    db = fixture_copy("small")
+    before_hash, before_files = sha256(db), set(os.listdir(db.parent))
+    bundles = read_everything(Store(str(db)))
+    assert len(bundles) == 59
+    assert sha256(db) == before_hash
+    created = set(os.listdir(db.parent)) - before_files
+    assert created <= {"state.db-wal", "state.db-shm"}
+    wal = db.parent / "state.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0, "the reader wrote WAL frames"
+
+
+def test_reader_sees_uncheckpointed_wal_rows_and_never_checkpoints(tmp_path):
+    """A live WAL store (writer still open): the reader sees committed rows that
+    are only in the -wal, and leaves db and -wal bytes as they were."""
+    with HermesWriter(tmp_path / "h" / "state.db", home=tmp_path / "h") as w:
+        w.session("live", "cli")
+        for i in range(5):
+            w.msg("live", "user", f"hello {i}")
+        db, wal = w.path, Path(str(w.path) + "-wal")
+        assert wal.stat().st_size > 0, "scenario needs frames still in the WAL"
+        before = (sha256(db), sha256(wal), set(os.listdir(db.parent)))
+        bundles = read_everything(Store(str(db)))
+        assert [m["content"] for m in bundles["live"].messages] == [f"hello {i}" for i in range(5)]
+        assert (sha256(db), sha256(wal), set(os.listdir(db.parent))) == before
+
+
+def test_missing_store_raises_file_not_found_and_creates_nothing(tmp_path):
+    store = Store(str(tmp_path / "nowhere" / "state.db"))
+    assert not store.exists()
+    with pytest.raises(FileNotFoundError):
+        StoreReader(store).open()
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_existing_store_exists(fixture_copy):
+    assert Store(str(fixture_copy("small"))).exists()
+
+
+# --------------------------------------------------------------------------
+# schema versions and by-name selection (SPEC §1)
+# --------------------------------------------------------------------------
+
+
+def test_oldest_schema_reads_missing_columns_as_null_or_v22_default(fixture_copy):
+    db = fixture_copy("oldest")
+    with StoreReader(Store(str(db)), now_s=NOW_S) as reader:
+        assert "active" not in reader.columns["messages"]
+        assert "cwd" not in reader.columns["sessions"]
+        assert "session_model_usage" not in reader.columns
+    bundles = read_everything(Store(str(db)))
+    assert len(bundles) == 12
+    n_messages = 0
+    for b in bundles.values():
+        assert list(b.session) == SESSION_NAMES
+        assert b.usage == []
+        s = b.session
+        assert (s["cwd"], s["git_branch"], s["git_repo_root"], s["profile_name"]) == (None, None, None, None)
+        assert (s["rewind_count"], s["archived"], s["expiry_finalized"], s["compression_fallback_streak"]) == (0, 0, 0, 0)
+        for m in b.messages:
+            n_messages += 1
+            assert list(m) == MESSAGE_NAMES
+            assert (m["active"], m["compacted"], m["observed"]) == (1, 0, 0)
+            assert m["effect_disposition"] is None and m["api_content"] is None and m["platform_message_id"] is None
+    assert n_messages == 92
+
+
+def test_oldest_upgraded_reads_the_same_values_by_name_despite_column_order(fixture_copy):
+    old, upgraded = fixture_copy("oldest"), fixture_copy("oldest_upgraded")
+    conn = sqlite3.connect(f"file:{upgraded}?mode=ro", uri=True)
+    physical = [r[1] for r in conn.execute("PRAGMA table_info(messages)")]
+    conn.close()
+    v22 = [n for n in MESSAGE_NAMES if n in physical]
+    assert physical != v22, "the upgraded store must have a different physical column order"
+
+    a, b = read_everything(Store(str(old))), read_everything(Store(str(upgraded)))
+    assert a.keys() == b.keys()
+    with StoreReader(Store(str(old)), now_s=NOW_S) as reader:
+        shared_s, shared_m = reader.columns["sessions"], reader.columns["messages"]
+    for sid in a:
+        assert a[sid].day == b[sid].day
+        for name in shared_s - {"model_config"}:  # 0.19's migration rewrote model_config
+            assert a[sid].session[name] == b[sid].session[name], (sid, name)
+        assert [m["id"] for m in a[sid].messages] == [m["id"] for m in b[sid].messages]
+        for ma, mb in zip(a[sid].messages, b[sid].messages):
+            for name in shared_m:
+                assert ma[name] == mb[name], (sid, ma["id"], name)
+            # and the defaults of the missing columns equal what 0.19 added
+            assert (ma["active"], ma["compacted"], ma["observed"]) == (mb["active"], mb["compacted"], mb["observed"])
+    assert sum(len(x.usage) for x in b.values()) == 12
+
+
+def test_extra_columns_and_tables_of_newer_hermes_are_tolerated(hermes_db):
+    hermes_db.session("s", "cli")
+    hermes_db.msg("s", "user", "hi")
+    hermes_db.raw_sql("ALTER TABLE messages ADD COLUMN future_col TEXT DEFAULT 'x'")
+    hermes_db.raw_sql("ALTER TABLE sessions ADD COLUMN future_col INTEGER")
+    hermes_db.raw_sql("CREATE TABLE system_prompts (id INTEGER PRIMARY KEY, body TEXT)")
+    b = read_everything(Store(str(hermes_db.path)))["s"]
+    assert [m["content"] for m in b.messages] == ["hi"]
+    assert "future_col" not in b.messages[0] and "future_col" not in b.session
+
+
+# --------------------------------------------------------------------------
+# not a store, corrupt store
+# --------------------------------------------------------------------------
+
+
+def test_sqlite_file_without_sessions_and_messages_is_not_a_hermes_store(tmp_path):
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE sessions (id TEXT)")  # messages missing
+    conn.commit()
+    conn.close()
+    with pytest.raises(NotAHermesStore) as info:
+        StoreReader(Store(str(path))).open()
+    assert info.value.error_kind == "not_a_hermes_store"
+    assert str(path) in str(info.value)
+
+
+def test_empty_file_is_not_a_hermes_store(tmp_path):
+    path = tmp_path / "state.db"
+    path.write_bytes(b"")
+    with pytest.raises(NotAHermesStore):
+        StoreReader(Store(str(path))).open()
+
+
+def test_garbage_file_is_store_corrupt(tmp_path):
+    path = tmp_path / "state.db"
+    path.write_bytes(b"this is not a database at all\n" * 200)
+    with pytest.raises(StoreCorrupt) as info:
+        with StoreReader(Store(str(path))) as reader:
+            reader.session_index()
+    assert info.value.error_kind == "store_corrupt"
+
+
+def test_truncated_store_is_store_corrupt(fixture_copy):
+    db = fixture_copy("small")
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 3])
+    with pytest.raises(StoreCorrupt):
+        read_everything(Store(str(db)))
+
+
+# --------------------------------------------------------------------------
+# discovery and labels (SPEC §1, D14)
+# --------------------------------------------------------------------------
+
+
+def touch_store(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return path
+
+
+def test_hermes_state_db_single_file_has_empty_label(tmp_path):
+    db = touch_store(tmp_path / "x" / "state.db")
+    assert discover_stores({"HERMES_STATE_DB": str(db)}) == [Store(str(db), label="")]
+
+
+def test_hermes_state_db_several_files_are_labelled_by_parent_folder(tmp_path):
+    a = touch_store(tmp_path / "laptop" / "state.db")
+    b = touch_store(tmp_path / "server" / "state.db")
+    stores = discover_stores({"HERMES_STATE_DB": f"{a}:{b}"})
+    assert [(s.path, s.label, s.profile) for s in stores] == [(str(a), "laptop", None), (str(b), "server", None)]
+
+
+def test_hermes_state_db_label_clash_is_a_configuration_error(tmp_path):
+    a = touch_store(tmp_path / "one" / "same" / "state.db")
+    b = touch_store(tmp_path / "two" / "same" / "state.db")
+    with pytest.raises(ConfigurationError) as info:
+        discover_stores({"HERMES_STATE_DB": f"{a}:{b}"})
+    assert "same" in str(info.value)
+
+
+def test_hermes_state_db_directory_labels_are_relative_folders(tmp_path):
+    root = tmp_path / "stores"
+    top = touch_store(root / "state.db")
+    m1 = touch_store(root / "m1" / "state.db")
+    deep = touch_store(root / "team" / "m2" / "state.db")
+    (root / "empty").mkdir()
+    stores = discover_stores({"HERMES_STATE_DB": str(root)})
+    assert sorted((s.path, s.label) for s in stores) == sorted(
+        [(str(top), ""), (str(m1), "m1"), (str(deep), "team/m2")]
+    )
+
+
+def test_hermes_home_with_profiles(tmp_path):
+    home = tmp_path / "hh"
+    work = touch_store(home / "profiles" / "work" / "state.db")
+    (home / "profiles" / "no-store").mkdir(parents=True)
+    stores = discover_stores({"HERMES_HOME": str(home), "HOME": str(tmp_path / "user")})
+    assert stores[0] == Store(str(home / "state.db"))  # listed even though missing (R9)
+    assert not stores[0].exists()
+    assert [(s.path, s.label, s.profile) for s in stores[1:]] == [(str(work), "work", "work")]
+
+
+def test_default_home_is_dot_hermes_under_home(tmp_path):
+    stores = discover_stores({"HOME": str(tmp_path)})
+    assert stores == [Store(str(tmp_path / ".hermes" / "state.db"))]
+
+
+def test_label_scopes_session_ids():
+    assert Store("/x/state.db").scoped("s1") == "s1"
+    assert Store("/x/state.db", label="work").scoped("s1") == "work:s1"
+
+
+# --------------------------------------------------------------------------
+# session days (SPEC §2, §5.1)
+# --------------------------------------------------------------------------
+
+
+def test_epoch_ms_rounds_half_up_not_half_even():
+    assert epoch_ms(0.0025) == 3  # round() would give 2
+    assert epoch_ms(1780300000.0125) == 1780300000013
+    assert epoch_ms(1780300000.0625) == 1780300000063
+    assert epoch_ms(5) == 5000
+    for bad in (None, "1780300000", float("nan"), float("inf"), True):
+        assert epoch_ms(bad) is None
+
+
+def test_session_day_is_the_utc_day_of_the_rounded_started_at(hermes_db):
+    midnight = START_S - 9 * 3600 + DAY_S  # 2026-06-02T00:00:00Z
+    hermes_db.at(midnight - 0.0004)  # rounds up to 00:00:00.000 of the next day
+    hermes_db.db.create_session("rounds_up", "cli")
+    hermes_db.at(midnight - 0.001)
+    hermes_db.db.create_session("last_ms", "cli")
+    hermes_db.at(midnight + DAY_S + 5)
+    hermes_db.db.create_session("third", "cli")
+    with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
+        days = reader.days()
+    assert days == {"2026-06-01": ["last_ms"], "2026-06-02": ["rounds_up"], "2026-06-03": ["third"]}
+
+
+def test_session_day_stays_the_start_day_when_messages_pass_midnight(hermes_db):
+    hermes_db.at(START_S + 14.9 * 3600)  # 23:54 UTC
+    hermes_db.session("late", "cli")
+    hermes_db.msg("late", "user", "before midnight")
+    hermes_db.tick(3600)
+    hermes_db.msg("late", "assistant", "after midnight")
+    hermes_db.end("late")
+    with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
+        assert reader.days() == {"2026-06-01": ["late"]}
+
+
+@pytest.mark.parametrize("bad_started_at", [-5.0, 0, 946684799.0, 1e20, NOW_S + 2 * DAY_S, "not a time"])
+def test_insane_started_at_falls_back_to_earliest_sane_message(hermes_db, bad_started_at):
+    hermes_db.session("s", "cli")
+    hermes_db.tick(2 * DAY_S)
+    first = hermes_db.msg("s", "user", "one")
+    hermes_db.msg("s", "assistant", "two")
+    hermes_db.raw_sql("UPDATE messages SET timestamp = -1 WHERE id = ?", (first,))  # not sane either
+    hermes_db.end("s")
+    hermes_db.raw_sql("UPDATE sessions SET started_at = ? WHERE id = 's'", (bad_started_at,))
+    with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
+        assert reader.days() == {ms_day(epoch_ms(START_S + 2 * DAY_S + 2)): ["s"]}
+
+
+def test_null_started_at_falls_back_to_messages_then_ended_at_then_none(hermes_db):
+    hermes_db.allow_nulls("sessions", "started_at")
+    hermes_db.session("with_msgs", "cli")
+    hermes_db.tick(DAY_S)
+    hermes_db.msg("with_msgs", "user", "hi")
+    hermes_db.session("only_end", "cli")
+    hermes_db.tick(DAY_S)
+    hermes_db.end("only_end")
+    hermes_db.session("nothing", "cli")
+    hermes_db.raw_sql("UPDATE sessions SET started_at = NULL")
+    with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
+        assert reader.days() == {"2026-06-02": ["with_msgs"], "2026-06-03": ["only_end"], None: ["nothing"]}
+
+
+def test_iter_sessions_yields_whole_sessions_in_mid_order(fixture_copy):
+    with StoreReader(Store(str(fixture_copy("small"))), now_s=NOW_S) as reader:
+        by_day = reader.days()
+        seen = []
+        for b in reader.iter_sessions(sorted(by_day)):
+            assert b.sid in by_day[b.day]
+            mids = [m["id"] for m in b.messages]
+            assert mids == sorted(mids)
+            seen.append(b.sid)
+    assert sorted(seen) == sorted(s for sids in by_day.values() for s in sids)
+    assert len(seen) == len(set(seen)) == 59
+
+
+# --------------------------------------------------------------------------
+# text: per-cell UTF-8 decoding (SPEC §1 "Text", §9)
+# --------------------------------------------------------------------------
+
+
+def test_invalid_utf8_cell_is_read_with_replacement_and_counted(hermes_db):
+    hermes_db.session("s", "cli")
+    hermes_db.session("other", "cli")
+    good = hermes_db.msg("s", "user", "fine")
+    bad = hermes_db.msg("s", "assistant", "to be broken")
+    hermes_db.msg("other", "user", "also fine")
+    hermes_db.raw_sql("UPDATE messages SET content = CAST(x'41ff42' AS TEXT) WHERE id = ?", (bad,))
+    store = Store(str(hermes_db.path), label="lab")
+    with StoreReader(store, now_s=NOW_S) as reader:
+        bundles = {b.sid: b for b in reader.iter_sessions(sorted(reader.days()))}
+        tally = reader.tally
+    contents = {m["id"]: m["content"] for m in bundles["s"].messages}
+    assert contents == {good: "fine", bad: "A\ufffdB"}
+    assert [m["content"] for m in bundles["other"].messages] == ["also fine"]
+    assert tally.counts[errors.BAD_TEXT] == 1
+    (sample,) = tally.samples
+    assert (sample.error_kind, sample.session_id, sample.mid, sample.column) == ("bad_text", "lab:s", bad, "content")
+
+
+def test_utf8_encoded_lone_surrogate_bytes_are_replaced_and_counted(hermes_db):
+    hermes_db.session("s", "cli")
+    mid = hermes_db.msg("s", "user", "x")
+    hermes_db.raw_sql("UPDATE messages SET content = CAST(x'61eda08062' AS TEXT) WHERE id = ?", (mid,))
+    with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
+        (b,) = reader.iter_sessions(sorted(reader.days()))
+        tally = reader.tally
+    content = b.messages[0]["content"]
+    assert content.startswith("a") and content.endswith("b") and "\ufffd" in content
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for c in content)
+    assert tally.counts[errors.BAD_TEXT] == 1 and tally.samples[0].mid == mid
+
+
+def test_invalid_utf8_in_a_session_cell_is_counted(hermes_db):
+    hermes_db.session("s", "cli")
+    hermes_db.raw_sql("UPDATE sessions SET title = CAST(x'c328' AS TEXT) WHERE id = 's'")
+    with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
+        (b,) = reader.iter_sessions(sorted(reader.days()))
+        tally = reader.tally
+    assert b.session["title"] == "\ufffd("
+    assert tally.counts[errors.BAD_TEXT] == 1
+    assert (tally.samples[0].session_id, tally.samples[0].column) == ("s", "title")
+
+
+# --------------------------------------------------------------------------
+# busy and locked (SPEC §1)
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def delete_journal_copy(fixture_copy):
+    db = fixture_copy("oldest")
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    conn.close()
+    return db
+
+
+def test_exclusive_lock_on_open_is_store_busy_after_the_budget_then_success(delete_journal_copy):
+    locker = sqlite3.connect(delete_journal_copy, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    reader = StoreReader(Store(str(delete_journal_copy)), busy_timeout_ms=200, now_s=NOW_S)
+    t0 = time.monotonic()
+    with pytest.raises(StoreBusy) as info:
+        reader.open()
+    elapsed = time.monotonic() - t0
+    assert info.value.error_kind == "store_busy"
+    assert 0.15 <= elapsed < 2.0, elapsed
+    reader.close()
+    locker.rollback()
+    locker.close()
+    with StoreReader(Store(str(delete_journal_copy)), busy_timeout_ms=200, now_s=NOW_S) as reader:
+        assert len(reader.session_index()) == 12
+
+
+def test_exclusive_lock_during_a_read_is_store_busy(delete_journal_copy):
+    with StoreReader(Store(str(delete_journal_copy)), busy_timeout_ms=200, now_s=NOW_S) as reader:
+        locker = sqlite3.connect(delete_journal_copy, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(StoreBusy):
+                reader.session_index()
+        finally:
+            locker.rollback()
+            locker.close()
+        assert len(reader.session_index()) == 12  # the next statement succeeds
+
+
+def test_lock_released_within_the_budget_is_retried_not_failed(delete_journal_copy):
+    locker = sqlite3.connect(delete_journal_copy, isolation_level=None, check_same_thread=False)
+    locker.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.15, locker.rollback)
+    release.start()
+    try:
+        with StoreReader(Store(str(delete_journal_copy)), busy_timeout_ms=3000, now_s=NOW_S) as reader:
+            assert len(reader.session_index()) == 12
+    finally:
+        release.join()
+        locker.close()
