@@ -48,15 +48,19 @@ def hermes_raw(
 ):
     plan = steps.plan(context, hermes)
     policy_counts = steps.apply_policy(plan, usage_policy)
-    ctx = usage_policy.projection_context()
-    wh = warehouse.open()
+    state = {
+        "plan": plan,
+        "ctx": usage_policy.projection_context(),
+        "warehouse": warehouse.open().root,
+        "busy_timeout_ms": hermes.busy_timeout_ms,
+    }
     written = {SESSIONS: [], MESSAGES: []}
     days = []
-    for day in plan.days:
-        rows = capture.project_day(plan, day, {SESSIONS, MESSAGES}, ctx, busy_timeout_ms=hermes.busy_timeout_ms)
-        for dataset in (SESSIONS, MESSAGES):
-            written[dataset].append(steps.write(context, wh, dataset, rows))
-        days.append({"rows": {k: t.num_rows for k, t in rows.tables.items()}, "tally": rows.tally})
+    for done in capture.map_days(capture.write_raw_day, state, plan.days):
+        for dataset, result in done["results"].items():
+            context.add_asset_metadata(steps.day_metadata(result), asset_key=dataset, partition_key=done["day"])
+            written[dataset].append(result)
+        days.append(done)
     for dataset in (SESSIONS, MESSAGES):
         yield dg.MaterializeResult(
             asset_key=dataset,

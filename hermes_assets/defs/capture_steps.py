@@ -11,9 +11,9 @@ import dagster as dg
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores, UsagePolicy
 from hermes_assets.lib import capture, schemas
-from hermes_assets.lib.capture import CapturePlan, DayRows
+from hermes_assets.lib.capture import CapturePlan
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.warehouse import Warehouse, WriteResult
+from hermes_assets.lib.warehouse import WriteResult
 
 log = get_logger()
 
@@ -57,25 +57,19 @@ def apply_policy(p: CapturePlan, usage_policy: UsagePolicy) -> dict:
     return counts
 
 
-def projection_metadata(days: list[DayRows] | list[dict], dataset: str) -> dict:
+def projection_metadata(days: list[dict], dataset: str) -> dict:
     """Rows projected and row errors by ``error_kind`` (ids only in samples)."""
     rows = errors = 0
     by_kind: dict[str, int] = {}
     samples: list[dict] = []
     for d in days:
-        rows += d["rows"][dataset] if isinstance(d, dict) else d.tables[dataset].num_rows
-        tally = d["tally"] if isinstance(d, dict) else d.tally
+        rows += d["rows"][dataset]
+        tally = d["tally"]
         errors += tally.errors
         for kind, n in tally.counts.items():
             by_kind[kind] = by_kind.get(kind, 0) + n
         samples.extend(tally.sample_dicts()[: max(0, 10 - len(samples))])
     return {"rows_projected": rows, "errors": errors, "errors_by_kind": by_kind, "error_samples": samples}
-
-
-def write(context, wh: Warehouse, dataset: str, rows: DayRows, table=None) -> WriteResult:
-    result = wh.write_day(dataset, rows.day, rows.tables[dataset] if table is None else table, rows.facts)
-    context.add_asset_metadata(day_metadata(result), asset_key=dataset, partition_key=rows.day)
-    return result
 
 
 def day_metadata(result: WriteResult) -> dict:

@@ -16,7 +16,7 @@ from hermes_assets.defs.assets import COMMON
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import capture
-from hermes_assets.lib.capture import CapturePlan, DayRows
+from hermes_assets.lib.capture import CapturePlan
 from hermes_assets.lib.warehouse import GATEWAY
 
 
@@ -40,17 +40,20 @@ def project_rows(
     usage_policy: UsagePolicy,
     plan: CapturePlan,
 ) -> dg.Output[list]:
-    ctx = usage_policy.projection_context()
+    staged_days: list[dict] = []
     staging = os.path.join(warehouse.open().root, ".staging", context.run_id)
     os.makedirs(staging, exist_ok=True)
-    staged, days = [], []
-    for day in plan.days:
-        rows = capture.project_day(plan, day, {GATEWAY}, ctx, busy_timeout_ms=hermes.busy_timeout_ms)
-        path = os.path.join(staging, f"{day}.parquet.staged")
-        pq.write_table(rows.tables[GATEWAY], path, compression="none")
-        staged.append({"day": day, "path": path, "facts": rows.facts})
-        days.append({"rows": {GATEWAY: rows.tables[GATEWAY].num_rows}, "tally": rows.tally})
-    return dg.Output(staged, metadata=steps.projection_metadata(days, GATEWAY))
+    state = {
+        "plan": plan,
+        "ctx": usage_policy.projection_context(),
+        "staging": staging,
+        "busy_timeout_ms": hermes.busy_timeout_ms,
+    }
+    staged = []
+    for done in capture.map_days(capture.stage_gateway_day, state, plan.days):
+        staged.append({"day": done["day"], "path": done["path"], "facts": capture.facts_for_day(plan, done["day"], done["mids"])})
+        staged_days.append(done)
+    return dg.Output(staged, metadata=steps.projection_metadata(staged_days, GATEWAY))
 
 
 @dg.op(description="Merge each staged day into its partition file, atomically, under the day's lock.")
@@ -61,9 +64,9 @@ def write_partitions(
     results = []
     try:
         for item in staged:
-            table = pq.read_table(item["path"])
-            rows = DayRows(item["day"], {GATEWAY: table}, item["facts"], tally=None)
-            results.append(steps.write(context, wh, GATEWAY, rows))
+            result = wh.write_day(GATEWAY, item["day"], pq.read_table(item["path"]), item["facts"])
+            context.add_asset_metadata(steps.day_metadata(result), partition_key=item["day"])
+            results.append(result)
     finally:
         if staged:
             shutil.rmtree(os.path.dirname(staged[0]["path"]), ignore_errors=True)

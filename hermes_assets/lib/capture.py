@@ -14,18 +14,22 @@ each step takes and returns small plain values, never a whole store:
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from hermes_assets.lib import errors, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import Store, StoreReader
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, StoreFacts
+from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, StoreFacts, Warehouse
 
 log = get_logger()
 
@@ -38,6 +42,8 @@ class StorePlan:
     missing: bool = False
     #: sid -> day (None when the session has no sane time at all)
     days: dict[str, str | None] = field(default_factory=dict)
+    #: sid -> the id as SQLite stores it, where that is not the same string (old integer ids)
+    raw_ids: dict[str, object] = field(default_factory=dict)
     #: sid -> (scope path, parent sid), for the sessions of the requested days and their ancestors
     scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     #: sid -> policy class, for the sessions of the requested days
@@ -90,6 +96,8 @@ def plan_capture(
             index = reader.session_index()
         for sid, entry in index.items():
             sp.days[sid] = entry.day
+            if entry.raw_id != sid:
+                sp.raw_ids[sid] = entry.raw_id
             if entry.day is None or (first_day and entry.day < first_day) or (last_day and entry.day > last_day):
                 plan.out_of_range.append((store.label, sid, entry.day))
         # scopes of the requested days' sessions and of all their ancestors
@@ -136,6 +144,18 @@ class DayRows:
     facts: list[StoreFacts]
     tally: ErrorTally
 
+    def mids(self) -> dict[str, set[int]]:
+        return {f.path: f.mids for f in self.facts}
+
+
+def facts_for_day(plan: CapturePlan, day: str, mids: dict[str, set[int]]) -> list[StoreFacts]:
+    """What retention needs to judge the day's previously written rows (SPEC §6)."""
+    return [
+        StoreFacts(sp.store.path, sp.store.path_hash, sp.days, mids=mids.get(sp.store.path, set()),
+                   ignored=sp.ignored_on(day))
+        for sp in plan.stores
+    ]
+
 
 def project_day(
     plan: CapturePlan,
@@ -150,17 +170,17 @@ def project_day(
     gateway = projection.GatewayColumns()
     sessions = projection.RawColumns(schemas.HERMES_SESSIONS)
     messages = projection.RawColumns(schemas.HERMES_MESSAGES)
-    facts = []
+    mids: dict[str, set[int]] = {}
     columns = schemas.MESSAGE_COLUMNS if MESSAGES in datasets else projection.GATEWAY_MESSAGE_COLUMNS
     for sp in plan.stores:
-        fact = StoreFacts(sp.store.path, sp.store.path_hash, sp.days, ignored=sp.ignored_on(day))
-        facts.append(fact)
+        seen = mids.setdefault(sp.store.path, set())
         kept = sp.kept_on(day)
         if sp.missing or not kept:
             continue
         with _reader(sp.store, ctx.now_s, busy_timeout_ms) as reader:
-            for bundle in reader.iter_sessions([day], columns, only=kept):
-                fact.mids.update(m["id"] for m in bundle.messages if isinstance(m["id"], int))
+            wanted = [(sid, sp.raw_ids.get(sid, sid)) for sid in sorted(kept)]
+            for bundle in reader.read_sessions(day, wanted, columns):
+                seen.update(m["id"] for m in bundle.messages if isinstance(m["id"], int))
                 cls = sp.classes.get(bundle.sid, policy.FULL)
                 if GATEWAY in datasets:
                     projection.project_session(bundle, gateway, ctx, tally, policy_class=cls)
@@ -177,7 +197,7 @@ def project_day(
         tables[SESSIONS] = sessions.to_table()
     if MESSAGES in datasets:
         tables[MESSAGES] = messages.to_table()
-    return DayRows(day, tables, facts, tally)
+    return DayRows(day, tables, facts_for_day(plan, day, mids), tally)
 
 
 def _reader(store: Store, now_s: float, busy_timeout_ms: int | None) -> StoreReader:
@@ -185,3 +205,63 @@ def _reader(store: Store, now_s: float, busy_timeout_ms: int | None) -> StoreRea
         os.environ.get("HERMES_ASSETS_BUSY_TIMEOUT_MS", "2000")
     )
     return StoreReader(store, busy_timeout_ms=timeout, now_s=now_s)
+
+
+# --------------------------------------------------------------------------
+# days in parallel
+# --------------------------------------------------------------------------
+
+_WORKER_STATE: dict = {}
+
+
+def _init_worker(state: dict) -> None:
+    _WORKER_STATE.clear()
+    _WORKER_STATE.update(state)
+
+
+def _call_in_worker(fn, day: str):
+    return fn(_WORKER_STATE, day)
+
+
+def default_workers() -> int:
+    configured = os.environ.get("HERMES_ASSETS_WORKERS", "").strip()
+    return max(1, int(configured)) if configured else (os.cpu_count() or 1)
+
+
+def map_days(fn, state: dict, days: list[str], workers: int | None = None):
+    """``fn(state, day)`` for every day, in day order, on up to ``workers`` processes.
+
+    Days are independent (a session lives in one day), so a range uses every
+    core. ``state`` reaches the workers once, by fork, not per day; ``fn`` must
+    be a module-level function and should return small values (counts, paths).
+    One day, or one worker, runs inline.
+    """
+    workers = min(workers or default_workers(), len(days))
+    if workers <= 1:
+        for day in days:
+            yield fn(state, day)
+        return
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(state,)) as pool:
+        yield from pool.map(functools.partial(_call_in_worker, fn), days)
+
+
+# --------------------------------------------------------------------------
+# the per-day work of the assets (run by map_days, in worker processes)
+# --------------------------------------------------------------------------
+
+
+def write_raw_day(state: dict, day: str) -> dict:
+    """Build and write one day of ``hermes_sessions`` and ``hermes_messages``."""
+    rows = project_day(state["plan"], day, {SESSIONS, MESSAGES}, state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
+    warehouse = Warehouse(state["warehouse"])
+    results = {ds: warehouse.write_day(ds, day, rows.tables[ds], rows.facts) for ds in (SESSIONS, MESSAGES)}
+    return {"day": day, "results": results, "rows": {ds: t.num_rows for ds, t in rows.tables.items()}, "tally": rows.tally}
+
+
+def stage_gateway_day(state: dict, day: str) -> dict:
+    """Project one day of canonical rows into a staged file (merged later by the write step)."""
+    rows = project_day(state["plan"], day, {GATEWAY}, state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
+    path = os.path.join(state["staging"], f"{day}.parquet.staged")
+    pq.write_table(rows.tables[GATEWAY], path, compression="none")
+    return {"day": day, "path": path, "mids": rows.mids(), "rows": {GATEWAY: rows.tables[GATEWAY].num_rows}, "tally": rows.tally}

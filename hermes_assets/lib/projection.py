@@ -16,12 +16,11 @@ import subprocess
 import urllib.parse
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 
 from hermes_assets.lib import errors, policy, schemas
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.state_db import SessionBundle, epoch_ms, ms_day, sane_ms
+from hermes_assets.lib.state_db import SANE_MIN_S, SessionBundle, epoch_ms, ms_day, sane_ms
 
 ENVELOPE = "\x00json:"
 OVERSIZED_CHARS = 4 * 1024 * 1024
@@ -356,16 +355,18 @@ class GatewayColumns:
         schema = schemas.AI_GATEWAY_MESSAGES
         row_cols = dict(zip(_ROW_COLUMNS, zip(*self.rows))) if n else {c: () for c in _ROW_COLUMNS}
         sess_cols = dict(zip(_SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in _SESSION_COLUMNS}
-        take = pa.array(np.repeat(np.arange(len(self.session_rows), dtype=np.int64), self.session_rows))
         arrays = []
         for f in schema:
             name = f.name
             if name in row_cols:
                 arrays.append(_array(row_cols[name], f.type))
             elif name in sess_cols:
-                arrays.append(_array(sess_cols[name], f.type).take(take))
+                repeated: list = []
+                for value, count in zip(sess_cols[name], self.session_rows):
+                    repeated += [value] * count
+                arrays.append(_array(repeated, f.type))
             elif name in _CONSTANTS:
-                arrays.append(pa.array([_CONSTANTS[name]], type=f.type).take(pa.array(np.zeros(n, dtype=np.int64))))
+                arrays.append(pa.repeat(pa.scalar(_CONSTANTS[name], f.type), n))
             else:
                 arrays.append(pa.nulls(n, type=f.type))
         return pa.Table.from_arrays(arrays, schema=schema)
@@ -446,6 +447,7 @@ def project_session(
     prev = "[]"
     index = 0
     now_s = ctx.now_s
+    lo_s, hi_s = SANE_MIN_S, now_s + 86400
 
     for msg in bundle.messages:
         mid = msg["id"]
@@ -453,21 +455,26 @@ def project_session(
         parts = _message_parts(msg, role, call_names, tally, scoped)
         if not parts:
             continue
-        ts_ms = epoch_ms(msg["timestamp"])
-        if not sane_ms(ts_ms, now_s):
-            tally.add(errors.BAD_TIMESTAMP, scoped, mid, "timestamp")
-            ts_ms = start_ms
+        ts = msg["timestamp"]
+        ts_ms = int((ts * 1000 + 0.5) // 1) if type(ts) is float and lo_s <= ts <= hi_s else None
+        if ts_ms is None:
+            ts_ms = epoch_ms(ts)
+            if not sane_ms(ts_ms, now_s):
+                tally.add(errors.BAD_TIMESTAMP, scoped, mid, "timestamp")
+                ts_ms = start_ms
         day_num = ts_ms // 86_400_000
         day = day_cache.get(day_num) or day_cache.setdefault(day_num, ms_day(ts_ms))
         content = msg["content"]
-        summary = True if isinstance(content, str) and content.startswith(COMPACT_SUMMARY_PREFIXES) else None
+        summary = True if type(content) is str and content.startswith(COMPACT_SUMMARY_PREFIXES) else None
+        active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
         flags = {}
-        if msg["active"] is not None and not msg["active"]:
-            flags["active"] = False
-        if msg["compacted"]:
-            flags["compacted"] = True
-        if msg["observed"]:
-            flags["observed"] = True
+        if active == 0 or compacted or observed:
+            if active is not None and not active:
+                flags["active"] = False
+            if compacted:
+                flags["compacted"] = True
+            if observed:
+                flags["observed"] = True
         token_count = msg["token_count"]
         finish = msg["finish_reason"] if role == "assistant" else None
         last = len(parts) - 1
@@ -541,11 +548,11 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body."""
     parts = []
     reasoning = msg["reasoning"]
-    if isinstance(reasoning, str) and reasoning:
+    if reasoning and type(reasoning) is str:
         parts.append(("reasoning", "thinking", reasoning, None, None, None, None))
     else:
         fallback = msg["reasoning_content"]
-        if isinstance(fallback, str) and fallback.strip():
+        if fallback and type(fallback) is str and not fallback.isspace():
             parts.append(("reasoning", "thinking", fallback, None, None, None, None))
     raw_calls = msg["tool_calls"]
     if raw_calls is not None:
@@ -562,10 +569,12 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
         text, _ = decode_content(content, tally, scoped, msg["id"])
         call_id = _nonempty(msg["tool_call_id"])
         name = call_names.get(call_id) if call_id else None
-        parts.append(("tool_result", "tool_result", text if text is not None else "", name or _nonempty(msg["tool_name"]), call_id, None, call_id))
-    elif isinstance(content, str) and content:
-        text, _ = decode_content(content, tally, scoped, msg["id"])
-        parts.append(("text", "text", text, None, None, None, None))
+        parts.append(("tool_result", "tool_result", "" if text is None else text,
+                      name or _nonempty(msg["tool_name"]), call_id, None, call_id))
+    elif content and type(content) is str:
+        if content[0] == "\x00" or "data:" in content or len(content) > OVERSIZED_CHARS:
+            content, _ = decode_content(content, tally, scoped, msg["id"])
+        parts.append(("text", "text", content, None, None, None, None))
     return parts
 
 

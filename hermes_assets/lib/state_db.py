@@ -41,7 +41,7 @@ _READONLY_ROLLBACK = _SQLITE_READONLY | (3 << 8)
 _READONLY_CANTINIT = _SQLITE_READONLY | (5 << 8)
 _READONLY_DIRECTORY = _SQLITE_READONLY | (6 << 8)
 
-_SANE_MIN_S = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+SANE_MIN_S = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc).timestamp()
 
 
 # --------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def epoch_ms(value) -> int | None:
 
 
 def sane_ms(ms: int | None, now_s: float) -> bool:
-    return ms is not None and _SANE_MIN_S * 1000 <= ms <= (now_s + 86400) * 1000
+    return ms is not None and SANE_MIN_S * 1000 <= ms <= (now_s + 86400) * 1000
 
 
 def ms_day(ms: int) -> str:
@@ -385,7 +385,7 @@ class StoreReader:
         return index
 
     def _fallback_day(self, raw_id, ended_at) -> str | None:
-        lo, hi = _SANE_MIN_S, self.now_s + 86400
+        lo, hi = SANE_MIN_S, self.now_s + 86400
         rows = self._query(
             "SELECT min(timestamp) FROM messages WHERE session_id = ? "
             "AND typeof(timestamp) IN ('real', 'integer') AND timestamp BETWEEN ? AND ?",
@@ -425,9 +425,13 @@ class StoreReader:
             sids = by_day.get(day, [])
             if only is not None:
                 sids = [sid for sid in sids if sid in only]
-            for start in range(0, len(sids), SESSION_CHUNK):
-                chunk = sids[start : start + SESSION_CHUNK]
-                yield from self._read_chunk(day, chunk, [index[s].raw_id for s in chunk], message_columns)
+            yield from self.read_sessions(day, [(sid, index[sid].raw_id) for sid in sids], message_columns)
+
+    def read_sessions(self, day: str, sessions: list[tuple[str, object]], message_columns=MESSAGE_COLUMNS) -> Iterator[SessionBundle]:
+        """The given ``(sid, raw id)`` sessions, whole, in chunks of ``SESSION_CHUNK``."""
+        for start in range(0, len(sessions), SESSION_CHUNK):
+            chunk = sessions[start : start + SESSION_CHUNK]
+            yield from self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk], message_columns)
 
     def _read_chunk(self, day: str, sids: list[str], raw_ids: list, message_columns) -> Iterator[SessionBundle]:
         marks = ",".join("?" * len(raw_ids))
