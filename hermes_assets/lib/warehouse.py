@@ -126,8 +126,7 @@ class Warehouse:
         schema, keys, sort = schemas.DATASETS[dataset]
         facts = list(facts)
         with self.day_lock(dataset, day):
-            old = self.read(dataset, day)
-            kept, dropped = _carry_over(dataset, old, new, facts)
+            kept, dropped = self._carry_over(dataset, day, new, facts)
             table = pa.concat_tables([new, kept]) if kept is not None and kept.num_rows else new
             table = table.sort_by([(c, "ascending") for c in sort])
             retained = _count_source_deleted(dataset, table)
@@ -144,6 +143,30 @@ class Warehouse:
             if removed:
                 self._replace(dataset, day, table, _count_source_deleted(dataset, table), removed)
             return removed, table.num_rows
+
+    def _carry_over(self, dataset: str, day: str, new: pa.Table, facts: list[StoreFacts]):
+        """Rows of the day's file not in ``new``: kept (flagged) when their source is gone.
+
+        Reads only the key columns unless some old row is missing from ``new``.
+        """
+        key_columns = list(schemas.DATASETS[dataset][1])
+        old_keys = self.read(dataset, day, columns=key_columns)
+        if old_keys is None or old_keys.num_rows == 0:
+            return None, 0
+        missing = pc.invert(pc.is_in(_key_strings(dataset, old_keys), value_set=_key_strings(dataset, new)))
+        if not pc.any(missing).as_py():
+            return None, 0
+        leftovers = self.read(dataset, day).filter(missing)
+        by_path = {f.path: f for f in facts}
+        by_hash = {f.path_hash: f for f in facts}
+        keep, flag = [], []
+        for row in leftovers.to_pylist():
+            fate = _fate(dataset, row, by_path, by_hash)
+            keep.append(fate is not None)
+            flag.append(bool(fate))
+        kept = leftovers.filter(pa.array(keep, pa.bool_()))
+        kept = _flag(dataset, kept, [f for f, k in zip(flag, keep) if k])
+        return kept, len(keep) - sum(keep)
 
     def _replace(self, dataset: str, day: str, table: pa.Table, retained: int, dropped: int) -> WriteResult:
         path = self.path(dataset, day)
@@ -209,27 +232,6 @@ def _key_strings(dataset: str, table: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(
         table.column("store"), pc.cast(table.column("id"), pa.string()), "\x1f"
     )
-
-
-def _carry_over(dataset: str, old: pa.Table | None, new: pa.Table, facts: list[StoreFacts]):
-    """Rows of ``old`` not in ``new``: kept (flagged) when their source is gone."""
-    if old is None or old.num_rows == 0:
-        return None, 0
-    missing = pc.invert(pc.is_in(_key_strings(dataset, old), value_set=_key_strings(dataset, new)))
-    leftovers = old.filter(missing)
-    if leftovers.num_rows == 0:
-        return None, 0
-    by_path = {f.path: f for f in facts}
-    by_hash = {f.path_hash: f for f in facts}
-    keep, flag = [], []
-    for row in leftovers.to_pylist():
-        fate = _fate(dataset, row, by_path, by_hash)
-        keep.append(fate is not None)
-        flag.append(bool(fate))
-    kept = leftovers.filter(pa.array(keep))
-    flags = [f for f, k in zip(flag, keep) if k]
-    kept = _flag(dataset, kept, flags)
-    return kept, len(keep) - sum(keep)
 
 
 def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict) -> bool | None:

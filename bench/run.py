@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""hermes_assets benchmark: one table of figures on realistic Hermes stores.
+
+Not a test: it measures. Stores are generated with the real Hermes writer
+(../shared/tools/gen_state_db.py) and cached in --cache-dir; the large one is a
+raw-SQL multiple of the medium one (../shared/tools/multiply_db.py).
+
+    python bench/run.py                       # medium store, every section
+    python bench/run.py --store large         # ~1M messages
+    python bench/run.py --sections core,backfill --store medium
+
+Sections:
+  core         read + project every day, no Dagster (rows/s, peak RSS)
+  floor        plain SELECT of sessions+messages into Arrow + writing as many Parquet bytes
+  backfill     `dagster asset materialize --select '*' --partition-range` over the store's days
+  empty        the same CLI on one empty day (Dagster's fixed cost)
+  rerun        the backfill again, nothing changed
+  incremental  100 new messages through the real writer, then one day's materialization
+  sensor       no-change tick and a tick after 100 new messages (bench/sensor_bench.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("HERMES_ASSETS_SHARED", REPO.parent / "shared"))
+PY = sys.executable
+DAGSTER = str(Path(PY).with_name("dagster"))
+SECTIONS = ("core", "floor", "backfill", "empty", "rerun", "incremental", "sensor")
+
+# Measures a child command: wall time and the peak RSS of its whole process tree.
+_MEASURE = r"""
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+wall = time.perf_counter() - t
+print(json.dumps({"rc": done.returncode, "wall": wall,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}))
+"""
+
+
+def measure(cmd: list[str], env: dict | None = None) -> dict:
+    out = subprocess.run([PY, "-c", _MEASURE, *cmd], capture_output=True, text=True, env=env, cwd=REPO)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["rc"] != 0:
+        raise SystemExit(f"command failed: {' '.join(cmd)}\n{result['stderr']}")
+    return result
+
+
+# --------------------------------------------------------------------------
+# stores
+# --------------------------------------------------------------------------
+
+
+def ensure_store(kind: str, cache: Path) -> Path:
+    if kind not in ("medium", "large"):
+        return Path(kind).resolve()
+    medium = cache / "medium" / "state.db"
+    if not medium.exists():
+        print("generating the medium store (about 2.5 min) ...", file=sys.stderr)
+        subprocess.run([PY, str(SHARED / "tools/gen_state_db.py"), str(medium.parent),
+                        "--sessions", "4500", "--seed", "42", "--days", "30"], check=True)
+    if kind == "medium":
+        return medium
+    large = cache / "large" / "state.db"
+    if not large.exists():
+        print("multiplying it into the large store ...", file=sys.stderr)
+        subprocess.run([PY, str(SHARED / "tools/multiply_db.py"), str(medium), str(large.parent),
+                        "--copies", "11"], check=True)
+    return large
+
+
+def store_facts(path: Path) -> dict:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        sessions, lo, hi = conn.execute("SELECT count(*), min(started_at), max(started_at) FROM sessions").fetchone()
+        messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+    day = lambda s: time.strftime("%Y-%m-%d", time.gmtime(s))  # noqa: E731
+    return {"sessions": sessions, "messages": messages, "first_day": day(lo), "last_day": day(hi)}
+
+
+def private_copy(store: Path, into: Path) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
+    target = into / "state.db"
+    shutil.copyfile(store, target)
+    for suffix in ("-wal", "-shm"):
+        if Path(str(store) + suffix).exists():
+            shutil.copyfile(str(store) + suffix, str(target) + suffix)
+    return target
+
+
+# --------------------------------------------------------------------------
+# sections
+# --------------------------------------------------------------------------
+
+_CORE = r"""
+import json, sys, time
+from hermes_assets.lib import capture, policy, projection
+from hermes_assets.lib.state_db import Store
+t = time.perf_counter()
+stores = [Store(sys.argv[1])]
+plan = capture.plan_capture(stores, [], user_home="/home/bench")
+days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
+plan = capture.plan_capture(stores, days, user_home="/home/bench")
+capture.apply_policy(plan, policy.PolicyResolver(environ={"HOME": "/nonexistent"}))
+ctx = projection.ProjectionContext(user_home="/home/bench", now_s=time.time(), git=projection.NoGit())
+
+def work(state, day):
+    rows = capture.project_day(state["plan"], day, {"ai_gateway_messages_hermes"}, state["ctx"])
+    return rows.tables["ai_gateway_messages_hermes"].num_rows
+
+rows = sum(capture.map_days(work, {"plan": plan, "ctx": ctx}, days))
+print(json.dumps({"rows": rows, "seconds": time.perf_counter() - t}))
+"""
+
+_FLOOR = r"""
+import json, sqlite3, sys, time, tempfile, os
+import pyarrow as pa, pyarrow.parquet as pq
+path, nbytes = sys.argv[1], int(sys.argv[2])
+t = time.perf_counter()
+conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+rows = 0
+for table in ("sessions", "messages"):
+    cur = conn.execute(f"SELECT * FROM {table}")
+    names = [d[0] for d in cur.description]
+    while True:
+        batch = cur.fetchmany(50000)
+        if not batch:
+            break
+        cols = list(zip(*batch))
+        pa.table({n: pa.array(c) for n, c in zip(names, cols)})
+        rows += len(batch)
+select = time.perf_counter() - t
+# Write the same number of Parquet bytes our run wrote (incompressible-ish payload).
+payload = pa.table({"x": pa.array([os.urandom(1024).hex() for _ in range(max(1, nbytes // 2048))])})
+t2 = time.perf_counter()
+with tempfile.TemporaryDirectory() as tmp:
+    pq.write_table(payload, os.path.join(tmp, "f.parquet"), compression="zstd")
+write = time.perf_counter() - t2
+print(json.dumps({"rows": rows, "select": select, "write": write, "seconds": select + write}))
+"""
+
+
+def run_python(code: str, *args: str) -> dict:
+    out = subprocess.run([PY, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "HERMES_ASSETS_LOG_FORMAT": "json"})
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def dagster_env(home: Path, store: Path, warehouse: Path, start: str) -> dict:
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
+    env.update(
+        DAGSTER_HOME=str(home),
+        HERMES_STATE_DB=str(store),
+        HERMES_ASSETS_WAREHOUSE=str(warehouse),
+        HERMES_ASSETS_START_DATE=start,
+        HERMES_ASSETS_LOG_FORMAT="json",
+    )
+    return env
+
+
+def materialize(env: dict, *partition: str) -> dict:
+    return measure([DAGSTER, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", *partition], env)
+
+
+def gateway_rows(warehouse: Path) -> tuple[int, int]:
+    import pyarrow.parquet as pq
+
+    rows = size = 0
+    for f in warehouse.rglob("*.parquet"):
+        size += f.stat().st_size
+        if "ai_gateway_messages_hermes" in f.parts:
+            rows += pq.ParquetFile(f).metadata.num_rows
+    return rows, size
+
+
+def append_messages(store: Path, n: int) -> str:
+    """Append ``n`` messages through the real writer to the newest session; return its day."""
+    code = r"""
+import sys, time
+from pathlib import Path
+from hermes_state import SessionDB
+db = SessionDB(db_path=Path(sys.argv[1]))
+sid, started = db._conn.execute("SELECT id, started_at FROM sessions ORDER BY started_at DESC LIMIT 1").fetchone()
+for i in range(int(sys.argv[2])):
+    db.append_message(sid, "user" if i % 2 == 0 else "assistant", f"benchmark message {i}")
+db.close()
+print(time.strftime("%Y-%m-%d", time.gmtime(started)))
+"""
+    out = subprocess.run([PY, "-c", code, str(store), str(n)], capture_output=True, text=True,
+                         env={**os.environ, "HERMES_HOME": str(store.parent)}, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", default="medium", help="medium, large, or a path to a state.db")
+    ap.add_argument("--cache-dir", default=os.environ.get("HERMES_BENCH_CACHE", "/tmp/hermes-bench"))
+    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+    sections = [s for s in args.sections.split(",") if s]
+    cache = Path(args.cache_dir)
+    source = ensure_store(args.store, cache)
+    facts = store_facts(source)
+    work = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
+    figures: dict = {"store": str(source), **facts}
+    table: list[tuple[str, str, str]] = []
+    try:
+        store = private_copy(source, work / "hermes")
+        env = dagster_env(work / "dagster_home", store, work / "warehouse", facts["first_day"])
+        day_range = f"{facts['first_day']}...{facts['last_day']}"
+
+        if "core" in sections:
+            r = measure([PY, "-c", _CORE, str(store)])
+            core = json.loads(r["stdout"].strip().splitlines()[-1])
+            figures["core"] = {**core, "rows_per_s": core["rows"] / core["seconds"], "rss_mb": r["rss_mb"]}
+            table.append(("core: read + project (no Dagster)", f"{core['seconds']:.2f} s",
+                          f"{core['rows'] / core['seconds']:,.0f} rows/s, peak RSS {r['rss_mb']:.0f} MB"))
+        if {"backfill", "rerun", "floor", "empty"} & set(sections):
+            r = materialize(env, "--partition-range", day_range)
+            rows, size = gateway_rows(work / "warehouse")
+            figures["backfill"] = {"seconds": r["wall"], "rows": rows, "bytes": size, "rss_mb": r["rss_mb"]}
+            table.append(("full backfill (CLI, one run, 3 assets)", f"{r['wall']:.2f} s",
+                          f"{rows / r['wall']:,.0f} gateway rows/s, peak RSS {r['rss_mb']:.0f} MB"))
+        if "empty" in sections:
+            empty_day = "2024-01-01"
+            env_empty = {**env, "HERMES_ASSETS_START_DATE": empty_day}
+            r = materialize(env_empty, "--partition", empty_day)
+            figures["empty"] = {"seconds": r["wall"]}
+            compute = figures["backfill"]["seconds"] - r["wall"]
+            figures["compute"] = compute
+            table.append(("empty one-day run (Dagster fixed cost)", f"{r['wall']:.2f} s",
+                          f"compute = backfill - empty = {compute:.2f} s"))
+        if "floor" in sections:
+            floor = run_python(_FLOOR, str(store), str(figures["backfill"]["bytes"]))
+            figures["floor"] = floor
+            ratio = (figures.get("compute") or figures["backfill"]["seconds"]) / floor["seconds"]
+            figures["floor_ratio"] = ratio
+            table.append(("floor: SELECT all into Arrow + write as many Parquet bytes", f"{floor['seconds']:.2f} s",
+                          f"ours / floor = {ratio:.1f}x"))
+        if "rerun" in sections:
+            r = materialize(env, "--partition-range", day_range)
+            figures["rerun"] = {"seconds": r["wall"]}
+            table.append(("re-run of the same backfill (nothing changed)", f"{r['wall']:.2f} s",
+                          f"{r['wall'] / figures['backfill']['seconds']:.0%} of the first run"))
+        if "incremental" in sections:
+            day = append_messages(store, 100)
+            r = materialize(env, "--partition", day)
+            figures["incremental"] = {"seconds": r["wall"], "day": day}
+            table.append(("one day after 100 new messages (CLI run)", f"{r['wall']:.2f} s", f"day {day}"))
+        if "sensor" in sections and (REPO / "bench" / "sensor_bench.py").exists():
+            out = subprocess.run([PY, str(REPO / "bench" / "sensor_bench.py"), "--store", str(source), "--json"],
+                                 capture_output=True, text=True, cwd=REPO)
+            if out.returncode == 0:
+                sensor = json.loads(out.stdout.strip().splitlines()[-1])
+                figures["sensor"] = sensor
+                for name, value in sensor.items():
+                    if isinstance(value, (int, float)):
+                        table.append((f"sensor: {name}", f"{value:.2f} ms" if "ms" in name else str(value), ""))
+            else:
+                table.append(("sensor", "failed", out.stderr.strip().splitlines()[-1] if out.stderr else ""))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\nstore: {source}  ({facts['sessions']:,} sessions, {facts['messages']:,} messages, "
+          f"{facts['first_day']} .. {facts['last_day']}; {os.cpu_count()} cores)\n")
+    width = max(len(t[0]) for t in table) if table else 10
+    for name, value, note in table:
+        print(f"  {name:<{width}}  {value:>10}  {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

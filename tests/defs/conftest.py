@@ -1,0 +1,39 @@
+"""Fixtures of the Dagster-level tests: an isolated installation per test."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.defs.harness import Capture, copy_small, new_capture
+from tests.support.hermes_writer import HermesWriter
+
+#: variables that would leak a developer's real setup into a test
+_CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS")
+
+
+@pytest.fixture
+def capture(tmp_path, monkeypatch) -> Capture:
+    """An installation with an empty Hermes home (no store yet), set in the environment."""
+    cap = new_capture(tmp_path / "install")
+    for name in _CLEARED:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in cap.environ().items():
+        monkeypatch.setenv(name, value)
+    return cap
+
+
+@pytest.fixture
+def small(capture) -> Capture:
+    """``capture`` with a private copy of the small fixture store as its Hermes store."""
+    copy_small(capture.home)
+    return capture
+
+
+@pytest.fixture
+def writer(capture):
+    """The real Hermes writer (``SessionDB``, simulated clock from 2026-06-01T09:00Z) on the store."""
+    w = HermesWriter(capture.store, home=capture.home)
+    try:
+        yield w
+    finally:
+        w.close()
