@@ -168,8 +168,8 @@ def project_day(
     """Read the day's kept sessions whole and build the rows of ``datasets``."""
     tally = ErrorTally()
     gateway = projection.GatewayColumns()
-    sessions = projection.RawColumns(schemas.HERMES_SESSIONS)
-    messages = projection.RawColumns(schemas.HERMES_MESSAGES)
+    sessions = projection.sessions_columns()
+    messages = projection.messages_columns()
     mids: dict[str, set[int]] = {}
     columns = schemas.MESSAGE_COLUMNS if MESSAGES in datasets else projection.GATEWAY_MESSAGE_COLUMNS
     for sp in plan.stores:

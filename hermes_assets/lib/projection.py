@@ -17,6 +17,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hermes_assets.lib import errors, policy, schemas
 from hermes_assets.lib.errors import ErrorTally
@@ -584,19 +585,60 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
 
 
 class RawColumns:
-    """Column buffers for ``hermes_sessions`` / ``hermes_messages``."""
+    """Buffers for ``hermes_sessions`` / ``hermes_messages``: one tuple of Hermes's
+    own cells per row, derived columns beside them, provenance as runs."""
 
-    def __init__(self, schema: pa.Schema):
+    def __init__(self, schema: pa.Schema, source_columns, derived: tuple[str, ...]):
         self.schema = schema
-        self.columns = {f.name: [] for f in schema}
+        self.source = [(name, schema.field(name).type) for name, _, _ in source_columns]
+        self.rows: list[tuple] = []
+        self.derived = {name: [] for name in derived}
+        self.runs: list[tuple[SessionBundle, str, int]] = []
+        self.now_s = 0.0
 
     def __len__(self) -> int:
-        return len(self.columns["id"])
+        return len(self.rows)
 
     def to_table(self) -> pa.Table:
-        return pa.Table.from_arrays(
-            [_array(self.columns[f.name], f.type) for f in self.schema], schema=self.schema
-        )
+        n = len(self.rows)
+        columns = dict(zip((name for name, _ in self.source), zip(*self.rows))) if n else {}
+        provenance = {"store": [], "store_label": [], "profile": [], "day": []}
+        for bundle, day, count in self.runs:
+            provenance["store"] += [bundle.store.path] * count
+            provenance["store_label"] += [bundle.store.label] * count
+            provenance["profile"] += [bundle.store.profile] * count
+            provenance["day"] += [day] * count
+        arrays = []
+        for f in self.schema:
+            if f.name in columns:
+                arrays.append(_raw_array(columns[f.name], f.type, self.now_s))
+            elif f.name in self.derived:
+                arrays.append(_array(self.derived[f.name], f.type))
+            elif f.name in provenance:
+                arrays.append(_array(provenance[f.name], f.type))
+            elif f.name == "source_deleted":
+                arrays.append(pa.repeat(pa.scalar(False), n))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+def _raw_array(values, typ: pa.DataType, now_s: float) -> pa.Array:
+    """Hermes cells as their v22 type; a cell of the wrong type (hostile or ancient
+    data) becomes NULL on its own, without costing the column its fast path."""
+    try:
+        if typ == schemas.TS:
+            return _timestamps(pa.array(values, pa.float64()), now_s)
+        return pa.array(values, typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+        return pa.array([_cell(v, typ, now_s) for v in values], schemas.TS if typ == schemas.TS else typ)
+
+
+def _timestamps(seconds: pa.Array, now_s: float) -> pa.Array:
+    """REAL epoch seconds -> ms (round half up, SPEC §5.1); insane instants -> NULL."""
+    sane = pc.and_(pc.greater_equal(seconds, SANE_MIN_S), pc.less_equal(seconds, now_s + 86400))
+    ms = pc.floor(pc.add(pc.multiply(pc.if_else(sane, seconds, None), 1000.0), 0.5))
+    return pc.cast(pc.cast(ms, pa.int64()), schemas.TS)
 
 
 def _cell(value, arrow_type: pa.DataType, now_s: float):
@@ -615,40 +657,47 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
     return value
 
 
-_SESSION_TYPES = [(name, schemas.HERMES_SESSIONS.field(name).type) for name, _, _ in schemas.SESSION_COLUMNS]
-_MESSAGE_TYPES = [(name, schemas.HERMES_MESSAGES.field(name).type) for name, _, _ in schemas.MESSAGE_COLUMNS]
+def sessions_columns() -> RawColumns:
+    return RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS, ("scope_path", "policy_class", "usage_by_model"))
+
+
+def messages_columns() -> RawColumns:
+    return RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS, ("content_text", "content_json"))
+
+
+_SESSION_NAMES = tuple(name for name, _, _ in schemas.SESSION_COLUMNS)
 
 
 def session_row(
     bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str, now_s: float
 ) -> None:
-    cols = out.columns
-    for name, typ in _SESSION_TYPES:
-        cols[name].append(_cell(bundle.session.get(name), typ, now_s))
-    _provenance(cols, bundle, day)
-    cols["scope_path"].append(scope_path)
-    cols["policy_class"].append(policy_class)
+    session = bundle.session
+    out.now_s = now_s
+    out.rows.append(tuple(session.get(name) for name in _SESSION_NAMES))
+    out.runs.append((bundle, day, 1))
+    out.derived["scope_path"].append(scope_path)
+    out.derived["policy_class"].append(policy_class)
     models = usage_by_model(bundle.usage)
-    cols["usage_by_model"].append(dumps(models) if models else None)
+    out.derived["usage_by_model"].append(dumps(models) if models else None)
 
 
 def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str, now_s: float) -> None:
-    cols = out.columns
+    """Every stored message of the session (inactive ones too), cells as stored."""
+    out.now_s = now_s
+    texts, decoded_json = out.derived["content_text"], out.derived["content_json"]
+    append = out.rows.append
     for msg in bundle.messages:
-        for name, typ in _MESSAGE_TYPES:
-            cols[name].append(_cell(msg[name], typ, now_s))
-        text, decoded = decode_content(msg["content"])
-        cols["content_text"].append(text)
-        cols["content_json"].append(dumps(decoded) if decoded is not None else None)
-        _provenance(cols, bundle, day)
-
-
-def _provenance(cols: dict, bundle: SessionBundle, day: str) -> None:
-    cols["store"].append(bundle.store.path)
-    cols["store_label"].append(bundle.store.label)
-    cols["profile"].append(bundle.store.profile)
-    cols["source_deleted"].append(False)
-    cols["day"].append(day)
+        append(tuple(msg.values()))
+        content = msg["content"]
+        if type(content) is str and (content.startswith(ENVELOPE) or "data:" in content):
+            text, decoded = decode_content(content)
+            texts.append(text)
+            decoded_json.append(dumps(decoded, normalized=True) if decoded is not None else None)
+        else:
+            texts.append(content if type(content) is str else None)
+            decoded_json.append(None)
+    if bundle.messages:
+        out.runs.append((bundle, day, len(bundle.messages)))
 
 
 #: the ``messages`` columns the canonical projection reads

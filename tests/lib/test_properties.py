@@ -152,6 +152,7 @@ def apply(w: HermesWriter, ops) -> None:
         elif kind == "delete":
             w.tick()
             w.db.delete_session(sid)
+            sessions.remove(sid)  # Hermes deleted it: later operations pick a live session
 
 
 def has_parts(m: dict) -> bool:
