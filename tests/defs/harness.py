@@ -229,14 +229,18 @@ class Capture:
             resources={**defs.resources, **resource_overrides},
         )
 
-    def materialize(self, start: str, end: str | None = None, *, instance=None, defs=None, raise_on_error=True):
-        """One run of every asset (and check) over the days ``start..end``, in process."""
+    def materialize(
+        self, start: str, end: str | None = None, *, instance=None, defs=None, raise_on_error=True, select=None
+    ):
+        """One run of every asset (or of ``select``, asset names) and their checks over
+        the days ``start..end``, in process."""
         defs = defs or self.defs()
         job = defs.resolve_implicit_global_asset_job_def()
         return job.execute_in_process(
             instance=instance or dg.DagsterInstance.ephemeral(),
             tags={RANGE_START: start, RANGE_END: end or start},
             raise_on_error=raise_on_error,
+            asset_selection=[dg.AssetKey(name) for name in select] if select else None,
         )
 
     def files(self) -> dict[str, str]:

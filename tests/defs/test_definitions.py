@@ -263,7 +263,16 @@ def _snapshot(defs: dg.Definitions) -> dict:
             "columns": [c.name for c in getattr(ts, "value", ts).columns],
             "metadata_keys": sorted(spec.metadata),
         }
-    out["__jobs__"] = sorted(j.name for j in defs.resolve_all_job_defs())
+    out["__jobs__"] = sorted(j.name for j in defs.resolve_all_job_defs() if not j.name.startswith("__anonymous"))
+    out["__sensors__"] = {
+        s.name: {
+            "default_status": s.default_status.value,
+            "targets": sorted(
+                k.to_user_string() for k in defs.resolve_job_def(s.job_name).asset_layer.selected_asset_keys
+            ) if s.has_jobs else [],
+        }
+        for s in sorted(defs.sensors or [], key=lambda s: s.name)
+    }
     out["__executor__"] = defs.executor.name
     return out
 

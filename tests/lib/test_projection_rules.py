@@ -40,14 +40,10 @@ def parts(rows_):
 
 
 def text_rows(table, name, session_id):
-    """(row, raw JSON text of ``name``) pairs of one session, in canonical order."""
+    """The stored text of column ``name`` (JSON as written) for one session's rows, in canonical order."""
     sids = table.column("session_id").to_pylist()
     texts = column_text(table, name)
     return [t for s, t in zip(sids, texts) if s == session_id]
-
-
-def msg_rows(proj, mid):
-    return [r for r in proj.rows() if r["provider_uuid"] == str(mid)]
 
 
 # --------------------------------------------------------------------------
@@ -905,7 +901,8 @@ def test_compact_summary_prefix_must_be_at_the_start(hermes_db):
     w.session("s", "cli")
     w.msg("s", "user", "quoted: [CONTEXT COMPACTION] not a summary")
     w.msg("s", "user", "[context compaction] lower case")
-    assert [r["is_compact_summary"] for r in project(w).session_rows("s")] == [None, None]
+    w.msg("s", "user", "[CONTEXT SUMMARY] the legacy prefix has a colon")
+    assert [r["is_compact_summary"] for r in project(w).session_rows("s")] == [None, None, None]
 
 
 def test_observed_group_messages_are_user_rows_flagged_observed(hermes_db):
@@ -1129,5 +1126,67 @@ def test_invalid_utf8_cell_still_yields_its_part_with_replacement_characters(her
     proj = project(w)
     texts = [r["content_text"] for r in proj.session_rows("s")]
     assert "OK\ufffd!" in texts, texts
+    (raw,) = rows(proj.messages)
+    assert raw[column] == "OK\ufffd!"
+    if column == "content":  # hermes_messages.content_text is the decoded content (SPEC §4)
+        assert raw["content_text"] == "OK\ufffd!"
     assert proj.tally.counts[errors.BAD_TEXT] == 1
     assert [(s.session_id, s.mid, s.column) for s in proj.tally.samples if s.error_kind == "bad_text"] == [("s", mid, column)]
+
+
+def test_usage_by_model_ties_on_first_seen_are_ordered_by_model_then_route(hermes_db):
+    w = hermes_db
+    w.session("s", "cli")
+    w.tick()
+    for model, provider in (("zeta", "openrouter"), ("alpha", "openrouter"), ("alpha", "anthropic")):
+        w.db.update_token_counts("s", input_tokens=1, api_call_count=1, model=model, billing_provider=provider)
+    w.end("s")
+    (end,) = project(w).session_rows("s")
+    models = end["attributes"]["hermes"]["usage_by_model"]
+    assert len({u["first_seen"] for u in models}) == 1
+    assert [(u["model"], u["billing_provider"]) for u in models] == [
+        ("alpha", "anthropic"), ("alpha", "openrouter"), ("zeta", "openrouter")
+    ]
+
+
+def test_tool_result_envelope_content_is_decoded(hermes_db):
+    w = hermes_db
+    w.session("s", "cli")
+    w.msg("s", "tool", [{"type": "text", "text": "line 1"}, {"type": "text", "text": "line 2"}], tool_call_id="c")
+    (row,) = project(w).session_rows("s")
+    assert (row["part_type"], row["content_text"]) == ("tool_result", "line 1\nline 2")
+
+
+@pytest.mark.parametrize("depth", [50, 900, 995, 5_000, 100_000])
+def test_deeply_nested_json_cells_never_fail_the_projection(hermes_db, depth):
+    """Hostile nesting in tool_calls or an envelope is at worst a counted bad cell."""
+    w = hermes_db
+    w.session("s", "cli")
+    user = w.msg("s", "user", "x")
+    call = w.msg("s", "assistant", "body", tool_calls=[openai_call("c", "t", {})])
+    nested = "[" * depth + "]" * depth
+    w.raw_sql("UPDATE messages SET content = char(0) || 'json:' || ? WHERE id = ?", (nested, user))
+    w.raw_sql("UPDATE messages SET tool_calls = ? WHERE id = ?", ('[{"id": "c", "function": {"name": "t", "arguments": '
+                                                                   + json.dumps(nested) + "}}]", call))
+    proj = project(w)
+    got = proj.session_rows("s")
+    assert [r["part_type"] for r in got] == ["text", "tool_call", "text"]
+    assert len(rows(proj.messages)) == 2
+
+
+@pytest.mark.parametrize("sid", ['api-"quoted"', "back\\slash", "tab\there", "ünï-çødé 中文", "api-0123456789abcdef", "1234"])
+def test_ids_with_json_special_characters_chain_correctly(hermes_db, sid):
+    """API-server sids are any string a client sends: ids and the JSON chain must survive it."""
+    w = hermes_db
+    w.session(sid, "api_server")
+    a = w.msg(sid, "user", "q")
+    b = w.msg(sid, "assistant", "a", reasoning="r")
+    w.end(sid)
+    proj = project_store(w.path, store=Store(str(w.path), label='lab"el'))
+    got = proj.session_rows(sid, label='lab"el')
+    assert [r["message_id"] for r in got] == [f'hermes-lab"el:{sid}-{a}-0', f'hermes-lab"el:{sid}-{b}-0',
+                                              f'hermes-lab"el:{sid}-{b}-1', f'hermes-lab"el:{sid}-session_end']
+    assert got[0]["previous_message_id"] == []
+    for prev, row in zip(got, got[1:]):
+        assert row["previous_message_id"] == [prev["message_id"]]
+    assert {r["attributes"]["gateway"]["native_id"] for r in got} == {sid}

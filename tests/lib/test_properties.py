@@ -74,11 +74,10 @@ message = st.fixed_dictionaries({
     "observed": st.booleans(),
 })
 target = st.integers(0, 1000)
-operation = st.one_of(
-    st.tuples(st.just("session"), st.sampled_from(SOURCES), st.booleans()),
-    st.tuples(st.just("msg"), target, message),
-    st.tuples(st.just("msg"), target, message),
-    st.tuples(st.just("msg"), target, message),
+new_session = st.tuples(st.just("session"), st.sampled_from(SOURCES), st.booleans())
+add_message = st.tuples(st.just("msg"), target, message)
+other_operations = [
+    new_session,
     st.tuples(st.just("end"), target),
     st.tuples(st.just("reopen"), target),
     st.tuples(st.just("tokens"), target, st.integers(0, 5000), st.sampled_from(["m1", "m2"])),
@@ -87,6 +86,10 @@ operation = st.one_of(
     st.tuples(st.just("replace"), target, st.lists(message, max_size=3)),
     st.tuples(st.just("delete"), target),
     st.tuples(st.just("tick"), st.floats(0, 20_000)),
+]
+# messages are most of what Hermes writes: half of the operations append one
+operation = st.integers(0, 2 * len(other_operations) - 1).flatmap(
+    lambda i: other_operations[i] if i < len(other_operations) else add_message
 )
 
 
@@ -105,11 +108,13 @@ def _append(w: HermesWriter, sid: str, m: dict) -> None:
 
 
 def apply(w: HermesWriter, ops) -> None:
-    sessions: list[str] = []
+    sessions: list[str] = []  # live sessions
+    created = 0
     for op in ops:
         kind = op[0]
         if kind == "session":
-            sid = f"s{len(sessions)}"
+            sid = f"s{created}"
+            created += 1
             parent = sessions[-1] if op[2] and sessions else None
             w.session(sid, op[1], parent_session_id=parent, model="m1")
             sessions.append(sid)
@@ -174,8 +179,9 @@ def has_parts(m: dict) -> bool:
 
 
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(operation, min_size=1, max_size=40))
-def test_random_histories_project_to_well_formed_deterministic_rows(ops):
+@given(start=st.lists(new_session, min_size=1, max_size=3), ops=st.lists(operation, min_size=10, max_size=40))
+def test_random_histories_project_to_well_formed_deterministic_rows(start, ops):
+    ops = start + ops
     with tempfile.TemporaryDirectory(prefix="hermes-prop-") as tmp:
         db = Path(tmp) / "home" / "state.db"
         with HermesWriter(db, home=db.parent) as w:

@@ -427,3 +427,33 @@ def test_lock_released_within_the_budget_is_retried_not_failed(delete_journal_co
     finally:
         release.join()
         locker.close()
+
+
+def test_explicit_store_that_does_not_exist_is_still_listed(tmp_path):
+    """A missing store is a state, not an error (R9): it is listed and reads as absent."""
+    path = tmp_path / "later" / "state.db"
+    (store,) = discover_stores({"HERMES_STATE_DB": str(path)})
+    assert store == Store(str(path)) and not store.exists()
+
+
+def test_no_read_transaction_is_held_between_batches(tmp_path, monkeypatch):
+    """SPEC §1 "Stream, briefly": while the reader pauses between chunks, Hermes can
+    still checkpoint its whole WAL (a held read transaction would pin it)."""
+    from hermes_assets.lib import state_db
+
+    monkeypatch.setattr(state_db, "SESSION_CHUNK", 2)
+    with HermesWriter(tmp_path / "h" / "state.db", home=tmp_path / "h") as w:
+        for i in range(5):
+            w.session(f"s{i}", "cli")
+            w.msg(f"s{i}", "user", f"q{i}")
+        with StoreReader(Store(str(w.path)), now_s=NOW_S) as reader:
+            stream = reader.iter_sessions(sorted(reader.days()))
+            first = next(stream)  # one chunk read, the generator is paused
+            w.msg("s4", "assistant", "written while the reader pauses")
+            conn = sqlite3.connect(w.path)
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            conn.close()
+            assert busy == 0, "the reader pinned the WAL between batches"
+            rest = list(stream)
+        assert [b.sid for b in [first, *rest]] == [f"s{i}" for i in range(5)]
+        assert [m["content"] for m in rest[-1].messages] == ["q4", "written while the reader pauses"]

@@ -225,9 +225,3 @@ class HermesWriter:
         self.db.close()
         self.db = self._hs.SessionDB(db_path=self.path)
 
-
-def write_store(db_path: Path | str, build, **kwargs) -> Path:
-    """Run ``build(writer)`` against a fresh store and close it; returns the path."""
-    with HermesWriter(db_path, **kwargs) as w:
-        build(w)
-    return Path(db_path)

@@ -21,11 +21,12 @@ from hermes_assets.lib.projection import (
     GatewayColumns,
     NoGit,
     ProjectionContext,
-    RawColumns,
     message_rows,
+    messages_columns,
     project_session,
     session_row,
     session_scope,
+    sessions_columns,
 )
 from hermes_assets.lib.state_db import Store, StoreReader
 
@@ -91,7 +92,7 @@ def project_store(
     store = store or Store(str(path))
     ctx = ctx or default_ctx(now_s=now_s)
     policy_classes = policy_classes or {}
-    gateway, sessions, messages = GatewayColumns(), RawColumns(schemas.HERMES_SESSIONS), RawColumns(schemas.HERMES_MESSAGES)
+    gateway, sessions, messages = GatewayColumns(), sessions_columns(), messages_columns()
     tally = ErrorTally(max_samples=1000)
     with StoreReader(store, now_s=now_s, tally=ErrorTally(max_samples=1000)) as reader:
         days = reader.days()

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Sensor tick times on a big Hermes store (SPEC §8; issue 4 "Measure").
+
+Not a test: it measures, on a private copy of the store (never the original):
+
+  first tick          no cursor yet: every day of the store is requested
+  no-change tick      store files unchanged: two stat() calls, no SQL (target < 5 ms)
+  change tick         after one real Hermes write (append_message, end_session,
+                      set_session_title through hermes_state.SessionDB, real clock)
+                      (target < 200 ms)
+  breakdown           the statements of a change tick, one by one
+
+each for the core (``changes.plan_tick``) and, for the no-change and change
+ticks, for the whole Dagster sensor evaluation (``build_sensor_context`` +
+``evaluate_tick``).
+
+    python bench/sensor_bench.py                                 # /tmp/bench/large/state.db
+    python bench/sensor_bench.py --store /tmp/bench/medium/state.db
+    python bench/sensor_bench.py --json                          # last line: flat JSON (bench/run.py)
+
+Make the large store as in ../shared/fixtures/README.md (multiply_db.py, ~1.07M messages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _copy_store(source: Path, work: Path) -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    dest = work / "state.db"
+    for suffix in ("", "-wal"):
+        src = Path(str(source) + suffix)
+        if src.exists():
+            shutil.copyfile(src, str(dest) + suffix)
+    return dest
+
+
+def _facts(db: Path) -> dict:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return {
+            "sessions": conn.execute("SELECT count(*) FROM sessions").fetchone()[0],
+            "messages": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
+            "sessions_mb": round(conn.execute(
+                "SELECT sum(length(CAST(system_prompt AS BLOB))) + sum(length(CAST(model_config AS BLOB))) FROM sessions"
+            ).fetchone()[0] / 1e6, 1),
+            "db_mb": round(db.stat().st_size / 1e6),
+        }
+    finally:
+        conn.close()
+
+
+def _stats(values_ms: list[float]) -> dict:
+    ordered = sorted(values_ms)
+    return {
+        "p50": statistics.median(ordered),
+        "p95": ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))],
+        "max": ordered[-1],
+        "n": len(ordered),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", default="/tmp/bench/large/state.db", help="source store (copied first)")
+    ap.add_argument("--work", help="where to put the copy (default: a temp dir, removed at the end)")
+    ap.add_argument("--repeat", type=int, default=200, help="no-change ticks to time")
+    ap.add_argument("--changes", type=int, default=6, help="change ticks to time per kind of write")
+    ap.add_argument("--json", action="store_true", help="print a flat JSON object as the last line")
+    args = ap.parse_args()
+
+    source = Path(args.store)
+    if not source.is_file():
+        raise SystemExit(f"{source} does not exist: make it as in ../shared/fixtures/README.md")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="sensor-bench-"))
+    os.environ["HERMES_HOME"] = str(work / "hermes-home")  # hermes_state reads it at import
+    os.environ.pop("HERMES_STATE_DB", None)
+    os.environ.setdefault("HERMES_ASSETS_LOG_FORMAT", "json")
+    try:
+        figures = run(source, work, args)
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    _report(figures, args.json)
+
+
+def run(source: Path, work: Path, args) -> dict:
+    import logging
+
+    import structlog
+
+    from hermes_assets.lib import changes, logs
+    from hermes_assets.lib.state_db import Store, StoreReader
+
+    t = time.perf_counter()
+    db = _copy_store(source, work)
+    figures: dict = {"store": str(source), "copy_s": round(time.perf_counter() - t, 1), **_facts(db)}
+    store = Store(str(db))
+
+    # the sensor logs one line per tick: keep it, but into /dev/null, so printing is not measured
+    logs.configure("json", stream=open(os.devnull, "w"))
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+
+    def tick(cursor):
+        t0 = time.perf_counter()
+        plan = changes.plan_tick([store], cursor, is_partition=lambda day: True)
+        return plan, (time.perf_counter() - t0) * 1000
+
+    plan, figures["first_tick_ms"] = tick(None)
+    figures["first_tick_days"] = len(plan.requests)
+    cursor = plan.cursor_json
+    figures["cursor_bytes"] = len(cursor)
+    plan, _ = tick(cursor)  # settles the identity (our own open may have created the -wal)
+    cursor = plan.cursor_json
+
+    no_change = []
+    for _ in range(args.repeat):
+        plan, ms = tick(cursor)
+        assert not plan.requests and plan.scans[0].status == changes.UNCHANGED
+        no_change.append(ms)
+    _put(figures, "no_change_tick", _stats(no_change))
+
+    # the same, through Dagster: build_sensor_context + evaluate_tick of the real sensor
+    import dagster as dg
+
+    from hermes_assets.definitions import defs as lazy_defs
+    from hermes_assets.defs.resources import HermesStores
+
+    definitions = lazy_defs()
+    sensor = definitions.resolve_sensor_def("hermes_state_sensor")
+    resource = HermesStores(state_db=str(db))
+    instance = dg.DagsterInstance.ephemeral()  # one, as the daemon has; else each context builds its own
+
+    def sensor_tick(cur):
+        ctx = dg.build_sensor_context(cursor=cur, definitions=definitions, resources={"hermes": resource},
+                                      instance=instance)
+        t0 = time.perf_counter()
+        data = sensor.evaluate_tick(ctx)
+        return data, (time.perf_counter() - t0) * 1000
+
+    sensor_no_change = [sensor_tick(cursor)[1] for _ in range(min(args.repeat, 50))]
+    _put(figures, "sensor_no_change_tick", _stats(sensor_no_change))
+
+    # change ticks: one real Hermes write each, then one tick
+    import hermes_state
+
+    writer = hermes_state.SessionDB(db_path=db)
+    try:
+        row = writer._conn.execute(
+            "SELECT id FROM sessions WHERE ended_at IS NULL ORDER BY started_at DESC LIMIT 1"
+        ).fetchone()
+        sid = row[0] if row else writer.create_session(f"bench_{int(time.time())}", "cli")
+        kinds = {
+            "append_message": lambda i: writer.append_message(sid, "user", f"bench message {i}"),
+            "set_session_title": lambda i: writer.set_session_title(sid, f"bench title {time.time_ns()}"),
+            "end_or_reopen": lambda i: writer.end_session(sid, "cli_close") if i % 2 == 0 else writer.reopen_session(sid),
+        }
+        change_all = []
+        for kind, write in kinds.items():
+            times = []
+            for i in range(args.changes):
+                write(i)
+                plan, ms = tick(cursor)
+                assert len(plan.requests) == 1, (kind, plan.requests)
+                cursor = plan.cursor_json
+                times.append(ms)
+            change_all += times
+            figures[f"change_tick_{kind}_p50_ms"] = statistics.median(times)
+        _put(figures, "change_tick", _stats(change_all))
+
+        sensor_change = []
+        for i in range(args.changes):
+            writer.append_message(sid, "assistant", f"bench reply {i}")
+            data, ms = sensor_tick(cursor)
+            assert len(data.run_requests) == 1
+            cursor = data.cursor
+            sensor_change.append(ms)
+        _put(figures, "sensor_change_tick", _stats(sensor_change))
+        since = plan.cursor["stores"][str(db)]["max_mid"]
+        writer.append_message(sid, "user", "bench: breakdown")
+    finally:
+        writer.close()
+
+    # where a change tick's time goes (one statement at a time)
+    t0 = time.perf_counter()
+    identity = changes.file_identity(str(db))
+    figures["breakdown_stat_ms"] = (time.perf_counter() - t0) * 1000
+    with StoreReader(store) as reader:
+        figures["breakdown_open_ms"] = (time.perf_counter() - t0) * 1000 - figures["breakdown_stat_ms"]
+        for name, call in (
+            ("marks", reader.message_marks),
+            ("new_messages", lambda: reader.sessions_with_messages_after(since)),
+            ("session_prints", reader.session_prints),
+        ):
+            t1 = time.perf_counter()
+            result = call()
+            figures[f"breakdown_{name}_ms"] = (time.perf_counter() - t1) * 1000
+        t1 = time.perf_counter()
+        changes.day_prints(result)
+        figures["breakdown_day_prints_ms"] = (time.perf_counter() - t1) * 1000
+    figures["per_1000_sessions_change_ms"] = figures["change_tick_p50_ms"] / figures["sessions"] * 1000
+    assert identity is not None
+    return figures
+
+
+def _put(figures: dict, name: str, stats: dict) -> None:
+    for key in ("p50", "p95", "max"):
+        figures[f"{name}_{key}_ms"] = stats[key]
+    figures[f"{name}_n"] = stats["n"]
+
+
+def _report(figures: dict, as_json: bool) -> None:
+    print(f"\nsensor ticks on a copy of {figures['store']}: {figures['sessions']:,} sessions, "
+          f"{figures['messages']:,} messages, {figures['db_mb']:,} MB file, "
+          f"{figures['sessions_mb']} MB of prompts/configs in sessions; {os.cpu_count()} cores\n")
+    rows = [
+        ("first tick (no cursor)", figures["first_tick_ms"], f"{figures['first_tick_days']} days requested"),
+        ("no-change tick p50 (core)", figures["no_change_tick_p50_ms"], "target < 5 ms"),
+        ("no-change tick p95 (core)", figures["no_change_tick_p95_ms"], ""),
+        ("no-change tick p50 (Dagster evaluate_tick)", figures["sensor_no_change_tick_p50_ms"], ""),
+        ("change tick p50 (core)", figures["change_tick_p50_ms"], "target < 200 ms"),
+        ("change tick p95 (core)", figures["change_tick_p95_ms"], ""),
+        ("  after append_message", figures["change_tick_append_message_p50_ms"], ""),
+        ("  after set_session_title", figures["change_tick_set_session_title_p50_ms"], ""),
+        ("  after end_session / reopen_session", figures["change_tick_end_or_reopen_p50_ms"], ""),
+        ("change tick p50 (Dagster evaluate_tick)", figures["sensor_change_tick_p50_ms"], ""),
+        ("breakdown: stat db + wal", figures["breakdown_stat_ms"], ""),
+        ("breakdown: open + schema probe", figures["breakdown_open_ms"], ""),
+        ("breakdown: max mid + sqlite_sequence", figures["breakdown_marks_ms"], ""),
+        ("breakdown: new messages (rowid range)", figures["breakdown_new_messages_ms"], ""),
+        ("breakdown: sessions prints + inactive counts", figures["breakdown_session_prints_ms"], ""),
+        ("breakdown: per-day fingerprints", figures["breakdown_day_prints_ms"], ""),
+        ("change tick per 1,000 sessions", figures["per_1000_sessions_change_ms"], ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for name, ms, note in rows:
+        print(f"  {name:<{width}}  {ms:>10.3f} ms  {note}")
+    print(f"  {'cursor size':<{width}}  {figures['cursor_bytes']:>10,} B")
+    if as_json:
+        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()

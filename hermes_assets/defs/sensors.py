@@ -1,0 +1,48 @@
+"""The watermark sensor: request the days whose Hermes data changed (SPEC §8, spec R6).
+
+Change detection lives in :mod:`hermes_assets.lib.changes`; this module turns
+its plan into one ``RunRequest`` per changed day for the three assets.
+"""
+
+import dagster as dg
+
+from hermes_assets.defs import settings
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.resources import HermesStores
+from hermes_assets.lib import changes
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+
+log = get_logger()
+
+HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY)
+TRIGGER_TAG = {"hermes/trigger": "sensor"}
+
+
+@dg.sensor(
+    name="hermes_state_sensor",
+    target=HERMES_ASSETS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=settings.poll_seconds(),
+    description="Watches the Hermes store(s): a tick whose store files did not change runs no SQL; "
+    "otherwise one run per UTC day whose sessions or messages changed (SPEC §8).",
+)
+def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStores):
+    plan = changes.plan_tick(
+        hermes.stores(),
+        context.cursor,
+        is_partition=daily_partitions.has_partition_key,
+        busy_timeout_ms=hermes.busy_timeout_ms,
+    )
+    log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **plan.counts())
+    cursor = plan.cursor_json
+    if plan.requests:
+        return dg.SensorResult(
+            run_requests=[
+                dg.RunRequest(partition_key=day, run_key=f"{day}@{h}", tags=TRIGGER_TAG) for day, h in plan.requests
+            ],
+            cursor=cursor,
+        )
+    if cursor != (context.cursor or ""):
+        return dg.SensorResult(skip_reason=plan.skip_reason, cursor=cursor)
+    return dg.SkipReason(plan.skip_reason)

@@ -1,0 +1,48 @@
+"""Fixtures of the end-to-end tests: a real Dagster instance in a temp DAGSTER_HOME.
+
+Each test gets an installation (tests.defs.harness.Capture) holding a private
+copy of the small fixture store, and the environment a user would export to
+run ``dagster`` against it from the repo root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.defs.harness import Capture, copy_small, new_capture
+
+REPO = Path(__file__).resolve().parents[2]
+#: variables of a developer's own setup that must not reach the subprocesses
+_CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS", "HERMES_ASSETS_WORKERS",
+            "DAGSTER_PG_URL")
+
+
+@pytest.fixture
+def installation(tmp_path) -> Capture:
+    cap = new_capture(tmp_path / "install")
+    copy_small(cap.home)
+    shutil.copyfile(REPO / "dagster.yaml", cap.dagster_home / "dagster.yaml")
+    return cap
+
+
+@pytest.fixture
+def dagster_env(installation) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
+    env.update(installation.environ())
+    env.update({
+        # a short partition set: the fixture's days, plus Dagster's bookkeeping kept small
+        "HERMES_ASSETS_START_DATE": "2026-05-01",
+        "HERMES_ASSETS_LOG_FORMAT": "json",
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def dagster_bin() -> str:
+    import sys
+
+    return str(Path(sys.executable).with_name("dagster"))

@@ -1,0 +1,316 @@
+"""A backfill launched the way the UI launches it, on a real ``dagster dev`` (issue 3).
+
+``dagster dev -w workspace.yaml`` (webserver + daemon + code server) runs in its
+own process group against a temp DAGSTER_HOME and a copy of the small fixture
+store; the test calls the webserver's GraphQL ``launchPartitionBackfill`` with
+the asset selection and partition names the UI sends, waits for the backfill
+daemon to finish it, and checks the rows on disk and the partition metadata the
+UI shows. The process group is killed at the end, pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.defs.harness import (
+    DATASETS,
+    SMALL_DAYS,
+    SMALL_MESSAGES,
+    SMALL_SESSIONS,
+    day_path,
+    days_on_disk,
+)
+from tests.e2e.conftest import REPO, dagster_bin
+
+pytestmark = pytest.mark.e2e
+
+STARTUP_TIMEOUT_S = 120
+BACKFILL_TIMEOUT_S = 150
+DONE_OK = {"COMPLETED", "COMPLETED_SUCCESS"}
+DONE_BAD = {"FAILED", "COMPLETED_FAILED", "CANCELED", "CANCELING", "FAILING"}
+
+WORKSPACE_Q = """
+query {
+  workspaceOrError {
+    __typename
+    ... on Workspace { locationEntries { name loadStatus
+        locationOrLoadError { __typename ... on PythonError { message } } } }
+    ... on PythonError { message }
+  }
+}"""
+
+LAUNCH_M = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId launchedRunIds }
+    ... on PythonError { message stack }
+    ... on Error { message }
+  }
+}"""
+
+BACKFILL_Q = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill {
+      id status numPartitions partitionNames
+      assetSelection { path }
+      error { message stack }
+      runs { runId status tags { key value } }
+    }
+    ... on PythonError { message }
+    ... on Error { message }
+  }
+}"""
+
+SENSORS_Q = """
+query {
+  repositoriesOrError {
+    __typename
+    ... on RepositoryConnection { nodes { name location { name } sensors { id name sensorState { status } } } }
+    ... on PythonError { message }
+  }
+}"""
+
+STOP_SENSOR_M = """
+mutation Stop($id: String!) {
+  stopSensor(id: $id) {
+    __typename
+    ... on StopSensorMutationResult { instigationState { status } }
+    ... on PythonError { message }
+  }
+}"""
+
+MATERIALIZATIONS_Q = """
+query Mats($path: [String!]!, $partitions: [String!]) {
+  assetOrError(assetKey: {path: $path}) {
+    __typename
+    ... on Asset {
+      assetMaterializations(partitions: $partitions) {
+        partition runId
+        metadataEntries {
+          label
+          ... on IntMetadataEntry { intRepr }
+          ... on PathMetadataEntry { path }
+          ... on TextMetadataEntry { text }
+        }
+      }
+    }
+  }
+}"""
+
+
+# --------------------------------------------------------------------------
+# a real dagster dev
+# --------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DagsterDev:
+    def __init__(self, env: dict, log_path: Path):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [dagster_bin(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)],
+            cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: webserver, daemon, code server, runs
+        )
+
+    def log_tail(self, n: int = 6000) -> str:
+        self._log.flush()
+        return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+
+    def _alive(self) -> None:
+        if self.proc.poll() is not None:
+            pytest.fail(f"dagster dev exited with {self.proc.returncode}:\n{self.log_tail()}")
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        req = urllib.request.Request(self.url + "/graphql", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            doc = json.loads(resp.read())
+        assert not doc.get("errors"), doc["errors"]
+        return doc["data"]
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            self._alive()
+            try:
+                with urllib.request.urlopen(self.url + "/server_info", timeout=5) as resp:
+                    if resp.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"webserver not up after {STARTUP_TIMEOUT_S}s:\n{self.log_tail()}")
+            time.sleep(0.5)
+        while True:  # the code location must be loaded before a backfill can target it
+            self._alive()
+            ws = self.graphql(WORKSPACE_Q)["workspaceOrError"]
+            entries = ws.get("locationEntries") or []
+            loaded = [e for e in entries if e["name"] == "hermes_assets" and e["loadStatus"] == "LOADED"]
+            if loaded:
+                error = loaded[0]["locationOrLoadError"]
+                assert error["__typename"] == "RepositoryLocation", error
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"code location not loaded: {ws}\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def running_sensors(self) -> list[dict]:
+        repos = self.graphql(SENSORS_Q)["repositoriesOrError"]
+        assert repos["__typename"] == "RepositoryConnection", repos
+        return [s for r in repos["nodes"] for s in r["sensors"] if s["sensorState"]["status"] == "RUNNING"]
+
+    def stop_sensors(self) -> list[str]:
+        """Turn every running sensor off, as the UI's toggle does; returns their names."""
+        stopped = []
+        for sensor in self.running_sensors():
+            result = self.graphql(STOP_SENSOR_M, {"id": sensor["id"]})["stopSensor"]
+            assert result["__typename"] == "StopSensorMutationResult", result
+            assert result["instigationState"]["status"] == "STOPPED", result
+            stopped.append(sensor["name"])
+        assert not self.running_sensors()
+        return stopped
+
+    def stop(self) -> None:
+        try:
+            pgid = os.getpgid(self.proc.pid)
+        except ProcessLookupError:
+            pgid = None
+        if pgid is not None:
+            for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(pgid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait_s)
+                except subprocess.TimeoutExpired:
+                    continue
+                # the leader is gone; make sure no member of the group survives it
+                try:
+                    os.killpg(pgid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.5)
+        self._log.close()
+
+
+@pytest.fixture
+def dagster_dev(dagster_env, installation):
+    """A running ``dagster dev`` with its sensors turned off, then the fixture store in place.
+
+    The store arrives only once the sensors are off (the watermark sensor is on by
+    default and would race the backfill with one run per day); until then the
+    Hermes home is empty and the sensor has nothing to request (SPEC R9).
+    """
+    aside = installation.root / "store-aside.db"
+    shutil.move(installation.store, aside)
+    env = {**dagster_env, "HERMES_ASSETS_POLL_SECONDS": "3600"}
+    dev = DagsterDev(env, installation.root / "dagster-dev.log")
+    try:
+        dev.wait_ready()
+        dev.stop_sensors()
+        shutil.move(aside, installation.store)
+        yield dev
+    finally:
+        dev.stop()
+
+
+# --------------------------------------------------------------------------
+# the test
+# --------------------------------------------------------------------------
+
+
+def _metadata(entries: list[dict]) -> dict:
+    out = {}
+    for e in entries:
+        if "intRepr" in e:
+            out[e["label"]] = int(e["intRepr"])
+        elif "path" in e:
+            out[e["label"]] = e["path"]
+        elif "text" in e:
+            out[e["label"]] = e["text"]
+    return out
+
+
+def test_backfill_launched_through_graphql_writes_every_day(dagster_dev, installation):
+    params = {
+        "assetSelection": [{"path": [name]} for name in DATASETS],
+        "partitionNames": SMALL_DAYS,
+        "fromFailure": False,
+        "tags": [],
+        "title": "hermes history import (e2e test)",
+    }
+    launched = dagster_dev.graphql(LAUNCH_M, {"params": params})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill_id = launched["backfillId"]
+
+    deadline = time.monotonic() + BACKFILL_TIMEOUT_S
+    while True:
+        backfill = dagster_dev.graphql(BACKFILL_Q, {"id": backfill_id})["partitionBackfillOrError"]
+        assert backfill["__typename"] == "PartitionBackfill", backfill
+        if backfill["status"] in DONE_OK:
+            break
+        if backfill["status"] in DONE_BAD:
+            pytest.fail(f"backfill ended {backfill['status']}: {backfill}\n{dagster_dev.log_tail()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"backfill still {backfill['status']} after {BACKFILL_TIMEOUT_S}s: {backfill}\n"
+                        f"{dagster_dev.log_tail()}")
+        time.sleep(1)
+
+    assert sorted(backfill["partitionNames"]) == SMALL_DAYS
+    assert sorted(tuple(a["path"]) for a in backfill["assetSelection"]) == sorted((n,) for n in DATASETS)
+    # BackfillPolicy.single_run(): the whole range is ONE run
+    (run,) = backfill["runs"]
+    assert run["status"] == "SUCCESS", run
+    tags = {t["key"]: t["value"] for t in run["tags"]}
+    assert tags.get("dagster/backfill") == backfill_id
+    assert (tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")) == (
+        SMALL_DAYS[0], SMALL_DAYS[-1])
+
+    # rows on disk for every day, in all three datasets
+    wh = installation.warehouse
+    for dataset in DATASETS:
+        assert days_on_disk(wh, dataset) == SMALL_DAYS, dataset
+    totals = {d: sum(pq.read_metadata(day_path(wh, d, day)).num_rows for day in SMALL_DAYS) for d in DATASETS}
+    assert totals["hermes_sessions"] == SMALL_SESSIONS
+    assert totals["hermes_messages"] == SMALL_MESSAGES
+
+    # the partition metadata the UI shows matches the files
+    for dataset in DATASETS:
+        asset = dagster_dev.graphql(MATERIALIZATIONS_Q, {"path": [dataset], "partitions": SMALL_DAYS})["assetOrError"]
+        assert asset["__typename"] == "Asset", asset
+        mats = {m["partition"]: m for m in asset["assetMaterializations"]}
+        assert sorted(mats) == SMALL_DAYS, dataset
+        for day, mat in mats.items():
+            assert mat["runId"] == run["runId"]
+            md = _metadata(mat["metadataEntries"])
+            path = day_path(wh, dataset, day)
+            assert md["rows_written"] == pq.read_metadata(path).num_rows == md["dagster/row_count"], (dataset, day)
+            assert md["bytes"] == path.stat().st_size, (dataset, day)
+            assert md["path"] == str(path)
+            assert md["rows_retained_source_deleted"] == 0
+            assert md["run_rows_written"] == totals[dataset]

@@ -1,0 +1,234 @@
+"""Helpers of the sensor tests: evaluate real ticks, make real stores, run real processes.
+
+Nothing here is a double: ticks run the real sensor against real stores written
+by Hermes's own ``SessionDB``; the end-to-end tests start real Dagster
+processes and a real writer process. Every process is started in its own
+process group and killed as a group (:func:`kill_group`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from hermes_assets.defs.resources import HermesStores
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = Path(sys.executable)
+DAGSTER = PYTHON.parent / "dagster"
+SENSOR = "hermes_state_sensor"
+RUN_KEY = re.compile(r"^(\d{4}-\d{2}-\d{2})@([0-9a-f]{12})$")
+
+_definitions = None
+
+
+def definitions() -> dg.Definitions:
+    """The project's definitions, loaded once (the defs folder, as ``dagster dev`` loads it)."""
+    global _definitions
+    if _definitions is None:
+        from hermes_assets.definitions import defs
+
+        _definitions = defs()
+    return _definitions
+
+
+_ephemeral = None
+
+
+def _instance() -> dg.DagsterInstance:
+    """One ephemeral instance for every tick (building one per context costs ~50 ms of migrations)."""
+    global _ephemeral
+    if _ephemeral is None:
+        _ephemeral = dg.DagsterInstance.ephemeral()
+    return _ephemeral
+
+
+@dataclass
+class Tick:
+    """One evaluated tick: what it asked for and the cursor it left."""
+
+    run_requests: list[dg.RunRequest]
+    skip: str | None
+    cursor: str | None  # the cursor after the tick
+
+    @property
+    def days(self) -> list[str]:
+        return sorted(r.partition_key for r in self.run_requests)
+
+    @property
+    def run_keys(self) -> dict[str, str]:
+        return {r.partition_key: r.run_key for r in self.run_requests}
+
+
+class SensorDriver:
+    """Evaluates ``hermes_state_sensor`` tick after tick, carrying the cursor like the daemon does."""
+
+    def __init__(self, hermes_home: Path, busy_timeout_ms: int = 2000):
+        self.resource = HermesStores(hermes_home=str(hermes_home), busy_timeout_ms=busy_timeout_ms)
+        self.cursor: str | None = None
+        self.seen_run_keys: set[str] = set()
+
+    def tick(self) -> Tick:
+        defs = definitions()
+        sensor = defs.resolve_sensor_def(SENSOR)
+        ctx = dg.build_sensor_context(cursor=self.cursor, definitions=defs, resources={"hermes": self.resource},
+                                      instance=_instance())
+        data = sensor.evaluate_tick(ctx)
+        tick = Tick(list(data.run_requests or []), data.skip_message, data.cursor)
+        if data.cursor is not None:
+            self.cursor = data.cursor
+        for r in tick.run_requests:
+            assert RUN_KEY.match(r.run_key), r.run_key
+            assert r.run_key.startswith(r.partition_key + "@")
+            assert r.tags.get("hermes/trigger") == "sensor"
+            # a reused key would be silently skipped by Dagster: every request must be fresh
+            assert r.run_key not in self.seen_run_keys, f"run key {r.run_key} reused"
+            self.seen_run_keys.add(r.run_key)
+        return tick
+
+    @property
+    def state(self) -> dict:
+        return json.loads(self.cursor) if self.cursor else {}
+
+    def store_state(self, path: Path) -> dict:
+        return self.state["stores"][str(path)]
+
+
+# --------------------------------------------------------------------------
+# stores
+# --------------------------------------------------------------------------
+
+
+def snapshot(db: Path, dest: Path) -> Path:
+    """A consistent copy of a live store (SQLite's backup API), as a single file."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    out = sqlite3.connect(dest)
+    try:
+        src.backup(out)
+    finally:
+        src.close()
+        out.close()
+    return dest
+
+
+def checkpoint(db: Path) -> None:
+    """What Hermes does every 50 writes: fold the WAL into the db file (files move, rows do not)."""
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def count_rows(db: Path, sql: str) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------
+# processes
+# --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], env: dict, log: Path, cwd: Path | None = None) -> subprocess.Popen:
+    """Start ``cmd`` in a new process group (so it and all its children can be killed together)."""
+    out = open(log, "ab")
+    try:
+        return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        out.close()
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the process group of ``proc`` (started by :func:`start`), then SIGKILL what is left."""
+    if proc is None:
+        return
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        proc.wait()
+        return
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.1)
+        if not _group_alive(pgid):
+            break
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # zombies count as gone: reap what we can
+    try:
+        while os.waitpid(-pgid, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return _non_zombie_in_group(pgid)
+
+
+def _non_zombie_in_group(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def project_env(**extra: str) -> dict:
+    """The environment of a child process: this one, minus settings that would leak a real setup."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
+    env.update({k: str(v) for k, v in extra.items()})
+    env.setdefault("HERMES_ASSETS_LOG_FORMAT", "json")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def copy_instance_config(dagster_home: Path) -> None:
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "dagster.yaml", dagster_home / "dagster.yaml")

@@ -1,0 +1,103 @@
+"""Change detection without Dagster (``hermes_assets.lib.changes``), on real stores."""
+
+from __future__ import annotations
+
+import json
+
+from hermes_assets.lib import changes
+from hermes_assets.lib.state_db import Store, StoreReader
+from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
+
+A, B = "2026-06-01", "2026-06-02"
+
+
+def _all_days(day: str) -> bool:
+    return True
+
+
+def _plan(store: Store, cursor: str | None, is_partition=_all_days) -> changes.TickPlan:
+    return changes.plan_tick([store], cursor, is_partition=is_partition)
+
+
+def test_session_prints_place_sessions_like_the_session_index(fixture_copy):
+    """The sensor and the assets must agree on every session's day (SPEC §2), odd times included."""
+    db = fixture_copy("small")
+    with StoreReader(Store(str(db))) as reader:
+        prints = reader.session_prints(batch=7)  # several batches
+        index = reader.session_index()
+    assert set(prints) == set(index)
+    assert {sid: p.day for sid, p in prints.items()} == {sid: e.day for sid, e in index.items()}
+    assert len({p.digest for p in prints.values()}) == len(prints)
+
+
+def test_our_own_read_does_not_look_like_a_change(fixture_copy):
+    """A store without -wal: opening it read-only makes SQLite create one; that is not a Hermes write."""
+    db = fixture_copy("small")
+    assert not db.with_name("state.db-wal").exists()
+    store = Store(str(db))
+    first = _plan(store, None)
+    assert len(first.requests) == 14
+    second = _plan(store, first.cursor_json)
+    assert [s.status for s in second.scans] == [changes.UNCHANGED]
+    assert second.skip_reason == "no change: 1 store(s) unchanged since the last tick"
+
+
+def test_messages_written_without_touching_the_session_are_seen_by_mid(tmp_path):
+    """An importer that inserts rows without bumping ``message_count``: only ``mid > max_mid`` tells."""
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        a = w.session("a", "cli")
+        w.msg(a, "user", "hi")
+        w.at(START_S + DAY_S)
+        b = w.session("b", "cli")
+        w.msg(b, "user", "hi")
+    store = Store(str(db))
+    base = _plan(store, None)
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        before = w.query("SELECT * FROM sessions WHERE id = 'a'")
+        w.raw_sql(
+            "INSERT INTO messages (session_id, role, content, timestamp, active) VALUES ('a', 'user', 'imported', ?, 1)",
+            (START_S + 60,),
+        )
+        assert w.query("SELECT * FROM sessions WHERE id = 'a'") == before
+    plan = _plan(store, base.cursor_json)
+    assert [d for d, _ in plan.requests] == [A]
+    assert plan.counts()["new_messages"] == 1
+
+
+def test_pending_days_are_requested_once_they_become_partitions(tmp_path):
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        w.msg(w.session("a", "cli"), "user", "hi")
+        w.at(START_S + DAY_S)
+        w.msg(w.session("b", "cli"), "user", "hi")
+    store = Store(str(db))
+    only_a = _plan(store, None, is_partition=lambda d: d == A)
+    assert [d for d, _ in only_a.requests] == [A]
+    assert set(only_a.pending) == {B}
+    # nothing changed in the store, but day B is a partition now (midnight passed)
+    later = _plan(store, only_a.cursor_json)
+    assert [s.status for s in later.scans] == [changes.UNCHANGED]
+    assert later.requests == [(B, only_a.pending[B])]
+    assert later.pending == {}
+    assert _plan(store, later.cursor_json).requests == []
+
+
+def test_a_broken_cursor_starts_over(tmp_path):
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        w.msg(w.session("a", "cli"), "user", "hi")
+    for cursor in ("not json", json.dumps({"version": 999}), json.dumps([1, 2])):
+        plan = _plan(Store(str(db)), cursor)
+        assert [d for d, _ in plan.requests] == [A]
+        assert plan.cursor["version"] == changes.CURSOR_VERSION
+
+
+def test_cursor_is_compact(fixture_copy):
+    """Per store: identity, two marks and one short fingerprint per day; never per session."""
+    db = fixture_copy("small")
+    plan = _plan(Store(str(db)), None)
+    entry = plan.cursor["stores"][str(db)]
+    assert set(entry) == {"label", "files", "max_mid", "seq", "days"}
+    assert len(entry["days"]) == 14 and all(len(fp) == 16 for fp in entry["days"].values())
+    assert len(plan.cursor_json) < 1200
