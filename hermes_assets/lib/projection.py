@@ -90,7 +90,7 @@ def _normalize(value):
 
 
 def _scrub(value):
-    if type(value) is str:
+    if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value)
     if type(value) is dict:
         return {_scrub(k): _scrub(v) for k, v in value.items()}
@@ -117,7 +117,7 @@ def normalize_provider(billing_base_url, billing_provider) -> str:
             return KNOWN_HOSTS[host]
         if host.endswith(".nousresearch.com"):
             return "nous"
-        if host in LOOPBACK_HOSTS:
+        if host in LOOPBACK_HOSTS or host == "hermes":
             return _never_hermes(billing_provider)
         return host
     return _never_hermes(billing_provider)
@@ -466,7 +466,7 @@ def project_session(
         day_num = ts_ms // 86_400_000
         day = day_cache.get(day_num) or day_cache.setdefault(day_num, ms_day(ts_ms))
         content = msg["content"]
-        summary = True if type(content) is str and content.startswith(COMPACT_SUMMARY_PREFIXES) else None
+        summary = True if isinstance(content, str) and content.startswith(COMPACT_SUMMARY_PREFIXES) else None
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
         flags = {}
         if active == 0 or compacted or observed:
@@ -549,11 +549,11 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body."""
     parts = []
     reasoning = msg["reasoning"]
-    if reasoning and type(reasoning) is str:
+    if reasoning and isinstance(reasoning, str):
         parts.append(("reasoning", "thinking", reasoning, None, None, None, None))
     else:
         fallback = msg["reasoning_content"]
-        if fallback and type(fallback) is str and not fallback.isspace():
+        if fallback and isinstance(fallback, str) and not fallback.isspace():
             parts.append(("reasoning", "thinking", fallback, None, None, None, None))
     raw_calls = msg["tool_calls"]
     if raw_calls is not None:
@@ -572,7 +572,7 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
         name = call_names.get(call_id) if call_id else None
         parts.append(("tool_result", "tool_result", "" if text is None else text,
                       name or _nonempty(msg["tool_name"]), call_id, None, call_id))
-    elif content and type(content) is str:
+    elif content and isinstance(content, str):
         if content[0] == "\x00" or "data:" in content or len(content) > OVERSIZED_CHARS:
             content, _ = decode_content(content, tally, scoped, msg["id"])
         parts.append(("text", "text", content, None, None, None, None))
@@ -689,12 +689,12 @@ def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str, now_s: flo
     for msg in bundle.messages:
         append(tuple(msg.values()))
         content = msg["content"]
-        if type(content) is str and (content.startswith(ENVELOPE) or "data:" in content):
+        if isinstance(content, str) and (content.startswith(ENVELOPE) or "data:" in content):
             text, decoded = decode_content(content)
             texts.append(text)
             decoded_json.append(dumps(decoded, normalized=True) if decoded is not None else None)
         else:
-            texts.append(content if type(content) is str else None)
+            texts.append(content if isinstance(content, str) else None)
             decoded_json.append(None)
     if bundle.messages:
         out.runs.append((bundle, day, len(bundle.messages)))

@@ -550,6 +550,7 @@ class StoreReader:
             "FROM sessions s WHERE s.rowid > ? ORDER BY s.rowid LIMIT ?"
         )
         prints: dict[str, SessionPrint] = {}
+        day_names: dict[int, str] = {}
         insane: list[tuple[str, object, object]] = []
         last = -(2**63)
         factory = self._conn.text_factory
@@ -566,7 +567,10 @@ class StoreReader:
                     digest = (zlib.crc32(cells) << 32) | (len(cells) & 0xFFFFFFFF)
                     ms = epoch_ms(row[2])
                     if sane_ms(ms, self.now_s):
-                        prints[sid] = SessionPrint(ms_day(ms), digest)
+                        day = day_names.get(ms // 86_400_000)
+                        if day is None:  # ms_day() per distinct day only: strftime is the slow part
+                            day = day_names[ms // 86_400_000] = ms_day(ms)
+                        prints[sid] = SessionPrint(day, digest)
                     else:
                         prints[sid] = SessionPrint(None, digest)
                         insane.append((sid, raw_id, row[3]))

@@ -8,7 +8,7 @@ from tests.defs.harness import Capture, copy_small, new_capture
 from tests.support.hermes_writer import HermesWriter
 
 #: variables that would leak a developer's real setup into a test
-_CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS")
+_CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS", "HERMES_ASSETS_WORKERS")
 
 
 @pytest.fixture

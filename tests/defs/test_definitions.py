@@ -7,6 +7,7 @@ Definitions are loaded the way ``dagster dev`` loads them: from
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import os
 import subprocess
@@ -202,11 +203,7 @@ def test_unknown_executor_is_a_clear_configuration_error(capture, monkeypatch):
 
 
 def test_k8s_executor_without_dagster_k8s_says_what_to_install(capture, monkeypatch):
-    try:
-        import dagster_k8s  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if importlib.util.find_spec("dagster_k8s") is not None:
         pytest.skip("dagster-k8s is installed: the switch returns the real executor")
     monkeypatch.setenv("HERMES_ASSETS_EXECUTOR", "k8s")
     with pytest.raises(Exception) as info:

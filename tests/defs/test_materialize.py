@@ -30,6 +30,7 @@ from tests.defs.harness import (
     check_results,
     day_path,
     days_on_disk,
+    part_files,
     partition_metadata,
     raw_sid,
     read_all,
@@ -219,6 +220,28 @@ def test_rerun_leaves_byte_identical_files(small):
     for dataset in DATASETS:
         keys = [row_key(r, dataset) for r in read_all(small.warehouse, dataset)]
         assert len(keys) == len(set(keys)), dataset
+
+
+def test_days_without_sessions_get_no_file(small):
+    result = small.materialize("2026-05-30", "2026-06-02")
+    assert result.success
+    for dataset in DATASETS:
+        assert days_on_disk(small.warehouse, dataset) == ["2026-06-01", "2026-06-02"], dataset
+        assert not (small.warehouse / dataset / "day=2026-05-30" / "part-0.parquet").exists()
+    per_day = partition_metadata(result)
+    for dataset in DATASETS:
+        assert per_day[(dataset, "2026-05-30")]["rows_written"] == 0
+        assert per_day[(dataset, "2026-06-01")]["rows_written"] > 0
+
+
+def test_parallel_days_write_the_same_bytes_as_one_worker(small, monkeypatch, tmp_path):
+    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
+    assert small.materialize(FIRST, LAST).success
+    serial = small.files()
+    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "2")
+    monkeypatch.setenv("HERMES_ASSETS_WAREHOUSE", str(tmp_path / "parallel"))
+    assert small.materialize(FIRST, LAST).success
+    assert part_files(tmp_path / "parallel") == serial
 
 
 def test_asset_checks_pass(small):
