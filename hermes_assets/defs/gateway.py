@@ -9,7 +9,6 @@ import os
 import shutil
 
 import dagster as dg
-import pyarrow.parquet as pq
 
 from hermes_assets.defs import capture_steps as steps
 from hermes_assets.defs.assets import COMMON
@@ -60,12 +59,11 @@ def project_rows(
 def write_partitions(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, staged: list
 ) -> dg.MaterializeResult:
-    wh = warehouse.open()
+    state = {"warehouse": warehouse.open().root, "staged": {item["day"]: item for item in staged}}
     results = []
     try:
-        for item in staged:
-            result = wh.write_day(GATEWAY, item["day"], pq.read_table(item["path"]), item["facts"])
-            context.add_asset_metadata(steps.day_metadata(result), partition_key=item["day"])
+        for result in capture.map_days(capture.write_staged_gateway_day, state, [item["day"] for item in staged]):
+            context.add_asset_metadata(steps.day_metadata(result), partition_key=result.day)
             results.append(result)
     finally:
         if staged:

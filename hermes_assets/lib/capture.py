@@ -259,6 +259,12 @@ def write_raw_day(state: dict, day: str) -> dict:
     return {"day": day, "results": results, "rows": {ds: t.num_rows for ds, t in rows.tables.items()}, "tally": rows.tally}
 
 
+def write_staged_gateway_day(state: dict, day: str):
+    """Merge one staged day of canonical rows into its partition file."""
+    item = state["staged"][day]
+    return Warehouse(state["warehouse"]).write_day(GATEWAY, day, pq.read_table(item["path"]), item["facts"])
+
+
 def stage_gateway_day(state: dict, day: str) -> dict:
     """Project one day of canonical rows into a staged file (merged later by the write step)."""
     rows = project_day(state["plan"], day, {GATEWAY}, state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))

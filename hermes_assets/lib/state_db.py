@@ -545,10 +545,8 @@ class StoreReader:
         ):
             inactive = "(SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.active = 0)"
         cols = ", ".join(f's."{n}"' for n in names)
-        sql = (
-            f"SELECT s.rowid, s.id, s.started_at, s.ended_at, {inactive}, {cols} "
-            "FROM sessions s WHERE s.rowid > ? ORDER BY s.rowid LIMIT ?"
-        )
+        sql = f"SELECT s.rowid, {inactive}, {cols} FROM sessions s WHERE s.rowid > ? ORDER BY s.rowid LIMIT ?"
+        i_id, i_started, i_ended = (2 + names.index(n) if n in names else None for n in ("id", "started_at", "ended_at"))
         prints: dict[str, SessionPrint] = {}
         day_names: dict[int, str] = {}
         insane: list[tuple[str, object, object]] = []
@@ -559,13 +557,13 @@ class StoreReader:
             while True:
                 rows = self._query_once(sql, (last, batch))
                 for row in rows:
-                    raw_id = row[1]
+                    raw_id = row[i_id]
                     if isinstance(raw_id, bytes):
                         raw_id = raw_id.decode("utf-8", "replace")
                     sid = str(raw_id)
-                    cells = marshal.dumps(row[4:], 2)  # version 2: no back-references, stable bytes
+                    cells = marshal.dumps(row[1:], 2)  # version 2: no back-references, stable bytes
                     digest = (zlib.crc32(cells) << 32) | (len(cells) & 0xFFFFFFFF)
-                    ms = epoch_ms(row[2])
+                    ms = epoch_ms(row[i_started]) if i_started is not None else None
                     if sane_ms(ms, self.now_s):
                         day = day_names.get(ms // 86_400_000)
                         if day is None:  # ms_day() per distinct day only: strftime is the slow part
@@ -573,7 +571,7 @@ class StoreReader:
                         prints[sid] = SessionPrint(day, digest)
                     else:
                         prints[sid] = SessionPrint(None, digest)
-                        insane.append((sid, raw_id, row[3]))
+                        insane.append((sid, raw_id, row[i_ended] if i_ended is not None else None))
                 if len(rows) < batch:
                     break
                 last = rows[-1][0]
