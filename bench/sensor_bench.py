@@ -55,7 +55,8 @@ def _facts(db: Path) -> dict:
             "sessions": conn.execute("SELECT count(*) FROM sessions").fetchone()[0],
             "messages": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
             "sessions_mb": round(conn.execute(
-                "SELECT sum(length(CAST(system_prompt AS BLOB))) + sum(length(CAST(model_config AS BLOB))) FROM sessions"
+                "SELECT sum(length(CAST(system_prompt AS BLOB))) + sum(length(CAST(model_config AS BLOB))) "
+                "FROM sessions"
             ).fetchone()[0] / 1e6, 1),
             "db_mb": round(db.stat().st_size / 1e6),
         }
@@ -166,7 +167,9 @@ def run(source: Path, work: Path, args) -> dict:
         kinds = {
             "append_message": lambda i: writer.append_message(sid, "user", f"bench message {i}"),
             "set_session_title": lambda i: writer.set_session_title(sid, f"bench title {time.time_ns()}"),
-            "end_or_reopen": lambda i: writer.end_session(sid, "cli_close") if i % 2 == 0 else writer.reopen_session(sid),
+            "end_or_reopen": lambda i: (
+                writer.end_session(sid, "cli_close") if i % 2 == 0 else writer.reopen_session(sid)
+            ),
         }
         change_all = []
         for kind, write in kinds.items():

@@ -46,7 +46,7 @@ def hermes_raw(
     warehouse: HermesWarehouse,
     usage_policy: UsagePolicy,
 ):
-    plan = steps.plan(context, hermes)
+    plan = steps.plan(context, hermes, usage_policy)
     policy_counts = steps.apply_policy(plan, usage_policy)
     state = {
         "plan": plan,

@@ -23,15 +23,15 @@ def partition_days(context) -> list[str]:
     return list(context.partition_keys)
 
 
-def plan(context, hermes: HermesStores) -> CapturePlan:
-    return plan_for_days(partition_days(context), hermes)
+def plan(context, hermes: HermesStores, usage_policy: UsagePolicy) -> CapturePlan:
+    return plan_for_days(partition_days(context), hermes, usage_policy.user_home)
 
 
-def plan_for_days(days: list[str], hermes: HermesStores) -> CapturePlan:
+def plan_for_days(days: list[str], hermes: HermesStores, user_home: str) -> CapturePlan:
     result = capture.plan_capture(
         hermes.stores(),
         days,
-        user_home=UsagePolicy().user_home,
+        user_home=user_home,
         first_day=daily_partitions.get_first_partition_key(),
         last_day=daily_partitions.get_last_partition_key(),
         busy_timeout_ms=hermes.busy_timeout_ms,

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 
 from hermes_assets.defs import capture_steps as steps
 from hermes_assets.defs.partitions import daily_partitions
-from hermes_assets.defs.resources import HermesStores, HermesWarehouse
+from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import schemas
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
@@ -85,8 +85,8 @@ def date_matches_message_created_at(
     description="Sessions whose day lies outside the partition range (or that have no sane time) "
     "are not written: reported here, never silently dropped (SPEC §2).",
 )
-def sessions_within_partition_range(hermes: HermesStores) -> dg.AssetCheckResult:
-    plan = steps.plan_for_days([], hermes)
+def sessions_within_partition_range(hermes: HermesStores, usage_policy: UsagePolicy) -> dg.AssetCheckResult:
+    plan = steps.plan_for_days([], hermes, usage_policy.user_home)
     sample = [{"store": label, "session_id": sid, "day": day} for label, sid, day in plan.out_of_range[:20]]
     return dg.AssetCheckResult(
         passed=not plan.out_of_range,

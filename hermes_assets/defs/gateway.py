@@ -20,8 +20,10 @@ from hermes_assets.lib.warehouse import GATEWAY
 
 
 @dg.op(description="Place every Hermes session on its UTC day; keep those of the run's days.")
-def read_hermes_sessions(context: dg.OpExecutionContext, hermes: HermesStores) -> dg.Output[CapturePlan]:
-    plan = steps.plan(context, hermes)
+def read_hermes_sessions(
+    context: dg.OpExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy
+) -> dg.Output[CapturePlan]:
+    plan = steps.plan(context, hermes, usage_policy)
     return dg.Output(plan, metadata=steps.plan_metadata(plan))
 
 

@@ -160,7 +160,8 @@ def day_prints(prints: dict) -> tuple[dict[str, str], int]:
 
 def run_hash(parts: list[tuple[str, str | None, str]]) -> str:
     """Short hash of ``(store label, day fingerprint or None, files stamp)`` for the stores that changed a day."""
-    text = "\n".join(f"{label}\t{fp or '-'}\t{stamp}" for label, fp, stamp in sorted(parts, key=lambda p: (p[0], p[2])))
+    ordered = sorted(parts, key=lambda p: (p[0], p[2]))
+    text = "\n".join(f"{label}\t{fp or '-'}\t{stamp}" for label, fp, stamp in ordered)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=6).hexdigest()
 
 
@@ -289,7 +290,9 @@ def _scan(store: Store, old: dict | None, new_stores: dict, busy_timeout_ms: int
             max_mid, seq = reader.message_marks()
             replaced = _replaced(old, identity, seq)
             since = None if old is None or replaced else (old.get("max_mid") or 0)
-            new_by_sid = reader.sessions_with_messages_after(since) if since is not None and max_mid is not None and max_mid > since else {}
+            new_by_sid = {}
+            if since is not None and max_mid is not None and max_mid > since:
+                new_by_sid = reader.sessions_with_messages_after(since)
             prints = reader.session_prints()
     except errors.HermesAssetsError as exc:
         log.error("hermes.sensor.store_unreadable", path=store.path, store=store.label,

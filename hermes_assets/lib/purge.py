@@ -44,16 +44,27 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     raw: set[tuple[str, str]] = set()  # (store, sid)
     if session_id:
         canonical.add(session_id if session_id.startswith("hermes-") else "hermes-" + session_id)
+    children: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for day in warehouse.days(SESSIONS):
-        table = warehouse.read(SESSIONS, day, columns=["store", "store_label", "id", "scope_path"])
+        table = warehouse.read(SESSIONS, day, columns=["store", "store_label", "id", "scope_path", "parent_session_id"])
         for row in table.to_pylist():
             scoped = f"{row['store_label']}:{row['id']}" if row["store_label"] else row["id"]
+            if row["parent_session_id"]:
+                children.setdefault((row["store"], row["parent_session_id"]), []).append((row["store"], row["id"], scoped))
             hit = ("hermes-" + scoped) in canonical or (session_id in (row["id"], scoped))
             if scope and row["scope_path"] is not None:
                 hit = hit or _under(pa.chunked_array([[row["scope_path"]]]), scope)[0].as_py()
             if hit:
                 raw.add((row["store"], row["id"]))
                 canonical.add("hermes-" + scoped)
+    # a session's subagents and continuations inherit its class (SPEC §7): purge them too
+    todo = list(raw)
+    while todo:
+        for store, sid, scoped in children.get(todo.pop(), []):
+            if (store, sid) not in raw:
+                raw.add((store, sid))
+                canonical.add("hermes-" + scoped)
+                todo.append((store, sid))
     result = PurgeResult()
 
     def gateway_keep(table: pa.Table):

@@ -127,7 +127,7 @@ class Warehouse:
         facts = list(facts)
         with self.day_lock(dataset, day):
             kept, dropped = self._carry_over(dataset, day, new, facts)
-            table = pa.concat_tables([new, kept]) if kept is not None and kept.num_rows else new
+            table = pa.concat_tables([new, kept.cast(new.schema)]) if kept is not None and kept.num_rows else new
             if not is_sorted(table, sort):
                 table = table.sort_by([(c, "ascending") for c in sort])
             retained = _count_source_deleted(dataset, table)
@@ -290,7 +290,8 @@ def _flag(dataset: str, table: pa.Table, flags: list[bool]) -> pa.Table:
     if dataset != GATEWAY:
         current = table.column("source_deleted").to_pylist()
         values = pa.array([c or f for c, f in zip(current, flags)], pa.bool_())
-        return table.set_column(table.schema.get_field_index("source_deleted"), "source_deleted", values)
+        idx = table.schema.get_field_index("source_deleted")
+        return table.set_column(idx, table.schema.field(idx), values)
     idx = table.schema.get_field_index("attributes")
     attrs = table.column("attributes").to_pylist()
     out = []
@@ -301,7 +302,7 @@ def _flag(dataset: str, table: pa.Table, flags: list[bool]) -> pa.Table:
             text = dumps(value, normalized=True)
         out.append(text)
     typ = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
-    return table.set_column(idx, "attributes", pa.ExtensionArray.from_storage(typ, pa.array(out, pa.string())))
+    return table.set_column(idx, table.schema.field(idx), pa.ExtensionArray.from_storage(typ, pa.array(out, pa.string())))
 
 
 def _count_source_deleted(dataset: str, table: pa.Table) -> int:

@@ -370,9 +370,15 @@ def test_configured_user_home_is_the_channel_scope_home(small, tmp_path):
     assert result.success
     channel_cwds = {r["cwd"] for r in read_all(small.warehouse, GATEWAY) if r["cwd"] and "/.hermes/channels/" in r["cwd"]}
     assert channel_cwds and all(c.startswith(alice + "/") for c in channel_cwds)  # the projection uses alice's home
+    scopes = {r["scope_path"] for r in read_all(small.warehouse, SESSIONS) if r["scope_path"] and "/.hermes/channels/" in r["scope_path"]}
+    assert scopes and all(p.startswith(alice + "/") for p in scopes), (
+        f"hermes_sessions.scope_path of channel sessions is not under the configured user_home {alice}: {sorted(scopes)[:3]}"
+    )
     sessions = store_sessions(small.store)
     ignored = with_descendants(sessions, {s for s, v in sessions.items() if v["source"] == "telegram"})
-    assert _policy_md(result)["ignored"] == len(ignored)
+    assert _policy_md(result)["ignored"] == len(ignored), (
+        f"the policy was resolved on channel scopes of another home than the configured user_home {alice}"
+    )
     for dataset in DATASETS:
         assert not ignored & sids_in(small.warehouse, dataset), dataset
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,5 @@ def dagster_env(installation) -> dict[str, str]:
 
 
 def dagster_bin() -> str:
-    import sys
-
+    """The ``dagster`` CLI of the venv running the tests."""
     return str(Path(sys.executable).with_name("dagster"))

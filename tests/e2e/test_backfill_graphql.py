@@ -200,7 +200,7 @@ class DagsterDev:
         except ProcessLookupError:
             pgid = None
         if pgid is not None:
-            for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            for sig, wait_s in ((signal.SIGTERM, 8), (signal.SIGKILL, 10)):
                 try:
                     os.killpg(pgid, sig)
                 except ProcessLookupError:

@@ -57,7 +57,8 @@ def main() -> None:
             db.update_token_counts(sid, input_tokens=100 + turn, output_tokens=20 + turn,
                                    model="anthropic/claude-sonnet-4.6", billing_provider="openrouter",
                                    billing_base_url="https://openrouter.ai/api/v1", api_call_count=1)
-        mid = db.append_message(sid, role, f"{role} turn {turn}", finish_reason="stop" if role == "assistant" else None)
+        finish = "stop" if role == "assistant" else None
+        mid = db.append_message(sid, role, f"{role} turn {turn}", finish_reason=finish)
         emit(op="append_message", session_id=sid, mid=mid, role=role)
         if not ended and time.time() > stop_at - args.duration / 2 and len(sessions) > 1:
             db.end_session(sessions[0], "cli_close")

@@ -56,7 +56,8 @@ def test_messages_written_without_touching_the_session_are_seen_by_mid(tmp_path)
     with HermesWriter(db, home=tmp_path / "home") as w:
         before = w.query("SELECT * FROM sessions WHERE id = 'a'")
         w.raw_sql(
-            "INSERT INTO messages (session_id, role, content, timestamp, active) VALUES ('a', 'user', 'imported', ?, 1)",
+            "INSERT INTO messages (session_id, role, content, timestamp, active) "
+            "VALUES ('a', 'user', 'imported', ?, 1)",
             (START_S + 60,),
         )
         assert w.query("SELECT * FROM sessions WHERE id = 'a'") == before

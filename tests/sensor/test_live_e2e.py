@@ -217,12 +217,12 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
     selection = ["--partition", days[0]] if len(days) == 1 else ["--partition-range", f"{days[0]}...{days[-1]}"]
     backfill_home = tmp_path / "dagster_home_backfill"
     copy_instance_config(backfill_home)
-    done = subprocess.run(
-        [str(DAGSTER), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", *selection],
-        env=project_env(DAGSTER_HOME=backfill_home, HERMES_ASSETS_WAREHOUSE=backfill_wh, **settings),
-        cwd=REPO, capture_output=True, text=True, timeout=180, start_new_session=True,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    cli_log = tmp_path / "backfill.log"
+    cli = start([str(DAGSTER), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", *selection],
+                project_env(DAGSTER_HOME=backfill_home, HERMES_ASSETS_WAREHOUSE=backfill_wh, **settings),
+                cli_log, cwd=REPO)
+    processes.append(cli)
+    assert cli.wait(timeout=180) == 0, cli_log.read_text()[-4000:]
     live, fresh = _parquet_files(warehouse), _parquet_files(backfill_wh)
     assert set(live) == set(fresh)
     assert [name for name in live if live[name] != fresh[name]] == []
@@ -240,8 +240,9 @@ def _materialize(days: list[str], hermes: HermesStores, warehouse: Path, policy_
         "usage_policy": UsagePolicy(list_path=str(policy_list), user_home=str(policy_list.parent)),
     }
     tags = {"dagster/asset_partition_range_start": days[0], "dagster/asset_partition_range_end": days[-1]}
-    result = dg.materialize([hermes_raw, ai_gateway_messages_hermes], resources=resources, instance=instance,
-                            tags=tags)
+    result = dg.materialize(
+        [hermes_raw, ai_gateway_messages_hermes], resources=resources, instance=instance, tags=tags
+    )
     assert result.success
 
 
@@ -264,7 +265,8 @@ def _check_consistent(warehouse: Path) -> set[tuple[str, int]]:
 def _live_rows(table, dataset: str):
     """Rows of a table that are not source_deleted (retained rows are live-only by design, D13)."""
     if dataset == GATEWAY:
-        flags = [bool(json.loads(a).get("hermes", {}).get("source_deleted")) for a in table.column("attributes").to_pylist()]
+        attributes = table.column("attributes").to_pylist()
+        flags = [bool(json.loads(a).get("hermes", {}).get("source_deleted")) for a in attributes]
         return table.filter(pc.invert(pa.array(flags, pa.bool_())))
     return table.filter(pc.invert(table.column("source_deleted")))
 
