@@ -521,31 +521,37 @@ def _purge(cap, instance, **config):
 
 
 def test_purge_job_removes_a_scope_and_a_session_everywhere(small):
+    """Purge by scope, then by session id: every row of the matched sessions and of
+    their descendants (which inherit the class, SPEC §7) goes from all three
+    datasets; the op reports what it removed; nothing else is touched."""
     instance = dg.DagsterInstance.ephemeral()
     assert small.materialize(FIRST, LAST, instance=instance).success
     sessions = store_sessions(small.store)
-    telegram = channel_scope("telegram")
-    scoped = {s for s, v in sessions.items() if v["source"] == "telegram"}
+
+    def purged_by(md: dict, gone: set[str], before: dict) -> None:
+        for dataset in DATASETS:
+            after = read_all(small.warehouse, dataset)
+            assert not gone & {raw_sid(r, dataset) for r in after}, dataset
+            assert md["rows_removed"][dataset] == len(before[dataset]) - len(after), dataset
+            assert md["rows_removed"][dataset] == sum(1 for r in before[dataset] if raw_sid(r, dataset) in gone)
+            days = sorted({r["_day"] for r in before[dataset] if raw_sid(r, dataset) in gone})
+            assert sorted(md["days"][dataset]) == days and md["days_rewritten"][dataset] == len(days), dataset
+
+    telegram = with_descendants(sessions, {s for s, v in sessions.items() if v["source"] == "telegram"})
     before = {d: read_all(small.warehouse, d) for d in DATASETS}
+    md = _purge(small, instance, scope=channel_scope("telegram"))
+    purged_by(md, telegram, before)
+    assert md["sessions_matched"] == len(telegram)
 
-    md = _purge(small, instance, scope=telegram)
-    for dataset in DATASETS:
-        after = read_all(small.warehouse, dataset)
-        assert not scoped & {raw_sid(r, dataset) for r in after}, dataset
-        assert md["rows_removed"][dataset] == len(before[dataset]) - len(after)
-        assert md["rows_removed"][dataset] == sum(1 for r in before[dataset] if raw_sid(r, dataset) in scoped)
-    assert md["sessions_matched"] >= len(scoped)
-
-    victim = "20260607_124243_712ecb"  # a cli session in /home/dev/notes
+    victim = "20260607_124243_712ecb"  # a cli session in /home/dev/notes, with a chain of two children
+    gone = with_descendants(sessions, {victim})
+    assert len(gone) == 3
+    before = {d: read_all(small.warehouse, d) for d in DATASETS}
     md = _purge(small, instance, session_id=victim)
-    for dataset in DATASETS:
-        assert victim not in sids_in(small.warehouse, dataset), dataset
-        assert md["rows_removed"][dataset] > 0
-        assert md["days_rewritten"][dataset] == 1
+    purged_by(md, gone, before)
     assert md["days"][GATEWAY] == ["2026-06-07"]
     # everything else is still there
-    others = set(sessions) - scoped - {victim}
-    assert others == sids_in(small.warehouse, SESSIONS)
+    assert sids_in(small.warehouse, SESSIONS) == set(sessions) - telegram - gone
 
     # purging again finds nothing and changes no file
     files = small.files()
