@@ -48,6 +48,7 @@ def project_rows(
         "plan": plan,
         "ctx": usage_policy.projection_context(),
         "staging": staging,
+        "warehouse": warehouse.open().root,
         "busy_timeout_ms": hermes.busy_timeout_ms,
     }
     staged = []

@@ -23,7 +23,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from hermes_assets.lib import errors, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally
@@ -262,12 +261,13 @@ def write_raw_day(state: dict, day: str) -> dict:
 def write_staged_gateway_day(state: dict, day: str):
     """Merge one staged day of canonical rows into its partition file."""
     item = state["staged"][day]
-    return Warehouse(state["warehouse"]).write_day(GATEWAY, day, pq.read_table(item["path"]), item["facts"])
+    return Warehouse(state["warehouse"]).write_staged_day(GATEWAY, day, item["path"], item["facts"])
 
 
 def stage_gateway_day(state: dict, day: str) -> dict:
     """Project one day of canonical rows into a staged file (merged later by the write step)."""
     rows = project_day(state["plan"], day, {GATEWAY}, state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
     path = os.path.join(state["staging"], f"{day}.parquet.staged")
-    pq.write_table(rows.tables[GATEWAY], path, compression="none")
+    with open(path, "wb") as f:
+        f.write(memoryview(Warehouse(state["warehouse"]).encode(GATEWAY, rows.tables[GATEWAY])))
     return {"day": day, "path": path, "mids": rows.mids(), "rows": {GATEWAY: rows.tables[GATEWAY].num_rows}, "tally": rows.tally}

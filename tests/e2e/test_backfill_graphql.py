@@ -80,7 +80,8 @@ SENSORS_Q = """
 query {
   repositoriesOrError {
     __typename
-    ... on RepositoryConnection { nodes { name location { name } sensors { id name sensorState { status } } } }
+    ... on RepositoryConnection { nodes { name location { name }
+        sensors { id name sensorState { status ticks(limit: 5) { status } } } } }
     ... on PythonError { message }
   }
 }"""
@@ -183,10 +184,22 @@ class DagsterDev:
         assert repos["__typename"] == "RepositoryConnection", repos
         return [s for r in repos["nodes"] for s in r["sensors"] if s["sensorState"]["status"] == "RUNNING"]
 
-    def stop_sensors(self) -> list[str]:
-        """Turn every running sensor off, as the UI's toggle does; returns their names."""
+    def settle_and_stop_sensors(self, timeout_s: float = 60) -> list[str]:
+        """Let every running sensor finish its first tick, then turn it off as the UI's
+        toggle does; returns their names. (A tick already started when the sensor is
+        stopped would still evaluate: waiting for it closes that race.)"""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._alive()
+            running = self.running_sensors()
+            ticks = [[t["status"] for t in s["sensorState"]["ticks"]] for s in running]
+            if all(t and "STARTED" not in t for t in ticks):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"sensors never finished a first tick: {running}\n{self.log_tail()}")
+            time.sleep(0.5)
         stopped = []
-        for sensor in self.running_sensors():
+        for sensor in running:
             result = self.graphql(STOP_SENSOR_M, {"id": sensor["id"]})["stopSensor"]
             assert result["__typename"] == "StopSensorMutationResult", result
             assert result["instigationState"]["status"] == "STOPPED", result
@@ -224,7 +237,8 @@ def dagster_dev(dagster_env, installation):
 
     The store arrives only once the sensors are off (the watermark sensor is on by
     default and would race the backfill with one run per day); until then the
-    Hermes home is empty and the sensor has nothing to request (SPEC R9).
+    Hermes home is empty, so the sensor's first tick skips (SPEC R9), and with a
+    one-hour interval there is no second tick before it is stopped.
     """
     aside = installation.root / "store-aside.db"
     shutil.move(installation.store, aside)
@@ -232,7 +246,7 @@ def dagster_dev(dagster_env, installation):
     dev = DagsterDev(env, installation.root / "dagster-dev.log")
     try:
         dev.wait_ready()
-        dev.stop_sensors()
+        dev.settle_and_stop_sensors()
         shutil.move(aside, installation.store)
         yield dev
     finally:
