@@ -48,19 +48,20 @@ def hermes_raw(
 ):
     plan = steps.plan(context, hermes, usage_policy)
     policy_counts = steps.apply_policy(plan, usage_policy)
-    state = {
-        "plan": plan,
-        "ctx": usage_policy.projection_context(),
-        "warehouse": warehouse.open().root,
-        "busy_timeout_ms": hermes.busy_timeout_ms,
-    }
-    written = {SESSIONS: [], MESSAGES: []}
-    days = []
-    for done in capture.map_days(capture.write_raw_day, state, plan.days):
-        for dataset, result in done["results"].items():
-            context.add_asset_metadata(steps.day_metadata(result), asset_key=dataset, partition_key=done["day"])
-            written[dataset].append(result)
-        days.append(done)
+    root = warehouse.open().root
+    days, written = capture.capture_days(
+        plan,
+        (SESSIONS, MESSAGES),
+        usage_policy.projection_context(),
+        warehouse=root,
+        staging=steps.staging_dir(root, context.run_id, "raw"),
+        busy_timeout_ms=hermes.busy_timeout_ms,
+    )
+    results = {SESSIONS: [], MESSAGES: []}
+    for per_dataset in written:
+        for dataset, result in per_dataset.items():
+            context.add_asset_metadata(steps.day_metadata(result), asset_key=dataset, partition_key=result.day)
+            results[dataset].append(result)
     for dataset in (SESSIONS, MESSAGES):
         yield dg.MaterializeResult(
             asset_key=dataset,
@@ -68,6 +69,6 @@ def hermes_raw(
                 **steps.plan_metadata(plan),
                 **{f"policy_{k}": v for k, v in policy_counts.items()},
                 **steps.projection_metadata(days, dataset),
-                **steps.totals(written[dataset]),
+                **steps.totals(results[dataset]),
             },
         )

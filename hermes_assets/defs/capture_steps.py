@@ -6,6 +6,8 @@ report the same counts in the same words.
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 from hermes_assets.defs.partitions import daily_partitions
@@ -16,6 +18,11 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.warehouse import WriteResult
 
 log = get_logger()
+
+
+def staging_dir(warehouse_root: str, run_id: str, name: str) -> str:
+    """Where a run stages its days before putting them in place (removed after)."""
+    return os.path.join(warehouse_root, ".staging", f"{run_id}.{name}")
 
 
 def partition_days(context) -> list[str]:

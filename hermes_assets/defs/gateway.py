@@ -33,7 +33,8 @@ def apply_usage_policy(context: dg.OpExecutionContext, usage_policy: UsagePolicy
     return dg.Output(plan, metadata=counts)
 
 
-@dg.op(description="Project each day's kept sessions into canonical rows (staged, one day at a time).")
+@dg.op(description="Project each day's kept sessions into canonical rows, staged one day at a time "
+       "(days in parallel); nothing is in place until the write step.")
 def project_rows(
     context: dg.OpExecutionContext,
     hermes: HermesStores,
@@ -41,21 +42,28 @@ def project_rows(
     usage_policy: UsagePolicy,
     plan: CapturePlan,
 ) -> dg.Output[list]:
-    staged_days: list[dict] = []
-    staging = os.path.join(warehouse.open().root, ".staging", context.run_id)
+    root = warehouse.open().root
+    staging = steps.staging_dir(root, context.run_id, GATEWAY)
     os.makedirs(staging, exist_ok=True)
     state = {
         "plan": plan,
         "ctx": usage_policy.projection_context(),
+        "datasets": (GATEWAY,),
+        "warehouse": root,
         "staging": staging,
-        "warehouse": warehouse.open().root,
         "busy_timeout_ms": hermes.busy_timeout_ms,
     }
-    staged = []
-    for done in capture.map_days(capture.stage_gateway_day, state, plan.days):
-        staged.append({"day": done["day"], "path": done["path"], "facts": capture.facts_for_day(plan, done["day"], done["mids"])})
-        staged_days.append(done)
-    return dg.Output(staged, metadata=steps.projection_metadata(staged_days, GATEWAY))
+    try:
+        staged = list(capture.map_days(capture.stage_day, state, plan.days))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for item in staged:
+        item["facts"] = capture.facts_for_day(plan, item["day"], item.pop("mids"))
+    metadata = steps.projection_metadata(staged, GATEWAY)
+    for item in staged:
+        item.pop("tally")
+    return dg.Output(staged, metadata=metadata)
 
 
 @dg.op(description="Merge each staged day into its partition file, atomically, under the day's lock.")
@@ -65,12 +73,13 @@ def write_partitions(
     state = {"warehouse": warehouse.open().root, "staged": {item["day"]: item for item in staged}}
     results = []
     try:
-        for result in capture.map_days(capture.write_staged_gateway_day, state, [item["day"] for item in staged]):
+        for per_dataset in capture.map_days(capture.write_staged_day, state, [item["day"] for item in staged]):
+            result = per_dataset[GATEWAY]
             context.add_asset_metadata(steps.day_metadata(result), partition_key=result.day)
             results.append(result)
     finally:
         if staged:
-            shutil.rmtree(os.path.dirname(staged[0]["path"]), ignore_errors=True)
+            shutil.rmtree(os.path.dirname(staged[0]["paths"][GATEWAY]), ignore_errors=True)
     return dg.MaterializeResult(metadata=steps.totals(results))
 
 

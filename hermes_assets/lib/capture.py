@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import shutil
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -250,24 +251,48 @@ def map_days(fn, state: dict, days: list[str], workers: int | None = None):
 # --------------------------------------------------------------------------
 
 
-def write_raw_day(state: dict, day: str) -> dict:
-    """Build and write one day of ``hermes_sessions`` and ``hermes_messages``."""
-    rows = project_day(state["plan"], day, {SESSIONS, MESSAGES}, state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
+def stage_day(state: dict, day: str) -> dict:
+    """Build one day of ``state["datasets"]`` into staged files: the exact bytes of
+    each partition file, beside the warehouse, not yet in place.
+
+    Staging every day before writing any means a store-level failure (busy,
+    corrupt) part-way through a range changes no partition file (SPEC §9).
+    """
+    datasets = state["datasets"]
+    rows = project_day(state["plan"], day, set(datasets), state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
     warehouse = Warehouse(state["warehouse"])
-    results = {ds: warehouse.write_day(ds, day, rows.tables[ds], rows.facts) for ds in (SESSIONS, MESSAGES)}
-    return {"day": day, "results": results, "rows": {ds: t.num_rows for ds, t in rows.tables.items()}, "tally": rows.tally}
+    paths = {}
+    for dataset in datasets:
+        paths[dataset] = os.path.join(state["staging"], f"{dataset}.{day}.staged")
+        with open(paths[dataset], "wb") as f:
+            f.write(memoryview(warehouse.encode(dataset, rows.tables[dataset])))
+    return {"day": day, "paths": paths, "mids": rows.mids(), "tally": rows.tally,
+            "rows": {ds: t.num_rows for ds, t in rows.tables.items()}}
 
 
-def write_staged_gateway_day(state: dict, day: str):
-    """Merge one staged day of canonical rows into its partition file."""
+def write_staged_day(state: dict, day: str) -> dict:
+    """Put one staged day in place, dataset by dataset (merge, atomic replace)."""
     item = state["staged"][day]
-    return Warehouse(state["warehouse"]).write_staged_day(GATEWAY, day, item["path"], item["facts"])
+    warehouse = Warehouse(state["warehouse"])
+    return {ds: warehouse.write_staged_day(ds, day, path, item["facts"]) for ds, path in item["paths"].items()}
 
 
-def stage_gateway_day(state: dict, day: str) -> dict:
-    """Project one day of canonical rows into a staged file (merged later by the write step)."""
-    rows = project_day(state["plan"], day, {GATEWAY}, state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
-    path = os.path.join(state["staging"], f"{day}.parquet.staged")
-    with open(path, "wb") as f:
-        f.write(memoryview(Warehouse(state["warehouse"]).encode(GATEWAY, rows.tables[GATEWAY])))
-    return {"day": day, "path": path, "mids": rows.mids(), "rows": {GATEWAY: rows.tables[GATEWAY].num_rows}, "tally": rows.tally}
+def capture_days(plan: CapturePlan, datasets: tuple[str, ...], ctx: projection.ProjectionContext, *,
+                 warehouse: str, staging: str, busy_timeout_ms: int | None = None):
+    """Stage every day of ``plan`` (in parallel), then write them.
+
+    Returns ``(staged, written)``: per day the projection figures (rows, tally)
+    and per day the :class:`WriteResult` of each dataset.
+    """
+    os.makedirs(staging, exist_ok=True)
+    try:
+        state = {"plan": plan, "ctx": ctx, "datasets": datasets, "warehouse": warehouse,
+                 "staging": staging, "busy_timeout_ms": busy_timeout_ms}
+        staged = list(map_days(stage_day, state, plan.days))
+        for item in staged:
+            item["facts"] = facts_for_day(plan, item["day"], item.pop("mids"))
+        write_state = {"warehouse": warehouse, "staged": {item["day"]: item for item in staged}}
+        written = list(map_days(write_staged_day, write_state, plan.days))
+        return staged, written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
