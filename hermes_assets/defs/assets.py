@@ -54,7 +54,7 @@ def hermes_raw(
         (SESSIONS, MESSAGES),
         usage_policy.projection_context(),
         warehouse=root,
-        staging=steps.staging_dir(root, context.run_id, "raw"),
+        staging=steps.staging_dir(root, context.run.run_id, "raw"),
         busy_timeout_ms=hermes.busy_timeout_ms,
     )
     results = {SESSIONS: [], MESSAGES: []}

@@ -7,6 +7,8 @@ report the same counts in the same words.
 from __future__ import annotations
 
 import os
+import shutil
+import time
 
 import dagster as dg
 
@@ -20,9 +22,23 @@ from hermes_assets.lib.warehouse import WriteResult
 log = get_logger()
 
 
+STALE_STAGING_S = 6 * 3600
+
+
 def staging_dir(warehouse_root: str, run_id: str, name: str) -> str:
-    """Where a run stages its days before putting them in place (removed after)."""
-    return os.path.join(warehouse_root, ".staging", f"{run_id}.{name}")
+    """Where a run stages its days before putting them in place (removed after).
+
+    A run killed mid-way (kill -9, power loss) leaves its staging folder: any
+    older than ``STALE_STAGING_S`` is removed here. Staged files are never read
+    as data: the datasets' globs only match ``day=*/part-0.parquet``.
+    """
+    base = os.path.join(warehouse_root, ".staging")
+    if os.path.isdir(base):
+        cutoff = time.time() - STALE_STAGING_S
+        for entry in os.scandir(base):
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)
+    return os.path.join(base, f"{run_id}.{name}")
 
 
 def partition_days(context) -> list[str]:
