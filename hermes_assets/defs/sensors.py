@@ -28,14 +28,16 @@ TRIGGER_TAG = {"hermes/trigger": "sensor"}
     "otherwise one run per UTC day whose sessions or messages changed (SPEC §8).",
 )
 def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStores):
+    stores = hermes.stores()
     plan = changes.plan_tick(
-        hermes.stores(),
+        stores,
         context.cursor,
         is_partition=daily_partitions.has_partition_key,
         busy_timeout_ms=hermes.busy_timeout_ms,
     )
     log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **plan.counts())
     cursor = plan.cursor_json
+    reason = plan.skip_reason if stores else _no_store_reason(hermes)
     if plan.requests:
         return dg.SensorResult(
             run_requests=[
@@ -44,5 +46,14 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
             cursor=cursor,
         )
     if cursor != (context.cursor or ""):
-        return dg.SensorResult(skip_reason=plan.skip_reason, cursor=cursor)
-    return dg.SkipReason(plan.skip_reason)
+        return dg.SensorResult(skip_reason=reason, cursor=cursor)
+    return dg.SkipReason(reason)
+
+
+def _no_store_reason(hermes: HermesStores) -> str:
+    """Skip reason when discovery found no store at all (e.g. an empty HERMES_STATE_DB folder)."""
+    where = hermes.state_db or settings.env("HERMES_STATE_DB")
+    if where:
+        return f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
+    return "no Hermes store found"
+

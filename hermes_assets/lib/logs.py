@@ -2,8 +2,15 @@
 
 Event names are ``hermes.<area>.<event>``; fields are ids and counts
 (``session_id``, ``day``, ``rows``, ``error_kind``), never message content.
-``HERMES_ASSETS_LOG_FORMAT`` picks ``json`` or ``console`` (default: console on
-a terminal, else JSON lines).
+``HERMES_ASSETS_LOG_FORMAT`` picks ``json`` (one JSON object per line) or
+``console`` (default: console on a terminal, else JSON lines). Lines go to the
+process's *current* ``sys.stderr`` unless :func:`configure` is given a stream.
+
+Sinks: the Dagster shell registers a callable with :func:`add_sink` that
+receives ``(level, event, fields)`` for every event, so the same events also
+reach Dagster's run log (``hermes_assets/defs/run_log.py``). A binder added
+with :func:`add_binder` returns fields to add to every event (the run and op
+an event was logged in). This module knows nothing of Dagster.
 """
 
 from __future__ import annotations
@@ -11,40 +18,117 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Callable
 
 import structlog
 
+FORMATS = ("json", "console")
+
+#: ``sink(level, event, fields)``; called for every event that passes the level filter
+Sink = Callable[[str, str, dict], None]
+
 _configured = False
+_stream = None  # None: whatever sys.stderr is at the time of each write
+_sinks: list[Sink] = []
+_binders: list[Callable[[], dict]] = []
+
+
+def resolve_format(fmt: str | None = None, stream=None) -> str:
+    """``fmt``, else ``HERMES_ASSETS_LOG_FORMAT``, else console on a terminal and JSON otherwise."""
+    fmt = (fmt or os.environ.get("HERMES_ASSETS_LOG_FORMAT", "")).strip().lower()
+    if fmt in FORMATS:
+        return fmt
+    target = stream if stream is not None else sys.stderr
+    return "console" if getattr(target, "isatty", lambda: False)() else "json"
 
 
 def configure(fmt: str | None = None, stream=None) -> None:
-    """Configure structlog once per process (idempotent unless ``fmt`` is given)."""
-    global _configured
-    if _configured and fmt is None:
+    """Configure structlog once per process (again whenever ``fmt`` or ``stream`` is given)."""
+    global _configured, _stream
+    if _configured and fmt is None and stream is None:
         return
-    stream = stream or sys.stderr
-    fmt = fmt or os.environ.get("HERMES_ASSETS_LOG_FORMAT") or (
-        "console" if getattr(stream, "isatty", lambda: False)() else "json"
-    )
+    _stream = stream
+    chosen = resolve_format(fmt, stream)
     renderer = (
         structlog.dev.ConsoleRenderer(colors=False)
-        if fmt == "console"
-        else structlog.processors.JSONRenderer(ensure_ascii=False)
+        if chosen == "console"
+        else structlog.processors.JSONRenderer(ensure_ascii=False, default=str)
     )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
+            _bind,
+            _to_sinks,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=_logger_factory,
         cache_logger_on_first_use=False,
     )
     _configured = True
+    bad = os.environ.get("HERMES_ASSETS_LOG_FORMAT", "").strip()
+    if fmt is None and bad and bad.lower() not in FORMATS:
+        get_logger().warning("hermes.logs.unknown_format", value=bad, used=chosen, expected=list(FORMATS))
 
 
 def get_logger(**initial):
     configure()
     return structlog.get_logger(**initial)
+
+
+def add_sink(sink: Sink) -> None:
+    """Also hand every event to ``sink`` (idempotent)."""
+    if sink not in _sinks:
+        _sinks.append(sink)
+
+
+def remove_sink(sink: Sink) -> None:
+    if sink in _sinks:
+        _sinks.remove(sink)
+
+
+def add_binder(binder: Callable[[], dict]) -> None:
+    """Add the fields ``binder()`` returns to every event (fields the caller set win)."""
+    if binder not in _binders:
+        _binders.append(binder)
+
+
+def remove_binder(binder: Callable[[], dict]) -> None:
+    if binder in _binders:
+        _binders.remove(binder)
+
+
+# --------------------------------------------------------------------------
+# processors
+# --------------------------------------------------------------------------
+
+
+def _logger_factory(*_args):
+    return structlog.PrintLogger(file=_stream if _stream is not None else sys.stderr)
+
+
+def _bind(_logger, _method, event_dict: dict) -> dict:
+    for binder in _binders:
+        try:
+            extra = binder()
+        except Exception:  # a broken binder must never cost the event
+            continue
+        for key, value in extra.items():
+            event_dict.setdefault(key, value)
+    return event_dict
+
+
+def _to_sinks(_logger, method: str, event_dict: dict) -> dict:
+    if _sinks:
+        event = str(event_dict.get("event", ""))
+        level = str(event_dict.get("level", method))
+        fields = {k: v for k, v in event_dict.items() if k not in ("event", "level")}
+        for sink in list(_sinks):
+            try:
+                sink(level, event, fields)
+            except Exception:  # a sink (e.g. a closed run log) must never cost the event
+                pass
+    return event_dict

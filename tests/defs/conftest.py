@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dagster as dg
 import pytest
 
 from tests.defs.harness import Capture, copy_small, new_capture
@@ -37,3 +38,10 @@ def writer(capture):
         yield w
     finally:
         w.close()
+
+
+@pytest.fixture
+def instance():
+    """An ephemeral Dagster instance shared by the runs of one test (disposed after)."""
+    with dg.DagsterInstance.ephemeral() as inst:
+        yield inst

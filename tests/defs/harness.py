@@ -236,8 +236,12 @@ class Capture:
         the days ``start..end``, in process."""
         defs = defs or self.defs()
         job = defs.resolve_implicit_global_asset_job_def()
+        if instance is None:
+            with dg.DagsterInstance.ephemeral() as own:
+                return self.materialize(start, end, instance=own, defs=defs, raise_on_error=raise_on_error,
+                                        select=select)
         return job.execute_in_process(
-            instance=instance or dg.DagsterInstance.ephemeral(),
+            instance=instance,
             tags={RANGE_START: start, RANGE_END: end or start},
             raise_on_error=raise_on_error,
             asset_selection=[dg.AssetKey(name) for name in select] if select else None,

@@ -206,8 +206,7 @@ def test_op_metadata_reports_policy_projection_and_error_counts(small):
         }
 
 
-def test_rerun_leaves_byte_identical_files(small):
-    instance = dg.DagsterInstance.ephemeral()
+def test_rerun_leaves_byte_identical_files(small, instance):
     assert small.materialize(FIRST, LAST, instance=instance).success
     first = small.files()
     assert len(first) == 3 * len(SMALL_DAYS)
@@ -399,11 +398,10 @@ def _retention_scenario(w) -> None:
 
 
 @pytest.mark.parametrize("datasets", [(GATEWAY,), (SESSIONS, MESSAGES)], ids=["gateway", "raw"])
-def test_rows_whose_source_vanished_are_kept_flagged_source_deleted(capture, writer, datasets):
+def test_rows_whose_source_vanished_are_kept_flagged_source_deleted(capture, writer, datasets, instance):
     """delete_session and replace_messages (/retry) by the real writer, then a
     re-materialization: the old rows stay, flagged, beside the new ones (D13)."""
     _retention_scenario(writer)
-    instance = dg.DagsterInstance.ephemeral()
     assert capture.materialize(DAY1, instance=instance, select=datasets).success
     first = {d: {row_key(r, d): r for r in read_all(capture.warehouse, d)} for d in datasets}
     old_retry_mids = set(writer.mids("s-retry"))
@@ -520,11 +518,10 @@ def _purge(cap, instance, **config):
     return md
 
 
-def test_purge_job_removes_a_scope_and_a_session_everywhere(small):
+def test_purge_job_removes_a_scope_and_a_session_everywhere(small, instance):
     """Purge by scope, then by session id: every row of the matched sessions and of
     their descendants (which inherit the class, SPEC §7) goes from all three
     datasets; the op reports what it removed; nothing else is touched."""
-    instance = dg.DagsterInstance.ephemeral()
     assert small.materialize(FIRST, LAST, instance=instance).success
     sessions = store_sessions(small.store)
 
@@ -560,20 +557,19 @@ def test_purge_job_removes_a_scope_and_a_session_everywhere(small):
     assert small.files() == files
 
 
-def test_purge_job_without_scope_or_session_fails_clearly(small):
+def test_purge_job_without_scope_or_session_fails_clearly(small, instance):
     job = small.defs().resolve_job_def("purge_job")
     result = job.execute_in_process(run_config={"ops": {"purge_scope": {"config": {}}}}, raise_on_error=False,
-                                    instance=dg.DagsterInstance.ephemeral())
+                                    instance=instance)
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "scope" in failure.event_specific_data.error.message and "session_id" in failure.event_specific_data.error.message
 
 
-def test_purge_of_a_scope_matches_what_policy_ignore_leaves(small, tmp_path):
+def test_purge_of_a_scope_matches_what_policy_ignore_leaves(small, tmp_path, instance):
     """Purging a scope that became ``ignore`` leaves exactly the rows a fresh
     capture under that policy writes: subagents of its sessions are ignored too
     (SPEC §7: a session's class is the most restrictive of its ancestors')."""
-    instance = dg.DagsterInstance.ephemeral()
     assert small.materialize(FIRST, LAST, instance=instance).success
     _purge(small, instance, scope=HINSIGHTS)
     purged = {d: {row_key(r, d) for r in read_all(small.warehouse, d)} for d in DATASETS}

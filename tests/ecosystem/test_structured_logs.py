@@ -1,0 +1,156 @@
+"""Structured logs (issue 7, item 2): structlog JSON lines, also in Dagster's run log.
+
+Every event is one JSON object per line named ``hermes.<area>.<event>`` with
+ids and counts (``session_id``, ``day``, ``rows``, ``error_kind``), never
+message content. Inside a run each event also carries ``run_id`` and ``op``
+and is written to that step's Dagster log (``defs/run_log.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from hermes_assets.lib import errors, logs
+from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path
+from tests.ecosystem.conftest import captured_logs, parse_json_lines
+from tests.sensor.harness import SensorDriver
+
+GATEWAY_OP = "ai_gateway_messages_hermes.{}"
+#: the event each op prints once per run (write steps print one per day and dataset instead)
+ONCE_PER_OP = {
+    "hermes_raw": ["hermes.op.read_sessions", "hermes.op.apply_usage_policy"],
+    GATEWAY_OP.format("read_hermes_sessions"): ["hermes.op.read_sessions"],
+    GATEWAY_OP.format("apply_usage_policy"): ["hermes.op.apply_usage_policy"],
+}
+PER_DAY = {"hermes_raw": ("hermes_sessions", "hermes_messages"),
+           GATEWAY_OP.format("write_partitions"): ("ai_gateway_messages_hermes",)}
+ERROR_KINDS = {v for k, v in vars(errors).items() if k.isupper() and isinstance(v, str)} | {
+    c.error_kind for c in vars(errors).values() if isinstance(c, type) and hasattr(c, "error_kind")
+}
+#: fields whose values may be text of the user's; none may appear in an event
+CONTENT_FIELDS = {"content", "content_text", "text", "system_prompt", "title", "reasoning", "tool_args"}
+
+
+def _step_keys(result) -> set[str]:
+    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
+
+
+def test_every_line_is_a_json_event_with_ids_and_counts(small_capture):
+    events = small_capture.events()
+    assert events, "no log line at all"
+    for e in events:
+        assert e["event"].startswith("hermes."), e
+        assert e["level"] in {"debug", "info", "warning", "error", "critical"}, e
+        assert e["timestamp"].endswith("Z"), e
+        assert not CONTENT_FIELDS & set(e), e
+        if "error_kind" in e:
+            assert e["error_kind"] in ERROR_KINDS, e
+        if "day" in e and e["day"] is not None:
+            assert e["day"] in SMALL_DAYS, e
+    # the cell errors of the fixture's two raw-SQL corruptions: kind and ids, no content
+    bad = [e for e in events if e["event"] == "hermes.project.bad_cell"]
+    assert bad and all({"error_kind", "session_id"} <= set(e) for e in bad), bad
+
+
+def test_one_event_per_op_carrying_its_run_and_op(small_capture):
+    run_id = small_capture.result.run_id
+    events = small_capture.events()
+    in_run = [e for e in events if e.get("run_id") == run_id]
+    assert in_run and all(e.get("op") for e in in_run)
+    by_op = Counter((e["op"], e["event"]) for e in in_run)
+    ops = _step_keys(small_capture.result)
+    assert set(ONCE_PER_OP) | set(PER_DAY) <= ops, ops
+    for op, names in ONCE_PER_OP.items():
+        for name in names:
+            assert by_op[(op, name)] == 1, (op, name, by_op)
+
+    # a write step: one hermes.warehouse.day_written per day and dataset, rows as in the file
+    for op, datasets in PER_DAY.items():
+        written = [e for e in in_run if e["op"] == op and e["event"] == "hermes.warehouse.day_written"]
+        assert sorted((e["dataset"], e["day"]) for e in written) == sorted(
+            (d, day) for d in datasets for day in SMALL_DAYS)
+        for e in written:
+            path = day_path(small_capture.warehouse, e["dataset"], e["day"])
+            assert e["rows"] == pq.read_metadata(path).num_rows, e
+
+
+def test_events_are_routed_into_the_dagster_run_log(small_capture):
+    run_id = small_capture.result.run_id
+    ours = [e for e in small_capture.events() if e.get("run_id") == run_id]
+    entries = [x for x in small_capture.instance.all_logs(run_id) if (x.user_message or "").startswith("hermes.")]
+    assert len(entries) == len(ours)
+    for entry, event in zip(entries, ours):
+        name, _, body = entry.user_message.partition(" ")
+        assert name == event["event"]
+        assert entry.step_key == event["op"]
+        fields = json.loads(body)
+        assert fields == {k: v for k, v in event.items() if k not in ("event", "level", "run_id", "op", "timestamp")}
+        assert entry.level == {"info": 20, "warning": 30, "error": 40}[event["level"]]
+
+
+def test_one_event_per_sensor_tick(tmp_path):
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    driver = SensorDriver(home)
+    with captured_logs("json") as buf:
+        missing = driver.tick()  # no store yet
+        copy_small(home)
+        first = driver.tick()  # a new store: every day
+        again = driver.tick()  # nothing changed: no SQL
+    ticks = [e for e in parse_json_lines(buf.getvalue()) if e["event"] == "hermes.sensor.tick"]
+    assert len(ticks) == 3
+    assert all("run_id" not in t and "op" not in t for t in ticks)  # a tick is not a run
+    assert (ticks[0]["stores_missing"], ticks[0]["runs_requested"]) == (1, 0)
+    assert missing.skip.startswith("no Hermes installation at")
+    assert (ticks[1]["stores_new"], ticks[1]["days_changed"], ticks[1]["runs_requested"]) == (1, 14, 14)
+    assert first.days == SMALL_DAYS
+    assert (ticks[2]["stores_unchanged"], ticks[2]["runs_requested"]) == (1, 0)
+    assert again.skip.startswith("no change")
+    for t in ticks:
+        assert isinstance(t["ms"], float) and t["level"] == "info"
+
+
+def test_console_format_and_the_environment_switch(monkeypatch):
+    monkeypatch.setenv("HERMES_ASSETS_LOG_FORMAT", "console")
+    assert logs.resolve_format() == "console"
+    monkeypatch.setenv("HERMES_ASSETS_LOG_FORMAT", "json")
+    assert logs.resolve_format() == "json"
+    monkeypatch.delenv("HERMES_ASSETS_LOG_FORMAT")
+    assert logs.resolve_format(stream=open(__file__)) == "json"  # not a terminal
+    with captured_logs("console") as buf:
+        logs.get_logger().info("hermes.test.event", day="2026-06-01", rows=3)
+    line = buf.getvalue().strip()
+    assert "hermes.test.event" in line and "rows=3" in line and "day=2026-06-01" in line
+    with pytest.raises(ValueError):
+        json.loads(line)
+
+
+@pytest.mark.e2e
+def test_a_cli_run_prints_json_lines_between_dagster_lines(tmp_path):
+    """A real process: ``dagster asset materialize`` with HERMES_ASSETS_LOG_FORMAT=json."""
+    from tests.defs.harness import new_capture
+    from tests.e2e.conftest import REPO, dagster_bin
+    from tests.sensor.harness import project_env
+
+    cap = new_capture(tmp_path / "install")
+    copy_small(cap.home)
+    shutil.copyfile(REPO / "dagster.yaml", cap.dagster_home / "dagster.yaml")
+    env = project_env(**cap.environ(), HERMES_ASSETS_LOG_FORMAT="json", HERMES_ASSETS_START_DATE="2026-05-01")
+    proc = subprocess.run(
+        [dagster_bin(), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
+         "--partition", SMALL_DAYS[2]],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ours = [json.loads(line) for line in (proc.stdout + proc.stderr).splitlines() if line.startswith('{"')]
+    names = Counter(e["event"] for e in ours)
+    assert names["hermes.warehouse.day_written"] == len(DATASETS), names
+    assert all(e.get("run_id") and e.get("op") for e in ours if e["event"].startswith(("hermes.op.", "hermes.warehouse.")))
+    # and Dagster's own console logger shows the same events, as the run log has them
+    assert "hermes.op.read_sessions {" in proc.stderr
