@@ -92,8 +92,13 @@ def plan_capture(
             sp.missing = True
             log.info("hermes.store.missing", path=store.path, store=store.label)
             continue
-        with _reader(store, now_s, busy_timeout_ms) as reader:
-            index = reader.session_index()
+        try:
+            with _reader(store, now_s, busy_timeout_ms) as reader:
+                index = reader.session_index()
+        except (FileNotFoundError, errors.StoreMissing):  # vanished since, or not created yet
+            sp.missing = True
+            log.info("hermes.store.missing", path=store.path, store=store.label)
+            continue
         for sid, entry in index.items():
             sp.days[sid] = entry.day
             if entry.raw_id != sid:

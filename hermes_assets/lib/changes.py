@@ -294,14 +294,14 @@ def _scan(store: Store, old: dict | None, new_stores: dict, busy_timeout_ms: int
             if since is not None and max_mid is not None and max_mid > since:
                 new_by_sid = reader.sessions_with_messages_after(since)
             prints = reader.session_prints()
+    except (FileNotFoundError, errors.StoreMissing):
+        return StoreScan(store, MISSING)  # deleted between stat and open, or not created yet
     except errors.HermesAssetsError as exc:
         log.error("hermes.sensor.store_unreadable", path=store.path, store=store.label,
                   error_kind=exc.error_kind)
         raise type(exc)(
             f"{exc} The sensor's cursor was not advanced; the next tick reads the store again.", path=store.path
         ) from exc
-    except FileNotFoundError:
-        return StoreScan(store, MISSING)  # deleted between stat and open
 
     days, unplaced = day_prints(prints)
     old_days = {} if old is None else old.get("days", {})

@@ -32,6 +32,13 @@ class HermesAssetsError(Exception):
         self.path = path
 
 
+class StoreMissing(HermesAssetsError):
+    """Not a failure but a state (SPEC R9): no store, or one Hermes has created but
+    not yet given its tables. Callers treat it as "nothing to capture yet"."""
+
+    error_kind = "store_missing"
+
+
 class StoreBusy(HermesAssetsError):
     """The store stayed locked past the retry budget, or a writer is mid-transaction."""
 

@@ -246,14 +246,19 @@ class StoreReader:
         try:
             self._conn = self._connect(path, {"mode": "ro"})
             self._probe()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, errors.HermesAssetsError) as exc:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
-            code = getattr(exc, "sqlite_errorcode", None)
+            # The open is lazy: SQLite's error surfaces in _probe's first statement,
+            # which has already turned it into a typed error; look at its cause.
+            sqlite_exc = exc if isinstance(exc, sqlite3.Error) else exc.__cause__
+            code = getattr(sqlite_exc, "sqlite_errorcode", None)
             if code not in (_READONLY_DIRECTORY, _READONLY_CANTINIT, _SQLITE_CANTOPEN):
+                if isinstance(exc, errors.HermesAssetsError):
+                    raise
                 raise self._translate(exc) from exc
-            self._open_in_readonly_directory(path, exc)
+            self._open_in_readonly_directory(path, sqlite_exc)
         log.debug("hermes.store.opened", store=self.store.label, path=path)
 
     def _open_in_readonly_directory(self, path: str, first: sqlite3.Error) -> None:
@@ -294,6 +299,11 @@ class StoreReader:
 
     def _probe(self) -> None:
         tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            raise errors.StoreMissing(
+                f"{self.store.path} has no tables yet (Hermes is creating it): nothing to capture yet.",
+                path=self.store.path,
+            )
         if not {"sessions", "messages"} <= tables:
             raise errors.NotAHermesStore(
                 f"{self.store.path} is a SQLite file but has no sessions/messages tables; "

@@ -159,9 +159,23 @@ def test_sqlite_file_without_sessions_and_messages_is_not_a_hermes_store(tmp_pat
     assert str(path) in str(info.value)
 
 
-def test_empty_file_is_not_a_hermes_store(tmp_path):
+def test_empty_file_is_a_store_not_created_yet(tmp_path):
+    """Hermes's first start creates a 0-byte state.db before its schema commits:
+    that is "nothing to capture yet" (a state, like a missing store), never a
+    failure; a sensor tick in that window must not error."""
     path = tmp_path / "state.db"
     path.write_bytes(b"")
+    with pytest.raises(errors.StoreMissing) as info:
+        StoreReader(Store(str(path))).open()
+    assert info.value.error_kind == "store_missing"
+
+
+def test_sqlite_file_with_other_tables_is_not_a_hermes_store(tmp_path):
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.commit()
+    conn.close()
     with pytest.raises(NotAHermesStore):
         StoreReader(Store(str(path))).open()
 
