@@ -1,8 +1,15 @@
 """The watermark sensor: request the days whose Hermes data changed (SPEC §8, spec R6).
 
 Change detection lives in :mod:`hermes_assets.lib.changes`; this module turns
-its plan into one ``RunRequest`` per changed day for the three assets.
+its plan into one ``RunRequest`` per changed day for the three assets. When a
+tick finds more changed days than ``HERMES_ASSETS_SENSOR_MAX_RUNS`` (default 14:
+a first start on a long history, a restored store), it requests one ranged run
+over them instead, the way a single-run backfill does: a year of history then
+costs one run of seconds, not hundreds of runs.
 """
+
+import hashlib
+
 
 import dagster as dg
 
@@ -39,15 +46,25 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
     cursor = plan.cursor_json
     reason = plan.skip_reason if stores else _no_store_reason(hermes)
     if plan.requests:
-        return dg.SensorResult(
-            run_requests=[
-                dg.RunRequest(partition_key=day, run_key=f"{day}@{h}", tags=TRIGGER_TAG) for day, h in plan.requests
-            ],
-            cursor=cursor,
-        )
+        return dg.SensorResult(run_requests=run_requests(plan.requests), cursor=cursor)
     if cursor != (context.cursor or ""):
         return dg.SensorResult(skip_reason=reason, cursor=cursor)
     return dg.SkipReason(reason)
+
+
+def run_requests(requests: list[tuple[str, str]], max_runs: int | None = None) -> list[dg.RunRequest]:
+    """One run per changed day, or one ranged run when there are too many days."""
+    max_runs = max_runs if max_runs is not None else int(settings.env("HERMES_ASSETS_SENSOR_MAX_RUNS", "14"))
+    if len(requests) <= max_runs:
+        return [dg.RunRequest(partition_key=day, run_key=f"{day}@{h}", tags=TRIGGER_TAG) for day, h in requests]
+    days = sorted(day for day, _ in requests)
+    h = hashlib.sha256("|".join(f"{d}@{x}" for d, x in sorted(requests)).encode()).hexdigest()[:12]
+    tags = {
+        **TRIGGER_TAG,
+        "dagster/asset_partition_range_start": days[0],
+        "dagster/asset_partition_range_end": days[-1],
+    }
+    return [dg.RunRequest(run_key=f"{days[0]}...{days[-1]}@{h}", tags=tags)]
 
 
 def _no_store_reason(hermes: HermesStores) -> str:

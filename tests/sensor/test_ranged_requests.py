@@ -1,0 +1,62 @@
+"""Many changed days in one tick (a first start on a long history) become one ranged run."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pyarrow.parquet as pq
+
+from hermes_assets.defs.resources import HermesStores, HermesWarehouse
+from hermes_assets.defs.sensors import run_requests
+from tests.conftest import copy_fixture
+from tests.sensor.harness import SENSOR, _instance, definitions
+
+SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
+
+
+def test_few_days_are_one_run_each():
+    requests = run_requests([("2026-06-02", "bbbbbbbbbbbb"), ("2026-06-01", "aaaaaaaaaaaa")], max_runs=14)
+    assert sorted(r.partition_key for r in requests) == ["2026-06-01", "2026-06-02"]
+    assert {r.run_key for r in requests} == {"2026-06-01@aaaaaaaaaaaa", "2026-06-02@bbbbbbbbbbbb"}
+
+
+def test_many_days_are_one_ranged_run_with_a_key_that_moves_with_any_day():
+    days = [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)]
+    (request,) = run_requests(days, max_runs=14)
+    assert request.partition_key is None
+    assert request.tags["dagster/asset_partition_range_start"] == "2026-06-01"
+    assert request.tags["dagster/asset_partition_range_end"] == "2026-06-20"
+    assert request.tags["hermes/trigger"] == "sensor"
+    changed = list(days)
+    changed[5] = (changed[5][0], "ffffffffffff")
+    (again,) = run_requests(changed, max_runs=14)
+    assert again.run_key != request.run_key  # a reused key would be silently skipped by Dagster
+
+
+def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path, monkeypatch):
+    """The small fixture spans 14 days; with the batch limit at 5, the first tick asks for one
+    ranged run, and running exactly what it asks writes every day of the three datasets."""
+    monkeypatch.setenv("HERMES_ASSETS_SENSOR_MAX_RUNS", "5")
+    home = tmp_path / "hermes"
+    copy_fixture("small", home)
+    defs = definitions()
+    hermes = HermesStores(hermes_home=str(home))
+    ctx = dg.build_sensor_context(cursor=None, definitions=defs, resources={"hermes": hermes}, instance=_instance())
+    data = defs.resolve_sensor_def(SENSOR).evaluate_tick(ctx)
+    (request,) = data.run_requests
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (
+        SMALL_DAYS[0], SMALL_DAYS[-1])
+
+    warehouse = tmp_path / "warehouse"
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection={dg.AssetKey(k) for k in ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes")}
+    )
+    result = job.execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(),
+        tags=request.tags,
+        resources={"hermes": hermes, "warehouse": HermesWarehouse(root=str(warehouse))},
+    )
+    assert result.success
+    written = sorted(p.parent.name[4:] for p in (warehouse / "ai_gateway_messages_hermes").glob("day=*/part-0.parquet"))
+    assert written == SMALL_DAYS
+    sessions = sum(pq.ParquetFile(p).metadata.num_rows for p in (warehouse / "hermes_sessions").glob("day=*/*.parquet"))
+    assert sessions == 59
