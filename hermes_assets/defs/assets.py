@@ -69,6 +69,6 @@ def hermes_raw(
                 **steps.plan_metadata(plan),
                 **{f"policy_{k}": v for k, v in policy_counts.items()},
                 **steps.projection_metadata(days, dataset),
-                **steps.totals(results[dataset]),
+                **steps.totals(results[dataset], f"hermes.op.write_{dataset}"),
             },
         )

@@ -92,6 +92,7 @@ def projection_metadata(days: list[dict], dataset: str) -> dict:
         for kind, n in tally.counts.items():
             by_kind[kind] = by_kind.get(kind, 0) + n
         samples.extend(tally.sample_dicts()[: max(0, 10 - len(samples))])
+    log.info("hermes.op.project_rows", dataset=dataset, days=len(days), rows=rows, errors=errors)
     return {"rows_projected": rows, "errors": errors, "errors_by_kind": by_kind, "error_samples": samples}
 
 
@@ -102,15 +103,19 @@ def day_metadata(result: WriteResult) -> dict:
     return md
 
 
-def totals(results: list[WriteResult]) -> dict:
-    """Whole-run figures (the per-day ones go on each partition)."""
-    return {
+def totals(results: list[WriteResult], event: str | None = None) -> dict:
+    """Whole-run figures (the per-day ones go on each partition), logged as ``event``."""
+    figures = {
         "run_rows_written": sum(r.rows for r in results),
         "run_rows_retained_source_deleted": sum(r.retained for r in results),
         "run_rows_dropped": sum(r.dropped for r in results),
         "run_bytes": sum(r.bytes for r in results),
         "run_files_changed": sum(r.changed for r in results),
     }
+    if event:
+        log.info(event, days=len(results), rows=figures["run_rows_written"],
+                 retained=figures["run_rows_retained_source_deleted"], files_changed=figures["run_files_changed"])
+    return figures
 
 
 def column_schema(dataset: str) -> dg.TableSchema:

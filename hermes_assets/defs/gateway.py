@@ -80,7 +80,7 @@ def write_partitions(
     finally:
         if staged:
             shutil.rmtree(os.path.dirname(staged[0]["paths"][GATEWAY]), ignore_errors=True)
-    return dg.MaterializeResult(metadata=steps.totals(results))
+    return dg.MaterializeResult(metadata=steps.totals(results, "hermes.op.write_partitions"))
 
 
 @dg.graph_asset(

@@ -43,6 +43,7 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
         busy_timeout_ms=hermes.busy_timeout_ms,
     )
     log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **plan.counts())
+    context.log.info(f"hermes.sensor.tick {plan.counts()}")
     cursor = plan.cursor_json
     reason = plan.skip_reason if stores else _no_store_reason(hermes)
     if plan.requests:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +20,10 @@ import dagster as dg
 import pytest
 
 from hermes_assets.lib import logs
+from tests.defs.conftest import capture  # noqa: F401  (fixture: an isolated installation per test)
 from tests.defs.harness import SMALL_DAYS, Capture, copy_small, new_capture
+from tests.e2e.conftest import REPO, dagster_bin
+from tests.sensor.harness import project_env
 
 #: variables of a developer's own setup that must not leak into these tests
 CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS", "HERMES_ASSETS_WORKERS",
@@ -83,3 +88,20 @@ def small_capture(tmp_path_factory) -> CapturedRun:
             result = cap.materialize(SMALL_DAYS[0], SMALL_DAYS[-1], instance=instance)
     assert result.success
     return CapturedRun(cap, instance, result, buf.getvalue())
+
+
+def cli_installation(root: Path, **settings: str) -> tuple[Capture, dict[str, str]]:
+    """An installation for ``dagster`` CLI processes: a copy of the small store, the repo's
+    ``dagster.yaml``, partitions from 2026-05-01, JSON logs; and the environment to run them in."""
+    cap = new_capture(root)
+    copy_small(cap.home)
+    shutil.copyfile(REPO / "dagster.yaml", cap.dagster_home / "dagster.yaml")
+    env = project_env(**cap.environ(), HERMES_ASSETS_START_DATE="2026-05-01", HERMES_ASSETS_LOG_FORMAT="json",
+                      **settings)
+    return cap, env
+
+
+def dagster_cli(env: dict[str, str], *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """``dagster <args>`` from the repo root; output captured as text."""
+    return subprocess.run([dagster_bin(), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)

@@ -9,8 +9,6 @@ and is written to that step's Dagster log (``defs/run_log.py``).
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -18,15 +16,18 @@ import pytest
 
 from hermes_assets.lib import errors, logs
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path
-from tests.ecosystem.conftest import captured_logs, parse_json_lines
+from tests.ecosystem.conftest import captured_logs, cli_installation, dagster_cli, parse_json_lines
 from tests.sensor.harness import SensorDriver
 
 GATEWAY_OP = "ai_gateway_messages_hermes.{}"
 #: the event each op prints once per run (write steps print one per day and dataset instead)
 ONCE_PER_OP = {
-    "hermes_raw": ["hermes.op.read_sessions", "hermes.op.apply_usage_policy"],
+    "hermes_raw": ["hermes.op.read_sessions", "hermes.op.apply_usage_policy",
+                   "hermes.op.write_hermes_sessions", "hermes.op.write_hermes_messages"],
     GATEWAY_OP.format("read_hermes_sessions"): ["hermes.op.read_sessions"],
     GATEWAY_OP.format("apply_usage_policy"): ["hermes.op.apply_usage_policy"],
+    GATEWAY_OP.format("project_rows"): ["hermes.op.project_rows"],
+    GATEWAY_OP.format("write_partitions"): ["hermes.op.write_partitions"],
 }
 PER_DAY = {"hermes_raw": ("hermes_sessions", "hermes_messages"),
            GATEWAY_OP.format("write_partitions"): ("ai_gateway_messages_hermes",)}
@@ -134,19 +135,9 @@ def test_console_format_and_the_environment_switch(monkeypatch):
 @pytest.mark.e2e
 def test_a_cli_run_prints_json_lines_between_dagster_lines(tmp_path):
     """A real process: ``dagster asset materialize`` with HERMES_ASSETS_LOG_FORMAT=json."""
-    from tests.defs.harness import new_capture
-    from tests.e2e.conftest import REPO, dagster_bin
-    from tests.sensor.harness import project_env
-
-    cap = new_capture(tmp_path / "install")
-    copy_small(cap.home)
-    shutil.copyfile(REPO / "dagster.yaml", cap.dagster_home / "dagster.yaml")
-    env = project_env(**cap.environ(), HERMES_ASSETS_LOG_FORMAT="json", HERMES_ASSETS_START_DATE="2026-05-01")
-    proc = subprocess.run(
-        [dagster_bin(), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
-         "--partition", SMALL_DAYS[2]],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
-    )
+    _, env = cli_installation(tmp_path / "install")
+    proc = dagster_cli(env, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
+                       "--partition", SMALL_DAYS[2])
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours = [json.loads(line) for line in (proc.stdout + proc.stderr).splitlines() if line.startswith('{"')]
     names = Counter(e["event"] for e in ours)

@@ -1,0 +1,208 @@
+"""What a user does in the Dagster UI, in a real browser (issue 7, item 1).
+
+A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``) runs on
+a temp DAGSTER_HOME; Debian's Chromium, driven by Playwright, does what a new
+user does:
+
+1. opens *Lineage* and sees the three assets (with their SQLite / Python /
+   Parquet kinds);
+2. opens *Automation* → ``hermes_state_sensor``: it is running, and its latest
+   tick says why it skipped (Hermes is not installed yet);
+3. Hermes appears (a copy of the small fixture store), and the user imports
+   history: *Materialize all…* → partitions dialog → the range
+   ``[2026-06-01...2026-06-14]`` → *Launch backfill*;
+4. follows the toast's *View* link to the backfill page and waits until it
+   says *Succeeded* (one run: the assets backfill in a single run);
+5. opens ``ai_gateway_messages_hermes``: its description and column schema
+   are on the overview; *Partitions* → one day shows ``rows_written`` and
+   ``dagster/row_count``, and both equal the rows of that day's Parquet file.
+
+Screenshots of every step land in the test's temp dir (``screenshots/``); the
+last one is also copied to ``/tmp/hermes-ui-screenshot.png``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
+from tests.e2e.test_backfill_graphql import BACKFILL_Q, DONE_BAD, DONE_OK, DagsterDev
+
+pytestmark = pytest.mark.e2e
+
+FINAL_SCREENSHOT = Path("/tmp/hermes-ui-screenshot.png")
+RANGE = f"[{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}]"
+DAY = SMALL_DAYS[2]  # the day whose metadata is read off the screen
+BACKFILL_TIMEOUT_S = 180
+GATEWAY = "ai_gateway_messages_hermes"
+
+TICKS_Q = """
+query {
+  sensorOrError(sensorSelector: {repositoryName: "__repository__", repositoryLocationName: "hermes_assets",
+                                 sensorName: "hermes_state_sensor"}) {
+    __typename
+    ... on Sensor { sensorState { status ticks(limit: 5) { status skipReason } } }
+    ... on PythonError { message }
+  }
+}"""
+
+
+class Screens:
+    """Numbered screenshots of one page, under the test's temp dir."""
+
+    def __init__(self, page, folder: Path):
+        self.page, self.folder, self.n = page, folder, 0
+        folder.mkdir(parents=True, exist_ok=True)
+        self.last: Path | None = None
+
+    def shot(self, name: str) -> Path:
+        self.n += 1
+        self.last = self.folder / f"{self.n:02d}-{name}.png"
+        self.page.screenshot(path=str(self.last))
+        return self.last
+
+
+def _nav(page, label: str):
+    """A link of the left navigation (its accessible name is "<icon name> <label>")."""
+    return page.get_by_role("link", name=re.compile(rf"(^|\s){label}$")).first
+
+
+def _visible(page, text: str, exact: bool = True):
+    return page.get_by_text(text, exact=exact).filter(visible=True).first
+
+
+def _wait_first_tick(dev: DagsterDev, timeout_s: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sensor = dev.graphql(TICKS_Q)["sensorOrError"]
+        assert sensor["__typename"] == "Sensor", sensor
+        ticks = [t for t in sensor["sensorState"]["ticks"] if t["status"] != "STARTED"]
+        if ticks:
+            return ticks[0]
+        time.sleep(0.5)
+    pytest.fail(f"the sensor did not tick within {timeout_s}s:\n{dev.log_tail()}")
+
+
+def _wait_backfill(dev: DagsterDev, backfill_id: str) -> dict:
+    deadline = time.monotonic() + BACKFILL_TIMEOUT_S
+    while True:
+        backfill = dev.graphql(BACKFILL_Q, {"id": backfill_id})["partitionBackfillOrError"]
+        assert backfill["__typename"] == "PartitionBackfill", backfill
+        if backfill["status"] in DONE_OK:
+            return backfill
+        if backfill["status"] in DONE_BAD:
+            pytest.fail(f"backfill ended {backfill['status']}: {backfill}\n{dev.log_tail()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"backfill still {backfill['status']} after {BACKFILL_TIMEOUT_S}s\n{dev.log_tail()}")
+        time.sleep(1)
+
+
+def _metadata_value(page, label: str) -> str:
+    """The value cell of one row of the metadata table on screen."""
+    row = page.locator("tr").filter(has=page.get_by_text(label, exact=True)).filter(visible=True).first
+    return row.locator("td").nth(1).inner_text().strip()
+
+
+def test_a_user_imports_history_from_the_ui_and_reads_a_partition_row_count(
+    installation, dagster_env, browser_page, tmp_path
+):
+    page = browser_page
+    screens = Screens(page, tmp_path / "screenshots")
+    # Hermes is not there yet: the sensor's first tick has nothing to request
+    aside = installation.root / "store-aside.db"
+    shutil.move(installation.store, aside)
+    env = {**dagster_env, "HERMES_ASSETS_POLL_SECONDS": "3600"}  # one tick now, the next in an hour
+    dev = DagsterDev(env, installation.root / "dagster-dev.log")
+    try:
+        dev.wait_ready()
+        first_tick = _wait_first_tick(dev)
+        assert first_tick["status"] == "SKIPPED" and first_tick["skipReason"].startswith("no Hermes installation at")
+
+        # Dagster's one-time "Join the community" dialog: the user clicks Skip
+        page.add_locator_handler(page.get_by_text("Join the Dagster community"),
+                                 lambda: page.get_by_role("button", name="Skip").click())
+        try:
+            _walk_through(page, screens, dev, installation, aside)
+        except Exception:
+            screens.shot("failure")
+            raise
+    finally:
+        dev.stop()
+        if screens.last is not None:
+            shutil.copyfile(screens.last, FINAL_SCREENSHOT)
+
+
+def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: Path) -> None:
+    # 1. the asset graph: three assets, each with its kinds
+    page.goto(dev.url)
+    _nav(page, "Lineage").click()
+    for name in DATASETS:
+        _visible(page, name).wait_for()
+    for kind in ("SQLite", "Python", "Parquet"):
+        assert page.get_by_text(kind, exact=True).filter(visible=True).count() == len(DATASETS), kind
+    screens.shot("asset-graph")
+
+    # 2. the sensor: running, and its latest tick says why it skipped
+    _nav(page, "Automation").click()
+    page.get_by_role("link", name="hermes_state_sensor").click()
+    running = page.locator("tr").filter(has=page.get_by_text("Running", exact=True)).first
+    assert running.locator("input[type=checkbox]").is_checked()
+    latest = page.locator("tr").filter(has=page.get_by_text("Latest tick", exact=True)).first
+    latest.get_by_text(re.compile("runs requested|Skipped")).first.hover()
+    _visible(page, f"no Hermes installation at {installation.store}").wait_for()
+    screens.shot("sensor-running-skip-reason")
+
+    # 3. Hermes appears; the user imports its history with a ranged backfill
+    shutil.move(aside, installation.store)
+    _nav(page, "Lineage").click()
+    page.get_by_role("button", name="Materialize all…").click()
+    dialog = page.get_by_role("dialog")
+    partitions = dialog.locator("input[type=text]").first
+    partitions.wait_for()
+    show_all = dialog.get_by_text("Show all partitions")
+    if show_all.count():  # the dialog starts on the last 90 days, which may not reach back to the range
+        show_all.click()
+        dialog.get_by_text("All time").wait_for()
+    partitions.fill(RANGE)
+    partitions.press("Enter")
+    dialog.get_by_text(f"{len(SMALL_DAYS)} partitions", exact=True).wait_for()
+    screens.shot("backfill-dialog")
+    dialog.get_by_role("button", name="Launch backfill").click()
+
+    # 4. the toast links to the backfill; wait for it to succeed
+    toast = page.get_by_text(re.compile(r"^Created backfill \w+$")).first
+    toast.wait_for()
+    backfill_id = toast.inner_text().split()[-1]
+    page.get_by_role("link", name="View").first.click()
+    backfill = _wait_backfill(dev, backfill_id)
+    assert sorted(backfill["partitionNames"]) == SMALL_DAYS
+    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]  # single_run(): one run for the range
+    page.reload()
+    status = page.get_by_text("Status", exact=True).filter(visible=True).first.locator("xpath=..")
+    status.get_by_text("Succeeded", exact=True).wait_for()
+    assert page.get_by_text("100% completed").filter(visible=True).count() == len(DATASETS)
+    screens.shot("backfill-succeeded")
+
+    # 5. the canonical dataset's page: its description and column schema ...
+    page.get_by_role("link", name=GATEWAY).first.click()
+    _visible(page, "Hermes activity as canonical", exact=False).wait_for()
+    for column in ("gateway_id", "message_created_at", "attributes"):
+        _visible(page, column).wait_for()
+    _visible(page, "hermes-assets").wait_for()  # the owner (team:hermes-assets)
+    screens.shot("asset-overview")
+    # ... and one partition: the rows the UI shows are the rows on disk
+    page.get_by_role("tab", name="Partitions").click()
+    page.get_by_placeholder("Filter by name").fill(DAY)
+    _visible(page, DAY).click()
+    _visible(page, "rows_written").wait_for()
+    rows_on_screen = int(_metadata_value(page, "rows_written"))
+    row_count_on_screen = int(_metadata_value(page, "dagster/row_count"))
+    screens.shot("partition-rows-written")
+    rows_on_disk = pq.read_metadata(day_path(installation.warehouse, GATEWAY, DAY)).num_rows
+    assert rows_on_screen == row_count_on_screen == rows_on_disk > 0
