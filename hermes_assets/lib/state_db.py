@@ -32,6 +32,9 @@ from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS, USAGE_CO
 log = get_logger()
 
 STORE_FILE = "state.db"
+#: the first table Hermes's schema script creates: with it but without sessions/messages,
+#: the store is mid-creation (Hermes runs its schema one statement at a time)
+HERMES_FIRST_TABLE = "schema_version"
 DEFAULT_BUSY_TIMEOUT_MS = 2000
 #: sessions per ``IN (...)`` statement: bounds one statement's memory and time.
 SESSION_CHUNK = 200
@@ -299,9 +302,12 @@ class StoreReader:
 
     def _probe(self) -> None:
         tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables:
+        if not {"sessions", "messages"} <= tables and (not tables or HERMES_FIRST_TABLE in tables):
+            # Hermes creates its schema one statement at a time: a store with no
+            # tables, or with some of Hermes's own but not yet these, is being born.
             raise errors.StoreMissing(
-                f"{self.store.path} has no tables yet (Hermes is creating it): nothing to capture yet.",
+                f"{self.store.path} is still being created by Hermes (tables so far: {sorted(tables)}): "
+                "nothing to capture yet.",
                 path=self.store.path,
             )
         if not {"sessions", "messages"} <= tables:

@@ -471,3 +471,18 @@ def test_no_read_transaction_is_held_between_batches(tmp_path, monkeypatch):
             rest = list(stream)
         assert [b.sid for b in [first, *rest]] == [f"s{i}" for i in range(5)]
         assert [m["content"] for m in rest[-1].messages] == ["q4", "written while the reader pauses"]
+
+
+def test_store_mid_creation_is_not_ready_rather_than_foreign(tmp_path):
+    """Hermes runs its schema script one statement at a time, ``schema_version``
+    first: a reader that arrives between two statements sees some of Hermes's
+    tables but not ``sessions``/``messages`` yet. That is "not created yet"
+    (skip), not "not a Hermes store" (a failed tick)."""
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(errors.StoreMissing):
+        StoreReader(Store(str(path))).open()
