@@ -234,6 +234,12 @@ def main() -> None:
             figures["core"] = {**core, "rows_per_s": core["rows"] / core["seconds"], "rss_mb": r["rss_mb"]}
             table.append(("core: read + project (no Dagster)", f"{core['seconds']:.2f} s",
                           f"{core['rows'] / core['seconds']:,.0f} rows/s, peak RSS {r['rss_mb']:.0f} MB"))
+        if "empty" in sections:
+            # First, so the instance's databases exist (as on any machine after the first run):
+            # Dagster's fixed cost of a run, subtracted from the backfill to get our compute.
+            empty_day = "2024-01-01"
+            r = materialize({**env, "HERMES_ASSETS_START_DATE": empty_day}, "--partition", empty_day)
+            figures["empty"] = {"seconds": r["wall"]}
         if {"backfill", "rerun", "floor", "empty"} & set(sections):
             r = materialize(env, "--partition-range", day_range)
             rows, size = gateway_rows(work / "warehouse")
@@ -241,13 +247,9 @@ def main() -> None:
             table.append(("full backfill (CLI, one run, 3 assets)", f"{r['wall']:.2f} s",
                           f"{rows / r['wall']:,.0f} gateway rows/s, peak RSS {r['rss_mb']:.0f} MB"))
         if "empty" in sections:
-            empty_day = "2024-01-01"
-            env_empty = {**env, "HERMES_ASSETS_START_DATE": empty_day}
-            r = materialize(env_empty, "--partition", empty_day)
-            figures["empty"] = {"seconds": r["wall"]}
-            compute = figures["backfill"]["seconds"] - r["wall"]
+            compute = figures["backfill"]["seconds"] - figures["empty"]["seconds"]
             figures["compute"] = compute
-            table.append(("empty one-day run (Dagster fixed cost)", f"{r['wall']:.2f} s",
+            table.append(("empty one-day run (Dagster fixed cost)", f"{figures['empty']['seconds']:.2f} s",
                           f"compute = backfill - empty = {compute:.2f} s"))
         if "floor" in sections:
             floor = run_python(_FLOOR, str(store), str(figures["backfill"]["bytes"]))
