@@ -58,7 +58,10 @@ def _normalize(path: str) -> str:
 
 def _spellings(path: str) -> set[str]:
     """The path as given and after realpath (symlinks resolved up to the deepest existing ancestor)."""
-    return {path, os.path.realpath(path)}
+    try:
+        return {path, os.path.realpath(path)}
+    except ValueError:  # a NUL in a (corrupt) scope: no file can have that name
+        return {path}
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -147,14 +150,25 @@ class PolicyResolver:
     # -- .hypignore files ----------------------------------------------------
 
     def _nearest_hypignore(self, directory: str) -> str | None:
-        """Class of the nearest ``.hypignore`` at or above ``directory``; None when there is none."""
-        if directory not in self._nearest:
-            found = self._read_hypignore(os.path.join(directory, HYPIGNORE))
-            parent = os.path.dirname(directory)
-            if found is None and parent != directory:
-                found = self._nearest_hypignore(parent)
-            self._nearest[directory] = found
-        return self._nearest[directory]
+        """Class of the nearest ``.hypignore`` at or above ``directory``; None when there is none.
+
+        A loop, not recursion: a (hostile) scope may have thousands of components.
+        """
+        walked: list[str] = []
+        current, found = directory, None
+        while True:
+            if current in self._nearest:
+                found = self._nearest[current]
+                break
+            walked.append(current)
+            found = self._read_hypignore(os.path.join(current, HYPIGNORE))
+            parent = os.path.dirname(current)
+            if found is not None or parent == current:
+                break
+            current = parent
+        for seen in walked:
+            self._nearest[seen] = found
+        return found
 
     def _read_hypignore(self, path: str) -> str | None:
         """The class one file states; None when no file exists. Unreadable -> ``ignore``."""
@@ -166,6 +180,8 @@ class PolicyResolver:
             return None
         except OSError as e:
             return self._warn_unreadable(path, e.__class__.__name__)
+        except ValueError:  # a NUL in a (corrupt) scope: whether a file governs it cannot be checked
+            return self._warn_unreadable(path, "invalid_path")
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return self._warn_unreadable(path, "not_a_regular_file")

@@ -6,15 +6,25 @@ from all three datasets, one atomic file replacement per day.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse
 
 log = get_logger()
+
+#: where runs stage their days (``<root>/.staging/<run>/<dataset>.<day>.staged``) before
+#: putting them in place; a run killed mid-way leaves its staged files for hours
+STAGING = ".staging"
+#: a staged file that does not read whole and is older than this was left by a dead run
+_DEAD_STAGED_S = 60
 
 
 @dataclass
@@ -22,6 +32,8 @@ class PurgeResult:
     removed: dict[str, int] = field(default_factory=lambda: {GATEWAY: 0, SESSIONS: 0, MESSAGES: 0})
     days: dict[str, list[str]] = field(default_factory=lambda: {GATEWAY: [], SESSIONS: [], MESSAGES: []})
     sessions: int = 0
+    #: rows removed from staged files (and dead half-written staged files removed)
+    staged: int = 0
 
 
 def _under(column: pa.ChunkedArray, scope: str) -> pa.ChunkedArray:
@@ -40,13 +52,22 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     """
     if not scope and not session_id:
         raise ValueError("purge needs a scope path or a session id")
+    if scope:
+        # scopes are stored absolute (a channel's under the user's home): `~/...` must match them
+        scope = os.path.normpath(os.path.expanduser(scope))
+        if not os.path.isabs(scope):
+            raise ValueError(f"purge scope {scope!r} is not an absolute path: give the directory "
+                             "(or ~/.hermes/channels/<source> for a channel)")
     canonical: set[str] = set()
     raw: set[tuple[str, str]] = set()  # (store, sid)
     if session_id:
         canonical.add(session_id if session_id.startswith("hermes-") else "hermes-" + session_id)
     children: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-    for day in warehouse.days(SESSIONS):
-        table = warehouse.read(SESSIONS, day, columns=["store", "store_label", "id", "scope_path", "parent_session_id"])
+    staged = _staged_files(warehouse)
+    columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
+    session_tables = [warehouse.read(SESSIONS, day, columns=columns) for day in warehouse.days(SESSIONS)]
+    session_tables += [t for t in (_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS) if t is not None]
+    for table in session_tables:
         for row in table.to_pylist():
             scoped = f"{row['store_label']}:{row['id']}" if row["store_label"] else row["id"]
             if row["parent_session_id"]:
@@ -88,7 +109,50 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
             if removed:
                 result.removed[dataset] += removed
                 result.days[dataset].append(day)
+    keeps = {GATEWAY: gateway_keep, SESSIONS: raw_keep("id"), MESSAGES: raw_keep("session_id")}
+    for dataset, path in staged:
+        result.staged += _scrub_staged(dataset, path, keeps[dataset])
     result.sessions = len(canonical)
     log.info("hermes.purge.done", scope_given=bool(scope), session_given=bool(session_id),
-             rows=sum(result.removed.values()), sessions=result.sessions)
+             rows=sum(result.removed.values()), staged_rows=result.staged, sessions=result.sessions)
     return result
+
+
+def _staged_files(warehouse: Warehouse) -> list[tuple[str, str]]:
+    """``(dataset, path)`` of every staged day file under the warehouse's staging folder."""
+    out = []
+    for folder, _, names in os.walk(os.path.join(warehouse.root, STAGING)):
+        for name in names:
+            dataset = name.split(".", 1)[0]
+            if name.endswith(".staged") and dataset in schemas.DATASETS:
+                out.append((dataset, os.path.join(folder, name)))
+    return sorted(out)
+
+
+def _read_staged(dataset: str, path: str, columns: list[str] | None = None) -> pa.Table | None:
+    try:
+        return pq.read_table(path, columns=columns, schema=schemas.DATASETS[dataset][0])
+    except (OSError, pa.ArrowException):  # gone (its run finished) or not whole (being written, or died)
+        return None
+
+
+def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
+    """Drop the purged rows from a staged file (atomically); a dead, half-written one goes whole."""
+    table = _read_staged(dataset, path)
+    if table is None:
+        try:
+            if time.time() - os.path.getmtime(path) > _DEAD_STAGED_S:
+                os.unlink(path)
+                return 1
+        except FileNotFoundError:
+            pass
+        return 0
+    kept = table.filter(keep_mask_fn(table))
+    removed = table.num_rows - kept.num_rows
+    if removed:
+        tmp = path + ".purge.tmp"
+        pq.write_table(kept, tmp, compression="zstd")
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return removed

@@ -357,7 +357,14 @@ class StoreReader:
     def _translate(self, exc: sqlite3.Error) -> errors.HermesAssetsError:
         code = getattr(exc, "sqlite_errorcode", 0) or 0
         path = self.store.path
-        if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) or code == _READONLY_ROLLBACK:
+        if code == _READONLY_ROLLBACK:
+            return errors.StoreBusy(
+                f"{path} has a hot rollback journal ({path}-journal): a Hermes write was interrupted "
+                "mid-transaction, so the file is not read around it; nothing was written. Hermes rolls "
+                "the journal back the next time it opens the store; the next run will retry.",
+                path=path,
+            )
+        if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
             return errors.StoreBusy(
                 f"{path} stayed locked by a Hermes writer for {self.busy_timeout_ms} ms "
                 f"({exc}); nothing was written, the next run will retry.",

@@ -9,6 +9,7 @@ source vanished from the store, flagged ``source_deleted`` (D13).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from dataclasses import dataclass, field
@@ -195,9 +196,10 @@ class Warehouse:
         leftovers = self.read(dataset, day).filter(missing)
         by_path = {f.path: f for f in facts}
         by_hash = {f.path_hash: f for f in facts}
+        present = _message_parts(new) if dataset == GATEWAY else frozenset()
         keep, flag = [], []
         for row in leftovers.to_pylist():
-            fate = _fate(dataset, row, by_path, by_hash)
+            fate = _fate(dataset, row, by_path, by_hash, present)
             keep.append(fate is not None)
             flag.append(bool(fate))
         kept = leftovers.filter(pa.array(keep, pa.bool_()))
@@ -253,19 +255,36 @@ def _same_bytes(path: str, data: pa.Buffer) -> bool:
 
 
 def _atomic_write(path: str, data: pa.Buffer) -> None:
+    """Replace ``path`` by ``data``: temp file in the same folder, fsync, rename, fsync the folder.
+
+    Called under the day's lock, so any other temp file in the folder belongs to a
+    writer that died (kill -9, power loss) before its rename: removed here.
+    """
     folder = os.path.dirname(path)
     tmp = os.path.join(folder, f".{PART_FILE}.{os.getpid()}.tmp")
+    _remove_stale_temps(folder)
     try:
         with open(tmp, "wb") as f:
             f.write(memoryview(data))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # a failed write() names no file: say which partition, and that it is intact
+            raise OSError(exc.errno, f"{exc.strerror} while writing {path}: the previous file is "
+                          "unchanged; free some space and re-run") from exc
         raise
     _fsync_dir(folder)
+
+
+def _remove_stale_temps(folder: str) -> None:
+    for name in os.listdir(folder):
+        if name.startswith(f".{PART_FILE}.") and name.endswith(".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, name))
 
 
 def _fsync_dir(folder: str) -> None:
@@ -289,8 +308,16 @@ def _key_strings(dataset: str, table: pa.Table) -> pa.Array:
     )
 
 
-def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict) -> bool | None:
-    """None: drop the row; False: keep as is; True: keep, flagged source_deleted."""
+def _message_parts(table: pa.Table) -> frozenset:
+    """``(session_id, provider_uuid)`` of every canonical row: which messages of which session have parts."""
+    return frozenset(zip(table.column("session_id").to_pylist(), table.column("provider_uuid").to_pylist()))
+
+
+def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict, present: frozenset = frozenset()) -> bool | None:
+    """None: drop the row; False: keep as is; True: keep, flagged source_deleted.
+
+    ``present`` (canonical rows only): the ``(session_id, provider_uuid)`` pairs of the new rows.
+    """
     if dataset == GATEWAY:
         attrs = loads(row["attributes"]) if row["attributes"] else {}
         gateway = attrs.get("gateway", {})
@@ -314,6 +341,11 @@ def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict) -> bool | None:
         return None
     if mid is not None and mid not in facts.mids:
         return True  # the message is gone (deleted, pruned, or /retry renumbered it)
+    if dataset == GATEWAY and mid is not None and (row["session_id"], row["provider_uuid"]) not in present:
+        # The mid exists on this day, but not as a message of this session: a store
+        # restored from a backup (or a fresh one) hands old ids to new messages of
+        # other sessions. ``facts.mids`` is per day, so only the new rows can tell.
+        return True
     return None  # the message exists but yields fewer parts now, or moved to another day
 
 
