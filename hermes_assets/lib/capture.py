@@ -63,6 +63,9 @@ class StorePlan:
 class CapturePlan:
     days: list[str]
     stores: list[StorePlan]
+    #: when the stores were first read for this plan: the snapshot's "as of" time.
+    #: A day file written from a later plan is never overwritten by this one.
+    read_at: float = 0.0
     #: (store label, sid, day or None) of sessions outside the partition range
     out_of_range: list[tuple[str, str, str | None]] = field(default_factory=list)
 
@@ -82,9 +85,10 @@ def plan_capture(
     busy_timeout_ms: int | None = None,
 ) -> CapturePlan:
     """Place every session of every store on its day. A missing store is a state."""
-    now_s = time.time() if now_s is None else now_s
+    read_at = time.time()
+    now_s = read_at if now_s is None else now_s
     wanted = set(days)
-    plan = CapturePlan(days=sorted(wanted), stores=[])
+    plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at)
     for store in stores:
         sp = StorePlan(store)
         plan.stores.append(sp)
@@ -271,7 +275,7 @@ def stage_day(state: dict, day: str) -> dict:
         paths[dataset] = os.path.join(state["staging"], f"{dataset}.{day}.staged")
         with open(paths[dataset], "wb") as f:
             f.write(memoryview(warehouse.encode(dataset, rows.tables[dataset])))
-    return {"day": day, "paths": paths, "mids": rows.mids(), "tally": rows.tally,
+    return {"day": day, "paths": paths, "mids": rows.mids(), "tally": rows.tally, "read_at": state["plan"].read_at,
             "rows": {ds: t.num_rows for ds, t in rows.tables.items()}}
 
 
@@ -279,7 +283,8 @@ def write_staged_day(state: dict, day: str) -> dict:
     """Put one staged day in place, dataset by dataset (merge, atomic replace)."""
     item = state["staged"][day]
     warehouse = Warehouse(state["warehouse"])
-    return {ds: warehouse.write_staged_day(ds, day, path, item["facts"]) for ds, path in item["paths"].items()}
+    return {ds: warehouse.write_staged_day(ds, day, path, item["facts"], item["read_at"])
+            for ds, path in item["paths"].items()}
 
 
 def capture_days(plan: CapturePlan, datasets: tuple[str, ...], ctx: projection.ProjectionContext, *,

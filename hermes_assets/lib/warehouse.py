@@ -28,6 +28,8 @@ log = get_logger()
 
 PART_FILE = "part-0.parquet"
 LOCK_FILE = ".lock"
+#: when the store was read for the day's current file (SPEC §2 lock + no lost update)
+READ_AT_FILE = ".read_at"
 GATEWAY = "ai_gateway_messages_hermes"
 SESSIONS = "hermes_sessions"
 MESSAGES = "hermes_messages"
@@ -58,9 +60,12 @@ class WriteResult:
     dropped: int  # previously written rows removed (fewer parts, policy ignore, moved)
     bytes: int
     changed: bool
+    #: the file was already written from a newer read of the store: left alone
+    superseded: bool = False
 
     def metadata(self) -> dict:
         return {
+            "superseded_by_newer_read": self.superseded,
             "rows_written": self.rows,
             "rows_retained_source_deleted": self.retained,
             "rows_dropped": self.dropped,
@@ -120,19 +125,32 @@ class Warehouse:
     # -- writing ------------------------------------------------------------------
 
     def write_day(
-        self, dataset: str, day: str, new: pa.Table, facts: Iterable[StoreFacts]
+        self, dataset: str, day: str, new: pa.Table, facts: Iterable[StoreFacts], read_at: float | None = None
     ) -> WriteResult:
         """Merge ``new`` (every current row of the day from the stores in ``facts``)
-        with what the day's file holds, and replace the file atomically."""
-        schema, keys, sort = schemas.DATASETS[dataset]
-        facts = list(facts)
+        with what the day's file holds, and replace the file atomically.
+
+        ``read_at`` is when the store was read for ``new``. A file already written
+        from a later read is left alone (``superseded``): a long backfill that read
+        a day before Hermes's last write never undoes the sensor run that
+        captured it (no lost update; the lock alone only orders the writes).
+        """
         with self.day_lock(dataset, day):
-            kept, dropped = self._carry_over(dataset, day, new, facts)
-            table = pa.concat_tables([new, kept.cast(new.schema)]) if kept is not None and kept.num_rows else new
-            if not is_sorted(table, sort):
-                table = table.sort_by([(c, "ascending") for c in sort])
-            retained = _count_source_deleted(dataset, table)
-            return self._replace(dataset, day, table, retained, dropped)
+            return self._write_locked(dataset, day, new, list(facts), read_at)
+
+    def _write_locked(self, dataset, day, new: pa.Table, facts: list[StoreFacts], read_at: float | None) -> WriteResult:
+        superseded = self._superseded(dataset, day, read_at)
+        if superseded is not None:
+            return superseded
+        sort = schemas.DATASETS[dataset][2]
+        kept, dropped = self._carry_over(dataset, day, new, facts)
+        table = pa.concat_tables([new, kept.cast(new.schema)]) if kept is not None and kept.num_rows else new
+        if not is_sorted(table, sort):
+            table = table.sort_by([(c, "ascending") for c in sort])
+        retained = _count_source_deleted(dataset, table)
+        result = self._replace(dataset, day, table, retained, dropped)
+        self._mark_read(dataset, day, read_at)
+        return result
 
     def encode(self, dataset: str, table: pa.Table) -> pa.Buffer:
         """A day's table as the exact bytes of its partition file (sorted, zstd)."""
@@ -143,31 +161,76 @@ class Warehouse:
         pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
         return sink.getvalue()
 
-    def write_staged_day(self, dataset: str, day: str, staged: str, facts: Iterable[StoreFacts]) -> WriteResult:
+    def write_staged_day(
+        self, dataset: str, day: str, staged: str, facts: Iterable[StoreFacts], read_at: float | None = None
+    ) -> WriteResult:
         """Merge a staged file (the bytes :meth:`encode` made of the day's new rows).
 
         Two common cases cost no merge: a day with no file yet takes the staged
         file by rename, and a day whose file already holds exactly these bytes
-        (a re-run) is left alone. Anything else goes through :meth:`write_day`.
+        (a re-run) is left alone. Anything else merges as :meth:`write_day`,
+        all under one hold of the day's lock.
         """
         path = self.path(dataset, day)
         with self.day_lock(dataset, day):
+            superseded = self._superseded(dataset, day, read_at)
+            if superseded is not None:
+                return superseded
             rows = pq.ParquetFile(staged).metadata.num_rows
             size = os.path.getsize(staged)
             if not os.path.exists(path):
                 if rows == 0:
+                    self._mark_read(dataset, day, read_at)
                     return WriteResult(dataset, day, path, 0, 0, 0, 0, False)
                 with open(staged, "rb+") as f:
                     os.fsync(f.fileno())
                 os.replace(staged, path)
                 _fsync_dir(os.path.dirname(path))
+                self._mark_read(dataset, day, read_at)
                 log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0, changed=True)
                 return WriteResult(dataset, day, path, rows, 0, 0, size, True)
             if os.path.getsize(path) == size:
                 with open(staged, "rb") as f:
                     if _same_bytes(path, pa.py_buffer(f.read())):
+                        self._mark_read(dataset, day, read_at)
                         return WriteResult(dataset, day, path, rows, 0, 0, size, False)
-        return self.write_day(dataset, day, pq.read_table(staged, schema=schemas.DATASETS[dataset][0]), facts)
+            table = pq.read_table(staged, schema=schemas.DATASETS[dataset][0])
+            return self._write_locked(dataset, day, table, list(facts), read_at)
+
+    # -- read watermarks (a file beside the data, so data files stay byte-identical) ----
+
+    def _watermark_path(self, dataset: str, day: str) -> str:
+        return os.path.join(self.day_dir(dataset, day), READ_AT_FILE)
+
+    def _superseded(self, dataset: str, day: str, read_at: float | None) -> WriteResult | None:
+        if read_at is None:
+            return None
+        try:
+            with open(self._watermark_path(dataset, day)) as f:
+                newest = float(f.read().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return None
+        if newest <= read_at:
+            return None
+        path = self.path(dataset, day)
+        rows = pq.ParquetFile(path).metadata.num_rows if os.path.exists(path) else 0
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        log.warning("hermes.warehouse.superseded", dataset=dataset, day=day, read_at=read_at, newest=newest)
+        return WriteResult(dataset, day, path, rows, 0, 0, size, False, superseded=True)
+
+    def _mark_read(self, dataset: str, day: str, read_at: float | None) -> None:
+        if read_at is None:
+            return
+        target = self._watermark_path(dataset, day)
+        folder = os.path.dirname(target)
+        for entry in os.listdir(folder):  # left by a writer killed mid-way (we hold the lock)
+            if entry.startswith(READ_AT_FILE + ".") and entry.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, entry))
+        tmp = target + f".{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(repr(read_at))
+        os.replace(tmp, target)
 
     def rewrite_day(self, dataset: str, day: str, keep_mask_fn) -> tuple[int, int]:
         """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left)."""

@@ -122,7 +122,7 @@ def test_one_ranged_run_writes_every_day_of_the_three_datasets(small):
         for day in SMALL_DAYS:
             folder = day_path(small.warehouse, dataset, day).parent
             # one data file per day; nothing else but the lock file beside it (no temp files left)
-            assert {p.name for p in folder.iterdir()} <= {"part-0.parquet", ".lock"}, folder
+            assert {p.name for p in folder.iterdir()} <= {"part-0.parquet", ".lock", ".read_at"}, folder
     assert _rows_total(small.warehouse, SESSIONS) == SMALL_SESSIONS
     assert _rows_total(small.warehouse, MESSAGES) == SMALL_MESSAGES
     assert {p.name for p in small.warehouse.iterdir()} - {".staging"} == set(DATASETS)

@@ -120,7 +120,7 @@ def test_disk_full_fails_clearly_and_leaves_the_old_file(install, small_disk, tm
         w.msg("tui-0", "assistant", base64.b64encode(os.urandom(SIZES[when] * 3 // 4)).decode())
     # what a run with room writes (from a copy of the old files, off the small disk)
     reference = tmp_path / "reference"
-    shutil.copytree(install.warehouse, reference, ignore=shutil.ignore_patterns(".lock", ".staging"))
+    shutil.copytree(install.warehouse, reference, ignore=shutil.ignore_patterns(".lock", ".read_at", ".staging"))
     install.run(DAY1, DAY2, defs=install.defs(warehouse=HermesWarehouse(root=str(reference)))).ok()
     new = warehouse_state(reference)
 

@@ -165,14 +165,6 @@ def test_sensor_run_and_backfill_of_the_same_day_at_once(install, tmp_path):
     assert waited < backfill_holds / 2, (waited, backfill_holds)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lost update across runs: a run reads (stages) its days before it takes any day lock, and "
-    "the lock only serializes the merge-write. A backfill that read day 1 before Hermes's last "
-    "write, and writes after the sensor's run of that write, replaces the fresher files with its "
-    "stale rows: the new message comes back flagged source_deleted, the session no longer ended "
-    "(its end row dropped), and the sensor, its cursor already past the write, never requests the "
-    "day again. Needs each day read under its lock, or a read watermark kept in the file that an "
-    "older read may not overwrite (capture.py + warehouse.py)."))
 def test_a_backfill_that_read_before_the_sensor_run_does_not_undo_it(install, tmp_path):
     """Protects the final files against a stale writer: a backfill reads day 1 (its first
     step stages it), then Hermes writes a message and ends the session, the sensor's run
