@@ -69,9 +69,18 @@ def _utc_today() -> dt.date:
 
 
 def _read(warehouse: Path, dataset: str, columns: list[str] | None = None):
-    """Every partition file of a dataset, as (day, table)."""
+    """Every partition file of a dataset, as (day, table).
+
+    Read while runs replace files: each file is opened once and read whole (a
+    reader that opens a path twice, footer then pages, can straddle a rename and
+    pair one version's footer with the other's pages).
+    """
     for path in sorted((warehouse / dataset).glob("day=*/part-0.parquet")):
-        yield path.parent.name[4:], pq.read_table(path, columns=columns)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # the day's last row went away between glob and open
+            continue
+        yield path.parent.name[4:], pq.read_table(pa.BufferReader(data), columns=columns)
 
 
 def _parquet_files(root: Path) -> dict[str, bytes]:
