@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hermes_writer import HermesWriter
+from tests.support.skips import unavailable
 
 
 def shared_dir() -> Path:
@@ -31,7 +32,7 @@ def copy_fixture(name: str, dest_dir: Path) -> Path:
     """Copy ``fixtures/<name>/state.db`` to ``dest_dir/state.db`` (writable, no -wal/-shm)."""
     src = fixture_store(name)
     if not src.is_file():
-        pytest.skip(f"shared fixture {src} is not available (set HERMES_ASSETS_SHARED)")
+        unavailable(f"shared fixture {src} is not available (set HERMES_ASSETS_SHARED)")
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / "state.db"
     shutil.copyfile(src, dest)  # contents only: the shared files are read-only

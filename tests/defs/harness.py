@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, SESSIONS
+from tests.support.skips import unavailable
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 #: the UTC days the small fixture covers (59 sessions, 1,142 messages)
@@ -51,7 +52,7 @@ def copy_small(dest_dir: Path) -> Path:
 
     src = shared_dir() / "fixtures" / "small" / "state.db"
     if not src.is_file():
-        pytest.skip(f"shared fixture {src} is not available (set HERMES_ASSETS_SHARED)")
+        unavailable(f"shared fixture {src} is not available (set HERMES_ASSETS_SHARED)")
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / "state.db"
     shutil.copyfile(src, dest)

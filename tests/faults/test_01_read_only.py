@@ -37,6 +37,7 @@ from tests.faults.helpers import (
 )
 from tests.faults.hermes_process import UNCOMMITTED
 from tests.support.hermes_writer import HermesWriter
+from tests.support.skips import unavailable
 
 SQLITE_OWN = ("-wal", "-shm")
 
@@ -131,7 +132,7 @@ def test_every_syscall_on_the_hermes_home_is_a_read(install, tmp_path):
     it never unlinks, renames, truncates, chmods or touches a file there (SQLite running as
     root gives the -wal/-shm it creates the db's owner: the one fchown allowed)."""
     if not shutil.which("strace"):
-        pytest.skip("strace is not installed")
+        unavailable("strace is not installed")
     stores = _hermes_home(install)
     trace_dir = tmp_path / "strace"
     trace_dir.mkdir()
@@ -144,7 +145,7 @@ def test_every_syscall_on_the_hermes_home_is_a_read(install, tmp_path):
            sys.executable, "-m", "tests.faults.run_script", f"run:{DAY1}:{DAY2}", "tick", "tick"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     if proc.returncode != 0 and "ptrace" in proc.stderr:
-        pytest.skip(f"strace cannot trace here: {proc.stderr[-300:]}")
+        unavailable(f"strace cannot trace here: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     steps = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"step"')]
     assert [s.get("success", True) for s in steps] == [True, True, True]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib import errors
+from tests.support.skips import unavailable
 from tests.faults.helpers import (
     DAY1,
     DAY2,
@@ -95,7 +96,7 @@ def test_corrupt_store_is_store_corrupt_and_no_partition_changes(install, tmp_pa
     succeeds and has a pending change (every day is staged before any is written).
     After the store is restored, the next run succeeds and nothing captured is lost."""
     if how == "zeroed_leaf_of_a_later_day" and not _has_dbstat():
-        pytest.skip("this Python's SQLite lacks the dbstat table (needed to find the leaf)")
+        unavailable("this Python's SQLite lacks the dbstat table (needed to find the leaf)")
     with install.writer() as w:
         days = write_scenario(w, 2, text=PAD)
     install.run(DAY1, DAY2).ok()

@@ -14,6 +14,7 @@ import sqlite3
 import pytest
 
 from hermes_assets.lib import errors
+from tests.support.skips import unavailable
 from tests.conftest import fixture_store
 from tests.faults.helpers import (
     DAY1,
@@ -45,7 +46,7 @@ def _sql(db, *statements) -> None:
 def _copy_fixture(name: str, dest) -> None:
     src = fixture_store(name)
     if not src.is_file():
-        pytest.skip(f"shared fixture {src} is not available")
+        unavailable(f"shared fixture {src} is not available")
     shutil.copyfile(src, dest)  # in place over the old file: the same inode, as an upgrade leaves it
 
 

@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import fixture_store, shared_dir
 from tests.support.golden import DATASETS, FIXTURES, golden_path, read_golden, render_fixture
 from tests.support.project import CANONICAL_STORE_PATH
+from tests.support.skips import unavailable
 
 LOOPBACK = {"localhost", "127.0.0.1", "[::1]"}
 
@@ -30,7 +31,7 @@ LOOPBACK = {"localhost", "127.0.0.1", "[::1]"}
 def rendered(fixture: str) -> dict[str, list[str]]:
     store = fixture_store(fixture)
     if not store.is_file():
-        pytest.skip(f"shared fixture {store} is not available")
+        unavailable(f"shared fixture {store} is not available")
     return render_fixture(store)
 
 
@@ -105,7 +106,7 @@ EXTRA_HERMES_KEYS = {"active", "compacted", "observed", "usage_by_model", "sourc
 def parity_rows():
     path = shared_dir() / "fixtures" / "small" / "hypaware-rows.jsonl.gz"
     if not path.is_file():
-        pytest.skip(f"{path} is not available")
+        unavailable(f"{path} is not available")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         theirs = [json.loads(line) for line in f]
     # the rendered rows are normalized like HypAware's file: JSON columns parsed, timestamps ISO ...Z

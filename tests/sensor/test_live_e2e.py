@@ -35,6 +35,7 @@ from hermes_assets.defs.gateway import ai_gateway_messages_hermes
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+from tests.support.skips import unavailable
 from tests.sensor.harness import (
     DAGSTER,
     PYTHON,
@@ -282,7 +283,7 @@ def _live_rows(table, dataset: str):
 
 def test_read_while_hermes_writes(tmp_path, processes):
     if not LIVE_WRITER.is_file():
-        pytest.skip(f"{LIVE_WRITER} is not available")
+        unavailable(f"{LIVE_WRITER} is not available")
     home, warehouse, fresh = tmp_path / "hermes", tmp_path / "warehouse", tmp_path / "fresh"
     home.mkdir()
     policy_list = tmp_path / "no-policy-list.json"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import dagster_env, installation  # noqa: F401  (fixtures reused as they are)
+from tests.support.skips import unavailable
 
 os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
 
@@ -25,17 +26,11 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _unavailable(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: .ci/run installs it, so this is a broken set-up, not a skip)")
-    pytest.skip(reason)
-
-
 @pytest.fixture
 def browser_page():
     """A fresh headless Chromium page (1600x1000; Playwright gives it an empty profile), closed at the end."""
     if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
-        _unavailable(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+        unavailable(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:  # part of the test extra: never a reason to skip
