@@ -5,21 +5,17 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
+from tests.support.environ import use_environment
 from tests.defs.harness import Capture, copy_small, new_capture
 from tests.support.hermes_writer import HermesWriter
 
-#: variables that would leak a developer's real setup into a test
-_CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS", "HERMES_ASSETS_WORKERS")
 
 
 @pytest.fixture
 def capture(tmp_path, monkeypatch) -> Capture:
     """An installation with an empty Hermes home (no store yet), set in the environment."""
     cap = new_capture(tmp_path / "install")
-    for name in _CLEARED:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in cap.environ().items():
-        monkeypatch.setenv(name, value)
+    use_environment(monkeypatch, cap.environ())
     return cap
 
 

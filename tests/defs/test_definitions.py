@@ -7,7 +7,6 @@ Definitions are loaded the way ``dagster dev`` loads them: from
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import os
 import subprocess
@@ -200,16 +199,6 @@ def test_unknown_executor_is_a_clear_configuration_error(capture, monkeypatch):
     assert "HERMES_ASSETS_EXECUTOR" in message and "bogus" in message
     for name in ("in_process", "multiprocess", "k8s", "celery"):
         assert name in message
-
-
-def test_k8s_executor_without_dagster_k8s_says_what_to_install(capture, monkeypatch):
-    if importlib.util.find_spec("dagster_k8s") is not None:
-        pytest.skip("dagster-k8s is installed: the switch returns the real executor")
-    monkeypatch.setenv("HERMES_ASSETS_EXECUTOR", "k8s")
-    with pytest.raises(Exception) as info:
-        capture.defs()
-    err = _cause(info.value, ConfigurationError)
-    assert err is not None and "dagster-k8s==0.29.27" in str(err)
 
 
 @pytest.mark.e2e

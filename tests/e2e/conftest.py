@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.environ import LEAKY
 from tests.defs.harness import Capture, copy_small, new_capture
 
 REPO = Path(__file__).resolve().parents[2]
 #: variables of a developer's own setup that must not reach the subprocesses
-_CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS", "HERMES_ASSETS_WORKERS",
-            "DAGSTER_PG_URL")
+_CLEARED = (*LEAKY, "DAGSTER_PG_URL")
 
 
 @pytest.fixture

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.environ import use_environment
 from tests.faults.helpers import Install, new_install
 
 #: variables of a developer's own setup that would leak into a test
-_CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_WORKERS", "HERMES_ASSETS_START_DATE")
 #: the retry budget of busy stores in this suite: short, so store_busy cases stay fast
 BUSY_BUDGET_MS = 400
 
@@ -16,9 +16,6 @@ BUSY_BUDGET_MS = 400
 def install(tmp_path, monkeypatch) -> Install:
     """An installation with an empty Hermes home (no store yet), set in the environment."""
     inst = new_install(tmp_path / "install")
-    for name in _CLEARED:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in inst.environ().items():
-        monkeypatch.setenv(name, value)
+    use_environment(monkeypatch, inst.environ())
     monkeypatch.setenv("HERMES_ASSETS_BUSY_TIMEOUT_MS", str(BUSY_BUDGET_MS))
     return inst
