@@ -48,13 +48,13 @@ def hermes_raw(
 ):
     plan = steps.plan(context, hermes, usage_policy)
     policy_counts = steps.apply_policy(plan, usage_policy)
-    root = warehouse.open().root
+    wh = warehouse.open()
     days, written = capture.capture_days(
         plan,
         (SESSIONS, MESSAGES),
         usage_policy.projection_context(),
-        warehouse=root,
-        staging=steps.staging_dir(root, context.run.run_id, "raw"),
+        warehouse=wh.uri,
+        staging=steps.staging_dir(wh, context.run.run_id, "raw"),
         busy_timeout_ms=hermes.busy_timeout_ms,
     )
     results = {SESSIONS: [], MESSAGES: []}

@@ -17,7 +17,7 @@ from hermes_assets.defs.resources import HermesStores, UsagePolicy
 from hermes_assets.lib import capture, schemas
 from hermes_assets.lib.capture import CapturePlan
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.warehouse import WriteResult
+from hermes_assets.lib.warehouse import Warehouse, WriteResult
 
 log = get_logger()
 
@@ -25,14 +25,14 @@ log = get_logger()
 STALE_STAGING_S = 6 * 3600
 
 
-def staging_dir(warehouse_root: str, run_id: str, name: str) -> str:
+def staging_dir(warehouse: Warehouse, run_id: str, name: str) -> str:
     """Where a run stages its days before putting them in place (removed after).
 
     A run killed mid-way (kill -9, power loss) leaves its staging folder: any
     older than ``STALE_STAGING_S`` is removed here. Staged files are never read
     as data: the datasets' globs only match ``day=*/part-0.parquet``.
     """
-    base = os.path.join(warehouse_root, ".staging")
+    base = warehouse.staging_root
     if os.path.isdir(base):
         cutoff = time.time() - STALE_STAGING_S
         for entry in os.scandir(base):

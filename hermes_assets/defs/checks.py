@@ -1,10 +1,7 @@
 """Asset checks: what must hold in every written partition (SPEC §2, §5, §6)."""
 
-import os
-
 import dagster as dg
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from hermes_assets.defs import capture_steps as steps
 from hermes_assets.defs.partitions import daily_partitions
@@ -16,10 +13,10 @@ from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 def _tables(context, warehouse: HermesWarehouse, dataset: str, columns: list[str]):
     wh = warehouse.open()
     for day in context.partition_keys:
-        path = wh.path(dataset, day)
-        if os.path.exists(path):
-            # `store` repeats one long path per row: keep it dictionary-encoded
-            yield day, pq.read_table(path, columns=columns, read_dictionary=["store"] if "store" in columns else None)
+        # `store` repeats one long path per row: keep it dictionary-encoded
+        table = wh.read(dataset, day, columns=columns, read_dictionary=["store"] if "store" in columns else None)
+        if table is not None:
+            yield day, table
 
 
 def _key_check(dataset: str) -> dg.AssetChecksDefinition:

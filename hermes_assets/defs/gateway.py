@@ -42,14 +42,14 @@ def project_rows(
     usage_policy: UsagePolicy,
     plan: CapturePlan,
 ) -> dg.Output[list]:
-    root = warehouse.open().root
-    staging = steps.staging_dir(root, context.run_id, GATEWAY)
+    wh = warehouse.open()
+    staging = steps.staging_dir(wh, context.run_id, GATEWAY)
     os.makedirs(staging, exist_ok=True)
     state = {
         "plan": plan,
         "ctx": usage_policy.projection_context(),
         "datasets": (GATEWAY,),
-        "warehouse": root,
+        "warehouse": wh.uri,
         "staging": staging,
         "busy_timeout_ms": hermes.busy_timeout_ms,
     }
@@ -70,10 +70,10 @@ def project_rows(
 def write_partitions(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, staged: list
 ) -> dg.MaterializeResult:
-    state = {"warehouse": warehouse.open().root, "staged": {item["day"]: item for item in staged}}
+    state = {"warehouse": warehouse.open().uri, "staged": {item["day"]: item for item in staged}}
     results = []
     try:
-        for per_dataset in capture.map_days(capture.write_staged_day, state, [item["day"] for item in staged]):
+        for per_dataset in capture.write_days(state, [item["day"] for item in staged]):
             result = per_dataset[GATEWAY]
             context.add_asset_metadata(steps.day_metadata(result), partition_key=result.day)
             results.append(result)

@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -29,7 +29,7 @@ from hermes_assets.lib import errors, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import Store, StoreReader
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, StoreFacts, Warehouse
+from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, StoreFacts, Warehouse, encode
 
 log = get_logger()
 
@@ -269,12 +269,11 @@ def stage_day(state: dict, day: str) -> dict:
     """
     datasets = state["datasets"]
     rows = project_day(state["plan"], day, set(datasets), state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
-    warehouse = Warehouse(state["warehouse"])
     paths = {}
     for dataset in datasets:
         paths[dataset] = os.path.join(state["staging"], f"{dataset}.{day}.staged")
         with open(paths[dataset], "wb") as f:
-            f.write(memoryview(warehouse.encode(dataset, rows.tables[dataset])))
+            f.write(memoryview(encode(dataset, rows.tables[dataset])))
     return {"day": day, "paths": paths, "mids": rows.mids(), "tally": rows.tally, "read_at": state["plan"].read_at,
             "rows": {ds: t.num_rows for ds, t in rows.tables.items()}}
 
@@ -282,9 +281,26 @@ def stage_day(state: dict, day: str) -> dict:
 def write_staged_day(state: dict, day: str) -> dict:
     """Put one staged day in place, dataset by dataset (merge, atomic replace)."""
     item = state["staged"][day]
-    warehouse = Warehouse(state["warehouse"])
+    warehouse = state.get("opened") or Warehouse(state["warehouse"])
     return {ds: warehouse.write_staged_day(ds, day, path, item["facts"], item["read_at"])
             for ds, path in item["paths"].items()}
+
+
+def write_days(state: dict, days: list[str], workers: int | None = None):
+    """:func:`write_staged_day` for every day, in day order.
+
+    A local warehouse writes on worker processes (merges are CPU work). A URI
+    warehouse writes on threads sharing one ``pyarrow.fs`` client: its time is
+    network waits, and an object-store client must not cross a fork.
+    """
+    warehouse = Warehouse(state["warehouse"])
+    if warehouse.posix:
+        yield from map_days(write_staged_day, state, days, workers)
+        return
+    state = {**state, "opened": warehouse}
+    workers = min(workers or max(4, default_workers()), len(days)) or 1
+    with ThreadPoolExecutor(workers) as pool:
+        yield from pool.map(functools.partial(write_staged_day, state), days)
 
 
 def capture_days(plan: CapturePlan, datasets: tuple[str, ...], ctx: projection.ProjectionContext, *,
@@ -302,7 +318,7 @@ def capture_days(plan: CapturePlan, datasets: tuple[str, ...], ctx: projection.P
         for item in staged:
             item["facts"] = facts_for_day(plan, item["day"], item.pop("mids"))
         write_state = {"warehouse": warehouse, "staged": {item["day"]: item for item in staged}}
-        written = list(map_days(write_staged_day, write_state, plan.days))
+        written = list(write_days(write_state, plan.days))
         return staged, written
     finally:
         shutil.rmtree(staging, ignore_errors=True)

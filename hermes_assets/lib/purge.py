@@ -22,7 +22,6 @@ log = get_logger()
 
 #: where runs stage their days (``<root>/.staging/<run>/<dataset>.<day>.staged``) before
 #: putting them in place; a run killed mid-way leaves its staged files for hours
-STAGING = ".staging"
 #: a staged file that does not read whole and is older than this was left by a dead run
 _DEAD_STAGED_S = 60
 
@@ -121,7 +120,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
 def _staged_files(warehouse: Warehouse) -> list[tuple[str, str]]:
     """``(dataset, path)`` of every staged day file under the warehouse's staging folder."""
     out = []
-    for folder, _, names in os.walk(os.path.join(warehouse.root, STAGING)):
+    for folder, _, names in os.walk(warehouse.staging_root):
         for name in names:
             dataset = name.split(".", 1)[0]
             if name.endswith(".staged") and dataset in schemas.DATASETS:

@@ -11,13 +11,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
+import tempfile
+import uuid
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
@@ -28,6 +32,8 @@ log = get_logger()
 
 PART_FILE = "part-0.parquet"
 LOCK_FILE = ".lock"
+#: staged days, under the spool (the root of a POSIX warehouse)
+STAGING = ".staging"
 #: when the store was read for the day's current file (SPEC §2 lock + no lost update)
 READ_AT_FILE = ".read_at"
 GATEWAY = "ai_gateway_messages_hermes"
@@ -76,43 +82,140 @@ class WriteResult:
 
 
 class Warehouse:
-    """The dataset root: a local folder (or a ``file://`` URI)."""
+    """The dataset root: a local folder, or any URI pyarrow's filesystem layer opens.
 
-    def __init__(self, root: str):
+    A plain path (``/data/warehouse``, ``~/wh``) is the POSIX warehouse: the
+    day's lock file sits beside the data, staged files in ``<root>/.staging``
+    (same filesystem, so putting one in place is a rename), and every replace
+    is fsynced.
+
+    A URI (``s3://bucket/prefix``, ``gs://…``, ``abfs://…``, ``hdfs://…``, and
+    ``file:///…``, which takes this same path on the local disk) goes through
+    ``pyarrow.fs`` for every read, listing, write and delete. Object stores
+    have no rename and no locks, so:
+
+    * a file is replaced by writing a temp object beside it, then
+      ``FileSystem.move`` onto the final name: a rename where the filesystem
+      has one, a server-side copy on S3/GCS, where the final object appears
+      whole or not at all. Temp names never match ``day=*/part-0.parquet``;
+    * staging and the day locks live in a local spool folder
+      (``HERMES_ASSETS_SPOOL``, default a folder per warehouse under the
+      system temp dir). The locks order the writers of one host; several
+      hosts writing one bucket must not run the same day at once (deploy/).
+    """
+
+    def __init__(self, root: str, *, spool: str | None = None):
+        self.uri = root
         parsed = urlparse(root)
-        if parsed.scheme == "file":
-            root = parsed.path
-        elif parsed.scheme and len(parsed.scheme) > 1:
-            raise ValueError(f"warehouse URI scheme {parsed.scheme!r} is not supported yet: use a local path")
-        self.root = os.path.abspath(os.path.expanduser(root))
+        self.scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""  # "C:\\x" is a path
+        #: a plain local path: POSIX locks, fsync and rename (see the class docstring)
+        self.posix = not self.scheme
+        if self.posix:
+            self.root = os.path.abspath(os.path.expanduser(root))
+        else:
+            self.root = _fs_path(root)
+        self._fs = pafs.LocalFileSystem() if self.posix else None
+        self._spool = spool
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        """The pyarrow filesystem, opened on first use (not at construction: a
+        worker process that only encodes never starts an object-store client)."""
+        if self._fs is None:
+            try:
+                self._fs, self.root = pafs.FileSystem.from_uri(self.uri)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+                raise ValueError(f"HERMES_ASSETS_WAREHOUSE={self.uri!r} is not a filesystem pyarrow can open: "
+                                 f"{exc}") from exc
+            self.root = self.root.rstrip("/")
+        return self._fs
+
+    @property
+    def spool(self) -> str:
+        """A local folder for what must not go to the warehouse's filesystem: staged
+        days and lock files (POSIX warehouse: the root itself)."""
+        if self.posix:
+            return self.root
+        if self._spool:
+            return self._spool
+        configured = os.environ.get("HERMES_ASSETS_SPOOL", "").strip()
+        base = configured or os.path.join(tempfile.gettempdir(), "hermes_assets-spool")
+        return os.path.join(base, hashlib.sha256(self.uri.encode()).hexdigest()[:16])
+
+    @property
+    def staging_root(self) -> str:
+        return os.path.join(self.spool, STAGING)
 
     # -- paths ------------------------------------------------------------------
 
     def day_dir(self, dataset: str, day: str) -> str:
-        return os.path.join(self.root, dataset, f"day={day}")
+        return f"{self.root}/{dataset}/day={day}" if not self.posix else os.path.join(self.root, dataset, f"day={day}")
 
     def path(self, dataset: str, day: str) -> str:
-        return os.path.join(self.day_dir(dataset, day), PART_FILE)
+        """The day's file as this warehouse's filesystem names it (a local path, or ``bucket/key``)."""
+        return f"{self.day_dir(dataset, day)}/{PART_FILE}"
+
+    def location(self, dataset: str, day: str) -> str:
+        """The day's file as a user names it: a local path, or a URI (``s3://bucket/key``)."""
+        return self._uri(self.path(dataset, day))
+
+    def _uri(self, path: str) -> str:
+        return path if self.posix or self.scheme == "file" else f"{self.scheme}://{path}"
 
     def days(self, dataset: str) -> list[str]:
-        base = os.path.join(self.root, dataset)
-        if not os.path.isdir(base):
-            return []
-        return sorted(
-            d[4:] for d in os.listdir(base)
-            if d.startswith("day=") and os.path.exists(os.path.join(base, d, PART_FILE))
-        )
+        if self.posix:
+            base = os.path.join(self.root, dataset)
+            if not os.path.isdir(base):
+                return []
+            return sorted(
+                d[4:] for d in os.listdir(base)
+                if d.startswith("day=") and os.path.exists(os.path.join(base, d, PART_FILE))
+            )
+        fs = self.fs
+        base = f"{self.root}/{dataset}"
+        found = set()
+        for info in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True)):
+            folder, _, name = info.path.rpartition("/")
+            day = folder.rpartition("/")[2]
+            if name == PART_FILE and info.type == pafs.FileType.File and day.startswith("day="):
+                found.add(day[4:])
+        return sorted(found)
 
-    def read(self, dataset: str, day: str, columns: list[str] | None = None) -> pa.Table | None:
+    def exists(self, dataset: str, day: str) -> bool:
+        return self._size(self.path(dataset, day)) is not None
+
+    def read(self, dataset: str, day: str, columns: list[str] | None = None, *,
+             read_dictionary: list[str] | None = None) -> pa.Table | None:
+        """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
+        those columns dictionary-encoded (checks over long repeated strings)."""
         path = self.path(dataset, day)
-        if not os.path.exists(path):
+        if not self.exists(dataset, day):
             return None
-        return pq.read_table(path, columns=columns, schema=schemas.DATASETS[dataset][0])
+        if read_dictionary:
+            return pq.read_table(path, columns=columns, read_dictionary=read_dictionary, filesystem=self.fs)
+        return pq.read_table(path, columns=columns, schema=schemas.DATASETS[dataset][0], filesystem=self.fs)
+
+    def _num_rows(self, path: str) -> int:
+        with self.fs.open_input_file(path) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+
+    def _size(self, path: str) -> int | None:
+        if self.posix:
+            try:
+                return os.path.getsize(path)
+            except FileNotFoundError:
+                return None
+        info = self.fs.get_file_info(path)
+        return info.size if info.type == pafs.FileType.File else None
 
     @contextlib.contextmanager
     def day_lock(self, dataset: str, day: str) -> Iterator[None]:
-        """An exclusive lock on one day of one dataset (a lock file beside the data)."""
-        folder = self.day_dir(dataset, day)
+        """An exclusive lock on one day of one dataset (a lock file beside the data,
+        or in the spool for a URI warehouse)."""
+        if self.posix:
+            folder = self.day_dir(dataset, day)
+        else:
+            folder = os.path.join(self.spool, "locks", dataset, f"day={day}")
         os.makedirs(folder, exist_ok=True)
         fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -153,23 +256,17 @@ class Warehouse:
         return result
 
     def encode(self, dataset: str, table: pa.Table) -> pa.Buffer:
-        """A day's table as the exact bytes of its partition file (sorted, zstd)."""
-        sort = schemas.DATASETS[dataset][2]
-        if not is_sorted(table, sort):
-            table = table.sort_by([(c, "ascending") for c in sort])
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
-        return sink.getvalue()
+        return encode(dataset, table)
 
     def write_staged_day(
         self, dataset: str, day: str, staged: str, facts: Iterable[StoreFacts], read_at: float | None = None
     ) -> WriteResult:
-        """Merge a staged file (the bytes :meth:`encode` made of the day's new rows).
+        """Merge a staged file (the bytes :func:`encode` made of the day's new rows).
 
         Two common cases cost no merge: a day with no file yet takes the staged
-        file by rename, and a day whose file already holds exactly these bytes
-        (a re-run) is left alone. Anything else merges as :meth:`write_day`,
-        all under one hold of the day's lock.
+        file as it is (a rename, or one upload), and a day whose file already
+        holds exactly these bytes (a re-run) is left alone. Anything else
+        merges as :meth:`write_day`, all under one hold of the day's lock.
         """
         path = self.path(dataset, day)
         with self.day_lock(dataset, day):
@@ -178,50 +275,50 @@ class Warehouse:
                 return superseded
             rows = pq.ParquetFile(staged).metadata.num_rows
             size = os.path.getsize(staged)
-            if not os.path.exists(path):
-                if rows == 0:
-                    self._mark_read(dataset, day, read_at)
-                    return WriteResult(dataset, day, path, 0, 0, 0, 0, False)
-                with open(staged, "rb+") as f:
-                    os.fsync(f.fileno())
-                os.replace(staged, path)
-                _fsync_dir(os.path.dirname(path))
+            current = self._size(path)
+            if current is None:
+                if rows:
+                    self._put_staged(staged, path)
+                    log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0,
+                             dropped=0, changed=True)
                 self._mark_read(dataset, day, read_at)
-                log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0, changed=True)
-                return WriteResult(dataset, day, path, rows, 0, 0, size, True)
-            if os.path.getsize(path) == size:
+                return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size if rows else 0,
+                                   bool(rows))
+            if current == size:
                 with open(staged, "rb") as f:
-                    if _same_bytes(path, pa.py_buffer(f.read())):
+                    if self._same_bytes(path, pa.py_buffer(f.read())):
                         self._mark_read(dataset, day, read_at)
-                        return WriteResult(dataset, day, path, rows, 0, 0, size, False)
+                        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, False)
             table = pq.read_table(staged, schema=schemas.DATASETS[dataset][0])
             return self._write_locked(dataset, day, table, list(facts), read_at)
 
     # -- read watermarks (a file beside the data, so data files stay byte-identical) ----
 
     def _watermark_path(self, dataset: str, day: str) -> str:
-        return os.path.join(self.day_dir(dataset, day), READ_AT_FILE)
+        return f"{self.day_dir(dataset, day)}/{READ_AT_FILE}"
 
     def _superseded(self, dataset: str, day: str, read_at: float | None) -> WriteResult | None:
         if read_at is None:
             return None
         try:
-            with open(self._watermark_path(dataset, day)) as f:
-                newest = float(f.read().strip() or 0)
+            newest = float(self._read_small(self._watermark_path(dataset, day)).strip() or 0)
         except (FileNotFoundError, ValueError):
             return None
         if newest <= read_at:
             return None
         path = self.path(dataset, day)
-        rows = pq.ParquetFile(path).metadata.num_rows if os.path.exists(path) else 0
-        size = os.path.getsize(path) if os.path.exists(path) else 0
+        size = self._size(path)
+        rows = self._num_rows(path) if size is not None else 0
         log.warning("hermes.warehouse.superseded", dataset=dataset, day=day, read_at=read_at, newest=newest)
-        return WriteResult(dataset, day, path, rows, 0, 0, size, False, superseded=True)
+        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size or 0, False, superseded=True)
 
     def _mark_read(self, dataset: str, day: str, read_at: float | None) -> None:
         if read_at is None:
             return
         target = self._watermark_path(dataset, day)
+        if not self.posix:
+            self._put(target, pa.py_buffer(repr(read_at).encode()))
+            return
         folder = os.path.dirname(target)
         for entry in os.listdir(folder):  # left by a writer killed mid-way (we hold the lock)
             if entry.startswith(READ_AT_FILE + ".") and entry.endswith(".tmp"):
@@ -271,19 +368,111 @@ class Warehouse:
 
     def _replace(self, dataset: str, day: str, table: pa.Table, retained: int, dropped: int) -> WriteResult:
         path = self.path(dataset, day)
+        location = self.location(dataset, day)
         if table.num_rows == 0:
-            changed = os.path.exists(path)
+            changed = self._size(path) is not None
             if changed:
-                os.unlink(path)
-                _fsync_dir(os.path.dirname(path))
-            return WriteResult(dataset, day, path, 0, 0, dropped, 0, changed)
+                self._delete(path)
+            return WriteResult(dataset, day, location, 0, 0, dropped, 0, changed)
         data = self.encode(dataset, table)
-        changed = not _same_bytes(path, data)
+        changed = not self._same_bytes(path, data)
         if changed:
-            _atomic_write(path, data)
+            self._put(path, data)
         log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
                  retained=retained, dropped=dropped, changed=changed)
-        return WriteResult(dataset, day, path, table.num_rows, retained, dropped, data.size, changed)
+        return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
+
+    # -- the filesystem primitives: POSIX, or pyarrow.fs ------------------------------
+
+    def _same_bytes(self, path: str, data: pa.Buffer) -> bool:
+        if self.posix:
+            return _same_bytes(path, data)
+        if self._size(path) != data.size:
+            return False
+        with self.fs.open_input_stream(path) as f:
+            return f.read() == data.to_pybytes()
+
+    def _read_small(self, path: str) -> str:
+        if self.posix:
+            with open(path) as f:
+                return f.read()
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read().decode()
+        except OSError as exc:  # pyarrow reports a missing object as a plain OSError on some filesystems
+            if self._size(path) is None:
+                raise FileNotFoundError(path) from exc
+            raise
+
+    def _put(self, path: str, data: pa.Buffer) -> None:
+        """Replace ``path`` by ``data`` atomically (called under the day's lock)."""
+        if self.posix:
+            _atomic_write(path, data)
+            return
+        folder, _, name = path.rpartition("/")
+        self._remove_stale_temps(folder, name)
+        tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
+        fs = self.fs
+        try:
+            try:
+                out = fs.open_output_stream(tmp)
+            except FileNotFoundError:  # a filesystem with real folders (file://, hdfs://)
+                fs.create_dir(folder, recursive=True)
+                out = fs.open_output_stream(tmp)
+            with out:
+                out.write(data)
+            fs.move(tmp, path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                fs.delete_file(tmp)
+            if isinstance(exc, OSError):
+                raise OSError(exc.errno, f"{exc} (while writing {self._uri(path)}: the previous file is "
+                              "unchanged; re-run)") from exc
+            raise
+
+    def _put_staged(self, staged: str, path: str) -> None:
+        if self.posix:
+            with open(staged, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(staged, path)
+            _fsync_dir(os.path.dirname(path))
+            return
+        with open(staged, "rb") as f:
+            self._put(path, pa.py_buffer(f.read()))
+
+    def _delete(self, path: str) -> None:
+        if self.posix:
+            os.unlink(path)
+            _fsync_dir(os.path.dirname(path))
+        else:
+            self.fs.delete_file(path)
+
+    def _remove_stale_temps(self, folder: str, name: str) -> None:
+        """Temp objects of a writer that died before its move (we hold the day's lock)."""
+        prefix = f"{folder}/.{name}."
+        for info in self.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+            if info.path.startswith(prefix) and info.path.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    self.fs.delete_file(info.path)
+
+
+def encode(dataset: str, table: pa.Table) -> pa.Buffer:
+    """A day's table as the exact bytes of its partition file (sorted, zstd)."""
+    sort = schemas.DATASETS[dataset][2]
+    if not is_sorted(table, sort):
+        table = table.sort_by([(c, "ascending") for c in sort])
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
+    return sink.getvalue()
+
+
+def _fs_path(uri: str) -> str:
+    """The filesystem path of a URI without opening it (``s3://b/p?x=1`` -> ``b/p``);
+    :attr:`Warehouse.fs` replaces it with pyarrow's own reading on first use."""
+    parsed = urlparse(uri)
+    if parsed.scheme.lower() == "file":
+        return parsed.path.rstrip("/") or "/"
+    return f"{parsed.netloc}{parsed.path}".rstrip("/")
 
 
 def is_sorted(table: pa.Table, keys) -> bool:
