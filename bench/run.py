@@ -8,6 +8,7 @@ raw-SQL multiple of the medium one (../shared/tools/multiply_db.py).
     python bench/run.py                       # medium store, every section
     python bench/run.py --store large         # ~1M messages
     python bench/run.py --sections core,backfill --store medium
+    python bench/run.py --warehouse s3        # the warehouse in a bucket (moto's S3 server on loopback)
 
 Sections:
   core         read + project every day, no Dagster (rows/s, peak RSS)
@@ -162,7 +163,7 @@ def run_python(code: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def dagster_env(home: Path, store: Path, warehouse: Path, start: str) -> dict:
+def dagster_env(home: Path, store: Path, warehouse: str, start: str) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
@@ -180,15 +181,44 @@ def materialize(env: dict, *partition: str) -> dict:
     return measure([DAGSTER, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", *partition], env)
 
 
-def gateway_rows(warehouse: Path) -> tuple[int, int]:
+def gateway_rows(warehouse: str) -> tuple[int, int]:
+    """Canonical rows and Parquet bytes in the warehouse (a path or a URI)."""
     import pyarrow.parquet as pq
+    from hermes_assets.lib.warehouse import Warehouse
 
+    wh = Warehouse(warehouse)
     rows = size = 0
-    for f in warehouse.rglob("*.parquet"):
-        size += f.stat().st_size
-        if "ai_gateway_messages_hermes" in f.parts:
-            rows += pq.ParquetFile(f).metadata.num_rows
+    for dataset in ("ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages"):
+        for day in wh.days(dataset):
+            with wh.fs.open_input_file(wh.path(dataset, day)) as f:
+                size += f.size()
+                if dataset == "ai_gateway_messages_hermes":
+                    rows += pq.ParquetFile(f).metadata.num_rows
     return rows, size
+
+
+def start_s3(work: Path) -> tuple[str, subprocess.Popen]:
+    """moto's S3-compatible server on loopback, one bucket; -> (warehouse URI, server process)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_EC2_METADATA_DISABLED="true")
+    import pyarrow.fs as pafs
+
+    endpoint = f"127.0.0.1:{port}"
+    pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
+                      allow_bucket_creation=True).create_dir("bench")
+    return f"s3://bench/warehouse?endpoint_override={endpoint}&scheme=http&region=us-east-1", proc
 
 
 def append_messages(store: Path, n: int) -> str:
@@ -215,17 +245,28 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=os.environ.get("HERMES_BENCH_CACHE", "/tmp/hermes-bench"))
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--warehouse", choices=("local", "file", "s3"), default="local",
+                    help="a local folder, the same folder as a file:/// URI (the object-store code path), "
+                         "or a bucket on moto's S3 server (needs the test extra)")
     args = ap.parse_args()
     sections = [s for s in args.sections.split(",") if s]
     cache = Path(args.cache_dir)
     source = ensure_store(args.store, cache)
     facts = store_facts(source)
     work = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
-    figures: dict = {"store": str(source), **facts}
+    figures: dict = {"store": str(source), "warehouse": args.warehouse, **facts}
     table: list[tuple[str, str, str]] = []
+    server = None
     try:
         store = private_copy(source, work / "hermes")
-        env = dagster_env(work / "dagster_home", store, work / "warehouse", facts["first_day"])
+        warehouse = str(work / "warehouse")
+        if args.warehouse == "file":
+            warehouse = (work / "warehouse").as_uri()
+        elif args.warehouse == "s3":
+            warehouse, server = start_s3(work)
+        env = dagster_env(work / "dagster_home", store, warehouse, facts["first_day"])
+        env.update({k: v for k, v in os.environ.items() if k.startswith("AWS_")})
+        env["HERMES_ASSETS_SPOOL"] = str(work / "spool")
         day_range = f"{facts['first_day']}...{facts['last_day']}"
 
         if "core" in sections:
@@ -242,7 +283,7 @@ def main() -> None:
             figures["empty"] = {"seconds": r["wall"]}
         if {"backfill", "rerun", "floor", "empty"} & set(sections):
             r = materialize(env, "--partition-range", day_range)
-            rows, size = gateway_rows(work / "warehouse")
+            rows, size = gateway_rows(warehouse)
             figures["backfill"] = {"seconds": r["wall"], "rows": rows, "bytes": size, "rss_mb": r["rss_mb"]}
             table.append(("full backfill (CLI, one run, 3 assets)", f"{r['wall']:.2f} s",
                           f"{rows / r['wall']:,.0f} gateway rows/s, peak RSS {r['rss_mb']:.0f} MB"))
@@ -280,10 +321,12 @@ def main() -> None:
             else:
                 table.append(("sensor", "failed", out.stderr.strip().splitlines()[-1] if out.stderr else ""))
     finally:
+        if server is not None:
+            server.terminate()
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"\nstore: {source}  ({facts['sessions']:,} sessions, {facts['messages']:,} messages, "
-          f"{facts['first_day']} .. {facts['last_day']}; {os.cpu_count()} cores)\n")
+          f"{facts['first_day']} .. {facts['last_day']}; {os.cpu_count()} cores; warehouse: {args.warehouse})\n")
     width = max(len(t[0]) for t in table) if table else 10
     for name, value, note in table:
         print(f"  {name:<{width}}  {value:>10}  {note}")

@@ -297,6 +297,7 @@ def write_days(state: dict, days: list[str], workers: int | None = None):
     if warehouse.posix:
         yield from map_days(write_staged_day, state, days, workers)
         return
+    warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
     state = {**state, "opened": warehouse}
     workers = min(workers or max(4, default_workers()), len(days)) or 1
     with ThreadPoolExecutor(workers) as pool:

@@ -14,7 +14,6 @@ import fcntl
 import hashlib
 import os
 import tempfile
-import uuid
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 from urllib.parse import urlparse
@@ -32,6 +31,8 @@ log = get_logger()
 
 PART_FILE = "part-0.parquet"
 LOCK_FILE = ".lock"
+#: pyarrow filesystems whose uploads appear whole or not at all (object stores)
+ATOMIC_UPLOAD = frozenset({"s3", "gcs", "abfs"})
 #: staged days, under the spool (the root of a POSIX warehouse)
 STAGING = ".staging"
 #: when the store was read for the day's current file (SPEC §2 lock + no lost update)
@@ -94,10 +95,11 @@ class Warehouse:
     ``pyarrow.fs`` for every read, listing, write and delete. Object stores
     have no rename and no locks, so:
 
-    * a file is replaced by writing a temp object beside it, then
-      ``FileSystem.move`` onto the final name: a rename where the filesystem
-      has one, a server-side copy on S3/GCS, where the final object appears
-      whole or not at all. Temp names never match ``day=*/part-0.parquet``;
+    * a file is replaced by one upload on an object store (S3, GCS, Azure),
+      whose new object appears whole or not at all; on a filesystem with
+      folders (``file://``, HDFS) by a temp file beside it
+      (``.part-0.parquet.tmp``, never matched by ``day=*/part-0.parquet``)
+      and ``FileSystem.move``, a rename;
     * staging and the day locks live in a local spool folder
       (``HERMES_ASSETS_SPOOL``, default a folder per warehouse under the
       system temp dir). The locks order the writers of one host; several
@@ -409,10 +411,12 @@ class Warehouse:
         if self.posix:
             _atomic_write(path, data)
             return
-        folder, _, name = path.rpartition("/")
-        self._remove_stale_temps(folder, name)
-        tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
         fs = self.fs
+        folder, _, name = path.rpartition("/")
+        # An object store publishes an upload whole when it completes: write in place.
+        # Elsewhere write a temp file and rename it; its name is fixed per target (we
+        # hold the day's lock), so a killed writer's leftover is simply overwritten.
+        tmp = path if fs.type_name in ATOMIC_UPLOAD else f"{folder}/.{name}.tmp"
         try:
             try:
                 out = fs.open_output_stream(tmp)
@@ -421,10 +425,12 @@ class Warehouse:
                 out = fs.open_output_stream(tmp)
             with out:
                 out.write(data)
-            fs.move(tmp, path)
+            if tmp != path:
+                fs.move(tmp, path)
         except BaseException as exc:
-            with contextlib.suppress(OSError):
-                fs.delete_file(tmp)
+            if tmp != path:
+                with contextlib.suppress(OSError):
+                    fs.delete_file(tmp)
             if isinstance(exc, OSError):
                 raise OSError(exc.errno, f"{exc} (while writing {self._uri(path)}: the previous file is "
                               "unchanged; re-run)") from exc
@@ -446,14 +452,6 @@ class Warehouse:
             _fsync_dir(os.path.dirname(path))
         else:
             self.fs.delete_file(path)
-
-    def _remove_stale_temps(self, folder: str, name: str) -> None:
-        """Temp objects of a writer that died before its move (we hold the day's lock)."""
-        prefix = f"{folder}/.{name}."
-        for info in self.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
-            if info.path.startswith(prefix) and info.path.endswith(".tmp"):
-                with contextlib.suppress(FileNotFoundError, OSError):
-                    self.fs.delete_file(info.path)
 
 
 def encode(dataset: str, table: pa.Table) -> pa.Buffer:

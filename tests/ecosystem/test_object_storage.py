@@ -3,12 +3,12 @@
 ``HERMES_ASSETS_WAREHOUSE`` takes any URI ``pyarrow.fs`` opens. Two are run
 here end to end, by the project's own definitions:
 
-* ``file:///…``: the local disk, through exactly the code an object store
-  takes (temp object + ``FileSystem.move``, listing by selector, locks and
-  staging in the local spool), not the POSIX warehouse's rename and fsync;
+* ``file:///…``: the local disk through ``pyarrow.fs`` (reads, listing by
+  selector, temp file + ``FileSystem.move``, locks and staging in the local
+  spool), not the POSIX warehouse's own rename and fsync;
 * ``s3://…``: pyarrow's real S3 client against an S3-compatible server
-  (moto's, on loopback), where ``move`` is a server-side copy and folders do
-  not exist.
+  (moto's, on loopback), where a file is replaced by one upload and folders
+  do not exist.
 
 Both must hold exactly the rows a plain-path warehouse holds, re-run without
 change, keep rows whose source vanished, and leave nothing but
@@ -17,14 +17,14 @@ change, keep rows whose source vanished, and leave nothing but
 
 from __future__ import annotations
 
-import os
+import json
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import dagster as dg
+import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pytest
@@ -32,7 +32,7 @@ import pytest
 from hermes_assets.lib.purge import purge
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, READ_AT_FILE, SESSIONS, Warehouse
 from tests.defs.conftest import small  # noqa: F401  (fixture: the small store in an isolated installation)
-from tests.defs.harness import SMALL_DAYS, copy_small, partition_metadata, source_deleted, store_sessions
+from tests.defs.harness import SMALL_DAYS, partition_metadata, source_deleted, store_sessions
 from tests.support.hermes_writer import HermesWriter
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
@@ -185,32 +185,28 @@ def test_file_uri_warehouse_keeps_rows_whose_source_vanished(small, monkeypatch,
 
 
 def _parsed(row: dict, dataset: str) -> dict:
-    import json
-
     if dataset == GATEWAY and isinstance(row["attributes"], str):
         row = {**row, "attributes": json.loads(row["attributes"])}
     return row
 
 
-def test_a_temp_object_left_by_a_killed_writer_is_never_data_and_is_cleared(small, monkeypatch, tmp_path):
+def test_a_temp_file_left_by_a_killed_writer_is_never_data_and_is_replaced(small, monkeypatch, tmp_path):
     wh = use_warehouse(monkeypatch, (tmp_path / "uri-warehouse").as_uri(), tmp_path / "spool")
     day = DAYS[0]
     assert small.materialize(day).success
     folder = f"{wh.day_dir(GATEWAY, day)}"
-    dead = f"{folder}/.{PART_FILE}.deadbeef.tmp"
+    dead = f"{folder}/.{PART_FILE}.tmp"
     with wh.fs.open_output_stream(dead) as out:
         out.write(b"half a parquet file")
     assert wh.days(GATEWAY) == [day]
     rows = wh.read(GATEWAY, day).num_rows
 
-    wh.rewrite_day(GATEWAY, day, lambda t: _all_but_first(t))  # any write to the day clears it
+    wh.rewrite_day(GATEWAY, day, lambda t: _all_but_first(t))  # the next write of the day reuses the name
     assert wh.fs.get_file_info(dead).type == pafs.FileType.NotFound
     assert wh.read(GATEWAY, day).num_rows == rows - 1
 
 
 def _all_but_first(table):
-    import pyarrow as pa
-
     return pa.array([i > 0 for i in range(table.num_rows)])
 
 
