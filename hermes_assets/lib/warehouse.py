@@ -16,7 +16,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse, urlunparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -125,7 +125,7 @@ class Warehouse:
         worker process that only encodes never starts an object-store client)."""
         if self._fs is None:
             try:
-                self._fs, self.root = pafs.FileSystem.from_uri(self.uri)
+                self._fs, self.root = pafs.FileSystem.from_uri(_with_defaults(self.uri))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
                 raise ValueError(f"HERMES_ASSETS_WAREHOUSE={self.uri!r} is not a filesystem pyarrow can open: "
                                  f"{exc}") from exc
@@ -191,11 +191,14 @@ class Warehouse:
         """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
         those columns dictionary-encoded (checks over long repeated strings)."""
         path = self.path(dataset, day)
-        if not self.exists(dataset, day):
+        options = {"read_dictionary": read_dictionary} if read_dictionary else {"schema": schemas.DATASETS[dataset][0]}
+        if self.posix:
+            return pq.read_table(path, columns=columns, **options) if os.path.exists(path) else None
+        try:  # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
+            with self.fs.open_input_file(path) as f:
+                return pq.read_table(f, columns=columns, **options)
+        except FileNotFoundError:
             return None
-        if read_dictionary:
-            return pq.read_table(path, columns=columns, read_dictionary=read_dictionary, filesystem=self.fs)
-        return pq.read_table(path, columns=columns, schema=schemas.DATASETS[dataset][0], filesystem=self.fs)
 
     def _num_rows(self, path: str) -> int:
         with self.fs.open_input_file(path) as f:
@@ -389,22 +392,18 @@ class Warehouse:
     def _same_bytes(self, path: str, data: pa.Buffer) -> bool:
         if self.posix:
             return _same_bytes(path, data)
-        if self._size(path) != data.size:
+        try:
+            with self.fs.open_input_file(path) as f:
+                return f.size() == data.size and f.read() == data.to_pybytes()
+        except FileNotFoundError:
             return False
-        with self.fs.open_input_stream(path) as f:
-            return f.read() == data.to_pybytes()
 
     def _read_small(self, path: str) -> str:
         if self.posix:
             with open(path) as f:
                 return f.read()
-        try:
-            with self.fs.open_input_stream(path) as f:
-                return f.read().decode()
-        except OSError as exc:  # pyarrow reports a missing object as a plain OSError on some filesystems
-            if self._size(path) is None:
-                raise FileNotFoundError(path) from exc
-            raise
+        with self.fs.open_input_stream(path) as f:  # a missing file raises FileNotFoundError
+            return f.read().decode()
 
     def _put(self, path: str, data: pa.Buffer) -> None:
         """Replace ``path`` by ``data`` atomically (called under the day's lock)."""
@@ -462,6 +461,18 @@ def encode(dataset: str, table: pa.Table) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
     return sink.getvalue()
+
+
+def _with_defaults(uri: str) -> str:
+    """The URI with our defaults for options it does not set: on S3, a small upload
+    is one PutObject instead of a three-request multipart upload
+    (``allow_delayed_open``; open errors then surface when the file is written)."""
+    parsed = urlparse(uri)
+    query = parse_qs(parsed.query)
+    if parsed.scheme.lower() == "s3" and "allow_delayed_open" not in query:
+        extra = "allow_delayed_open=true"
+        return urlunparse(parsed._replace(query=f"{parsed.query}&{extra}" if parsed.query else extra))
+    return uri
 
 
 def _fs_path(uri: str) -> str:
