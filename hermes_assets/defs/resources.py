@@ -33,7 +33,8 @@ class HermesStores(dg.ConfigurableResource):
 
 
 class HermesWarehouse(dg.ConfigurableResource):
-    """Where the datasets' partition files live (SPEC §2)."""
+    """Where the datasets' partition files live (SPEC §2): a local path, or a URI
+    pyarrow's filesystem layer opens (``s3://bucket/prefix``, ``file:///…``)."""
 
     root: str
 

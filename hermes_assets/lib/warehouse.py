@@ -4,6 +4,9 @@
 atomically (temp file in the same folder, fsync, rename) under a per-day lock
 file, so two runs never interleave on one day. A rewrite keeps rows whose
 source vanished from the store, flagged ``source_deleted`` (D13).
+
+The root may also be a URI (``s3://…``, ``file:///…``): every file operation
+then goes through ``pyarrow.fs`` (see :class:`Warehouse`).
 """
 
 from __future__ import annotations
