@@ -116,7 +116,7 @@ class Warehouse:
         #: a plain local path: POSIX locks, fsync and rename (see the class docstring)
         self.posix = not self.scheme
         if self.posix:
-            self.root = os.path.abspath(os.path.expanduser(root))
+            self.root = self.uri = os.path.abspath(os.path.expanduser(root))
         else:
             self.root = _fs_path(root)
         self._fs = pafs.LocalFileSystem() if self.posix else None

@@ -252,6 +252,7 @@ def test_s3_warehouse_end_to_end(small, monkeypatch, tmp_path, s3_uri):
     assert result.success
     assert contents(wh) == expected
     assert_only_data_files(wh)
+    assert len(list((tmp_path / "spool").rglob(".lock"))) == 3 * len(DAYS)  # the day locks, on local disk
     md = partition_metadata(result)[(SESSIONS, DAYS[1])]
     bucket = s3_uri.split("/")[2]
     assert md["path"] == f"s3://{bucket}/team/warehouse/{SESSIONS}/day={DAYS[1]}/{PART_FILE}"
