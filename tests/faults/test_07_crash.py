@@ -215,10 +215,33 @@ def test_kill_9_of_the_dagster_cli_while_it_writes(crash_world, after_writes):
     range (default parallel workers) is SIGKILLed with its process group as soon as its
     log has reported `after_writes` partition writes. Every partition file is then its
     old or new version, and the next run completes with exactly the new files."""
-    install, old, new, old_copy = crash_world
+    _kill_the_cli_after(crash_world, after_writes)
+
+
+@pytest.fixture
+def crash_world_uri(install, tmp_path, monkeypatch):
+    """:func:`crash_world` with the same warehouse folder named by a ``file://`` URI: every
+    write goes through pyarrow's filesystem layer (temp file + ``FileSystem.move``)."""
+    uri = {"HERMES_ASSETS_WAREHOUSE": install.warehouse.as_uri(), "HERMES_ASSETS_SPOOL": str(tmp_path / "spool")}
+    for name, value in uri.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
+    return (install, *_build(install, tmp_path)), uri
+
+
+@pytest.mark.e2e
+def test_kill_9_of_the_dagster_cli_writing_a_uri_warehouse(crash_world_uri):
+    """The same real kill -9 with ``HERMES_ASSETS_WAREHOUSE=file:///…`` (the object-store
+    code path): old or new files only, and the next run writes exactly the new files."""
+    world, uri = crash_world_uri
+    _kill_the_cli_after(world, 2, uri)
+
+
+def _kill_the_cli_after(world, after_writes: int, settings: dict | None = None) -> None:
+    install, old, new, old_copy = world
     _restore(install, old_copy)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
-    env.update(install.environ(), HERMES_ASSETS_LOG_FORMAT="json", PYTHONUNBUFFERED="1")
+    env.update(install.environ(), HERMES_ASSETS_LOG_FORMAT="json", PYTHONUNBUFFERED="1", **(settings or {}))
     dagster = str(Path(sys.executable).with_name("dagster"))
     proc = subprocess.Popen(
         [dagster, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
