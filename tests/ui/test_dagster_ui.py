@@ -77,6 +77,25 @@ def _visible(page, text: str, exact: bool = True):
     return page.get_by_text(text, exact=exact).filter(visible=True).first
 
 
+def _open(page, label: str, expect) -> None:
+    """Click a left-navigation link until ``expect`` (a locator) shows.
+
+    Dagster's one-time community dialog can open between page load and the
+    first click and swallow it; the locator handler closes the dialog on the
+    next action, so a lost click is simply made again (3 tries, 20 s each).
+    """
+    from playwright.sync_api import TimeoutError as UITimeout
+
+    for attempt in range(3):
+        _nav(page, label).click()
+        try:
+            expect.wait_for(timeout=20_000)
+            return
+        except UITimeout:
+            if attempt == 2:
+                raise
+
+
 def _wait_first_tick(dev: DagsterDev, timeout_s: float = 90) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -141,7 +160,7 @@ def test_a_user_imports_history_from_the_ui_and_reads_a_partition_row_count(
 def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: Path) -> None:
     # 1. the asset graph: three assets, each with its kinds
     page.goto(dev.url)
-    _nav(page, "Lineage").click()
+    _open(page, "Lineage", _visible(page, DATASETS[0]))
     for name in DATASETS:
         _visible(page, name).wait_for()
     for kind in ("SQLite", "Python", "Parquet"):
@@ -149,7 +168,7 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     screens.shot("asset-graph")
 
     # 2. the sensor: running, and its latest tick says why it skipped
-    _nav(page, "Automation").click()
+    _open(page, "Automation", page.get_by_role("link", name="hermes_state_sensor"))
     page.get_by_role("link", name="hermes_state_sensor").click()
     running = page.locator("tr").filter(has=page.get_by_text("Running", exact=True)).first
     assert running.locator("input[type=checkbox]").is_checked()
@@ -160,7 +179,7 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
 
     # 3. Hermes appears; the user imports its history with a ranged backfill
     shutil.move(aside, installation.store)
-    _nav(page, "Lineage").click()
+    _open(page, "Lineage", page.get_by_role("button", name="Materialize all…"))
     page.get_by_role("button", name="Materialize all…").click()
     dialog = page.get_by_role("dialog")
     partitions = dialog.locator("input[type=text]").first
