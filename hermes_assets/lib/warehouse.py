@@ -109,7 +109,7 @@ class Warehouse:
       hosts writing one bucket must not run the same day at once (deploy/).
     """
 
-    def __init__(self, root: str, *, spool: str | None = None):
+    def __init__(self, root: str):
         self.uri = root
         parsed = urlparse(root)
         self.scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""  # "C:\\x" is a path
@@ -120,7 +120,6 @@ class Warehouse:
         else:
             self.root = _fs_path(root)
         self._fs = pafs.LocalFileSystem() if self.posix else None
-        self._spool = spool
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -141,8 +140,6 @@ class Warehouse:
         days and lock files (POSIX warehouse: the root itself)."""
         if self.posix:
             return self.root
-        if self._spool:
-            return self._spool
         configured = os.environ.get("HERMES_ASSETS_SPOOL", "").strip()
         base = configured or os.path.join(tempfile.gettempdir(), "hermes_assets-spool")
         return os.path.join(base, hashlib.sha256(self.uri.encode()).hexdigest()[:16])
@@ -185,9 +182,6 @@ class Warehouse:
             if name == PART_FILE and info.type == pafs.FileType.File and day.startswith("day="):
                 found.add(day[4:])
         return sorted(found)
-
-    def exists(self, dataset: str, day: str) -> bool:
-        return self._size(self.path(dataset, day)) is not None
 
     def read(self, dataset: str, day: str, columns: list[str] | None = None, *,
              read_dictionary: list[str] | None = None) -> pa.Table | None:
@@ -262,9 +256,6 @@ class Warehouse:
         result = self._replace(dataset, day, table, retained, dropped)
         self._mark_read(dataset, day, read_at)
         return result
-
-    def encode(self, dataset: str, table: pa.Table) -> pa.Buffer:
-        return encode(dataset, table)
 
     def write_staged_day(
         self, dataset: str, day: str, staged: str, facts: Iterable[StoreFacts], read_at: float | None = None
@@ -382,7 +373,7 @@ class Warehouse:
             if changed:
                 self._delete(path)
             return WriteResult(dataset, day, location, 0, 0, dropped, 0, changed)
-        data = self.encode(dataset, table)
+        data = encode(dataset, table)
         changed = not self._same_bytes(path, data)
         if changed:
             self._put(path, data)
