@@ -1,11 +1,15 @@
-"""Asset checks: what must hold in every written partition (SPEC §2, §5, §6)."""
+"""Asset checks: what must hold in every written partition (SPEC §2, §5, §6).
+
+They read the partition files the run wrote. The checks about the stores
+themselves (sessions outside the partition range, stores that cannot be read)
+are part of the capture graph (``defs/capture.py``): its plan already knows.
+"""
 
 import dagster as dg
 import pyarrow.compute as pc
 
-from hermes_assets.defs import capture_steps as steps
 from hermes_assets.defs.partitions import daily_partitions
-from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
+from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import schemas
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
@@ -78,18 +82,3 @@ def date_matches_message_created_at(
         days = pc.strftime(table.column("message_created_at"), format="%Y-%m-%d")
         mismatched += pc.sum(pc.not_equal(days, table.column("date"))).as_py() or 0
     return dg.AssetCheckResult(passed=mismatched == 0, metadata={"mismatched_rows": mismatched})
-
-
-@dg.asset_check(
-    asset=GATEWAY,
-    description="Sessions whose day lies outside the partition range (or that have no sane time) "
-    "are not written: reported here, never silently dropped (SPEC §2).",
-)
-def sessions_within_partition_range(hermes: HermesStores, usage_policy: UsagePolicy) -> dg.AssetCheckResult:
-    plan = steps.plan_for_days([], hermes, usage_policy.user_home)
-    sample = [{"store": label, "session_id": sid, "day": day} for label, sid, day in plan.out_of_range[:20]]
-    return dg.AssetCheckResult(
-        passed=not plan.out_of_range,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={"sessions_out_of_range": len(plan.out_of_range), "sample": sample},
-    )

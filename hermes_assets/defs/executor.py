@@ -7,11 +7,9 @@ import dagster as dg
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
 
-EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
-
 
 def executor_for(name: str | None = None) -> dg.ExecutorDefinition:
-    name = name or settings.env("HERMES_ASSETS_EXECUTOR", "in_process")
+    name = name or settings.load().executor
     if name == "in_process":
         return dg.in_process_executor
     if name == "multiprocess":
@@ -28,7 +26,7 @@ def executor_for(name: str | None = None) -> dg.ExecutorDefinition:
         except ImportError as exc:
             raise ConfigurationError("HERMES_ASSETS_EXECUTOR=celery needs dagster-celery==0.29.27 installed") from exc
         return celery_executor
-    raise ConfigurationError(f"HERMES_ASSETS_EXECUTOR={name!r} is not one of {', '.join(EXECUTORS)}")
+    raise ConfigurationError(f"HERMES_ASSETS_EXECUTOR={name!r} is not one of {', '.join(settings.EXECUTORS)}")
 
 
 @dg.definitions

@@ -1,35 +1,30 @@
-"""Resources: the Hermes stores, the warehouse, the usage policy.
+"""Resources: the Hermes stores, the warehouse, the usage policy, the capture runtime.
 
-Each is configured from the environment (SPEC §10) with the defaults there,
-and each can be swapped for a test double by passing another instance.
+Each is built from the validated settings (SPEC §10, ``defs/settings.py``),
+and each can be swapped for another instance in tests.
 """
 
 from __future__ import annotations
 
 import os
-import time
 
 import dagster as dg
 
 from hermes_assets.defs import settings
-from hermes_assets.lib import policy, projection, state_db
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib import policy, projection
+from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, discover_stores
+from hermes_assets.lib.warehouse import FileModes, Warehouse
 
 
 class HermesStores(dg.ConfigurableResource):
-    """The Hermes store(s) to read: ``HERMES_STATE_DB`` or ``HERMES_HOME`` discovery."""
+    """The Hermes store(s) to read: ``HERMES_STATE_DB``, else ``HERMES_HOME`` discovery."""
 
     state_db: str | None = None
     hermes_home: str | None = None
-    busy_timeout_ms: int = 2000
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 
-    def stores(self) -> list[state_db.Store]:
-        environ = dict(os.environ)
-        if self.state_db:
-            environ["HERMES_STATE_DB"] = self.state_db
-        if self.hermes_home:
-            environ["HERMES_HOME"] = self.hermes_home
-        return state_db.discover_stores(environ)
+    def stores(self) -> list[Store]:
+        return discover_stores(self.state_db, self.hermes_home)
 
 
 class HermesWarehouse(dg.ConfigurableResource):
@@ -37,35 +32,40 @@ class HermesWarehouse(dg.ConfigurableResource):
     pyarrow's filesystem layer opens (``s3://bucket/prefix``, ``file:///…``)."""
 
     root: str
+    spool: str | None = None
+    file_mode: str = "private"
 
     def open(self) -> Warehouse:
-        return Warehouse(self.root)
+        return Warehouse(self.root, spool=self.spool, modes=FileModes.named(self.file_mode))
 
 
 class UsagePolicy(dg.ConfigurableResource):
     """The usage-policy resolver of SPEC §7 (one fresh resolver per run)."""
 
-    list_path: str | None = None
+    list_path: str = policy.DEFAULT_LIST
     user_home: str = os.path.expanduser("~")
 
     def resolver(self) -> policy.PolicyResolver:
         return policy.PolicyResolver(self.list_path)
 
-    def projection_context(self) -> projection.ProjectionContext:
-        return projection.ProjectionContext(user_home=self.user_home, now_s=time.time())
+    def projection_context(self, now_s: float) -> projection.ProjectionContext:
+        return projection.ProjectionContext(user_home=self.user_home, now_s=now_s)
 
 
-def default_resources() -> dict:
+class CaptureRuntime(dg.ConfigurableResource):
+    """How a run works: worker processes for the days, and the log format they use."""
+
+    workers: int = 1
+    log_format: str | None = None
+
+
+def default_resources(s: settings.Settings | None = None) -> dict:
+    s = s or settings.load()
     return {
-        "hermes": HermesStores(
-            state_db=settings.env("HERMES_STATE_DB"),
-            hermes_home=settings.env("HERMES_HOME"),
-            busy_timeout_ms=settings.busy_timeout_ms(),
-        ),
-        "warehouse": HermesWarehouse(root=settings.warehouse_root()),
-        "usage_policy": UsagePolicy(
-            list_path=settings.env("HERMES_ASSETS_POLICY_LIST"), user_home=settings.user_home()
-        ),
+        "hermes": HermesStores(state_db=s.state_db, hermes_home=s.hermes_home, busy_timeout_ms=s.busy_timeout_ms),
+        "warehouse": HermesWarehouse(root=s.warehouse, spool=s.spool, file_mode=s.file_mode),
+        "usage_policy": UsagePolicy(list_path=s.policy_list, user_home=s.user_home),
+        "capture_runtime": CaptureRuntime(workers=s.workers, log_format=s.log_format),
     }
 
 

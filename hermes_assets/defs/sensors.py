@@ -30,7 +30,7 @@ TRIGGER_TAG = {"hermes/trigger": "sensor"}
     name="hermes_state_sensor",
     target=HERMES_ASSETS,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=settings.poll_seconds(),
+    minimum_interval_seconds=settings.load().poll_seconds,
     description="Watches the Hermes store(s): a tick whose store files did not change runs no SQL; "
     "otherwise one run per UTC day whose sessions or messages changed (SPEC §8).",
 )
@@ -55,7 +55,7 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
 
 def run_requests(requests: list[tuple[str, str]], max_runs: int | None = None) -> list[dg.RunRequest]:
     """One run per changed day, or one ranged run when there are too many days."""
-    max_runs = max_runs if max_runs is not None else int(settings.env("HERMES_ASSETS_SENSOR_MAX_RUNS", "14"))
+    max_runs = max_runs if max_runs is not None else settings.load().sensor_max_runs
     if len(requests) <= max_runs:
         return [dg.RunRequest(partition_key=day, run_key=f"{day}@{h}", tags=TRIGGER_TAG) for day, h in requests]
     days = sorted(day for day, _ in requests)
@@ -70,7 +70,7 @@ def run_requests(requests: list[tuple[str, str]], max_runs: int | None = None) -
 
 def _no_store_reason(hermes: HermesStores) -> str:
     """Skip reason when discovery found no store at all (e.g. an empty HERMES_STATE_DB folder)."""
-    where = hermes.state_db or settings.env("HERMES_STATE_DB")
+    where = hermes.state_db
     if where:
         return f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
     return "no Hermes store found"

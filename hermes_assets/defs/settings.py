@@ -1,35 +1,125 @@
-"""Settings read from the environment (SPEC §10), in one place."""
+"""Every setting of SPEC §10, read from the environment and validated in one place.
+
+:func:`load` reads the environment into one typed :class:`Settings` object
+(pydantic). A bad value fails with one line that names the variable, the
+value and the accepted form::
+
+    HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)
+
+The definitions call :func:`load` when they load, so a mistake stops
+``dagster dev``, the daemon and the CLI before anything runs. Load time
+checks the form only: whether an explicit store exists is checked per run
+and per tick. The core library (``hermes_assets/lib``) never reads the
+environment: it receives these values as arguments.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
-import sys
+import re
+from typing import Annotated, Literal, Mapping
+from urllib.parse import urlparse
+
+import pydantic
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from hermes_assets.lib import policy
+from hermes_assets.lib import state_db as store_discovery
+from hermes_assets.lib.errors import ConfigurationError
+
+EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
+LOG_FORMATS = ("json", "console")
+FILE_MODES = ("private", "group")
+#: schemes ``pyarrow.fs.FileSystem.from_uri`` opens
+URI_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+#: the sensor daemon evaluates sensors at most this often, whatever their interval
+MIN_POLL_SECONDS = 5
 
 
-def env(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name, "").strip()
-    return value or default
+def _iso_date(value):
+    if isinstance(value, str) and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        raise ValueError("not YYYY-MM-DD")
+    return value
 
 
-def warehouse_root() -> str:
-    explicit = env("HERMES_ASSETS_WAREHOUSE")
-    if explicit:
-        return explicit
-    home = env("DAGSTER_HOME")
-    return os.path.join(home, "warehouse") if home else os.path.abspath("warehouse")
+def _path(value: str) -> str:
+    return os.path.abspath(os.path.expanduser(value))
 
 
-def poll_seconds() -> int:
-    return int(env("HERMES_ASSETS_POLL_SECONDS", "30"))
+def _path_or_uri(value: str) -> str:
+    parsed = urlparse(value)
+    if len(parsed.scheme) > 1:  # "C:\\x" is a path
+        if parsed.scheme.lower() not in URI_SCHEMES:
+            raise ValueError(f"unknown scheme {parsed.scheme}")
+        return value
+    return _path(value)
 
 
-def busy_timeout_ms() -> int:
-    return int(env("HERMES_ASSETS_BUSY_TIMEOUT_MS", "2000"))
+PositiveInt = Annotated[int, Field(ge=1, strict=False)]
+Path = Annotated[str, AfterValidator(_path)]
 
 
-def user_home() -> str:
-    return os.path.expanduser("~")
+class Settings(pydantic.BaseModel):
+    """The project's settings (SPEC §10), typed. Field names are the variables' without prefix."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    hermes_home: Path = Field(default_factory=store_discovery.default_hermes_home)
+    state_db: str | None = None
+    warehouse: Annotated[str, AfterValidator(_path_or_uri)]
+    start_date: Annotated[dt.date, BeforeValidator(_iso_date)] = dt.date(2025, 1, 1)
+    policy_list: Path = policy.DEFAULT_LIST
+    poll_seconds: Annotated[int, Field(ge=MIN_POLL_SECONDS)] = 30
+    executor: Literal["in_process", "multiprocess", "k8s", "celery"] = "in_process"
+    log_format: Literal["json", "console"] | None = None
+    busy_timeout_ms: PositiveInt = store_discovery.DEFAULT_BUSY_TIMEOUT_MS
+    file_mode: Literal["private", "group"] = "private"
+    spool: Path | None = None
+    workers: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
+    sensor_max_runs: PositiveInt = 14
+    user_home: str = Field(default_factory=lambda: os.path.expanduser("~"))
+
+    @property
+    def start_day(self) -> str:
+        return self.start_date.isoformat()
 
 
-def on_terminal() -> bool:
-    return sys.stderr.isatty()
+#: field -> (environment variable, the accepted form as an error message says it)
+VARIABLES: dict[str, tuple[str, str]] = {
+    "hermes_home": ("HERMES_HOME", "a folder path"),
+    "state_db": ("HERMES_STATE_DB", "a state.db path, several separated by ':', or a folder"),
+    "warehouse": ("HERMES_ASSETS_WAREHOUSE", f"a folder path or a URI ({', '.join(s + '://' for s in URI_SCHEMES)})"),
+    "start_date": ("HERMES_ASSETS_START_DATE", "a date (YYYY-MM-DD)"),
+    "policy_list": ("HERMES_ASSETS_POLICY_LIST", "a file path"),
+    "poll_seconds": ("HERMES_ASSETS_POLL_SECONDS", f"an integer >= {MIN_POLL_SECONDS} (seconds)"),
+    "executor": ("HERMES_ASSETS_EXECUTOR", f"one of {', '.join(EXECUTORS)}"),
+    "log_format": ("HERMES_ASSETS_LOG_FORMAT", f"one of {', '.join(LOG_FORMATS)}"),
+    "busy_timeout_ms": ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "a positive integer (milliseconds)"),
+    "file_mode": ("HERMES_ASSETS_FILE_MODE", f"one of {', '.join(FILE_MODES)}"),
+    "spool": ("HERMES_ASSETS_SPOOL", "a folder path"),
+    "workers": ("HERMES_ASSETS_WORKERS", "a positive integer"),
+    "sensor_max_runs": ("HERMES_ASSETS_SENSOR_MAX_RUNS", "a positive integer"),
+}
+
+
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings from ``environ`` (default: the process environment), validated.
+
+    Raises :class:`ConfigurationError` with one line naming the first bad variable.
+    """
+    environ = os.environ if environ is None else environ
+    values = {}
+    for field, (name, _) in VARIABLES.items():
+        raw = environ.get(name, "").strip()
+        if raw:
+            values[field] = raw
+    if "warehouse" not in values:
+        home = environ.get("DAGSTER_HOME", "").strip()
+        values["warehouse"] = os.path.join(home, "warehouse") if home else "warehouse"
+    try:
+        return Settings(**values)
+    except pydantic.ValidationError as exc:
+        field = str(exc.errors()[0]["loc"][0])
+        name, form = VARIABLES[field]
+        raise ConfigurationError(f"{name}={values.get(field)!r} is not {form}") from None

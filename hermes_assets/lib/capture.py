@@ -1,15 +1,29 @@
-"""From stores to partition files, one step at a time.
+"""From stores to partition files: the four steps of a capture run.
 
-The Dagster shell runs these steps as ops (read -> policy -> project -> write);
-each step takes and returns small plain values, never a whole store:
+The Dagster shell runs each step as one op of the capture graph
+(``defs/capture.py``); each is one function here, taking and returning small
+typed values (never a store, never a whole table):
 
-1. :func:`plan_capture` scans each store's ``sessions`` table (one short
-   statement) and places every session on its day (SPEC §2);
-2. :func:`apply_policy` classifies the sessions of the requested days, with
-   their ancestors, before any row is built (SPEC §7, D9);
-3. :func:`project_day` reads one day's kept sessions whole and builds the rows
-   of the requested datasets;
-4. :meth:`Warehouse.write_day` merges and replaces the day's files.
+1. :func:`plan_capture` scans each store's ``sessions`` table once and places
+   every session on its day (SPEC §2) -> :class:`CapturePlan`;
+2. :func:`apply_usage_policy` classifies the sessions of the run's days, with
+   their ancestors, before any row is built (SPEC §7, D9) -> a classified plan
+   and :class:`PolicyCounts`;
+3. :func:`project_rows` reads each day of each store ONCE, in one short read
+   transaction, and builds all three datasets of the day from that read, so
+   they always agree; each day is staged as Arrow IPC -> :class:`ProjectedRun`;
+4. :func:`write_partitions` merges each staged day into its partition files
+   and replaces them atomically, encoding each file once -> :class:`WrittenRun`.
+
+Stores fail alone (SPEC §8, D18): a store that cannot be read is recorded as a
+:class:`StoreFailure`, its rows in the warehouse stay untouched, the other
+stores' days are written, and the caller fails the run naming it
+(:meth:`WrittenRun.raise_for_failures`).
+
+Days run in parallel on worker processes started by a ``forkserver`` (never
+``fork``: the caller runs threads, and a child forked from a threaded process
+can deadlock or crash). Writes run on threads: they are I/O and Arrow work,
+which release the GIL.
 """
 
 from __future__ import annotations
@@ -21,17 +35,41 @@ import shutil
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, policy, projection, schemas
+from hermes_assets.lib import errors, logs, policy, projection
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import Store, StoreReader
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, StoreFacts, Warehouse, encode
+from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
+from hermes_assets.lib.warehouse import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, StoreFacts, Warehouse, WriteResult
 
 log = get_logger()
+
+# statuses of a store in a run
+READ = "read"
+MISSING = "missing"  # not installed (discovery): nothing to read, its rows untouched
+FAILED = "failed"  # a store-level error: its rows untouched, the run fails naming it
+
+#: what a failed store's error says (the exception of its ``error_kind`` is raised at the end)
+_STORE_ERRORS = (errors.StoreBusy, errors.StoreCorrupt, errors.StoreReplaced, errors.NotAHermesStore,
+                 errors.StoreMissing)
+
+
+@dataclass(frozen=True)
+class StoreFailure:
+    """One store that could not be read (SPEC §1, §9), by path and ``error_kind``."""
+
+    path: str
+    label: str
+    error_kind: str
+    message: str
+
+    @classmethod
+    def of(cls, store: Store, exc: Exception) -> "StoreFailure":
+        kind = getattr(exc, "error_kind", errors.StoreCorrupt.error_kind)
+        return cls(store.path, store.label, kind, str(exc))
 
 
 @dataclass
@@ -39,39 +77,88 @@ class StorePlan:
     """One store's sessions, placed on days and (after policy) classified."""
 
     store: Store
-    missing: bool = False
-    #: sid -> day (None when the session has no sane time at all)
+    status: str = READ
+    failure: StoreFailure | None = None
+    #: sid -> day (None when the session has no sane time at all), every session of the store
     days: dict[str, str | None] = field(default_factory=dict)
     #: sid -> the id as SQLite stores it, where that is not the same string (old integer ids)
     raw_ids: dict[str, object] = field(default_factory=dict)
-    #: sid -> (scope path, parent sid), for the sessions of the requested days and their ancestors
+    #: sid -> (scope path, parent sid), for the sessions of the run's days and their ancestors
     scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    #: sid -> policy class, for the sessions of the requested days
+    #: sid -> policy class, for the sessions of the run's days (after apply_usage_policy)
     classes: dict[str, str] = field(default_factory=dict)
 
     def sessions_on(self, day: str) -> list[str]:
-        return sorted(sid for sid, d in self.days.items() if d == day)
+        by_day = self.__dict__.get("_by_day")
+        if by_day is None:  # built once per process, on first use
+            by_day = {}
+            for sid, d in self.days.items():
+                by_day.setdefault(d, []).append(sid)
+            for sids in by_day.values():
+                sids.sort()
+            self.__dict__["_by_day"] = by_day
+        return by_day.get(day, [])
 
-    def kept_on(self, day: str) -> set[str]:
-        return {sid for sid in self.sessions_on(day) if self.classes.get(sid, policy.FULL) != policy.IGNORE}
+    def kept_on(self, day: str) -> list[str]:
+        return [sid for sid in self.sessions_on(day) if self.classes.get(sid, policy.FULL) != policy.IGNORE]
 
     def ignored_on(self, day: str) -> set[str]:
         return {sid for sid in self.sessions_on(day) if self.classes.get(sid) == policy.IGNORE}
 
 
+@dataclass(frozen=True)
+class PolicyCounts:
+    """What :func:`apply_usage_policy` decided, for the op's metadata."""
+
+    sessions: int = 0
+    full: int = 0
+    local_only: int = 0
+    ignored: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+    warnings_by_kind: dict[str, int] = field(default_factory=dict)
+    samples: tuple[dict, ...] = ()
+
+    @property
+    def kept(self) -> int:
+        return self.full + self.local_only
+
+    @property
+    def errors(self) -> int:
+        return sum(self.errors_by_kind.values())
+
+
 @dataclass
 class CapturePlan:
+    """The run's days and every store's sessions, placed on days (and classified)."""
+
     days: list[str]
     stores: list[StorePlan]
-    #: when the stores were first read for this plan: the snapshot's "as of" time.
-    #: A day file written from a later plan is never overwritten by this one.
+    #: when the stores were read for this plan, and the clock of the sanity window (SPEC §5.1)
     read_at: float = 0.0
     #: (store label, sid, day or None) of sessions outside the partition range
     out_of_range: list[tuple[str, str, str | None]] = field(default_factory=list)
+    #: SQL statements the plan ran, by what they read
+    statements: dict[str, int] = field(default_factory=dict)
+    policy: PolicyCounts | None = None
 
     def sessions_in_range(self) -> int:
         wanted = set(self.days)
         return sum(1 for sp in self.stores for d in sp.days.values() if d in wanted)
+
+    def readable(self) -> list[StorePlan]:
+        return [sp for sp in self.stores if sp.status == READ]
+
+    def failures(self) -> list[StoreFailure]:
+        return [sp.failure for sp in self.stores if sp.failure is not None]
+
+    def facts(self, day: str, mids: dict[str, set[int]], skip: set[str] = frozenset()) -> list[StoreFacts]:
+        """What retention needs to judge the day's previously written rows (SPEC §6), for
+        every store read (and not in ``skip``)."""
+        return [
+            StoreFacts(sp.store.path, sp.store.path_hash, sp.days, mids=mids.get(sp.store.path, set()),
+                       ignored=sp.ignored_on(day))
+            for sp in self.readable() if sp.store.path not in skip
+        ]
 
 
 def plan_capture(
@@ -82,26 +169,34 @@ def plan_capture(
     first_day: str | None = None,
     last_day: str | None = None,
     now_s: float | None = None,
-    busy_timeout_ms: int | None = None,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
 ) -> CapturePlan:
-    """Place every session of every store on its day. A missing store is a state."""
-    read_at = time.time()
-    now_s = read_at if now_s is None else now_s
+    """Place every session of every store on its day (one statement over ``sessions``
+    per store). A missing store is a state; a store that cannot be read is a failure
+    recorded in its :class:`StorePlan`, never raised here."""
+    read_at = time.time() if now_s is None else now_s
     wanted = set(days)
     plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at)
+    statements: Counter = Counter()
     for store in stores:
         sp = StorePlan(store)
         plan.stores.append(sp)
-        if not store.exists():
-            sp.missing = True
-            log.info("hermes.store.missing", path=store.path, store=store.label)
-            continue
         try:
-            with _reader(store, now_s, busy_timeout_ms) as reader:
+            if not store.exists():
+                raise FileNotFoundError(store.path)
+            with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=read_at) as reader:
                 index = reader.session_index()
-        except (FileNotFoundError, errors.StoreMissing):  # vanished since, or not created yet
-            sp.missing = True
-            log.info("hermes.store.missing", path=store.path, store=store.label)
+                statements.update(reader.statements)
+        except (FileNotFoundError, errors.StoreMissing) as exc:  # not installed, vanished, or not created yet
+            if store.explicit and not store.exists():
+                _fail(sp, store.missing_error())
+            else:
+                sp.status = MISSING
+                log.info("hermes.store.missing", path=store.path, store=store.label,
+                         reason=str(exc) if isinstance(exc, errors.StoreMissing) else "no file")
+            continue
+        except _STORE_ERRORS as exc:
+            _fail(sp, exc)
             continue
         for sid, entry in index.items():
             sp.days[sid] = entry.day
@@ -109,7 +204,7 @@ def plan_capture(
                 sp.raw_ids[sid] = entry.raw_id
             if entry.day is None or (first_day and entry.day < first_day) or (last_day and entry.day > last_day):
                 plan.out_of_range.append((store.label, sid, entry.day))
-        # scopes of the requested days' sessions and of all their ancestors
+        # scopes of the run's sessions and of all their ancestors
         todo = [sid for sid, entry in index.items() if entry.day in wanted]
         while todo:
             sid = todo.pop()
@@ -119,111 +214,308 @@ def plan_capture(
             sp.scopes[sid] = (policy.scope_path(entry.source, entry.cwd, user_home), entry.parent)
             if entry.parent:
                 todo.append(entry.parent)
+    plan.statements = dict(statements)
     for label, sid, day in plan.out_of_range:
         log.warning("hermes.capture.out_of_range_session", store=label, session_id=sid, day=day,
                     error_kind=errors.OUT_OF_RANGE_SESSION)
+    log.info("hermes.capture.plan", days=len(plan.days), stores=len(plan.stores),
+             stores_failed=len(plan.failures()), sessions=plan.sessions_in_range(),
+             out_of_range=len(plan.out_of_range))
     return plan
 
 
-def apply_policy(plan: CapturePlan, resolver: policy.PolicyResolver) -> dict[str, int]:
-    """Classify the requested days' sessions; return the counts for op metadata."""
-    counts = Counter()
+def _fail(sp: StorePlan, exc: Exception) -> None:
+    sp.status = FAILED
+    sp.failure = StoreFailure.of(sp.store, exc)
+    log.error("hermes.store.unreadable", path=sp.store.path, store=sp.store.label, error_kind=sp.failure.error_kind)
+
+
+def apply_usage_policy(plan: CapturePlan, resolver: policy.PolicyResolver) -> CapturePlan:
+    """Classify the run's sessions (SPEC §7); a new plan with ``classes`` and ``policy`` counts.
+
+    The machine-local list was read when ``resolver`` was made: a broken one has
+    already raised :class:`errors.PolicyListUnreadable` (the run fails).
+    """
     wanted = set(plan.days)
+    stores = []
+    counts: Counter = Counter()
     for sp in plan.stores:
         classes = resolver.classify_sessions(sp.scopes)
-        sp.classes = {sid: cls for sid, cls in classes.items() if sp.days.get(sid) in wanted}
-        counts["sessions_in"] += len(sp.classes)
-        counts.update(cls for cls in sp.classes.values())
-    return {
-        "sessions_in": counts["sessions_in"],
-        "kept": counts["sessions_in"] - counts[policy.IGNORE],
-        "ignored": counts[policy.IGNORE],
-        "local_only": counts[policy.LOCAL_ONLY],
-        "errors": 0,
-        "warnings": len(resolver.warnings),
-    }
+        classes = {sid: cls for sid, cls in classes.items() if sp.days.get(sid) in wanted}
+        counts.update(classes.values())
+        stores.append(replace(sp, classes=classes))
+    problems = Counter(w["event"] for w in resolver.warnings)
+    result = PolicyCounts(
+        sessions=sum(counts.values()),
+        full=counts[policy.FULL],
+        local_only=counts[policy.LOCAL_ONLY],
+        ignored=counts[policy.IGNORE],
+        errors_by_kind={k: n for k, n in sorted(problems.items()) if k not in errors.WARNING_KINDS},
+        warnings_by_kind={k: n for k, n in sorted(problems.items()) if k in errors.WARNING_KINDS},
+        samples=tuple(resolver.warnings[:10]),
+    )
+    log.info("hermes.capture.policy", sessions=result.sessions, kept=result.kept, local_only=result.local_only,
+             ignored=result.ignored, errors=result.errors)
+    return replace(plan, stores=stores, policy=result)
+
+
+# --------------------------------------------------------------------------
+# projection: one read per day and store, three datasets from it
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetDay:
+    """One dataset's rows of one day, as projected: counts and, per store, its rows' slice
+    of the staged table (a store's rows are contiguous)."""
+
+    rows: int
+    errors_by_kind: dict[str, int]
+    samples: tuple[dict, ...]
+    slices: dict[str, tuple[int, int]]
+
+    @property
+    def errors(self) -> int:
+        return sum(n for kind, n in self.errors_by_kind.items() if kind not in errors.WARNING_KINDS)
+
+
+@dataclass(frozen=True)
+class StagedDay:
+    """One day of the three datasets, staged (Arrow IPC files, not yet in place)."""
+
+    day: str
+    paths: dict[str, str]
+    datasets: dict[str, DatasetDay]
+    #: store path -> the day's message ids of its kept sessions (retention, SPEC §6)
+    mids: dict[str, frozenset[int]]
+    #: stores that failed while this day was read
+    failures: tuple[StoreFailure, ...] = ()
+    statements: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class DayRows:
-    """One day's rows for the requested datasets, with what retention needs."""
+    """One day's rows of the three datasets, built from one read of each store."""
 
     day: str
     tables: dict[str, pa.Table]
-    facts: list[StoreFacts]
-    tally: ErrorTally
-
-    def mids(self) -> dict[str, set[int]]:
-        return {f.path: f.mids for f in self.facts}
-
-
-def facts_for_day(plan: CapturePlan, day: str, mids: dict[str, set[int]]) -> list[StoreFacts]:
-    """What retention needs to judge the day's previously written rows (SPEC §6)."""
-    return [
-        StoreFacts(sp.store.path, sp.store.path_hash, sp.days, mids=mids.get(sp.store.path, set()),
-                   ignored=sp.ignored_on(day))
-        for sp in plan.stores
-    ]
+    tallies: dict[str, ErrorTally]
+    slices: dict[str, dict[str, tuple[int, int]]]
+    mids: dict[str, frozenset[int]]
+    failures: list[StoreFailure]
+    statements: Counter
 
 
-def project_day(
-    plan: CapturePlan,
-    day: str,
-    datasets: set[str],
-    ctx: projection.ProjectionContext,
-    *,
-    busy_timeout_ms: int | None = None,
-) -> DayRows:
-    """Read the day's kept sessions whole and build the rows of ``datasets``."""
-    tally = ErrorTally()
+def project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, *,
+                busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> DayRows:
+    """Read the day's kept sessions of every store (one read transaction per store) and
+    build the rows of all three datasets from that read."""
+    logged: set = set()
+    tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     gateway = projection.GatewayColumns()
-    sessions = projection.sessions_columns()
-    messages = projection.messages_columns()
-    mids: dict[str, set[int]] = {}
-    columns = schemas.MESSAGE_COLUMNS if MESSAGES in datasets else projection.GATEWAY_MESSAGE_COLUMNS
-    for sp in plan.stores:
-        seen = mids.setdefault(sp.store.path, set())
+    sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS])
+    messages = projection.messages_columns(plan.read_at, tallies[MESSAGES])
+    builders = {GATEWAY: gateway, SESSIONS: sessions, MESSAGES: messages}
+    slices: dict[str, dict[str, tuple[int, int]]] = {ds: {} for ds in CAPTURE_DATASETS}
+    mids: dict[str, frozenset[int]] = {}
+    failures: list[StoreFailure] = []
+    statements: Counter = Counter()
+    for sp in plan.readable():
         kept = sp.kept_on(day)
-        if sp.missing or not kept:
+        if not kept:
             continue
-        with _reader(sp.store, ctx.now_s, busy_timeout_ms) as reader:
-            wanted = [(sid, sp.raw_ids.get(sid, sid)) for sid in sorted(kept)]
-            for bundle in reader.read_sessions(day, wanted, columns):
-                seen.update(m["id"] for m in bundle.messages if isinstance(m["id"], int))
-                cls = sp.classes.get(bundle.sid, policy.FULL)
-                if GATEWAY in datasets:
-                    projection.project_session(bundle, gateway, ctx, tally, policy_class=cls)
-                if SESSIONS in datasets:
-                    scope = sp.scopes.get(bundle.sid, (None, None))[0]
-                    projection.session_row(bundle, sessions, day=day, scope_path=scope, policy_class=cls, now_s=ctx.now_s)
-                if MESSAGES in datasets:
-                    projection.message_rows(bundle, messages, day=day, now_s=ctx.now_s)
-            tally.merge(reader.tally)
-    tables = {}
-    if GATEWAY in datasets:
-        tables[GATEWAY] = gateway.to_table()
-    if SESSIONS in datasets:
-        tables[SESSIONS] = sessions.to_table()
-    if MESSAGES in datasets:
-        tables[MESSAGES] = messages.to_table()
-    return DayRows(day, tables, facts_for_day(plan, day, mids), tally)
+        try:
+            with StoreReader(sp.store, busy_timeout_ms=busy_timeout_ms, now_s=plan.read_at) as reader:
+                bundles = reader.read_day(day, [(sid, sp.raw_ids.get(sid, sid)) for sid in kept])
+                statements.update(reader.statements)
+        except (FileNotFoundError, *_STORE_ERRORS) as exc:
+            if isinstance(exc, FileNotFoundError):
+                exc = sp.store.missing_error() if sp.store.explicit else errors.StoreMissing(
+                    f"{sp.store.path} vanished during the run; its rows are kept as they are.", path=sp.store.path)
+            failures.append(StoreFailure.of(sp.store, exc))
+            log.error("hermes.store.unreadable", path=sp.store.path, store=sp.store.label, day=day,
+                      error_kind=failures[-1].error_kind)
+            continue
+        starts = {ds: len(b) for ds, b in builders.items()}
+        for bundle in bundles:
+            cls = sp.classes.get(bundle.sid, policy.FULL)
+            projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls)
+            projection.session_row(bundle, sessions, day=day, scope_path=sp.scopes.get(bundle.sid, (None,))[0],
+                                   policy_class=cls)
+            projection.message_rows(bundle, messages, day=day)
+        for ds, b in builders.items():
+            slices[ds][sp.store.path] = (starts[ds], len(b) - starts[ds])
+        mids[sp.store.path] = frozenset(m["id"] for b in bundles for m in b.messages if isinstance(m["id"], int))
+    tables = {ds: b.to_table() for ds, b in builders.items()}
+    return DayRows(day, tables, tallies, slices, mids, failures, statements)
 
 
-def _reader(store: Store, now_s: float, busy_timeout_ms: int | None) -> StoreReader:
-    timeout = busy_timeout_ms if busy_timeout_ms is not None else int(
-        os.environ.get("HERMES_ASSETS_BUSY_TIMEOUT_MS", "2000")
-    )
-    return StoreReader(store, busy_timeout_ms=timeout, now_s=now_s)
+@dataclass
+class ProjectedRun:
+    """The run's staged days: what the write step puts in place."""
+
+    plan: CapturePlan
+    staging: str
+    days: list[StagedDay]
+
+    def failures(self) -> list[StoreFailure]:
+        """Every store that failed, in the plan or on any day (each once)."""
+        seen: dict[str, StoreFailure] = {f.path: f for f in self.plan.failures()}
+        for staged in self.days:
+            for f in staged.failures:
+                seen.setdefault(f.path, f)
+        return list(seen.values())
+
+    def totals(self, dataset: str) -> tuple[int, Counter, list[dict]]:
+        """``(rows, errors by kind, a few samples)`` of one dataset over the run."""
+        rows, by_kind, samples = 0, Counter(), []
+        for staged in self.days:
+            d = staged.datasets[dataset]
+            rows += d.rows
+            by_kind.update(d.errors_by_kind)
+            samples.extend(d.samples[: max(0, 10 - len(samples))])
+        return rows, by_kind, samples
+
+    def statements(self) -> Counter:
+        total = Counter(self.plan.statements)
+        for staged in self.days:
+            total.update(staged.statements)
+        return total
+
+
+def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, *, staging: str, workers: int = 1,
+                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, log_format: str | None = None,
+                 folder_mode: int = 0o700) -> ProjectedRun:
+    """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
+    until :func:`write_partitions`; on an error the staging folder is removed."""
+    _make_private_dir(staging, folder_mode)
+    ctx = replace(ctx, now_s=plan.read_at)  # one clock for the sanity window of the whole run
+    state = {"plan": plan, "ctx": ctx, "staging": staging, "busy_timeout_ms": busy_timeout_ms,
+             "log_format": log_format}
+    try:
+        days = list(map_days(stage_day, state, plan.days, workers))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    run = ProjectedRun(plan, staging, days)
+    for dataset in CAPTURE_DATASETS:
+        rows, by_kind, _ = run.totals(dataset)
+        log.info("hermes.capture.project", dataset=dataset, days=len(days), rows=rows,
+                 errors=sum(n for k, n in by_kind.items() if k not in errors.WARNING_KINDS))
+    return run
+
+
+def stage_day(state: dict, day: str) -> StagedDay:
+    """Project one day (:func:`project_day`) and stage its three tables as Arrow IPC:
+    cheap to write and to map back; the Parquet encoding happens once, at the write."""
+    rows = project_day(state["plan"], day, state["ctx"], busy_timeout_ms=state["busy_timeout_ms"])
+    paths, datasets = {}, {}
+    for dataset, table in rows.tables.items():
+        paths[dataset] = os.path.join(state["staging"], f"{dataset}.{day}.arrow")
+        _write_ipc(paths[dataset], table)
+        tally = rows.tallies[dataset]
+        datasets[dataset] = DatasetDay(table.num_rows, tally.as_dict(), tuple(tally.sample_dicts()[:10]),
+                                       rows.slices[dataset])
+    return StagedDay(day, paths, datasets, rows.mids, tuple(rows.failures), dict(rows.statements))
+
+
+def _write_ipc(path: str, table: pa.Table) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _read_ipc(path: str) -> pa.Table:
+    with pa.memory_map(path) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def _make_private_dir(path: str, mode: int) -> None:
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, mode)
 
 
 # --------------------------------------------------------------------------
-# days in parallel
+# writing: merge each staged day into its files
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class WrittenRun:
+    """What :func:`write_partitions` put in place: per dataset, one result per day."""
+
+    results: dict[str, list[WriteResult]]
+    failures: list[StoreFailure]
+
+    def totals(self, dataset: str) -> dict[str, int]:
+        results = self.results[dataset]
+        return {
+            "rows_written": sum(r.rows for r in results),
+            "rows_retained_source_deleted": sum(r.retained for r in results),
+            "rows_dropped": sum(r.dropped for r in results),
+            "files_changed": sum(r.changed for r in results),
+            "bytes": sum(r.bytes for r in results),
+            "days_superseded": sum(r.superseded for r in results),
+        }
+
+    def raise_for_failures(self) -> None:
+        """Fail naming every store that could not be read (its rows were left untouched)."""
+        if not self.failures:
+            return
+        first = self.failures[0]
+        names = "; ".join(f"{f.path}: {f.message}" for f in self.failures)
+        raise errors.by_kind(first.error_kind)(
+            f"{len(self.failures)} store(s) could not be read and were skipped (their captured rows are "
+            f"untouched; the other stores' days were written): {names}",
+            path=first.path,
+        )
+
+
+def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4) -> WrittenRun:
+    """Merge each staged day into its three partition files, atomically, under each
+    day's lock, on ``workers`` threads. Stores that failed anywhere in the run keep
+    their rows untouched on every day. The staging folder is removed once every day
+    is in place; if a write fails it stays, so the step can be re-executed."""
+    failures = run.failures()
+    failed = {f.path for f in failures}
+    results: dict[str, list[WriteResult]] = {ds: [] for ds in CAPTURE_DATASETS}
+    if any(sp.status == READ and sp.store.path not in failed for sp in run.plan.stores):
+        write = functools.partial(_write_day, run, warehouse, failed)
+        if not warehouse.posix:
+            warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+        with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as pool:
+            for per_dataset in pool.map(write, run.days):
+                for dataset, result in per_dataset.items():
+                    results[dataset].append(result)
+    shutil.rmtree(run.staging, ignore_errors=True)
+    written = WrittenRun(results, failures)
+    for dataset in CAPTURE_DATASETS:
+        totals = written.totals(dataset)
+        log.info("hermes.capture.write", dataset=dataset, days=len(results[dataset]), rows=totals["rows_written"],
+                 retained=totals["rows_retained_source_deleted"], files_changed=totals["files_changed"])
+    return written
+
+
+def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged: StagedDay) -> dict[str, WriteResult]:
+    facts = run.plan.facts(staged.day, staged.mids, skip=failed)
+    out = {}
+    for dataset in CAPTURE_DATASETS:
+        table = _read_ipc(staged.paths[dataset])
+        slices = staged.datasets[dataset].slices
+        new = {path: table.slice(*slices[path]) for path in slices if path not in failed}
+        out[dataset] = warehouse.write_day(dataset, staged.day, new, facts, run.plan.read_at)
+    return out
+
+
+# --------------------------------------------------------------------------
+# days in parallel, on processes from a forkserver
 # --------------------------------------------------------------------------
 
 _WORKER_STATE: dict = {}
 
 
 def _init_worker(state: dict) -> None:
+    logs.configure(state.get("log_format"))
     _WORKER_STATE.clear()
     _WORKER_STATE.update(state)
 
@@ -232,94 +524,39 @@ def _call_in_worker(fn, day: str):
     return fn(_WORKER_STATE, day)
 
 
-def default_workers() -> int:
-    configured = os.environ.get("HERMES_ASSETS_WORKERS", "").strip()
-    return max(1, int(configured)) if configured else (os.cpu_count() or 1)
-
-
-def map_days(fn, state: dict, days: list[str], workers: int | None = None):
+def map_days(fn, state: dict, days: list[str], workers: int = 1):
     """``fn(state, day)`` for every day, in day order, on up to ``workers`` processes.
 
     Days are independent (a session lives in one day), so a range uses every
-    core. ``state`` reaches the workers once, by fork, not per day; ``fn`` must
-    be a module-level function and should return small values (counts, paths).
-    One day, or one worker, runs inline.
+    core. Workers come from a ``forkserver`` (a clean single-threaded process with
+    this module preloaded), never from ``fork`` of the caller, which runs threads
+    (Dagster's, pyarrow's). ``state`` reaches each worker once; ``fn`` must be a
+    module-level function returning small values. One day, or one worker, runs inline.
     """
-    workers = min(workers or default_workers(), len(days))
+    workers = min(workers, len(days))
     if workers <= 1:
         for day in days:
             yield fn(state, day)
         return
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(state,)) as pool:
         yield from pool.map(functools.partial(_call_in_worker, fn), days)
 
 
 # --------------------------------------------------------------------------
-# the per-day work of the assets (run by map_days, in worker processes)
+# the whole capture, for scripts and tests
 # --------------------------------------------------------------------------
 
 
-def stage_day(state: dict, day: str) -> dict:
-    """Build one day of ``state["datasets"]`` into staged files: the exact bytes of
-    each partition file, beside the warehouse, not yet in place.
+def capture(stores: list[Store], days: list[str], warehouse: Warehouse, resolver: policy.PolicyResolver,
+            ctx: projection.ProjectionContext, *, workers: int = 1,
+            busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> WrittenRun:
+    """The four steps in a row, as the capture graph runs them (no Dagster)."""
+    plan = plan_capture(stores, days, user_home=ctx.user_home, now_s=ctx.now_s, busy_timeout_ms=busy_timeout_ms)
+    plan = apply_usage_policy(plan, resolver)
+    staging = os.path.join(warehouse.staging_root, f"capture-{os.getpid()}-{time.time_ns()}")
+    run = project_rows(plan, ctx, staging=staging, workers=workers, busy_timeout_ms=busy_timeout_ms,
+                       folder_mode=warehouse.modes.folder)
+    return write_partitions(run, warehouse, workers=max(1, workers))
 
-    Staging every day before writing any means a store-level failure (busy,
-    corrupt) part-way through a range changes no partition file (SPEC §9).
-    """
-    datasets = state["datasets"]
-    rows = project_day(state["plan"], day, set(datasets), state["ctx"], busy_timeout_ms=state.get("busy_timeout_ms"))
-    paths = {}
-    for dataset in datasets:
-        paths[dataset] = os.path.join(state["staging"], f"{dataset}.{day}.staged")
-        with open(paths[dataset], "wb") as f:
-            f.write(memoryview(encode(dataset, rows.tables[dataset])))
-    return {"day": day, "paths": paths, "mids": rows.mids(), "tally": rows.tally, "read_at": state["plan"].read_at,
-            "rows": {ds: t.num_rows for ds, t in rows.tables.items()}}
-
-
-def write_staged_day(state: dict, day: str) -> dict:
-    """Put one staged day in place, dataset by dataset (merge, atomic replace)."""
-    item = state["staged"][day]
-    warehouse = state.get("opened") or Warehouse(state["warehouse"])
-    return {ds: warehouse.write_staged_day(ds, day, path, item["facts"], item["read_at"])
-            for ds, path in item["paths"].items()}
-
-
-def write_days(state: dict, days: list[str], workers: int | None = None):
-    """:func:`write_staged_day` for every day, in day order.
-
-    A local warehouse writes on worker processes (merges are CPU work). A URI
-    warehouse writes on threads sharing one ``pyarrow.fs`` client: its time is
-    network waits, and an object-store client must not cross a fork.
-    """
-    warehouse = Warehouse(state["warehouse"])
-    if warehouse.posix:
-        yield from map_days(write_staged_day, state, days, workers)
-        return
-    warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
-    state = {**state, "opened": warehouse}
-    workers = min(workers or max(4, default_workers()), len(days)) or 1
-    with ThreadPoolExecutor(workers) as pool:
-        yield from pool.map(functools.partial(write_staged_day, state), days)
-
-
-def capture_days(plan: CapturePlan, datasets: tuple[str, ...], ctx: projection.ProjectionContext, *,
-                 warehouse: str, staging: str, busy_timeout_ms: int | None = None):
-    """Stage every day of ``plan`` (in parallel), then write them.
-
-    Returns ``(staged, written)``: per day the projection figures (rows, tally)
-    and per day the :class:`WriteResult` of each dataset.
-    """
-    os.makedirs(staging, exist_ok=True)
-    try:
-        state = {"plan": plan, "ctx": ctx, "datasets": datasets, "warehouse": warehouse,
-                 "staging": staging, "busy_timeout_ms": busy_timeout_ms}
-        staged = list(map_days(stage_day, state, plan.days))
-        for item in staged:
-            item["facts"] = facts_for_day(plan, item["day"], item.pop("mids"))
-        write_state = {"warehouse": warehouse, "staged": {item["day"]: item for item in staged}}
-        written = list(write_days(write_state, plan.days))
-        return staged, written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

@@ -17,9 +17,14 @@ BAD_TEXT = "bad_text"
 BAD_ENVELOPE = "bad_envelope"
 OVERSIZED_CELL = "oversized_cell"
 OUT_OF_RANGE_SESSION = "out_of_range_session"
+#: a cell of the wrong type for its column (TEXT in an INTEGER column ...): NULL in the raw datasets
+BAD_VALUE = "bad_value"
+# Policy level (the session is ignored, counted).
+HYPIGNORE_UNREADABLE = "hypignore_unreadable"
+BAD_CLASS_TOKEN = "bad_class_token"
 
 #: kinds that are warnings: counted and logged, but the data is kept whole.
-WARNING_KINDS = frozenset({OVERSIZED_CELL, "store_replaced"})
+WARNING_KINDS = frozenset({OVERSIZED_CELL, "store_replaced", BAD_CLASS_TOKEN})
 
 
 class HermesAssetsError(Exception):
@@ -75,6 +80,15 @@ class ConfigurationError(HermesAssetsError):
     error_kind = "configuration_error"
 
 
+def by_kind(error_kind: str) -> type[HermesAssetsError]:
+    """The exception class of a store- or configuration-level ``error_kind``."""
+    for cls in (StoreMissing, StoreBusy, StoreCorrupt, StoreReplaced, NotAHermesStore, PolicyListUnreadable,
+                ConfigurationError):
+        if cls.error_kind == error_kind:
+            return cls
+    return HermesAssetsError
+
+
 @dataclass(frozen=True)
 class CellError:
     """One bad cell: what kind, where. Never carries content (SPEC §9)."""
@@ -87,18 +101,27 @@ class CellError:
 
 @dataclass
 class ErrorTally:
-    """Counts cell errors by kind and keeps a few samples (ids only)."""
+    """Counts bad cells by kind for one dataset and keeps a few samples (ids only).
+
+    Tallies of several datasets may share ``logged``: a cell that reaches three
+    datasets is counted in each but logged once (SPEC §9).
+    """
 
     max_samples: int = 20
     counts: Counter = field(default_factory=Counter)
     samples: list[CellError] = field(default_factory=list)
+    logged: set | None = None
 
     def add(self, error_kind: str, session_id: str | None, mid: int | None, column: str | None = None) -> None:
-        """Count one bad cell and log it (ids only, never content)."""
-        from hermes_assets.lib.logs import get_logger
+        """Count one bad cell and log it the first time it is seen (ids only, never content)."""
+        key = (error_kind, session_id, mid, column)
+        if self.logged is None or key not in self.logged:
+            from hermes_assets.lib.logs import get_logger
 
-        get_logger().warning("hermes.project.bad_cell", error_kind=error_kind, session_id=session_id,
-                             mid=mid, column=column)
+            get_logger().warning("hermes.project.bad_cell", error_kind=error_kind, session_id=session_id,
+                                 mid=mid, column=column)
+            if self.logged is not None:
+                self.logged.add(key)
         self.counts[error_kind] += 1
         if len(self.samples) < self.max_samples:
             self.samples.append(CellError(error_kind, session_id, mid, column))

@@ -2,9 +2,10 @@
 
 Event names are ``hermes.<area>.<event>``; fields are ids and counts
 (``session_id``, ``day``, ``rows``, ``error_kind``), never message content.
-``HERMES_ASSETS_LOG_FORMAT`` picks ``json`` (one JSON object per line) or
-``console`` (default: console on a terminal, else JSON lines). Lines go to the
-process's *current* ``sys.stderr`` unless :func:`configure` is given a stream.
+:func:`configure` picks ``json`` (one JSON object per line) or ``console``
+(default: console on a terminal, else JSON lines); the Dagster shell passes
+the ``HERMES_ASSETS_LOG_FORMAT`` setting. Lines go to the process's *current*
+``sys.stderr`` unless :func:`configure` is given a stream.
 
 Sinks: the Dagster shell registers a callable with :func:`add_sink` that
 receives ``(level, event, fields)`` for every event, so the same events also
@@ -16,7 +17,6 @@ an event was logged in). This module knows nothing of Dagster.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Callable
 
@@ -28,14 +28,14 @@ FORMATS = ("json", "console")
 Sink = Callable[[str, str, dict], None]
 
 _configured = False
+_format: str | None = None  # the format asked for (None: by terminal)
 _stream = None  # None: whatever sys.stderr is at the time of each write
 _sinks: list[Sink] = []
 _binders: list[Callable[[], dict]] = []
 
 
 def resolve_format(fmt: str | None = None, stream=None) -> str:
-    """``fmt``, else ``HERMES_ASSETS_LOG_FORMAT``, else console on a terminal and JSON otherwise."""
-    fmt = (fmt or os.environ.get("HERMES_ASSETS_LOG_FORMAT", "")).strip().lower()
+    """``fmt`` (``json`` or ``console``), else console on a terminal and JSON otherwise."""
     if fmt in FORMATS:
         return fmt
     target = stream if stream is not None else sys.stderr
@@ -44,10 +44,11 @@ def resolve_format(fmt: str | None = None, stream=None) -> str:
 
 def configure(fmt: str | None = None, stream=None) -> None:
     """Configure structlog once per process (again whenever ``fmt`` or ``stream`` is given)."""
-    global _configured, _stream
-    if _configured and fmt is None and stream is None:
+    global _configured, _stream, _format
+    if _configured and (fmt is None or fmt == _format) and stream is None:
         return
     _stream = stream
+    _format = fmt
     chosen = resolve_format(fmt, stream)
     renderer = (
         structlog.dev.ConsoleRenderer(colors=False)
@@ -69,9 +70,6 @@ def configure(fmt: str | None = None, stream=None) -> None:
         cache_logger_on_first_use=False,
     )
     _configured = True
-    bad = os.environ.get("HERMES_ASSETS_LOG_FORMAT", "").strip()
-    if fmt is None and bad and bad.lower() not in FORMATS:
-        get_logger().warning("hermes.logs.unknown_format", value=bad, used=chosen, expected=list(FORMATS))
 
 
 def get_logger(**initial):

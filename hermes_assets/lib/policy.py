@@ -3,7 +3,9 @@
 Classes, most restrictive first: ``ignore`` (never written), ``local-only``
 (written, marked), ``full`` (default). A :class:`PolicyResolver` lives for
 one run: it loads the machine-local list eagerly and caches what it reads
-on the instance only, so a policy change is seen by the next run.
+on the instance only, so a policy change is seen by the next run. Where the
+list lives is a setting (``HERMES_ASSETS_POLICY_LIST``, default
+:data:`DEFAULT_LIST`), resolved by the Dagster shell and passed in.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from hermes_assets.lib.errors import PolicyListUnreadable
+from hermes_assets.lib.errors import BAD_CLASS_TOKEN, HYPIGNORE_UNREADABLE, PolicyListUnreadable
 from hermes_assets.lib.logs import get_logger
 
 IGNORE, LOCAL_ONLY, FULL = "ignore", "local-only", "full"
@@ -22,6 +24,7 @@ _RANK = {IGNORE: 0, LOCAL_ONLY: 1, FULL: 2}
 INTERACTIVE_SOURCES = frozenset({"cli", "tui", "cron", "acp", "subagent", "tool", "import", "unknown"})
 
 HYPIGNORE = ".hypignore"
+#: the setting that moves the machine-local list (named in error messages)
 LIST_ENV = "HERMES_ASSETS_POLICY_LIST"
 DEFAULT_LIST = "~/.hyp/hypaware/usage-policy/local-only.json"
 #: only the first line of a ``.hypignore`` matters; never read more than this.
@@ -64,16 +67,10 @@ def _spellings(path: str) -> set[str]:
         return {path}
 
 
-def _is_under(path: str, root: str) -> bool:
+def is_under(path: str, root: str) -> bool:
     """Segment-aware containment: ``/a/b/c`` is under ``/a/b``; ``/a/bc`` is not."""
+    root = root.rstrip("/") or "/"
     return path == root or root == "/" or path.startswith(root + "/")
-
-
-def _expand_home(path: str, environ: Mapping[str, str]) -> str:
-    if path == "~" or path.startswith("~/"):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        return home.rstrip("/") + path[1:]
-    return path
 
 
 class PolicyResolver:
@@ -81,12 +78,11 @@ class PolicyResolver:
 
     ``warnings`` collects fail-safe decisions (bad class tokens, unreadable
     ``.hypignore`` files) as small dicts of paths and tokens, for op metadata.
+    ``list_path`` is the machine-local list (absent file = no entries).
     """
 
-    def __init__(self, list_path: str | None = None, *, environ: Mapping[str, str] | None = None):
-        environ = os.environ if environ is None else environ
-        raw = list_path or environ.get(LIST_ENV) or DEFAULT_LIST
-        self.list_path = _expand_home(raw, environ)
+    def __init__(self, list_path: str):
+        self.list_path = os.path.expanduser(list_path)
         self.warnings: list[dict] = []
         self._log = get_logger()
         self._scopes: dict[str, str] = {}
@@ -139,7 +135,7 @@ class PolicyResolver:
         """Class of the deepest matching entry (ties: most restrictive); ``full`` if none."""
         best_depth, best = -1, FULL
         for root, cls in self._entries:
-            if _is_under(scope, root):
+            if is_under(scope, root):
                 depth = 0 if root == "/" else root.count("/")
                 if depth > best_depth:
                     best_depth, best = depth, cls
@@ -200,13 +196,13 @@ class PolicyResolver:
             if tokens[0] in (IGNORE, LOCAL_ONLY):
                 return tokens[0]
             token = tokens[0][:_MAX_TOKEN_CHARS]
-            self.warnings.append({"event": "bad_class_token", "path": path, "token": token})
+            self.warnings.append({"event": BAD_CLASS_TOKEN, "path": path, "token": token})
             self._log.warning("hermes.policy.bad_class_token", path=path, token=token, applied=IGNORE)
             return IGNORE
         return IGNORE  # empty or comment-only
 
     def _warn_unreadable(self, path: str, reason: str) -> str:
-        self.warnings.append({"event": "unreadable_hypignore", "path": path, "reason": reason})
+        self.warnings.append({"event": HYPIGNORE_UNREADABLE, "path": path, "reason": reason})
         self._log.warning("hermes.policy.unreadable_hypignore", path=path, reason=reason, applied=IGNORE)
         return IGNORE
 

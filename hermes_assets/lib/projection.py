@@ -21,7 +21,16 @@ import pyarrow.compute as pc
 
 from hermes_assets.lib import errors, policy, schemas
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.state_db import SANE_MIN_S, SessionBundle, epoch_ms, ms_day, sane_ms
+from hermes_assets.lib.state_db import SessionBundle
+from hermes_assets.lib.timestamps import (
+    SANE_AHEAD_S,
+    SANE_MIN_S,
+    DayNames,
+    epoch_ms,
+    sane_instant,
+    session_start_ms,
+    upper_ms,
+)
 
 ENVELOPE = "\x00json:"
 OVERSIZED_CHARS = 4 * 1024 * 1024
@@ -171,7 +180,7 @@ class GitResolver:
         try:
             done = subprocess.run(
                 ["git", "-C", cwd, *args], capture_output=True, text=True, timeout=self.timeout_s,
-                env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+                stdin=subprocess.DEVNULL,  # local look-ups only: nothing to prompt for
             )
         except (OSError, subprocess.SubprocessError):
             return None
@@ -217,16 +226,10 @@ def usage_by_model(usage: list[dict]) -> list[dict] | None:
     return [{k: v for k, v in u.items() if k != "session_id"} for u in rows]
 
 
-def session_start_ms(bundle: SessionBundle, now_s: float) -> int | None:
-    """``started_at`` as ms, with the SPEC §2 fallback for insane values."""
-    ms = epoch_ms(bundle.session.get("started_at"))
-    if sane_ms(ms, now_s):
-        return ms
-    candidates = [m for m in (epoch_ms(x.get("timestamp")) for x in bundle.messages) if sane_ms(m, now_s)]
-    if candidates:
-        return min(candidates)
-    ended = epoch_ms(bundle.session.get("ended_at"))
-    return ended if sane_ms(ended, now_s) else None
+def bundle_start_ms(bundle: SessionBundle, now_s: float) -> int | None:
+    """When the session started (SPEC §2), from the same cells as its day placement."""
+    s = bundle.session
+    return session_start_ms(s.get("started_at"), (m["timestamp"] for m in bundle.messages), s.get("ended_at"), now_s)
 
 
 # --------------------------------------------------------------------------
@@ -347,6 +350,7 @@ class GatewayColumns:
         self.rows: list[tuple] = []
         self.sessions: list[tuple] = []
         self.session_rows: list[int] = []
+        self.day_names = DayNames()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -392,12 +396,15 @@ def project_session(
     sid = bundle.sid
     scoped = store.scoped(sid)
     session_id = "hermes-" + scoped
-    start_ms = session_start_ms(bundle, ctx.now_s)
+    start_ms = bundle_start_ms(bundle, ctx.now_s)
     if start_ms is None:
         tally.add(errors.OUT_OF_RANGE_SESSION, scoped, None, "started_at")
         return 0
-    if not sane_ms(epoch_ms(s.get("started_at")), ctx.now_s):
+    if sane_instant(s.get("started_at"), ctx.now_s) is None:
         tally.add(errors.BAD_TIMESTAMP, scoped, None, "started_at")
+    for table, column, mid in bundle.bad_cells:
+        if column in (_GATEWAY_SESSION_READS if table == "sessions" else _GATEWAY_MESSAGE_READS):
+            tally.add(errors.BAD_TEXT, scoped, mid, column)
 
     source = s.get("source") if isinstance(s.get("source"), str) else None
     raw_cwd = _nonempty(s.get("cwd"))
@@ -442,13 +449,15 @@ def project_session(
     append = out.rows.append
     id_prefix = session_id + "-"
     esc_prefix = _jstr(id_prefix)[:-1]
-    day_cache: dict[int, str] = {}
+    day_of = out.day_names
     call_names: dict[str, str] = {}
     attrs_cache: dict[tuple, str] = {}
     prev = "[]"
     index = 0
     now_s = ctx.now_s
-    lo_s, hi_s = SANE_MIN_S, now_s + 86400
+    # fast path for the usual REAL cell; the bounds are exact on the rounded ms
+    lo_s, hi_s = SANE_MIN_S, now_s + SANE_AHEAD_S + 1
+    lo_ms, hi_ms = int(SANE_MIN_S * 1000), upper_ms(now_s)
 
     for msg in bundle.messages:
         mid = msg["id"]
@@ -458,13 +467,12 @@ def project_session(
             continue
         ts = msg["timestamp"]
         ts_ms = int((ts * 1000 + 0.5) // 1) if type(ts) is float and lo_s <= ts <= hi_s else None
-        if ts_ms is None:
-            ts_ms = epoch_ms(ts)
-            if not sane_ms(ts_ms, now_s):
+        if ts_ms is None or not lo_ms <= ts_ms <= hi_ms:
+            ts_ms = sane_instant(ts, now_s)
+            if ts_ms is None:
                 tally.add(errors.BAD_TIMESTAMP, scoped, mid, "timestamp")
                 ts_ms = start_ms
-        day_num = ts_ms // 86_400_000
-        day = day_cache.get(day_num) or day_cache.setdefault(day_num, ms_day(ts_ms))
+        day = day_of(ts_ms)
         content = msg["content"]
         summary = True if isinstance(content, str) and content.startswith(COMPACT_SUMMARY_PREFIXES) else None
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
@@ -507,8 +515,8 @@ def project_session(
             index += 1
 
     if s.get("ended_at"):  # set and non-zero
-        ended_ms = epoch_ms(s.get("ended_at"))
-        if not sane_ms(ended_ms, now_s):
+        ended_ms = sane_instant(s.get("ended_at"), now_s)
+        if ended_ms is None:
             tally.add(errors.BAD_TIMESTAMP, scoped, None, "ended_at")
             ended_ms = start_ms
         end_hermes = {"session_end": True}
@@ -526,7 +534,7 @@ def project_session(
         message_id = id_prefix + "session_end"
         append((
             message_id, prev, None, index, ended_ms, "system", message_id + "#0", "status", "status", None,
-            None, None, None, None, None, None, dumps(end_attrs), ms_day(ended_ms),
+            None, None, None, None, None, None, dumps(end_attrs), day_of(ended_ms),
         ))
         index += 1
     out.session_rows.append(index)
@@ -586,15 +594,23 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
 
 class RawColumns:
     """Buffers for ``hermes_sessions`` / ``hermes_messages``: one tuple of Hermes's
-    own cells per row, derived columns beside them, provenance as runs."""
+    own cells per row, derived columns beside them, provenance as runs.
 
-    def __init__(self, schema: pa.Schema, source_columns, derived: tuple[str, ...]):
+    A cell the dataset cannot keep in its v22 type (an insane or unparseable
+    time, a TEXT in an INTEGER column) becomes NULL and is counted in
+    ``tally`` when the table is built (SPEC §9: raw datasets count too).
+    """
+
+    def __init__(self, schema: pa.Schema, source_columns, derived: tuple[str, ...], *, now_s: float,
+                 tally: ErrorTally, messages: bool):
         self.schema = schema
         self.source = [(name, schema.field(name).type) for name, _, _ in source_columns]
         self.rows: list[tuple] = []
         self.derived = {name: [] for name in derived}
         self.runs: list[tuple[SessionBundle, str, int]] = []
-        self.now_s = 0.0
+        self.now_s = now_s
+        self.tally = tally
+        self._messages = messages
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -611,7 +627,10 @@ class RawColumns:
         arrays = []
         for f in self.schema:
             if f.name in columns:
-                arrays.append(_raw_array(columns[f.name], f.type, self.now_s))
+                array, nulled = _raw_array(columns[f.name], f.type, self.now_s)
+                for i in nulled:
+                    self._count(i, errors.BAD_TIMESTAMP if f.type == schemas.TS else errors.BAD_VALUE, f.name)
+                arrays.append(array)
             elif f.name in self.derived:
                 arrays.append(_array(self.derived[f.name], f.type))
             elif f.name in provenance:
@@ -622,23 +641,41 @@ class RawColumns:
                 arrays.append(pa.nulls(n, f.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
+    def _count(self, row: int, kind: str, column: str) -> None:
+        mid = self.rows[row][0] if self._messages else None
+        for bundle, _, count in self.runs:
+            if row < count:
+                self.tally.add(kind, bundle.store.scoped(bundle.sid), mid, column)
+                return
+            row -= count
 
-def _raw_array(values, typ: pa.DataType, now_s: float) -> pa.Array:
-    """Hermes cells as their v22 type; a cell of the wrong type (hostile or ancient
-    data) becomes NULL on its own, without costing the column its fast path."""
+
+def _raw_array(values, typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[int]]:
+    """Hermes cells as their v22 type, and the indexes of the cells that became NULL.
+
+    A cell of the wrong type (hostile or ancient data) becomes NULL on its own,
+    without costing the column its fast path.
+    """
     try:
         if typ == schemas.TS:
-            return _timestamps(pa.array(values, pa.float64()), now_s)
-        return pa.array(values, typ)
+            seconds = pa.array(values, pa.float64())
+            array = _timestamps(seconds, now_s)
+            if array.null_count == seconds.null_count:
+                return array, []
+            nulled = pc.and_(pc.is_valid(seconds), pc.is_null(array))
+            return array, pc.indices_nonzero(nulled).to_pylist()
+        return pa.array(values, typ), []
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-        return pa.array([_cell(v, typ, now_s) for v in values], schemas.TS if typ == schemas.TS else typ)
+        cells = [_cell(v, typ, now_s) for v in values]
+        nulled = [i for i, (v, c) in enumerate(zip(values, cells)) if v is not None and c is None]
+        return pa.array(cells, schemas.TS if typ == schemas.TS else typ), nulled
 
 
 def _timestamps(seconds: pa.Array, now_s: float) -> pa.Array:
     """REAL epoch seconds -> ms (round half up, SPEC §5.1); insane instants -> NULL."""
-    sane = pc.and_(pc.greater_equal(seconds, SANE_MIN_S), pc.less_equal(seconds, now_s + 86400))
-    ms = pc.floor(pc.add(pc.multiply(pc.if_else(sane, seconds, None), 1000.0), 0.5))
-    return pc.cast(pc.cast(ms, pa.int64()), schemas.TS)
+    ms = pc.floor(pc.add(pc.multiply(seconds, 1000.0), 0.5))
+    sane = pc.and_(pc.greater_equal(ms, SANE_MIN_S * 1000), pc.less_equal(ms, float(upper_ms(now_s))))
+    return pc.cast(pc.cast(pc.if_else(sane, ms, None), pa.int64()), schemas.TS)
 
 
 def _cell(value, arrow_type: pa.DataType, now_s: float):
@@ -646,8 +683,7 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
     if value is None:
         return None
     if arrow_type == schemas.TS:
-        ms = epoch_ms(value)
-        return ms if sane_ms(ms, now_s) else None
+        return sane_instant(value, now_s)
     if arrow_type == pa.string():
         return value if isinstance(value, str) else str(value) if not isinstance(value, bytes) else value.decode("utf-8", "replace")
     if arrow_type == pa.int64():
@@ -657,40 +693,44 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
     return value
 
 
-def sessions_columns() -> RawColumns:
-    return RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS, ("scope_path", "policy_class", "usage_by_model"))
+def sessions_columns(now_s: float, tally: ErrorTally) -> RawColumns:
+    return RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS, ("scope_path", "policy_class", "usage_by_model"),
+                      now_s=now_s, tally=tally, messages=False)
 
 
-def messages_columns() -> RawColumns:
-    return RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS, ("content_text", "content_json"))
+def messages_columns(now_s: float, tally: ErrorTally) -> RawColumns:
+    return RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS, ("content_text", "content_json"),
+                      now_s=now_s, tally=tally, messages=True)
 
 
 _SESSION_NAMES = tuple(name for name, _, _ in schemas.SESSION_COLUMNS)
 
 
-def session_row(
-    bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str, now_s: float
-) -> None:
+def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str) -> None:
     session = bundle.session
-    out.now_s = now_s
     out.rows.append(tuple(session.get(name) for name in _SESSION_NAMES))
     out.runs.append((bundle, day, 1))
     out.derived["scope_path"].append(scope_path)
     out.derived["policy_class"].append(policy_class)
     models = usage_by_model(bundle.usage)
     out.derived["usage_by_model"].append(dumps(models) if models else None)
+    for table, column, _ in bundle.bad_cells:
+        if table == "sessions":
+            out.tally.add(errors.BAD_TEXT, bundle.store.scoped(bundle.sid), None, column)
 
 
-def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str, now_s: float) -> None:
+def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str) -> None:
     """Every stored message of the session (inactive ones too), cells as stored."""
-    out.now_s = now_s
     texts, decoded_json = out.derived["content_text"], out.derived["content_json"]
     append = out.rows.append
+    scoped = None
     for msg in bundle.messages:
         append(tuple(msg.values()))
         content = msg["content"]
-        if isinstance(content, str) and (content.startswith(ENVELOPE) or "data:" in content):
-            text, decoded = decode_content(content)
+        if isinstance(content, str) and (content.startswith(ENVELOPE) or "data:" in content
+                                         or len(content) > OVERSIZED_CHARS):
+            scoped = scoped or bundle.store.scoped(bundle.sid)
+            text, decoded = decode_content(content, out.tally, scoped, msg["id"])
             texts.append(text)
             decoded_json.append(dumps(decoded, normalized=True) if decoded is not None else None)
         else:
@@ -698,6 +738,9 @@ def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str, now_s: flo
             decoded_json.append(None)
     if bundle.messages:
         out.runs.append((bundle, day, len(bundle.messages)))
+    for table, column, mid in bundle.bad_cells:
+        if table == "messages":
+            out.tally.add(errors.BAD_TEXT, bundle.store.scoped(bundle.sid), mid, column)
 
 
 #: the ``messages`` columns the canonical projection reads
@@ -706,3 +749,11 @@ GATEWAY_MESSAGE_COLUMNS = tuple(
     if c[0] in {"id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
                 "token_count", "finish_reason", "reasoning", "reasoning_content", "observed", "active", "compacted"}
 )
+#: the ``sessions`` columns the canonical rows are built from (a bad cell among them reaches them)
+_GATEWAY_SESSION_READS = frozenset({
+    "id", "source", "model", "system_prompt", "started_at", "ended_at", "cwd", "git_branch", "git_repo_root",
+    "billing_provider", "billing_base_url", "parent_session_id", "end_reason", "estimated_cost_usd",
+    "actual_cost_usd", "api_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
+    "cache_write_tokens", "reasoning_tokens",
+})
+_GATEWAY_MESSAGE_READS = frozenset(c[0] for c in GATEWAY_MESSAGE_COLUMNS)

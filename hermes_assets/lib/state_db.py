@@ -1,15 +1,15 @@
 """Read a Hermes ``state.db`` read-only (SPEC §1).
 
 The store is live: Hermes writes it in WAL mode while we read. We open it with
-``mode=ro``, probe which columns this store's schema has, read in short
-statements (never one long transaction), retry busy/locked on the primary
-result code, and turn SQLite's failures into the typed errors of
-:mod:`hermes_assets.lib.errors`.
+``mode=ro``, probe which columns this store's schema has, read one day of one
+store in one short read transaction (never one across days), retry
+busy/locked on the primary result code, and turn SQLite's failures into the
+typed errors of :mod:`hermes_assets.lib.errors`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import contextlib
 import hashlib
 import marshal
 import os
@@ -19,15 +19,15 @@ import tempfile
 import time
 import urllib.parse
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from hermes_assets.lib import errors
-from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS, USAGE_COLUMNS
+from hermes_assets.lib.timestamps import DayNames, epoch_ms, ms_day, sane_instant, sane_ms, session_start_ms
 
 log = get_logger()
 
@@ -48,8 +48,6 @@ _READONLY_ROLLBACK = _SQLITE_READONLY | (3 << 8)
 _READONLY_CANTINIT = _SQLITE_READONLY | (5 << 8)
 _READONLY_DIRECTORY = _SQLITE_READONLY | (6 << 8)
 
-SANE_MIN_S = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc).timestamp()
-
 
 # --------------------------------------------------------------------------
 # stores and their discovery
@@ -58,11 +56,16 @@ SANE_MIN_S = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc).timestamp()
 
 @dataclass(frozen=True)
 class Store:
-    """One Hermes store: where it is and how its ids are scoped (SPEC §1)."""
+    """One Hermes store: where it is and how its ids are scoped (SPEC §1).
+
+    ``explicit``: named in ``HERMES_STATE_DB`` (a file that must exist), as
+    opposed to found by discovery (absent = Hermes not installed, the idle case).
+    """
 
     path: str
     label: str = ""
     profile: str | None = None
+    explicit: bool = False
 
     def scoped(self, sid: str) -> str:
         return f"{self.label}:{sid}" if self.label else sid
@@ -74,28 +77,29 @@ class Store:
     def exists(self) -> bool:
         return os.path.isfile(self.path)
 
-
-def hermes_home(environ=None) -> str:
-    environ = os.environ if environ is None else environ
-    home = environ.get("HERMES_HOME") or os.path.join(_user_home(environ), ".hermes")
-    return os.path.abspath(os.path.expanduser(home))
-
-
-def _user_home(environ) -> str:
-    return environ.get("HOME") or os.path.expanduser("~")
+    def missing_error(self) -> errors.StoreMissing:
+        return errors.StoreMissing(
+            f"HERMES_STATE_DB names {self.path}, which does not exist: check the path "
+            "(unset HERMES_STATE_DB to use the Hermes home's own store).",
+            path=self.path,
+        )
 
 
-def discover_stores(environ=None) -> list[Store]:
-    """The stores to read: ``HERMES_STATE_DB`` if set, else the Hermes home and its profiles.
+def default_hermes_home() -> str:
+    """Hermes's own default home, ``~/.hermes``."""
+    return os.path.join(os.path.expanduser("~"), ".hermes")
+
+
+def discover_stores(state_db: str | None = None, hermes_home: str | None = None) -> list[Store]:
+    """The stores to read: ``state_db`` (``HERMES_STATE_DB``) if given, else the Hermes
+    home and its profiles.
 
     The default store is listed even when it does not exist (a missing store is a
     state, not an error: SPEC R9); profiles are listed when their file exists.
     """
-    environ = os.environ if environ is None else environ
-    explicit = environ.get("HERMES_STATE_DB", "").strip()
-    if explicit:
-        return _explicit_stores([p for p in explicit.split(":") if p.strip()])
-    home = hermes_home(environ)
+    if state_db and state_db.strip():
+        return _explicit_stores([p for p in state_db.split(":") if p.strip()])
+    home = os.path.abspath(os.path.expanduser(hermes_home or default_hermes_home()))
     stores = [Store(os.path.join(home, STORE_FILE))]
     profiles = Path(home, "profiles")
     if profiles.is_dir():
@@ -108,7 +112,7 @@ def discover_stores(environ=None) -> list[Store]:
 def _explicit_stores(paths: list[str]) -> list[Store]:
     paths = [os.path.abspath(os.path.expanduser(p.strip())) for p in paths]
     if len(paths) == 1 and not os.path.isdir(paths[0]):
-        return [Store(paths[0])]
+        return [Store(paths[0], explicit=True)]
     stores: list[Store] = []
     for path in paths:
         if os.path.isdir(path):
@@ -116,7 +120,7 @@ def _explicit_stores(paths: list[str]) -> list[Store]:
                 rel = os.path.relpath(db.parent, path)
                 stores.append(Store(str(db), label="" if rel == "." else rel.replace(os.sep, "/")))
         else:
-            stores.append(Store(path, label=os.path.basename(os.path.dirname(path))))
+            stores.append(Store(path, label=os.path.basename(os.path.dirname(path)), explicit=True))
     labels = [s.label for s in stores]
     clashes = sorted({label for label in labels if labels.count(label) > 1})
     if clashes:
@@ -125,33 +129,6 @@ def _explicit_stores(paths: list[str]) -> list[Store]:
             "labels come from each store's folder name; put the stores in folders with distinct names."
         )
     return stores
-
-
-# --------------------------------------------------------------------------
-# time helpers (SPEC §5.1)
-# --------------------------------------------------------------------------
-
-
-def epoch_ms(value) -> int | None:
-    """Hermes REAL epoch seconds -> integer ms, rounding half up; None if not a number."""
-    if type(value) is float or type(value) is int:
-        if value != value or value in (float("inf"), float("-inf")):
-            return None
-        return int((value * 1000 + 0.5) // 1)
-    return None
-
-
-def sane_ms(ms: int | None, now_s: float) -> bool:
-    return ms is not None and SANE_MIN_S * 1000 <= ms <= (now_s + 86400) * 1000
-
-
-def ms_day(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d")
-
-
-def day_bounds_s(day: str) -> tuple[float, float]:
-    start = dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp()
-    return start, start + 86400
 
 
 # --------------------------------------------------------------------------
@@ -188,7 +165,11 @@ def _decode_text(raw: bytes) -> str:
 
 @dataclass
 class SessionBundle:
-    """One session with everything of it the projection needs."""
+    """One session with everything of it the projection needs, from one read.
+
+    ``bad_cells``: ``(table, column, mid)`` of the TEXT cells that were not valid
+    UTF-8 (decoded with U+FFFD): the projection counts them in the datasets they reach.
+    """
 
     store: Store
     sid: str
@@ -196,6 +177,7 @@ class SessionBundle:
     session: dict
     messages: list[dict]
     usage: list[dict]
+    bad_cells: list[tuple[str, str, int | None]] = field(default_factory=list)
 
 
 class SessionPrint(NamedTuple):
@@ -218,18 +200,23 @@ class SessionIndexEntry:
 
 @dataclass
 class StoreReader:
-    """A read-only session on one store. Use as a context manager."""
+    """A read-only session on one store. Use as a context manager.
+
+    ``statements`` counts the SQL statements run, by what they read
+    (``sessions_scan``, ``sessions_by_id``, ``messages_by_session`` ...): the
+    figures behind "the sessions table is scanned once per run".
+    """
 
     store: Store
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
     now_s: float | None = None
-    tally: ErrorTally = field(default_factory=ErrorTally)
 
     def __post_init__(self):
         self._conn: sqlite3.Connection | None = None
         self._tmpdir: str | None = None
         self.columns: dict[str, set[str]] = {}
         self._index: dict[str, SessionIndexEntry] | None = None
+        self.statements: Counter = Counter()
         if self.now_s is None:
             self.now_s = time.time()
 
@@ -301,7 +288,7 @@ class StoreReader:
             self._tmpdir = None
 
     def _probe(self) -> None:
-        tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type = 'table'", what="schema")}
         if not {"sessions", "messages"} <= tables and (not tables or HERMES_FIRST_TABLE in tables):
             # Hermes creates its schema one statement at a time: a store with no
             # tables, or with some of Hermes's own but not yet these, is being born.
@@ -318,17 +305,19 @@ class StoreReader:
             )
         for table in ("sessions", "messages", "session_model_usage"):
             if table in tables:
-                self.columns[table] = {r[1] for r in self._query(f"PRAGMA table_info({table})")}
+                self.columns[table] = {r[1] for r in self._query(f"PRAGMA table_info({table})", what="schema")}
 
     # -- statements with busy retry -------------------------------------------
 
-    def _query(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        """Run one statement to completion (its own short read transaction).
+    def _query(self, sql: str, params: Iterable = (), what: str = "other") -> list[tuple]:
+        """Run one statement to completion; ``what`` names it in :attr:`statements`.
 
+        Outside :meth:`snapshot` a statement is its own short read transaction.
         TEXT is decoded by SQLite's C path; if any cell is not valid UTF-8 the
         statement is re-run decoding per cell, so one bad cell costs one re-read
         and never fails the batch (SPEC §1 "Text").
         """
+        self.statements[what] += 1
         try:
             return self._query_once(sql, params)
         except _Undecodable:
@@ -337,6 +326,16 @@ class StoreReader:
                 return self._query_once(sql, params)
             finally:
                 self._conn.text_factory = str
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction around the statements inside: they all see the same
+        state of the store. Keep it short: an open read pins Hermes's WAL (SPEC §1)."""
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")  # a read transaction: nothing to roll back
 
     def _query_once(self, sql: str, params: Iterable = ()) -> list[tuple]:
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
@@ -395,22 +394,25 @@ class StoreReader:
     # -- the session index: which day each session belongs to (SPEC §2) --------
 
     def session_index(self) -> dict[str, SessionIndexEntry]:
-        """``sid -> (raw id, day)`` for every session of the store (one short scan)."""
+        """``sid -> (raw id, day, scope facts)`` for every session of the store: one
+        statement over ``sessions``, plus one small one per session with no sane time."""
         if self._index is not None:
             return self._index
         index: dict[str, SessionIndexEntry] = {}
         insane: list[tuple[str, object, object]] = []
         cols = self.columns["sessions"]
         extra = ", ".join(c if c in cols else "NULL" for c in ("ended_at", "source", "cwd", "parent_session_id"))
-        for raw_id, started, ended_at, source, cwd, parent in self._query(f"SELECT id, started_at, {extra} FROM sessions"):
+        rows = self._query(f"SELECT id, started_at, {extra} FROM sessions", what="sessions_scan")
+        day_of = DayNames()
+        for raw_id, started, ended_at, source, cwd, parent in rows:
             sid = str(raw_id)
             entry = SessionIndexEntry(
                 raw_id, None, _text_or_none(source), _text_or_none(cwd), None if parent is None else str(parent) or None
             )
             index[sid] = entry
-            ms = epoch_ms(started)
-            if sane_ms(ms, self.now_s):
-                entry.day = ms_day(ms)
+            ms = sane_instant(started, self.now_s)
+            if ms is not None:
+                entry.day = day_of(ms)
             else:
                 insane.append((sid, raw_id, ended_at))
         for sid, raw_id, ended_at in insane:
@@ -419,17 +421,11 @@ class StoreReader:
         return index
 
     def _fallback_day(self, raw_id, ended_at) -> str | None:
-        lo, hi = SANE_MIN_S, self.now_s + 86400
-        rows = self._query(
-            "SELECT min(timestamp) FROM messages WHERE session_id = ? "
-            "AND typeof(timestamp) IN ('real', 'integer') AND timestamp BETWEEN ? AND ?",
-            (raw_id, lo, hi),
-        )
-        for candidate in (rows[0][0] if rows else None, ended_at):
-            ms = epoch_ms(candidate)
-            if sane_ms(ms, self.now_s):
-                return ms_day(ms)
-        return None
+        """SPEC §2 for a session whose ``started_at`` is not sane (rare: one statement each)."""
+        times = self._query("SELECT timestamp FROM messages WHERE session_id = ?", (raw_id,),
+                            what="message_times_by_session")
+        ms = session_start_ms(None, (t for (t,) in times), ended_at, self.now_s)
+        return None if ms is None else ms_day(ms)
 
     def days(self) -> dict[str, list[str]]:
         """``day -> sorted sids`` (sessions with no sane time are under ``None``)."""
@@ -440,54 +436,44 @@ class StoreReader:
             sids.sort()
         return dict(by_day)
 
-    # -- streaming one day's sessions --------------------------------------------
+    # -- one day's sessions, whole, in one read transaction ---------------------
 
-    def iter_sessions(
-        self, days: Iterable[str], message_columns=MESSAGE_COLUMNS, only: set[str] | None = None
-    ) -> Iterator[SessionBundle]:
-        """The sessions of ``days`` (in the given day order, then by sid), whole.
+    def read_day(self, day: str, sessions: list[tuple[str, object]], message_columns=MESSAGE_COLUMNS) -> list[SessionBundle]:
+        """The given ``(sid, raw id)`` sessions of ``day``, whole, from ONE read
+        transaction (SPEC §1), in statements of ``SESSION_CHUNK`` sessions.
 
-        ``message_columns`` narrows what is read of ``messages`` (the canonical
-        projection needs fewer columns than ``hermes_messages``); ``only``
-        limits the read to those sids (policy-ignored sessions are never read).
-        Memory: one
-        chunk of ``SESSION_CHUNK`` sessions with their messages.
+        ``message_columns`` narrows what is read of ``messages``. A session deleted
+        since the index scan is simply absent. Memory: the day's sessions.
         """
-        by_day = self.days()
-        index = self.session_index()
-        for day in days:
-            sids = by_day.get(day, [])
-            if only is not None:
-                sids = [sid for sid in sids if sid in only]
-            yield from self.read_sessions(day, [(sid, index[sid].raw_id) for sid in sids], message_columns)
+        bundles: list[SessionBundle] = []
+        if not sessions:
+            return bundles
+        with self.snapshot():
+            for start in range(0, len(sessions), SESSION_CHUNK):
+                chunk = sessions[start : start + SESSION_CHUNK]
+                bundles += self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk], message_columns)
+        return bundles
 
-    def read_sessions(self, day: str, sessions: list[tuple[str, object]], message_columns=MESSAGE_COLUMNS) -> Iterator[SessionBundle]:
-        """The given ``(sid, raw id)`` sessions, whole, in chunks of ``SESSION_CHUNK``."""
-        for start in range(0, len(sessions), SESSION_CHUNK):
-            chunk = sessions[start : start + SESSION_CHUNK]
-            yield from self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk], message_columns)
-
-    def _read_chunk(self, day: str, sids: list[str], raw_ids: list, message_columns) -> Iterator[SessionBundle]:
+    def _read_chunk(self, day: str, sids: list[str], raw_ids: list, message_columns) -> list[SessionBundle]:
         marks = ",".join("?" * len(raw_ids))
         before = _bad_text_count()
         sessions = self._query(
             f"SELECT {self._select_list('sessions', SESSION_COLUMNS)} FROM sessions WHERE id IN ({marks})",
-            raw_ids,
+            raw_ids, what="sessions_by_id",
         )
         messages = self._query(
             f"SELECT {self._select_list('messages', message_columns)} FROM messages "
             f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
-            raw_ids,
+            raw_ids, what="messages_by_session",
         )
         usage = []
         if "session_model_usage" in self.columns:
             usage = self._query(
                 f"SELECT {self._select_list('session_model_usage', USAGE_COLUMNS)} "
                 f"FROM session_model_usage WHERE session_id IN ({marks})",
-                raw_ids,
+                raw_ids, what="usage_by_session",
             )
-        if _bad_text_count() != before:
-            self._count_bad_text(sessions, messages, message_columns)
+        bad = _bad_cells(sessions, messages, message_columns) if _bad_text_count() != before else {}
         s_names = [c[0] for c in SESSION_COLUMNS]
         m_names = [c[0] for c in message_columns]
         u_names = [c[0] for c in USAGE_COLUMNS]
@@ -500,6 +486,7 @@ class StoreReader:
             u = dict(zip(u_names, row))
             usage_by_sid[str(u["session_id"])].append(u)
         rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}
+        out = []
         for sid in sids:
             session = rows.get(sid)
             if session is None:  # deleted between the index scan and now
@@ -507,22 +494,8 @@ class StoreReader:
             session["id"] = sid
             msgs = msgs_by_sid.get(sid, [])
             msgs.sort(key=_mid_key)
-            yield SessionBundle(self.store, sid, day, session, msgs, usage_by_sid.get(sid, []))
-
-    def _count_bad_text(self, sessions: list[tuple], messages: list[tuple], message_columns) -> None:
-        for row in sessions:
-            for name, value in zip((c[0] for c in SESSION_COLUMNS), row):
-                if type(value) is BadText:
-                    self.tally.add(errors.BAD_TEXT, self.store.scoped(str(row[0])), None, name)
-        for row in messages:
-            for name, value in zip((c[0] for c in message_columns), row):
-                if type(value) is BadText:
-                    self.tally.add(errors.BAD_TEXT, self.store.scoped(str(row[1])), row[0], name)
-
-    # -- small queries for change detection and retention ----------------------
-
-    def session_ids(self) -> set[str]:
-        return set(self.session_index())
+            out.append(SessionBundle(self.store, sid, day, session, msgs, usage_by_sid.get(sid, []), bad.get(sid, [])))
+        return out
 
     # -- change detection (SPEC §8): marks, new messages, session prints --------
     #
@@ -619,3 +592,17 @@ def _mid_key(msg: dict):
 
 def _bad_text_count() -> int:
     return _BAD_TEXT_SEEN[0]
+
+
+def _bad_cells(sessions: list[tuple], messages: list[tuple], message_columns) -> dict[str, list]:
+    """``sid -> [(table, column, mid)]`` of the cells :func:`_decode_text` had to repair."""
+    out: dict[str, list] = defaultdict(list)
+    for row in sessions:
+        for name, value in zip((c[0] for c in SESSION_COLUMNS), row):
+            if type(value) is BadText:
+                out[str(row[0])].append(("sessions", name, None))
+    for row in messages:
+        for name, value in zip((c[0] for c in message_columns), row):
+            if type(value) is BadText:
+                out[str(row[1])].append(("messages", name, row[0]))
+    return out

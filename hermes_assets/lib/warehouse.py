@@ -1,9 +1,13 @@
-"""Partition files of the three datasets (SPEC §2, §6).
+"""Partition files of the datasets (SPEC §2, §6).
 
 ``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet``, zstd, sorted, replaced
 atomically (temp file in the same folder, fsync, rename) under a per-day lock
 file, so two runs never interleave on one day. A rewrite keeps rows whose
-source vanished from the store, flagged ``source_deleted`` (D13).
+source vanished from the store, flagged ``source_deleted`` (D13). Files are
+private by default (D16): folders ``0700``, files ``0600``, whatever the umask.
+
+One write of a day reads the old file once (its bytes), merges in Arrow,
+encodes the result once and replaces the file only when the bytes differ.
 
 The root may also be a URI (``s3://…``, ``file:///…``): every file operation
 then goes through ``pyarrow.fs`` (see :class:`Warehouse`).
@@ -15,7 +19,9 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
@@ -38,11 +44,33 @@ LOCK_FILE = ".lock"
 ATOMIC_UPLOAD = frozenset({"s3", "gcs", "abfs"})
 #: staged days, under the spool (the root of a POSIX warehouse)
 STAGING = ".staging"
-#: when the store was read for the day's current file (SPEC §2 lock + no lost update)
+#: per store, when it was read for the day's current file (no lost update, see write_day)
 READ_AT_FILE = ".read_at"
 GATEWAY = "ai_gateway_messages_hermes"
 SESSIONS = "hermes_sessions"
 MESSAGES = "hermes_messages"
+#: the three capture datasets, in the order runs report them
+CAPTURE_DATASETS = (SESSIONS, MESSAGES, GATEWAY)
+
+
+@dataclass(frozen=True)
+class FileModes:
+    """Modes of what the project creates (SPEC §2, D16)."""
+
+    folder: int = 0o700
+    file: int = 0o600
+
+    @classmethod
+    def named(cls, name: str) -> "FileModes":
+        """``private`` (0700/0600) or ``group`` (0750/0640)."""
+        if name == "group":
+            return cls(0o750, 0o640)
+        if name == "private":
+            return cls()
+        raise ValueError(f"file mode {name!r} is not private or group")
+
+
+PRIVATE = FileModes()
 
 
 @dataclass
@@ -70,7 +98,7 @@ class WriteResult:
     dropped: int  # previously written rows removed (fewer parts, policy ignore, moved)
     bytes: int
     changed: bool
-    #: the file was already written from a newer read of the store: left alone
+    #: the file was already written from a newer read of every store: left alone
     superseded: bool = False
 
     def metadata(self) -> dict:
@@ -89,9 +117,8 @@ class Warehouse:
     """The dataset root: a local folder, or any URI pyarrow's filesystem layer opens.
 
     A plain path (``/data/warehouse``, ``~/wh``) is the POSIX warehouse: the
-    day's lock file sits beside the data, staged files in ``<root>/.staging``
-    (same filesystem, so putting one in place is a rename), and every replace
-    is fsynced.
+    day's lock file sits beside the data, staged files in ``<root>/.staging``,
+    every replace is fsynced, and every folder and file gets ``modes``.
 
     A URI (``s3://bucket/prefix``, ``gs://…``, ``abfs://…``, ``hdfs://…``, and
     ``file:///…``, which takes this same path on the local disk) goes through
@@ -103,13 +130,16 @@ class Warehouse:
       folders (``file://``, HDFS) by a temp file beside it
       (``.part-0.parquet.tmp``, never matched by ``day=*/part-0.parquet``)
       and ``FileSystem.move``, a rename;
-    * staging and the day locks live in a local spool folder
-      (``HERMES_ASSETS_SPOOL``, default a folder per warehouse under the
-      system temp dir). The locks order the writers of one host; several
-      hosts writing one bucket must not run the same day at once (deploy/).
+    * staging and the day locks live in a local spool folder (``spool``,
+      default a folder per user and warehouse under the system temp dir). The
+      locks order the writers of one host; several hosts writing one bucket
+      must not run the same day at once (deploy/).
+
+    A ``file://`` warehouse is local: it gets ``modes`` too. Object stores keep
+    their own access control.
     """
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, *, spool: str | None = None, modes: FileModes = PRIVATE):
         self.uri = root
         parsed = urlparse(root)
         self.scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""  # "C:\\x" is a path
@@ -119,12 +149,19 @@ class Warehouse:
             self.root = self.uri = os.path.abspath(os.path.expanduser(root))
         else:
             self.root = _fs_path(root)
+        self.modes = modes
+        self._spool = spool
         self._fs = pafs.LocalFileSystem() if self.posix else None
+
+    @property
+    def local(self) -> bool:
+        """Files on this machine's disk (a path or ``file://``): modes apply."""
+        return self.posix or self.scheme == "file"
 
     @property
     def fs(self) -> pafs.FileSystem:
         """The pyarrow filesystem, opened on first use (not at construction: a
-        worker process that only encodes never starts an object-store client)."""
+        worker process that only projects never starts an object-store client)."""
         if self._fs is None:
             try:
                 self._fs, self.root = pafs.FileSystem.from_uri(_with_defaults(self.uri))
@@ -140,8 +177,7 @@ class Warehouse:
         days and lock files (POSIX warehouse: the root itself)."""
         if self.posix:
             return self.root
-        configured = os.environ.get("HERMES_ASSETS_SPOOL", "").strip()
-        base = configured or os.path.join(tempfile.gettempdir(), "hermes_assets-spool")
+        base = self._spool or default_spool()
         return os.path.join(base, hashlib.sha256(self.uri.encode()).hexdigest()[:16])
 
     @property
@@ -197,212 +233,211 @@ class Warehouse:
         except FileNotFoundError:
             return None
 
-    def _num_rows(self, path: str) -> int:
-        with self.fs.open_input_file(path) as f:
-            return pq.ParquetFile(f).metadata.num_rows
-
-    def _size(self, path: str) -> int | None:
-        if self.posix:
-            try:
-                return os.path.getsize(path)
-            except FileNotFoundError:
-                return None
-        info = self.fs.get_file_info(path)
-        return info.size if info.type == pafs.FileType.File else None
-
     @contextlib.contextmanager
     def day_lock(self, dataset: str, day: str) -> Iterator[None]:
         """An exclusive lock on one day of one dataset (a lock file beside the data,
         or in the spool for a URI warehouse)."""
         if self.posix:
             folder = self.day_dir(dataset, day)
+            self.make_dirs(folder, self.root)
         else:
             folder = os.path.join(self.spool, "locks", dataset, f"day={day}")
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+            self.make_dirs(folder, self._spool or default_spool())
+        fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, self.modes.file)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            os.fchmod(fd, self.modes.file)
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    # -- modes (D16) -------------------------------------------------------------
+
+    def make_dirs(self, folder: str, top: str | None = None) -> None:
+        """Create ``folder`` (and parents); give the folder mode to every folder created
+        and to every folder below ``top`` (exclusive) down to ``folder``, whatever the umask."""
+        folder = os.path.abspath(folder)
+        created, current = [], folder
+        while not os.path.isdir(current) and current != os.path.dirname(current):
+            created.append(current)
+            current = os.path.dirname(current)
+        os.makedirs(folder, exist_ok=True)
+        below_top = []
+        if top is not None:
+            top, current = os.path.abspath(top), folder
+            while current != top and current.startswith(top + os.sep):
+                below_top.append(current)
+                current = os.path.dirname(current)
+        for path in dict.fromkeys(created + below_top):
+            self._chmod_dir(path)
+
+    def _chmod_dir(self, folder: str) -> None:
+        mode = self.modes.folder
+        try:
+            if self.modes.folder & 0o070 and os.stat(folder).st_mode & stat.S_ISGID:
+                mode |= stat.S_ISGID  # a team's group folder keeps its setgid bit
+            os.chmod(folder, mode)
+        except FileNotFoundError:
+            pass
+
+    def fix_modes(self, dataset: str, day: str) -> None:
+        """Set the modes of the dataset and day folders and of every file of the day."""
+        if not self.local:
+            return
+        folder = self.day_dir(dataset, day)
+        if not os.path.isdir(folder):
+            return
+        self.make_dirs(folder, self.root if self.posix else os.path.dirname(os.path.dirname(folder)))
+        for entry in os.scandir(folder):
+            if entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(entry.path, self.modes.file)
+
     # -- writing ------------------------------------------------------------------
 
     def write_day(
-        self, dataset: str, day: str, new: pa.Table, facts: Iterable[StoreFacts], read_at: float | None = None
+        self,
+        dataset: str,
+        day: str,
+        new: dict[str, pa.Table],
+        facts: Iterable[StoreFacts],
+        read_at: float | None = None,
     ) -> WriteResult:
-        """Merge ``new`` (every current row of the day from the stores in ``facts``)
-        with what the day's file holds, and replace the file atomically.
+        """Merge the day's new rows with what its file holds, and replace the file atomically.
 
-        ``read_at`` is when the store was read for ``new``. A file already written
-        from a later read is left alone (``superseded``): a long backfill that read
-        a day before Hermes's last write never undoes the sensor run that
-        captured it (no lost update; the lock alone only orders the writes).
+        ``new`` maps each store path in ``facts`` to every current row of the day
+        from that store (a store may be absent: no rows). Rows of stores not in
+        ``facts`` are kept as they are (not ours to judge).
+
+        ``read_at`` is when the stores were read for ``new``. A store already
+        written into this file from a later read is left alone (its rows and
+        facts are dropped from this write): a long backfill that read a day
+        before Hermes's last write never undoes the sensor run that captured it
+        (no lost update; the lock alone only orders the writes). When every
+        store is newer in the file, nothing changes (``superseded``).
         """
+        facts = list(facts)
         with self.day_lock(dataset, day):
-            return self._write_locked(dataset, day, new, list(facts), read_at)
+            marks = self._read_marks(dataset, day)
+            fresh = [f for f in facts if read_at is None or marks.get(f.path, marks.get("*", 0.0)) <= read_at]
+            if not fresh:  # no store read (all missing or failed), or all read later already
+                if facts:
+                    log.warning("hermes.warehouse.superseded", dataset=dataset, day=day, read_at=read_at,
+                                newest=max(marks.values(), default=None))
+                self.fix_modes(dataset, day)
+                return self._unchanged(dataset, day, superseded=bool(facts))
+            schema = schemas.DATASETS[dataset][0]
+            tables = [new[f.path] for f in fresh if f.path in new and new[f.path].num_rows]
+            table = pa.concat_tables(tables) if tables else schema.empty_table()
+            old = self._read_bytes(self.path(dataset, day))
+            dropped = 0
+            if old is not None:
+                kept, dropped = _carry_over(dataset, old, table, fresh)
+                if kept is not None and kept.num_rows:
+                    table = pa.concat_tables([table, kept.cast(table.schema)])
+            result = self._replace(dataset, day, table, dropped, old)
+            if read_at is not None:
+                marks.update({f.path: read_at for f in fresh})
+                self._write_marks(dataset, day, marks)
+            self.fix_modes(dataset, day)
+            return result
 
-    def _write_locked(self, dataset, day, new: pa.Table, facts: list[StoreFacts], read_at: float | None) -> WriteResult:
-        superseded = self._superseded(dataset, day, read_at)
-        if superseded is not None:
-            return superseded
-        sort = schemas.DATASETS[dataset][2]
-        kept, dropped = self._carry_over(dataset, day, new, facts)
-        table = pa.concat_tables([new, kept.cast(new.schema)]) if kept is not None and kept.num_rows else new
-        if not is_sorted(table, sort):
-            table = table.sort_by([(c, "ascending") for c in sort])
-        retained = _count_source_deleted(dataset, table)
-        result = self._replace(dataset, day, table, retained, dropped)
-        self._mark_read(dataset, day, read_at)
-        return result
-
-    def write_staged_day(
-        self, dataset: str, day: str, staged: str, facts: Iterable[StoreFacts], read_at: float | None = None
-    ) -> WriteResult:
-        """Merge a staged file (the bytes :func:`encode` made of the day's new rows).
-
-        Two common cases cost no merge: a day with no file yet takes the staged
-        file as it is (a rename, or one upload), and a day whose file already
-        holds exactly these bytes (a re-run) is left alone. Anything else
-        merges as :meth:`write_day`, all under one hold of the day's lock.
-        """
-        path = self.path(dataset, day)
+    def replace_day(self, dataset: str, day: str, table: pa.Table) -> WriteResult:
+        """Replace the day's file by ``table`` as it is (no retention merge), atomically,
+        under the day's lock; no rows = no file. For datasets recomputed whole."""
         with self.day_lock(dataset, day):
-            superseded = self._superseded(dataset, day, read_at)
-            if superseded is not None:
-                return superseded
-            rows = pq.ParquetFile(staged).metadata.num_rows
-            size = os.path.getsize(staged)
-            current = self._size(path)
-            if current is None:
-                if rows:
-                    self._put_staged(staged, path)
-                    log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0,
-                             dropped=0, changed=True)
-                self._mark_read(dataset, day, read_at)
-                return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size if rows else 0,
-                                   bool(rows))
-            if current == size:
-                with open(staged, "rb") as f:
-                    if self._same_bytes(path, pa.py_buffer(f.read())):
-                        self._mark_read(dataset, day, read_at)
-                        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, False)
-            table = pq.read_table(staged, schema=schemas.DATASETS[dataset][0])
-            return self._write_locked(dataset, day, table, list(facts), read_at)
-
-    # -- read watermarks (a file beside the data, so data files stay byte-identical) ----
-
-    def _watermark_path(self, dataset: str, day: str) -> str:
-        return f"{self.day_dir(dataset, day)}/{READ_AT_FILE}"
-
-    def _superseded(self, dataset: str, day: str, read_at: float | None) -> WriteResult | None:
-        if read_at is None:
-            return None
-        try:
-            newest = float(self._read_small(self._watermark_path(dataset, day)).strip() or 0)
-        except (FileNotFoundError, ValueError):
-            return None
-        if newest <= read_at:
-            return None
-        path = self.path(dataset, day)
-        size = self._size(path)
-        rows = self._num_rows(path) if size is not None else 0
-        log.warning("hermes.warehouse.superseded", dataset=dataset, day=day, read_at=read_at, newest=newest)
-        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size or 0, False, superseded=True)
-
-    def _mark_read(self, dataset: str, day: str, read_at: float | None) -> None:
-        if read_at is None:
-            return
-        target = self._watermark_path(dataset, day)
-        if not self.posix:
-            self._put(target, pa.py_buffer(repr(read_at).encode()))
-            return
-        folder = os.path.dirname(target)
-        for entry in os.listdir(folder):  # left by a writer killed mid-way (we hold the lock)
-            if entry.startswith(READ_AT_FILE + ".") and entry.endswith(".tmp"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(folder, entry))
-        tmp = target + f".{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(repr(read_at))
-        os.replace(tmp, target)
+            result = self._replace(dataset, day, table, 0, self._read_bytes(self.path(dataset, day)))
+            self.fix_modes(dataset, day)
+            return result
 
     def rewrite_day(self, dataset: str, day: str, keep_mask_fn) -> tuple[int, int]:
         """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left)."""
         with self.day_lock(dataset, day):
-            old = self.read(dataset, day)
-            if old is None:
+            data = self._read_bytes(self.path(dataset, day))
+            if data is None:
                 return 0, 0
+            old = _parse(dataset, data)
             table = old.filter(keep_mask_fn(old))
             removed = old.num_rows - table.num_rows
             if removed:
-                self._replace(dataset, day, table, _count_source_deleted(dataset, table), removed)
+                self._replace(dataset, day, table, removed, data)
+            self.fix_modes(dataset, day)
             return removed, table.num_rows
 
-    def _carry_over(self, dataset: str, day: str, new: pa.Table, facts: list[StoreFacts]):
-        """Rows of the day's file not in ``new``: kept (flagged) when their source is gone.
-
-        Reads only the key columns unless some old row is missing from ``new``.
-        """
-        key_columns = list(schemas.DATASETS[dataset][1])
-        old_keys = self.read(dataset, day, columns=key_columns)
-        if old_keys is None or old_keys.num_rows == 0:
-            return None, 0
-        missing = pc.invert(pc.is_in(_key_strings(dataset, old_keys), value_set=_key_strings(dataset, new)))
-        if not pc.any(missing).as_py():
-            return None, 0
-        leftovers = self.read(dataset, day).filter(missing)
-        by_path = {f.path: f for f in facts}
-        by_hash = {f.path_hash: f for f in facts}
-        present = _message_parts(new) if dataset == GATEWAY else frozenset()
-        keep, flag = [], []
-        for row in leftovers.to_pylist():
-            fate = _fate(dataset, row, by_path, by_hash, present)
-            keep.append(fate is not None)
-            flag.append(bool(fate))
-        kept = leftovers.filter(pa.array(keep, pa.bool_()))
-        kept = _flag(dataset, kept, [f for f, k in zip(flag, keep) if k])
-        return kept, len(keep) - sum(keep)
-
-    def _replace(self, dataset: str, day: str, table: pa.Table, retained: int, dropped: int) -> WriteResult:
+    def _replace(self, dataset: str, day: str, table: pa.Table, dropped: int, old: pa.Buffer | None) -> WriteResult:
+        """Put ``table`` in place of the day's file (``old``: its current bytes, or None)."""
         path = self.path(dataset, day)
         location = self.location(dataset, day)
         if table.num_rows == 0:
-            changed = self._size(path) is not None
-            if changed:
+            if old is not None:
                 self._delete(path)
-            return WriteResult(dataset, day, location, 0, 0, dropped, 0, changed)
+            return WriteResult(dataset, day, location, 0, 0, dropped, 0, old is not None)
         data = encode(dataset, table)
-        changed = not self._same_bytes(path, data)
+        changed = old is None or not _same(old, data)
         if changed:
             self._put(path, data)
+        retained = _count_source_deleted(dataset, table)
         log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
                  retained=retained, dropped=dropped, changed=changed)
         return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
 
-    # -- the filesystem primitives: POSIX, or pyarrow.fs ------------------------------
-
-    def _same_bytes(self, path: str, data: pa.Buffer) -> bool:
-        if self.posix:
-            return _same_bytes(path, data)
+    def _unchanged(self, dataset: str, day: str, *, superseded: bool) -> WriteResult:
+        """The day's file as it stands (its row count from the footer)."""
+        path = self.path(dataset, day)
         try:
             with self.fs.open_input_file(path) as f:
-                return f.size() == data.size and f.read() == data.to_pybytes()
+                rows, size = pq.ParquetFile(f).metadata.num_rows, f.size()
         except FileNotFoundError:
-            return False
+            rows = size = 0
+        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, False, superseded=superseded)
 
-    def _read_small(self, path: str) -> str:
+    # -- read marks: per store, a small file beside the data (data files stay byte-identical) --
+
+    def _marks_path(self, dataset: str, day: str) -> str:
+        return f"{self.day_dir(dataset, day)}/{READ_AT_FILE}"
+
+    def _read_marks(self, dataset: str, day: str) -> dict[str, float]:
+        data = self._read_bytes(self._marks_path(dataset, day))
+        if data is None:
+            return {}
+        text = data.to_pybytes().decode("utf-8", "replace").strip()
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            return {}
+        if isinstance(value, (int, float)):  # written by an earlier version: one mark for every store
+            return {"*": float(value)}
+        return {k: float(v) for k, v in value.items() if isinstance(v, (int, float))} if isinstance(value, dict) else {}
+
+    def _write_marks(self, dataset: str, day: str, marks: dict[str, float]) -> None:
+        data = pa.py_buffer(json.dumps(marks, sort_keys=True).encode())
+        target = self._marks_path(dataset, day)
         if self.posix:
-            with open(path) as f:
-                return f.read()
-        with self.fs.open_input_stream(path) as f:  # a missing file raises FileNotFoundError
-            return f.read().decode()
+            _atomic_write(target, data, self.modes.file, fsync=False)
+        else:
+            self._put(target, data)
+
+    # -- the filesystem primitives: POSIX, or pyarrow.fs ------------------------------
+
+    def _read_bytes(self, path: str) -> pa.Buffer | None:
+        """A whole file's bytes (one read), or None when it does not exist."""
+        if self.posix:
+            try:
+                with open(path, "rb") as f:
+                    return pa.py_buffer(f.read())
+            except FileNotFoundError:
+                return None
+        try:
+            with self.fs.open_input_file(path) as f:
+                return f.read_buffer()
+        except FileNotFoundError:
+            return None
 
     def _put(self, path: str, data: pa.Buffer) -> None:
         """Replace ``path`` by ``data`` atomically (called under the day's lock)."""
         if self.posix:
-            _atomic_write(path, data)
+            _atomic_write(path, data, self.modes.file)
             return
         fs = self.fs
         folder, _, name = path.rpartition("/")
@@ -429,22 +464,17 @@ class Warehouse:
                               "unchanged; re-run)") from exc
             raise
 
-    def _put_staged(self, staged: str, path: str) -> None:
-        if self.posix:
-            with open(staged, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(staged, path)
-            _fsync_dir(os.path.dirname(path))
-            return
-        with open(staged, "rb") as f:
-            self._put(path, pa.py_buffer(f.read()))
-
     def _delete(self, path: str) -> None:
         if self.posix:
             os.unlink(path)
             _fsync_dir(os.path.dirname(path))
         else:
             self.fs.delete_file(path)
+
+
+def default_spool() -> str:
+    """Where a URI warehouse's staging and locks go by default: per user, under the temp dir."""
+    return os.path.join(tempfile.gettempdir(), f"hermes_assets-spool-{os.getuid()}")
 
 
 def encode(dataset: str, table: pa.Table) -> pa.Buffer:
@@ -455,6 +485,14 @@ def encode(dataset: str, table: pa.Table) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
     return sink.getvalue()
+
+
+def _parse(dataset: str, data: pa.Buffer, columns: list[str] | None = None) -> pa.Table:
+    return pq.read_table(pa.BufferReader(data), columns=columns, schema=schemas.DATASETS[dataset][0])
+
+
+def _same(a: pa.Buffer, b: pa.Buffer) -> bool:
+    return a.size == b.size and a.equals(b)
 
 
 def _with_defaults(uri: str) -> str:
@@ -499,30 +537,24 @@ def is_sorted(table: pa.Table, keys) -> bool:
     return ordered.null_count == 0 and pc.all(ordered).as_py()
 
 
-def _same_bytes(path: str, data: pa.Buffer) -> bool:
-    try:
-        if os.path.getsize(path) != data.size:
-            return False
-        with open(path, "rb") as f:
-            return f.read() == data.to_pybytes()
-    except FileNotFoundError:
-        return False
-
-
-def _atomic_write(path: str, data: pa.Buffer) -> None:
-    """Replace ``path`` by ``data``: temp file in the same folder, fsync, rename, fsync the folder.
+def _atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool = True) -> None:
+    """Replace ``path`` by ``data``: temp file in the same folder (created with ``mode``),
+    fsync, rename, fsync the folder.
 
     Called under the day's lock, so any other temp file in the folder belongs to a
     writer that died (kill -9, power loss) before its rename: removed here.
     """
-    folder = os.path.dirname(path)
-    tmp = os.path.join(folder, f".{PART_FILE}.{os.getpid()}.tmp")
-    _remove_stale_temps(folder)
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    _remove_stale_temps(folder, name)
     try:
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with open(fd, "wb") as f:
+            os.fchmod(fd, mode)  # whatever the umask
             f.write(memoryview(data))
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(fd)
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
@@ -532,14 +564,15 @@ def _atomic_write(path: str, data: pa.Buffer) -> None:
             raise OSError(exc.errno, f"{exc.strerror} while writing {path}: the previous file is "
                           "unchanged; free some space and re-run") from exc
         raise
-    _fsync_dir(folder)
+    if fsync:
+        _fsync_dir(folder)
 
 
-def _remove_stale_temps(folder: str) -> None:
-    for name in os.listdir(folder):
-        if name.startswith(f".{PART_FILE}.") and name.endswith(".tmp"):
+def _remove_stale_temps(folder: str, name: str) -> None:
+    for entry in os.listdir(folder):
+        if entry.startswith(f".{name}.") and entry.endswith(".tmp"):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(folder, name))
+                os.unlink(os.path.join(folder, entry))
 
 
 def _fsync_dir(folder: str) -> None:
@@ -553,6 +586,33 @@ def _fsync_dir(folder: str) -> None:
 # --------------------------------------------------------------------------
 # retention (SPEC §6, D13)
 # --------------------------------------------------------------------------
+
+
+def _carry_over(dataset: str, old: pa.Buffer, new: pa.Table, facts: list[StoreFacts]):
+    """Rows of the old file (its bytes) not in ``new``: kept (flagged) when their source is gone.
+
+    Parses only the key columns unless some old row is missing from ``new``.
+    -> (rows to keep, number of rows dropped).
+    """
+    key_columns = list(schemas.DATASETS[dataset][1])
+    old_keys = _parse(dataset, old, key_columns)
+    if old_keys.num_rows == 0:
+        return None, 0
+    missing = pc.invert(pc.is_in(_key_strings(dataset, old_keys), value_set=_key_strings(dataset, new)))
+    if not pc.any(missing).as_py():
+        return None, 0
+    leftovers = _parse(dataset, old).filter(missing)
+    by_path = {f.path: f for f in facts}
+    by_hash = {f.path_hash: f for f in facts}
+    present = _message_parts(new) if dataset == GATEWAY else frozenset()
+    keep, flag = [], []
+    for row in leftovers.to_pylist():
+        fate = _fate(dataset, row, by_path, by_hash, present)
+        keep.append(fate is not None)
+        flag.append(bool(fate))
+    kept = leftovers.filter(pa.array(keep, pa.bool_()))
+    kept = _flag(dataset, kept, [f for f, k in zip(flag, keep) if k])
+    return kept, len(keep) - sum(keep)
 
 
 def _key_strings(dataset: str, table: pa.Table) -> pa.Array:

@@ -1,0 +1,261 @@
+"""The three datasets from one read per day: one graph of four ops (SPEC §1-§9).
+
+::
+
+    plan -> apply_usage_policy -> project_rows -> write_partitions
+                                                   |-> hermes_sessions
+                                                   |-> hermes_messages
+                                                   '-> ai_gateway_messages_hermes
+
+Each op is a thin call into :mod:`hermes_assets.lib.capture` and shows its own
+metadata in the UI: the plan (days, stores, sessions, SQL statements), the
+policy (sessions kept, local-only, ignored; errors by kind), the projection
+(per dataset: rows and errors by ``error_kind``) and the write (per dataset:
+rows written, retained, files changed; each partition its own figures).
+Ops hand each other small typed values (a plan, paths of staged days), kept
+by the run's IO manager, so "re-execute from failure" of the write works.
+"""
+
+
+import os
+import shutil
+import time
+
+import dagster as dg
+
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
+from hermes_assets.lib import capture, errors, schemas
+from hermes_assets.lib.capture import CapturePlan, ProjectedRun
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.warehouse import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult
+
+log = get_logger()
+
+#: a run killed mid-way (kill -9) leaves its staged days: removed after this long
+STALE_STAGING_S = 6 * 3600
+RANGE_CHECK = "sessions_within_partition_range"
+STORES_CHECK = "stores_readable"
+DATASETS_IO_MANAGER = "io_manager"
+
+DESCRIPTIONS = {
+    SESSIONS: "One row per Hermes session (every v22 `sessions` column), with store, policy class and "
+    "per-model usage. Partitioned by the UTC day the session started.",
+    MESSAGES: "One row per stored Hermes message, inactive (rewound, compacted) rows included; "
+    "`content_text` holds the decoded text. Partitioned by the day its session started.",
+    GATEWAY: "Hermes activity as canonical `ai_gateway_messages` rows (HypAware schema v7, "
+    "client_name='hermes'), one row per message part plus a session-end row.",
+}
+
+
+def column_schema(dataset: str) -> dg.TableSchema:
+    schema = schemas.DATASETS[dataset][0]
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(f.name, str(f.type), constraints=dg.TableColumnConstraints(nullable=f.nullable))
+            for f in schema
+        ]
+    )
+
+
+# --------------------------------------------------------------------------
+# the ops
+# --------------------------------------------------------------------------
+
+
+@dg.op(
+    description="Place every Hermes session on its UTC day (one pass over each store's sessions table) "
+    "and keep those of the run's days.",
+    out={"plan": dg.Out(CapturePlan), RANGE_CHECK: dg.Out(is_required=False),
+         STORES_CHECK: dg.Out(is_required=False)},
+)
+def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy):
+    days = list(context.partition_keys)
+    result = capture.plan_capture(
+        hermes.stores(),
+        days,
+        user_home=usage_policy.user_home,
+        first_day=daily_partitions.get_first_partition_key(),
+        last_day=daily_partitions.get_last_partition_key(),
+        busy_timeout_ms=hermes.busy_timeout_ms,
+    )
+    if not days:
+        log.warning("hermes.capture.no_days", reason="the run's partition range holds no partition")
+    yield dg.Output(result, "plan", metadata=plan_metadata(result))
+    yield dg.AssetCheckResult(
+        asset_key=GATEWAY,
+        check_name=RANGE_CHECK,
+        passed=not result.out_of_range,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "sessions_out_of_range": len(result.out_of_range),
+            "sample": [{"store": label, "session_id": sid, "day": day} for label, sid, day in result.out_of_range[:20]],
+        },
+    )
+    failures = result.failures()
+    yield dg.AssetCheckResult(
+        asset_key=GATEWAY,
+        check_name=STORES_CHECK,
+        passed=not failures,
+        metadata={
+            "stores": len(result.stores),
+            "stores_failed": [{"path": f.path, "error_kind": f.error_kind} for f in failures],
+        },
+        description="; ".join(f"{f.path}: {f.error_kind}" for f in failures) or None,
+    )
+
+
+def plan_metadata(p: CapturePlan) -> dict:
+    return {
+        "days": len(p.days),
+        "stores": len(p.stores),
+        "stores_missing": [sp.store.path for sp in p.stores if sp.status == capture.MISSING],
+        "stores_failed": [{"path": f.path, "error_kind": f.error_kind} for f in p.failures()],
+        "sessions_in_range": p.sessions_in_range(),
+        "sessions_out_of_range": len(p.out_of_range),
+        "sql_statements": dict(sorted(p.statements.items())),
+    }
+
+
+@dg.op(description="Classify the run's sessions by usage policy (SPEC §7) before any row is built.")
+def apply_usage_policy(usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Output[CapturePlan]:
+    try:
+        resolver = usage_policy.resolver()
+    except errors.PolicyListUnreadable as exc:
+        raise dg.Failure(
+            description=str(exc),
+            metadata={"errors": 1, "errors_by_kind": {exc.error_kind: 1}, "path": exc.path},
+        ) from exc
+    classified = capture.apply_usage_policy(plan, resolver)
+    counts = classified.policy
+    return dg.Output(classified, metadata={
+        "sessions": counts.sessions,
+        "kept": counts.kept,
+        "full": counts.full,
+        "local_only": counts.local_only,
+        "ignored": counts.ignored,
+        "errors": counts.errors,
+        "errors_by_kind": counts.errors_by_kind,
+        "warnings_by_kind": counts.warnings_by_kind,
+        "samples": list(counts.samples),
+    })
+
+
+@dg.op(description="Read each day of each store once (one short read transaction) and build all three "
+       "datasets from that read; stage each day as Arrow IPC (days in parallel). Nothing is in place "
+       "until write_partitions.")
+def project_rows(
+    context: dg.AssetExecutionContext,
+    hermes: HermesStores,
+    warehouse: HermesWarehouse,
+    usage_policy: UsagePolicy,
+    capture_runtime: CaptureRuntime,
+    plan: CapturePlan,
+) -> dg.Output[ProjectedRun]:
+    wh = warehouse.open()
+    run = capture.project_rows(
+        plan,
+        usage_policy.projection_context(plan.read_at),
+        staging=staging_dir(wh, context.run_id),
+        workers=capture_runtime.workers,
+        busy_timeout_ms=hermes.busy_timeout_ms,
+        log_format=capture_runtime.log_format,
+        folder_mode=wh.modes.folder,
+    )
+    metadata: dict = {"days": len(run.days)}
+    for dataset in CAPTURE_DATASETS:
+        rows, by_kind, samples = run.totals(dataset)
+        metadata[f"{dataset}.rows"] = rows
+        metadata[f"{dataset}.errors"] = sum(n for k, n in by_kind.items() if k not in errors.WARNING_KINDS)
+        metadata[f"{dataset}.errors_by_kind"] = dict(sorted(by_kind.items()))
+        metadata[f"{dataset}.error_samples"] = samples
+    metadata["stores_failed"] = [{"path": f.path, "error_kind": f.error_kind} for f in run.failures()]
+    metadata["sql_statements"] = dict(sorted(run.statements().items()))
+    return dg.Output(run, metadata=metadata)
+
+
+@dg.op(
+    description="Merge each staged day into its partition files and replace them atomically, under "
+    "each day's lock; rows whose source vanished are kept, flagged source_deleted.",
+    out={dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
+)
+def write_partitions(context: dg.AssetExecutionContext, warehouse: HermesWarehouse,
+                     capture_runtime: CaptureRuntime, run: ProjectedRun):
+    written = capture.write_partitions(run, warehouse.open(), workers=max(2, capture_runtime.workers))
+    projected = {staged.day: staged.datasets for staged in run.days}
+    for dataset in CAPTURE_DATASETS:
+        for result in written.results[dataset]:
+            context.add_asset_metadata(day_metadata(result, projected[result.day][dataset]),
+                                       asset_key=dataset, partition_key=result.day)
+        totals = written.totals(dataset)
+        yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
+    written.raise_for_failures()
+
+
+def day_metadata(result: WriteResult, projected: capture.DatasetDay) -> dict:
+    """One partition's own figures: rows written and the errors of its day."""
+    md = result.metadata()
+    md["dagster/row_count"] = result.rows
+    md["path"] = dg.MetadataValue.path(result.path)
+    md["errors"] = projected.errors
+    md["errors_by_kind"] = dict(sorted(projected.errors_by_kind.items()))
+    return md
+
+
+def staging_dir(warehouse: Warehouse, run_id: str) -> str:
+    """Where a run stages its days before putting them in place (removed after).
+
+    A run killed mid-way (kill -9, power loss) leaves its staging folder: any
+    older than ``STALE_STAGING_S`` is removed here. Staged files are never read
+    as data: the datasets' globs only match ``day=*/part-0.parquet``.
+    """
+    base = warehouse.staging_root
+    if os.path.isdir(base):
+        cutoff = time.time() - STALE_STAGING_S
+        for entry in os.scandir(base):
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)
+    warehouse.make_dirs(base, warehouse.spool)
+    return os.path.join(base, run_id)
+
+
+# --------------------------------------------------------------------------
+# the graph multi-asset
+# --------------------------------------------------------------------------
+
+GROUP = "hermes"
+COMMON = dict(kinds={"sqlite", "parquet", "python"}, owners=["team:hermes-assets"])
+
+
+@dg.graph_multi_asset(
+    name="hermes_capture",
+    group_name=GROUP,
+    outs={
+        dataset: dg.AssetOut(
+            description=DESCRIPTIONS[dataset],
+            metadata={"dagster/column_schema": column_schema(dataset)},
+            **COMMON,
+        )
+        for dataset in CAPTURE_DATASETS
+    },
+    partitions_def=daily_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    check_specs=[
+        dg.AssetCheckSpec(RANGE_CHECK, asset=GATEWAY,
+                          description="Sessions whose day lies outside the partition range (or that have no "
+                          "sane time) are not written: reported here, never silently dropped (SPEC §2)."),
+        dg.AssetCheckSpec(STORES_CHECK, asset=GATEWAY,
+                          description="Every Hermes store of the run could be read; a store that cannot "
+                          "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18)."),
+    ],
+)
+def hermes_capture():
+    planned, range_check, stores_check = plan()
+    sessions, messages, gateway = write_partitions(project_rows(apply_usage_policy(planned)))
+    return {
+        SESSIONS: sessions,
+        MESSAGES: messages,
+        GATEWAY: gateway,
+        f"{GATEWAY}_{RANGE_CHECK}": range_check,
+        f"{GATEWAY}_{STORES_CHECK}": stores_check,
+    }
