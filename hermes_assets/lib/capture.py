@@ -39,13 +39,16 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, logs, policy, projection
+from hermes_assets.lib import errors, logs, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
 from hermes_assets.lib.warehouse import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, StoreFacts, Warehouse, WriteResult
 
 log = get_logger()
+
+#: staged tables: ``<staging>/<run>/<dataset>.<day>.<store #>.arrow``
+STAGED_SUFFIX = ".arrow"
 
 # statuses of a store in a run
 READ = "read"
@@ -266,13 +269,13 @@ def apply_usage_policy(plan: CapturePlan, resolver: policy.PolicyResolver) -> Ca
 
 @dataclass(frozen=True)
 class DatasetDay:
-    """One dataset's rows of one day, as projected: counts and, per store, its rows' slice
-    of the staged table (a store's rows are contiguous)."""
+    """One dataset's rows of one day, as projected: counts, and per store its staged file."""
 
     rows: int
     errors_by_kind: dict[str, int]
     samples: tuple[dict, ...]
-    slices: dict[str, tuple[int, int]]
+    #: store path -> the Arrow IPC file of that store's rows of the day
+    staged: dict[str, str]
 
     @property
     def errors(self) -> int:
@@ -284,7 +287,6 @@ class StagedDay:
     """One day of the three datasets, staged (Arrow IPC files, not yet in place)."""
 
     day: str
-    paths: dict[str, str]
     datasets: dict[str, DatasetDay]
     #: store path -> the day's message ids of its kept sessions (retention, SPEC §6)
     mids: dict[str, frozenset[int]]
@@ -298,12 +300,19 @@ class DayRows:
     """One day's rows of the three datasets, built from one read of each store."""
 
     day: str
-    tables: dict[str, pa.Table]
+    #: dataset -> store path -> that store's rows of the day
+    tables: dict[str, dict[str, pa.Table]]
     tallies: dict[str, ErrorTally]
-    slices: dict[str, dict[str, tuple[int, int]]]
     mids: dict[str, frozenset[int]]
     failures: list[StoreFailure]
     statements: Counter
+    #: every bad cell of the day once, as ``(error_kind, session id, mid, column)``
+    cells: set
+
+    def table(self, dataset: str) -> pa.Table:
+        """All stores' rows of one dataset (the schema's empty table when none)."""
+        tables = list(self.tables[dataset].values())
+        return pa.concat_tables(tables) if tables else schemas.DATASETS[dataset][0].empty_table()
 
 
 def project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, *,
@@ -312,11 +321,7 @@ def project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, 
     build the rows of all three datasets from that read."""
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
-    gateway = projection.GatewayColumns()
-    sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS])
-    messages = projection.messages_columns(plan.read_at, tallies[MESSAGES])
-    builders = {GATEWAY: gateway, SESSIONS: sessions, MESSAGES: messages}
-    slices: dict[str, dict[str, tuple[int, int]]] = {ds: {} for ds in CAPTURE_DATASETS}
+    tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
     mids: dict[str, frozenset[int]] = {}
     failures: list[StoreFailure] = []
     statements: Counter = Counter()
@@ -336,18 +341,19 @@ def project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, 
             log.error("hermes.store.unreadable", path=sp.store.path, store=sp.store.label, day=day,
                       error_kind=failures[-1].error_kind)
             continue
-        starts = {ds: len(b) for ds, b in builders.items()}
+        gateway = projection.GatewayColumns()
+        sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS])
+        messages = projection.messages_columns(plan.read_at, tallies[MESSAGES])
         for bundle in bundles:
             cls = sp.classes.get(bundle.sid, policy.FULL)
             projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls)
             projection.session_row(bundle, sessions, day=day, scope_path=sp.scopes.get(bundle.sid, (None,))[0],
                                    policy_class=cls)
             projection.message_rows(bundle, messages, day=day)
-        for ds, b in builders.items():
-            slices[ds][sp.store.path] = (starts[ds], len(b) - starts[ds])
+        for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
+            tables[ds][sp.store.path] = builder.to_table()
         mids[sp.store.path] = frozenset(m["id"] for b in bundles for m in b.messages if isinstance(m["id"], int))
-    tables = {ds: b.to_table() for ds, b in builders.items()}
-    return DayRows(day, tables, tallies, slices, mids, failures, statements)
+    return DayRows(day, tables, tallies, mids, failures, statements, logged)
 
 
 @dataclass
@@ -409,14 +415,17 @@ def stage_day(state: dict, day: str) -> StagedDay:
     """Project one day (:func:`project_day`) and stage its three tables as Arrow IPC:
     cheap to write and to map back; the Parquet encoding happens once, at the write."""
     rows = project_day(state["plan"], day, state["ctx"], busy_timeout_ms=state["busy_timeout_ms"])
-    paths, datasets = {}, {}
-    for dataset, table in rows.tables.items():
-        paths[dataset] = os.path.join(state["staging"], f"{dataset}.{day}.arrow")
-        _write_ipc(paths[dataset], table)
+    order = {sp.store.path: i for i, sp in enumerate(state["plan"].stores)}
+    datasets = {}
+    for dataset, by_store in rows.tables.items():
+        staged = {}
+        for path, table in by_store.items():
+            staged[path] = os.path.join(state["staging"], f"{dataset}.{day}.{order[path]}{STAGED_SUFFIX}")
+            _write_ipc(staged[path], table)
         tally = rows.tallies[dataset]
-        datasets[dataset] = DatasetDay(table.num_rows, tally.as_dict(), tuple(tally.sample_dicts()[:10]),
-                                       rows.slices[dataset])
-    return StagedDay(day, paths, datasets, rows.mids, tuple(rows.failures), dict(rows.statements))
+        datasets[dataset] = DatasetDay(sum(t.num_rows for t in by_store.values()), tally.as_dict(),
+                                       tuple(tally.sample_dicts()[:10]), staged)
+    return StagedDay(day, datasets, rows.mids, tuple(rows.failures), dict(rows.statements))
 
 
 def _write_ipc(path: str, table: pa.Table) -> None:
@@ -425,9 +434,17 @@ def _write_ipc(path: str, table: pa.Table) -> None:
         writer.write_table(table)
 
 
-def _read_ipc(path: str) -> pa.Table:
+def read_staged(path: str) -> pa.Table:
+    """A staged table (Arrow IPC), memory-mapped."""
     with pa.memory_map(path) as source:
         return pa.ipc.open_file(source).read_all()
+
+
+def write_staged(path: str, table: pa.Table) -> None:
+    """Replace a staged table atomically (the purge job scrubs staged days)."""
+    tmp = path + ".tmp"
+    _write_ipc(tmp, table)
+    os.replace(tmp, path)
 
 
 def _make_private_dir(path: str, mode: int) -> None:
@@ -500,9 +517,8 @@ def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged
     facts = run.plan.facts(staged.day, staged.mids, skip=failed)
     out = {}
     for dataset in CAPTURE_DATASETS:
-        table = _read_ipc(staged.paths[dataset])
-        slices = staged.datasets[dataset].slices
-        new = {path: table.slice(*slices[path]) for path in slices if path not in failed}
+        files = staged.datasets[dataset].staged
+        new = {path: read_staged(file) for path, file in files.items() if path not in failed}
         out[dataset] = warehouse.write_day(dataset, staged.day, new, facts, run.plan.read_at)
     return out
 

@@ -15,6 +15,9 @@ import os
 import stat
 from collections.abc import Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from hermes_assets.lib.errors import BAD_CLASS_TOKEN, HYPIGNORE_UNREADABLE, PolicyListUnreadable
 from hermes_assets.lib.logs import get_logger
 
@@ -71,6 +74,14 @@ def is_under(path: str, root: str) -> bool:
     """Segment-aware containment: ``/a/b/c`` is under ``/a/b``; ``/a/bc`` is not."""
     root = root.rstrip("/") or "/"
     return path == root or root == "/" or path.startswith(root + "/")
+
+
+def under(paths: pa.ChunkedArray | pa.Array, root: str) -> pa.ChunkedArray | pa.Array:
+    """:func:`is_under` over a column of paths (nulls are not under anything)."""
+    root = root.rstrip("/") or "/"
+    if root == "/":
+        return pc.is_valid(paths)
+    return pc.fill_null(pc.or_(pc.equal(paths, root), pc.starts_with(paths, root + "/")), False)
 
 
 class PolicyResolver:

@@ -12,17 +12,19 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
+from hermes_assets.lib.capture import STAGED_SUFFIX, read_staged, write_staged
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.policy import is_under, under
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse
 
 log = get_logger()
 
-#: where runs stage their days (``<root>/.staging/<run>/<dataset>.<day>.staged``) before
-#: putting them in place; a run killed mid-way leaves its staged files for hours
-#: a staged file that does not read whole and is older than this was left by a dead run
+#: Runs stage their days (``<staging>/<run>/<dataset>.<day>.<store #>.arrow``) before putting
+#: them in place; a run killed mid-way, or whose write step failed (kept for a re-execution),
+#: leaves them for hours. A staged file that does not read whole and is older than this was
+#: left by a dead run.
 _DEAD_STAGED_S = 60
 
 
@@ -33,13 +35,6 @@ class PurgeResult:
     sessions: int = 0
     #: rows removed from staged files (and dead half-written staged files removed)
     staged: int = 0
-
-
-def _under(column: pa.ChunkedArray, scope: str) -> pa.ChunkedArray:
-    """Segment-aware: equal to ``scope`` or below it."""
-    scope = scope.rstrip("/") or "/"
-    prefix = scope if scope.endswith("/") else scope + "/"
-    return pc.fill_null(pc.or_(pc.equal(column, scope), pc.starts_with(column, prefix)), False)
 
 
 def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | None = None) -> PurgeResult:
@@ -73,7 +68,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
                 children.setdefault((row["store"], row["parent_session_id"]), []).append((row["store"], row["id"], scoped))
             hit = ("hermes-" + scoped) in canonical or (session_id in (row["id"], scoped))
             if scope and row["scope_path"] is not None:
-                hit = hit or _under(pa.chunked_array([[row["scope_path"]]]), scope)[0].as_py()
+                hit = hit or is_under(row["scope_path"], scope)
             if hit:
                 raw.add((row["store"], row["id"]))
                 canonical.add("hermes-" + scoped)
@@ -90,7 +85,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     def gateway_keep(table: pa.Table):
         drop = pc.is_in(table.column("session_id"), value_set=pa.array(sorted(canonical), pa.string()))
         if scope:
-            drop = pc.or_(drop, _under(table.column("cwd"), scope))
+            drop = pc.or_(drop, under(table.column("cwd"), scope))
         return pc.invert(drop)
 
     def raw_keep(sid_column: str):
@@ -123,16 +118,17 @@ def _staged_files(warehouse: Warehouse) -> list[tuple[str, str]]:
     for folder, _, names in os.walk(warehouse.staging_root):
         for name in names:
             dataset = name.split(".", 1)[0]
-            if name.endswith(".staged") and dataset in schemas.DATASETS:
+            if name.endswith(STAGED_SUFFIX) and dataset in schemas.DATASETS:
                 out.append((dataset, os.path.join(folder, name)))
     return sorted(out)
 
 
 def _read_staged(dataset: str, path: str, columns: list[str] | None = None) -> pa.Table | None:
     try:
-        return pq.read_table(path, columns=columns, schema=schemas.DATASETS[dataset][0])
+        table = read_staged(path)
     except (OSError, pa.ArrowException):  # gone (its run finished) or not whole (being written, or died)
         return None
+    return table.select(columns) if columns else table
 
 
 def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
@@ -149,9 +145,5 @@ def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
     kept = table.filter(keep_mask_fn(table))
     removed = table.num_rows - kept.num_rows
     if removed:
-        tmp = path + ".purge.tmp"
-        pq.write_table(kept, tmp, compression="zstd")
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_staged(path, kept)
     return removed

@@ -74,8 +74,13 @@ class Store:
     def path_hash(self) -> str:
         return hashlib.sha256(self.path.encode("utf-8")).hexdigest()[:16]
 
+    @property
+    def file(self) -> str:
+        """The file to open: the store's path (a test may read a copy under another name)."""
+        return self.path
+
     def exists(self) -> bool:
-        return os.path.isfile(self.path)
+        return os.path.isfile(self.file)
 
     def missing_error(self) -> errors.StoreMissing:
         return errors.StoreMissing(
@@ -230,7 +235,7 @@ class StoreReader:
         self.close()
 
     def open(self) -> None:
-        path = self.store.path
+        path = self.store.file
         if not os.path.isfile(path):
             raise FileNotFoundError(path)
         try:
@@ -293,15 +298,15 @@ class StoreReader:
             # Hermes creates its schema one statement at a time: a store with no
             # tables, or with some of Hermes's own but not yet these, is being born.
             raise errors.StoreMissing(
-                f"{self.store.path} is still being created by Hermes (tables so far: {sorted(tables)}): "
+                f"{self.store.file} is still being created by Hermes (tables so far: {sorted(tables)}): "
                 "nothing to capture yet.",
-                path=self.store.path,
+                path=self.store.file,
             )
         if not {"sessions", "messages"} <= tables:
             raise errors.NotAHermesStore(
-                f"{self.store.path} is a SQLite file but has no sessions/messages tables; "
+                f"{self.store.file} is a SQLite file but has no sessions/messages tables; "
                 "point HERMES_STATE_DB at a Hermes state.db.",
-                path=self.store.path,
+                path=self.store.file,
             )
         for table in ("sessions", "messages", "session_model_usage"):
             if table in tables:
@@ -355,7 +360,7 @@ class StoreReader:
 
     def _translate(self, exc: sqlite3.Error) -> errors.HermesAssetsError:
         code = getattr(exc, "sqlite_errorcode", 0) or 0
-        path = self.store.path
+        path = self.store.file
         if code == _READONLY_ROLLBACK:
             return errors.StoreBusy(
                 f"{path} has a hot rollback journal ({path}-journal): a Hermes write was interrupted "

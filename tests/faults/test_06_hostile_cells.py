@@ -316,4 +316,4 @@ def test_unreadable_hypignore_means_ignore_for_an_unprivileged_user(hostile):
     child = forking.fork(classify, nobody=True).result()
     assert child["ok"], child
     assert child["value"]["class"] == "ignore"
-    assert [w["event"] for w in child["value"]["warnings"]] == ["unreadable_hypignore"]
+    assert [w["event"] for w in child["value"]["warnings"]] == ["hypignore_unreadable"]

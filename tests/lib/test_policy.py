@@ -130,7 +130,7 @@ def test_directory_named_hypignore_is_ignore(tmp_path, resolver):
     d = make_dir(tmp_path, "p")
     (d / ".hypignore").mkdir()
     assert resolver.classify_scope(str(d)) == IGNORE
-    assert resolver.warnings[0]["event"] == "unreadable_hypignore"
+    assert resolver.warnings[0]["event"] == "hypignore_unreadable"
 
 
 def test_permission_denied_hypignore_is_ignore(tmp_path, resolver, monkeypatch):
@@ -144,7 +144,7 @@ def test_permission_denied_hypignore_is_ignore(tmp_path, resolver, monkeypatch):
 
     monkeypatch.setattr(policy.os, "open", fake_open)
     assert resolver.classify_scope(str(d)) == IGNORE
-    assert resolver.warnings == [{"event": "unreadable_hypignore", "path": denied, "reason": "PermissionError"}]
+    assert resolver.warnings == [{"event": "hypignore_unreadable", "path": denied, "reason": "PermissionError"}]
 
 
 def test_dangling_symlink_hypignore_is_ignore(tmp_path, resolver):
@@ -244,19 +244,6 @@ def test_list_that_is_a_directory_raises(tmp_path):
     (tmp_path / "list.json").mkdir()
     with pytest.raises(PolicyListUnreadable):
         PolicyResolver(str(tmp_path / "list.json"))
-
-
-def test_list_path_comes_from_environment_then_home(tmp_path):
-    a = make_dir(tmp_path, "a")
-    doc = json.dumps({"version": 1, "dirs": [str(a)]})
-    explicit = tmp_path / "explicit.json"
-    explicit.write_text(doc)
-    assert PolicyResolver(environ={"HERMES_ASSETS_POLICY_LIST": str(explicit)}).classify_scope(str(a)) == LOCAL_ONLY
-    default = tmp_path / "home" / ".hyp" / "hypaware" / "usage-policy" / "local-only.json"
-    default.parent.mkdir(parents=True)
-    default.write_text(doc)
-    r = PolicyResolver(environ={"HOME": str(tmp_path / "home")})
-    assert r.list_path == str(default) and r.classify_scope(str(a)) == LOCAL_ONLY
 
 
 def test_list_entry_naming_the_real_dir_matches_a_symlinked_scope(tmp_path):

@@ -14,7 +14,8 @@ import pytest
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.errors import ConfigurationError, NotAHermesStore, StoreBusy, StoreCorrupt
-from hermes_assets.lib.state_db import Store, StoreReader, discover_stores, epoch_ms, ms_day
+from hermes_assets.lib.state_db import Store, StoreReader, discover_stores
+from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
 
@@ -26,12 +27,22 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def read_days(reader: StoreReader) -> list:
+    """Every session of every day (sane or not), whole: one :meth:`StoreReader.read_day` per day."""
+    index = reader.session_index()
+    days = reader.days()
+    return [b for day in sorted(days, key=lambda d: (d is None, d or ""))
+            for b in reader.read_day(day, [(sid, index[sid].raw_id) for sid in days[day]])]
+
+
 def read_everything(store: Store, **kwargs) -> dict:
     """sid -> bundle for every session of every day (sane or not)."""
     with StoreReader(store, now_s=NOW_S, **kwargs) as reader:
-        days = reader.days()
-        order = sorted(days, key=lambda d: (d is None, d or ""))
-        return {b.sid: b for b in reader.iter_sessions(order)}
+        return {b.sid: b for b in read_days(reader)}
+
+
+def bad_cells(bundles) -> list[tuple]:
+    return [(b.store.scoped(b.sid), *cell) for b in bundles for cell in b.bad_cells]
 
 
 # --------------------------------------------------------------------------
@@ -210,21 +221,22 @@ def touch_store(path: Path) -> Path:
 
 def test_hermes_state_db_single_file_has_empty_label(tmp_path):
     db = touch_store(tmp_path / "x" / "state.db")
-    assert discover_stores({"HERMES_STATE_DB": str(db)}) == [Store(str(db), label="")]
+    assert discover_stores(str(db)) == [Store(str(db), label="", explicit=True)]
 
 
 def test_hermes_state_db_several_files_are_labelled_by_parent_folder(tmp_path):
     a = touch_store(tmp_path / "laptop" / "state.db")
     b = touch_store(tmp_path / "server" / "state.db")
-    stores = discover_stores({"HERMES_STATE_DB": f"{a}:{b}"})
-    assert [(s.path, s.label, s.profile) for s in stores] == [(str(a), "laptop", None), (str(b), "server", None)]
+    stores = discover_stores(f"{a}:{b}")
+    assert [(s.path, s.label, s.profile, s.explicit) for s in stores] == [
+        (str(a), "laptop", None, True), (str(b), "server", None, True)]
 
 
 def test_hermes_state_db_label_clash_is_a_configuration_error(tmp_path):
     a = touch_store(tmp_path / "one" / "same" / "state.db")
     b = touch_store(tmp_path / "two" / "same" / "state.db")
     with pytest.raises(ConfigurationError) as info:
-        discover_stores({"HERMES_STATE_DB": f"{a}:{b}"})
+        discover_stores(f"{a}:{b}")
     assert "same" in str(info.value)
 
 
@@ -234,9 +246,9 @@ def test_hermes_state_db_directory_labels_are_relative_folders(tmp_path):
     m1 = touch_store(root / "m1" / "state.db")
     deep = touch_store(root / "team" / "m2" / "state.db")
     (root / "empty").mkdir()
-    stores = discover_stores({"HERMES_STATE_DB": str(root)})
-    assert sorted((s.path, s.label) for s in stores) == sorted(
-        [(str(top), ""), (str(m1), "m1"), (str(deep), "team/m2")]
+    stores = discover_stores(str(root))
+    assert sorted((s.path, s.label, s.explicit) for s in stores) == sorted(
+        [(str(top), "", False), (str(m1), "m1", False), (str(deep), "team/m2", False)]
     )
 
 
@@ -244,14 +256,15 @@ def test_hermes_home_with_profiles(tmp_path):
     home = tmp_path / "hh"
     work = touch_store(home / "profiles" / "work" / "state.db")
     (home / "profiles" / "no-store").mkdir(parents=True)
-    stores = discover_stores({"HERMES_HOME": str(home), "HOME": str(tmp_path / "user")})
+    stores = discover_stores(None, str(home))
     assert stores[0] == Store(str(home / "state.db"))  # listed even though missing (R9)
     assert not stores[0].exists()
     assert [(s.path, s.label, s.profile) for s in stores[1:]] == [(str(work), "work", "work")]
 
 
-def test_default_home_is_dot_hermes_under_home(tmp_path):
-    stores = discover_stores({"HOME": str(tmp_path)})
+def test_default_home_is_dot_hermes_under_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    stores = discover_stores()
     assert stores == [Store(str(tmp_path / ".hermes" / "state.db"))]
 
 
@@ -325,11 +338,11 @@ def test_null_started_at_falls_back_to_messages_then_ended_at_then_none(hermes_d
         assert reader.days() == {"2026-06-02": ["with_msgs"], "2026-06-03": ["only_end"], None: ["nothing"]}
 
 
-def test_iter_sessions_yields_whole_sessions_in_mid_order(fixture_copy):
+def test_read_day_yields_whole_sessions_in_mid_order(fixture_copy):
     with StoreReader(Store(str(fixture_copy("small"))), now_s=NOW_S) as reader:
         by_day = reader.days()
         seen = []
-        for b in reader.iter_sessions(sorted(by_day)):
+        for b in read_days(reader):
             assert b.sid in by_day[b.day]
             mids = [m["id"] for m in b.messages]
             assert mids == sorted(mids)
@@ -352,14 +365,11 @@ def test_invalid_utf8_cell_is_read_with_replacement_and_counted(hermes_db):
     hermes_db.raw_sql("UPDATE messages SET content = CAST(x'41ff42' AS TEXT) WHERE id = ?", (bad,))
     store = Store(str(hermes_db.path), label="lab")
     with StoreReader(store, now_s=NOW_S) as reader:
-        bundles = {b.sid: b for b in reader.iter_sessions(sorted(reader.days()))}
-        tally = reader.tally
+        bundles = {b.sid: b for b in read_days(reader)}
     contents = {m["id"]: m["content"] for m in bundles["s"].messages}
     assert contents == {good: "fine", bad: "A\ufffdB"}
     assert [m["content"] for m in bundles["other"].messages] == ["also fine"]
-    assert tally.counts[errors.BAD_TEXT] == 1
-    (sample,) = tally.samples
-    assert (sample.error_kind, sample.session_id, sample.mid, sample.column) == ("bad_text", "lab:s", bad, "content")
+    assert bad_cells(bundles.values()) == [("lab:s", "messages", "content", bad)]
 
 
 def test_utf8_encoded_lone_surrogate_bytes_are_replaced_and_counted(hermes_db):
@@ -367,23 +377,20 @@ def test_utf8_encoded_lone_surrogate_bytes_are_replaced_and_counted(hermes_db):
     mid = hermes_db.msg("s", "user", "x")
     hermes_db.raw_sql("UPDATE messages SET content = CAST(x'61eda08062' AS TEXT) WHERE id = ?", (mid,))
     with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
-        (b,) = reader.iter_sessions(sorted(reader.days()))
-        tally = reader.tally
+        (b,) = read_days(reader)
     content = b.messages[0]["content"]
     assert content.startswith("a") and content.endswith("b") and "\ufffd" in content
     assert not any(0xD800 <= ord(c) <= 0xDFFF for c in content)
-    assert tally.counts[errors.BAD_TEXT] == 1 and tally.samples[0].mid == mid
+    assert bad_cells([b]) == [("s", "messages", "content", mid)]
 
 
 def test_invalid_utf8_in_a_session_cell_is_counted(hermes_db):
     hermes_db.session("s", "cli")
     hermes_db.raw_sql("UPDATE sessions SET title = CAST(x'c328' AS TEXT) WHERE id = 's'")
     with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
-        (b,) = reader.iter_sessions(sorted(reader.days()))
-        tally = reader.tally
+        (b,) = read_days(reader)
     assert b.session["title"] == "\ufffd("
-    assert tally.counts[errors.BAD_TEXT] == 1
-    assert (tally.samples[0].session_id, tally.samples[0].column) == ("s", "title")
+    assert bad_cells([b]) == [("s", "sessions", "title", None)]
 
 
 # --------------------------------------------------------------------------
@@ -443,16 +450,20 @@ def test_lock_released_within_the_budget_is_retried_not_failed(delete_journal_co
         locker.close()
 
 
-def test_explicit_store_that_does_not_exist_is_still_listed(tmp_path):
-    """A missing store is a state, not an error (R9): it is listed and reads as absent."""
+def test_explicit_store_that_does_not_exist_is_listed_as_explicit(tmp_path):
+    """A store named in HERMES_STATE_DB is listed even when its file is missing, marked
+    explicit: a run then fails naming it (a typo must not look like success, SPEC §1)."""
     path = tmp_path / "later" / "state.db"
-    (store,) = discover_stores({"HERMES_STATE_DB": str(path)})
-    assert store == Store(str(path)) and not store.exists()
+    (store,) = discover_stores(str(path))
+    assert store == Store(str(path), explicit=True) and not store.exists()
+    assert str(path) in str(store.missing_error()) and store.missing_error().error_kind == "store_missing"
 
 
-def test_no_read_transaction_is_held_between_batches(tmp_path, monkeypatch):
-    """SPEC §1 "Stream, briefly": while the reader pauses between chunks, Hermes can
-    still checkpoint its whole WAL (a held read transaction would pin it)."""
+def test_one_day_is_one_read_transaction_and_none_is_held_between_days(tmp_path, monkeypatch):
+    """SPEC §1 "Stream, briefly" and issue 11: a day's sessions, read in several
+    statements (chunks of 2 here), all come from ONE snapshot: a message Hermes commits
+    between two chunks is not seen half-way; and between two days no read transaction
+    is held, so Hermes can checkpoint its whole WAL."""
     from hermes_assets.lib import state_db
 
     monkeypatch.setattr(state_db, "SESSION_CHUNK", 2)
@@ -460,17 +471,32 @@ def test_no_read_transaction_is_held_between_batches(tmp_path, monkeypatch):
         for i in range(5):
             w.session(f"s{i}", "cli")
             w.msg(f"s{i}", "user", f"q{i}")
+        w.at(w.now + DAY_S)
+        w.session("next-day", "cli")
+        w.msg("next-day", "user", "q")
         with StoreReader(Store(str(w.path)), now_s=NOW_S) as reader:
-            stream = reader.iter_sessions(sorted(reader.days()))
-            first = next(stream)  # one chunk read, the generator is paused
-            w.msg("s4", "assistant", "written while the reader pauses")
-            conn = sqlite3.connect(w.path)
+            index, (first_day, second_day) = reader.session_index(), sorted(reader.days())
+            real_chunk = reader._read_chunk
+            calls = []
+
+            def chunk_then_write(day, sids, raw_ids, columns):
+                out = real_chunk(day, sids, raw_ids, columns)
+                if not calls:  # Hermes writes while the day is being read
+                    w.msg("s4", "assistant", "written between two chunks of the day")
+                calls.append(sids)
+                return out
+
+            monkeypatch.setattr(reader, "_read_chunk", chunk_then_write)
+            first = reader.read_day(first_day, [(f"s{i}", index[f"s{i}"].raw_id) for i in range(5)])
+            assert len(calls) == 3, "the day was not read in several statements (the test proves nothing)"
+            assert [m["content"] for m in first[-1].messages] == ["q4"], "the day mixed two snapshots"
+            conn = sqlite3.connect(w.path)  # between two days: nothing pins the WAL
             busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             conn.close()
-            assert busy == 0, "the reader pinned the WAL between batches"
-            rest = list(stream)
-        assert [b.sid for b in [first, *rest]] == [f"s{i}" for i in range(5)]
-        assert [m["content"] for m in rest[-1].messages] == ["q4", "written while the reader pauses"]
+            assert busy == 0, "the reader held a read transaction after the day"
+            (again,) = reader.read_day(first_day, [("s4", index["s4"].raw_id)])
+            assert [m["content"] for m in again.messages] == ["q4", "written between two chunks of the day"]
+            assert [b.sid for b in reader.read_day(second_day, [("next-day", index["next-day"].raw_id)])] == ["next-day"]
 
 
 def test_store_mid_creation_is_not_ready_rather_than_foreign(tmp_path):

@@ -1,8 +1,9 @@
-"""Run the core library end to end on one store: read it, project all three datasets.
+"""Run the core library end to end on one store: plan it, project every day of all three datasets.
 
-This is what the Dagster assets do per partition, minus policy resolution (every
-session is ``full`` unless a test says otherwise) and minus partition files.
-Tests assert on the returned tables or on :func:`rows`, a decoded view of them.
+This is the capture pipeline's own projection (:func:`hermes_assets.lib.capture.project_day`,
+what the ``project_rows`` op runs per day) minus policy resolution (every session
+is ``full`` unless a test says otherwise) and minus partition files. Tests assert
+on the returned tables or on :func:`rows`, a decoded view of them.
 """
 
 from __future__ import annotations
@@ -15,20 +16,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hermes_assets.lib import policy, schemas
-from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.projection import (
-    GatewayColumns,
-    NoGit,
-    ProjectionContext,
-    message_rows,
-    messages_columns,
-    project_session,
-    session_row,
-    session_scope,
-    sessions_columns,
-)
-from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib import capture, errors, schemas
+from hermes_assets.lib.errors import CellError, ErrorTally
+from hermes_assets.lib.projection import NoGit, ProjectionContext
+from hermes_assets.lib.state_db import Store
+from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
 #: the fixed "now" of every deterministic projection in the tests (2026-09-21)
 NOW_S = 1790000000.0
@@ -42,26 +34,41 @@ JSON_COLUMNS = frozenset(f.name for f in schemas.AI_GATEWAY_MESSAGES if f.type =
 }
 
 
+@dataclass(frozen=True)
+class StoreCopy(Store):
+    """A store named ``path`` whose file is a copy elsewhere (``copy``): the rows name ``path``."""
+
+    copy: str = ""
+
+    @property
+    def file(self) -> str:
+        return self.copy
+
+
 def default_ctx(git=None, now_s: float = NOW_S) -> ProjectionContext:
     return ProjectionContext(user_home=USER_HOME, now_s=now_s, git=git if git is not None else NoGit())
 
 
 @dataclass
 class Projection:
-    """The three datasets of one store, plus the cell errors seen reading and projecting it."""
+    """The three datasets of one store, the bad cells seen building them, and the days."""
 
     gateway: pa.Table
     sessions: pa.Table
     messages: pa.Table
-    reader_tally: ErrorTally
-    projection_tally: ErrorTally
+    #: dataset -> its own count of bad cells (a cell reaching two datasets counts in both)
+    tallies: dict[str, ErrorTally]
+    #: every bad cell once (``(error_kind, session id, mid, column)``)
+    cells: list[tuple]
     days: dict = field(default_factory=dict)
 
     @property
     def tally(self) -> ErrorTally:
-        merged = ErrorTally(max_samples=1000)
-        merged.merge(self.reader_tally)
-        merged.merge(self.projection_tally)
+        """Every bad cell once, whichever datasets it reached."""
+        merged = ErrorTally(max_samples=10_000)
+        for kind, sid, mid, column in self.cells:
+            merged.counts[kind] += 1
+            merged.samples.append(CellError(kind, sid, mid, column))
         return merged
 
     def rows(self, session_id: str | None = None) -> list[dict]:
@@ -81,43 +88,48 @@ def project_store(
     policy_classes: dict | None = None,
     now_s: float = NOW_S,
 ) -> Projection:
-    """Read ``path`` (or ``store``) and project every session of every day.
+    """Plan ``path`` (or ``store``) over every day it has and project each day with
+    :func:`capture.project_day`, as a capture run does.
 
-    ``as_store`` re-labels the bundles before projecting, so a temp copy can be
-    projected as if it lived at another path (``CANONICAL_STORE_PATH``): the
-    reader opens the real file, the rows name the canonical one.
-    Sessions with no sane time at all (day ``None``) are projected too, so the
-    projection reports them.
+    ``as_store`` names the store another path (``CANONICAL_STORE_PATH``) while its
+    file is read here: the rows name that path. Sessions with no sane time at all
+    (day ``None``) are out of range: the plan reports them, as in a run.
     """
     store = store or Store(str(path))
-    ctx = ctx or default_ctx(now_s=now_s)
-    policy_classes = policy_classes or {}
-    gateway, sessions, messages = GatewayColumns(), sessions_columns(), messages_columns()
-    tally = ErrorTally(max_samples=1000)
-    with StoreReader(store, now_s=now_s, tally=ErrorTally(max_samples=1000)) as reader:
-        days = reader.days()
-        order = sorted(days, key=lambda d: (d is None, d or ""))
-        for bundle in reader.iter_sessions(order):
-            if as_store is not None:
-                bundle = dataclasses.replace(bundle, store=as_store)
-            cls = policy_classes.get(bundle.sid, policy.FULL)
-            project_session(bundle, gateway, ctx, tally, policy_class=cls)
-            if bundle.day is not None:
-                scope = session_scope(bundle.session, ctx.user_home)
-                session_row(bundle, sessions, day=bundle.day, scope_path=scope, policy_class=cls, now_s=now_s)
-                message_rows(bundle, messages, day=bundle.day, now_s=now_s)
-        reader_tally = reader.tally
+    if as_store is not None:
+        store = StoreCopy(as_store.path, as_store.label, as_store.profile, copy=store.file)
+    ctx = dataclasses.replace(ctx or default_ctx(now_s=now_s), now_s=now_s)
+    plan = capture.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s)
+    days = sorted({d for d in plan.stores[0].days.values() if d is not None})
+    plan = capture.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s)
+    if plan.failures():
+        raise errors.by_kind(plan.failures()[0].error_kind)(plan.failures()[0].message)
+    if policy_classes:
+        plan.stores[0].classes = dict(policy_classes)
+    tables = {ds: [] for ds in (GATEWAY, SESSIONS, MESSAGES)}
+    tallies = {ds: ErrorTally(max_samples=10_000) for ds in tables}
+    cells = [(errors.OUT_OF_RANGE_SESSION, store.scoped(sid), None, "started_at")
+             for _, sid, day in plan.out_of_range if day is None]
+    for day in days:
+        day_rows = capture.project_day(plan, day, ctx)
+        for ds in tables:
+            tables[ds].append(day_rows.table(ds))
+            tallies[ds].merge(day_rows.tallies[ds])
+        cells += sorted(day_rows.cells, key=repr)
+    by_day: dict = {}
+    for sid, day in sorted(plan.stores[0].days.items()):
+        by_day.setdefault(day, []).append(sid)
     return Projection(
-        _sorted(gateway.to_table(), schemas.DATASETS["ai_gateway_messages_hermes"][2]),
-        _sorted(sessions.to_table(), schemas.DATASETS["hermes_sessions"][2]),
-        _sorted(messages.to_table(), schemas.DATASETS["hermes_messages"][2]),
-        reader_tally,
-        tally,
-        days,
+        *(_sorted(pa.concat_tables(tables[ds]) if tables[ds] else schemas.DATASETS[ds][0].empty_table(), ds)
+          for ds in (GATEWAY, SESSIONS, MESSAGES)),
+        tallies,
+        cells,
+        by_day,
     )
 
 
-def _sorted(table: pa.Table, keys) -> pa.Table:
+def _sorted(table: pa.Table, dataset: str) -> pa.Table:
+    keys = schemas.DATASETS[dataset][2]
     return table.sort_by([(k, "ascending") for k in keys]) if table.num_rows else table
 
 
