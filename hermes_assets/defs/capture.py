@@ -156,7 +156,7 @@ def project_rows(
     run = capture.project_rows(
         plan,
         usage_policy.projection_context(plan.read_at),
-        staging=staging_dir(wh, context.run_id),
+        staging=staging_dir(wh, context.run.run_id),
         workers=capture_runtime.workers,
         busy_timeout_ms=hermes.busy_timeout_ms,
         log_format=capture_runtime.log_format,

@@ -498,12 +498,14 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     results: dict[str, list[WriteResult]] = {ds: [] for ds in CAPTURE_DATASETS}
     if any(sp.status == READ and sp.store.path not in failed for sp in run.plan.stores):
         write = functools.partial(_write_day, run, warehouse, failed)
-        if not warehouse.posix:
-            warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
-        with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as pool:
-            for per_dataset in pool.map(write, run.days):
-                for dataset, result in per_dataset.items():
-                    results[dataset].append(result)
+    else:  # no store read: nothing to merge, every day's files stay as they are
+        write = functools.partial(_current_day, warehouse)
+    if not warehouse.posix:
+        warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+    with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as pool:
+        for per_dataset in pool.map(write, run.days):
+            for dataset, result in per_dataset.items():
+                results[dataset].append(result)
     shutil.rmtree(run.staging, ignore_errors=True)
     written = WrittenRun(results, failures)
     for dataset in CAPTURE_DATASETS:
@@ -511,6 +513,10 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
         log.info("hermes.capture.write", dataset=dataset, days=len(results[dataset]), rows=totals["rows_written"],
                  retained=totals["rows_retained_source_deleted"], files_changed=totals["files_changed"])
     return written
+
+
+def _current_day(warehouse: Warehouse, staged: StagedDay) -> dict[str, WriteResult]:
+    return {dataset: warehouse.current(dataset, staged.day) for dataset in CAPTURE_DATASETS}
 
 
 def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged: StagedDay) -> dict[str, WriteResult]:

@@ -326,7 +326,7 @@ class Warehouse:
                     log.warning("hermes.warehouse.superseded", dataset=dataset, day=day, read_at=read_at,
                                 newest=max(marks.values(), default=None))
                 self.fix_modes(dataset, day)
-                return self._unchanged(dataset, day, superseded=bool(facts))
+                return self.current(dataset, day, superseded=bool(facts))
             schema = schemas.DATASETS[dataset][0]
             tables = [new[f.path] for f in fresh if f.path in new and new[f.path].num_rows]
             table = pa.concat_tables(tables) if tables else schema.empty_table()
@@ -382,8 +382,8 @@ class Warehouse:
                  retained=retained, dropped=dropped, changed=changed)
         return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
 
-    def _unchanged(self, dataset: str, day: str, *, superseded: bool) -> WriteResult:
-        """The day's file as it stands (its row count from the footer)."""
+    def current(self, dataset: str, day: str, *, superseded: bool = False) -> WriteResult:
+        """The day's file as it stands, left unchanged (its row count from the footer)."""
         path = self.path(dataset, day)
         try:
             with self.fs.open_input_file(path) as f:

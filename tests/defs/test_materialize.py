@@ -46,14 +46,16 @@ from tests.support.hermes_writer import DAY_S, START_S, openai_call
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 DAY1 = "2026-06-01"  # the scenario stores' day (the writer's clock starts 2026-06-01T09:00Z)
-POLICY_STEP = "ai_gateway_messages_hermes.apply_usage_policy"
-PROJECT_STEP = "ai_gateway_messages_hermes.project_rows"
-READ_STEP = "ai_gateway_messages_hermes.read_hermes_sessions"
+PLAN_STEP = "hermes_capture.plan"
+POLICY_STEP = "hermes_capture.apply_usage_policy"
+PROJECT_STEP = "hermes_capture.project_rows"
+WRITE_STEP = "hermes_capture.write_partitions"
 ALL_CHECKS = {
     (GATEWAY, "key_unique"),
     (GATEWAY, "required_columns_not_null"),
     (GATEWAY, "date_matches_message_created_at"),
     (GATEWAY, "sessions_within_partition_range"),
+    (GATEWAY, "stores_readable"),
     (SESSIONS, "key_unique"),
     (MESSAGES, "key_unique"),
 }
@@ -73,8 +75,8 @@ def _policy_md(result) -> dict:
     return md
 
 
-def _raw_mds(result) -> list[dict]:
-    return step_output_metadata(result, "hermes_raw")
+def _plan_md(result) -> dict:
+    return next(md for md in step_output_metadata(result, PLAN_STEP) if "days" in md)
 
 
 def _sessions_with_messages(db) -> set[str]:
@@ -177,33 +179,67 @@ def test_per_day_metadata_equals_the_parquet_files(small):
         assert {m["run_bytes"] for m in mds} == {sum(m["bytes"] for m in mds)}
 
 
-def test_op_metadata_reports_policy_projection_and_error_counts(small):
+def test_op_metadata_reports_plan_policy_projection_and_write_counts(small):
     result = small.materialize(FIRST, LAST)
-    (read_md,) = step_output_metadata(result, READ_STEP)
-    assert read_md["days"] == len(SMALL_DAYS)
-    assert read_md["stores"] == 1 and read_md["stores_missing"] == []
-    assert read_md["sessions_in_range"] == SMALL_SESSIONS and read_md["sessions_out_of_range"] == 0
+    plan = _plan_md(result)
+    assert plan["days"] == len(SMALL_DAYS)
+    assert plan["stores"] == 1 and plan["stores_missing"] == [] and plan["stores_failed"] == []
+    assert plan["sessions_in_range"] == SMALL_SESSIONS and plan["sessions_out_of_range"] == 0
+    assert plan["sql_statements"]["sessions_scan"] == 1
 
     counts = _policy_md(result)
-    assert {k: counts[k] for k in ("sessions_in", "kept", "ignored", "local_only", "errors")} == {
-        "sessions_in": SMALL_SESSIONS, "kept": SMALL_SESSIONS, "ignored": 0, "local_only": 0, "errors": 0,
+    assert {k: counts[k] for k in ("sessions", "kept", "ignored", "local_only", "errors")} == {
+        "sessions": SMALL_SESSIONS, "kept": SMALL_SESSIONS, "ignored": 0, "local_only": 0, "errors": 0,
     }
 
     (proj,) = step_output_metadata(result, PROJECT_STEP)
-    assert proj["rows_projected"] == _rows_total(small.warehouse, GATEWAY)
-    assert proj["errors_by_kind"] == {"bad_tool_calls": 2}  # the two RAW-SQL cells of the manifest
-    assert proj["errors"] == 2
-    assert {(s["error_kind"], s["mid"]) for s in proj["error_samples"]} == {("bad_tool_calls", 9), ("bad_tool_calls", 11)}
-    for sample in proj["error_samples"]:  # ids and counts only, never content (SPEC §9)
+    for dataset in DATASETS:
+        assert proj[f"{dataset}.rows"] == _rows_total(small.warehouse, dataset), dataset
+    assert proj[f"{GATEWAY}.errors_by_kind"] == {"bad_tool_calls": 2}  # the two RAW-SQL cells of the manifest
+    assert proj[f"{GATEWAY}.errors"] == 2
+    # hermes_messages keeps tool_calls as stored text: the malformed cells cost it nothing
+    assert proj[f"{MESSAGES}.errors_by_kind"] == {} and proj[f"{SESSIONS}.errors_by_kind"] == {}
+    samples = proj[f"{GATEWAY}.error_samples"]
+    assert {(s["error_kind"], s["mid"]) for s in samples} == {("bad_tool_calls", 9), ("bad_tool_calls", 11)}
+    for sample in samples:  # ids and counts only, never content (SPEC §9)
         assert set(sample) <= {"error_kind", "session_id", "mid", "column"}
+    # the sessions table is scanned once per run: by the plan; the projection reads by id
+    assert proj["sql_statements"]["sessions_scan"] == 1
+    assert proj["sql_statements"]["sessions_by_id"] == len(SMALL_DAYS)
 
-    # the raw assets report the same policy counts, and their own projections
-    raw = {md["rows_projected"]: md for md in _raw_mds(result)}
-    assert set(raw) == {SMALL_SESSIONS, SMALL_MESSAGES}
-    for md in raw.values():
-        assert {k: md[f"policy_{k}"] for k in ("sessions_in", "kept", "ignored", "local_only", "errors")} == {
-            k: counts[k] for k in ("sessions_in", "kept", "ignored", "local_only", "errors")
-        }
+    writes = {md_key: md for md in step_output_metadata(result, WRITE_STEP) for md_key in [md["run_rows_written"]]}
+    assert set(writes) == {_rows_total(small.warehouse, ds) for ds in DATASETS}
+    for md in writes.values():
+        assert md["run_files_changed"] == len(SMALL_DAYS) and md["run_rows_retained_source_deleted"] == 0
+
+
+def test_a_bad_cell_is_counted_in_each_dataset_it_touches(capture, writer):
+    """Issue 11 / SPEC §9: with a bad timestamp and a bad envelope in a day, the raw
+    datasets count them too (they keep NULL / the raw text), each partition's
+    materialization shows its own counts, and every bad cell is logged once."""
+    writer.session("s", "cli", cwd="/work/x")
+    ok = writer.msg("s", "user", "fine")
+    late = writer.msg("s", "assistant", "its timestamp goes bad")
+    env = writer.msg("s", "user", [{"type": "text", "text": "an envelope"}])
+    writer.at(START_S + DAY_S)
+    writer.session("t", "cli", cwd="/work/x")
+    writer.msg("t", "user", "a clean day")
+    writer.raw_sql("UPDATE messages SET timestamp = 'not a time' WHERE id = ?", (late,))
+    writer.raw_sql("UPDATE messages SET content = ? WHERE id = ?", ("\x00json:[{\"type\": \"text\", \"te", env))
+    result = capture.materialize(DAY1, "2026-06-02")
+    assert result.success
+    (proj,) = step_output_metadata(result, PROJECT_STEP)
+    both = {"bad_envelope": 1, "bad_timestamp": 1}
+    assert proj[f"{GATEWAY}.errors_by_kind"] == both
+    assert proj[f"{MESSAGES}.errors_by_kind"] == both
+    assert proj[f"{SESSIONS}.errors_by_kind"] == {}
+    per_day = partition_metadata(result)
+    assert per_day[(MESSAGES, DAY1)]["errors_by_kind"] == both and per_day[(MESSAGES, DAY1)]["errors"] == 2
+    assert per_day[(GATEWAY, DAY1)]["errors"] == 2 and per_day[(SESSIONS, DAY1)]["errors"] == 0
+    assert per_day[(MESSAGES, "2026-06-02")]["errors"] == 0
+    raw = {r["id"]: r for r in read_all(capture.warehouse, MESSAGES)}
+    assert raw[late]["timestamp"] is None and raw[ok]["timestamp"] is not None
+    assert raw[env]["content_json"] is None and raw[env]["content_text"].startswith("\x00json:")
 
 
 def test_rerun_leaves_byte_identical_files(small, instance):
@@ -270,11 +306,9 @@ def test_policy_list_ignores_a_channel_and_marks_local_only(small):
     result = small.materialize(FIRST, LAST)
     assert result.success
     counts = _policy_md(result)
-    assert (counts["sessions_in"], counts["ignored"], counts["local_only"], counts["kept"]) == (
+    assert (counts["sessions"], counts["ignored"], counts["local_only"], counts["kept"]) == (
         SMALL_SESSIONS, len(ignored), len(local), SMALL_SESSIONS - len(ignored),
     )
-    for md in _raw_mds(result):
-        assert (md["policy_ignored"], md["policy_local_only"]) == (len(ignored), len(local))
 
     # ignore: nothing of those sessions in any dataset
     with_messages = _sessions_with_messages(small.store)
@@ -318,7 +352,7 @@ def test_hypignore_in_the_cwd_ignores_a_session_and_its_subagents(capture, write
     result = capture.materialize(DAY1)
     assert result.success
     counts = _policy_md(result)
-    assert (counts["sessions_in"], counts["kept"], counts["ignored"], counts["local_only"]) == (4, 2, 2, 1)
+    assert (counts["sessions"], counts["kept"], counts["ignored"], counts["local_only"]) == (4, 2, 2, 1)
     for dataset in DATASETS:
         assert sids_in(capture.warehouse, dataset) == {"s-client", "s-plain"}, dataset
     texts = " ".join(str(r["content_text"]) for r in read_all(capture.warehouse, GATEWAY))
@@ -397,12 +431,12 @@ def _retention_scenario(w) -> None:
         w.end(sid)
 
 
-@pytest.mark.parametrize("datasets", [(GATEWAY,), (SESSIONS, MESSAGES)], ids=["gateway", "raw"])
-def test_rows_whose_source_vanished_are_kept_flagged_source_deleted(capture, writer, datasets, instance):
+def test_rows_whose_source_vanished_are_kept_flagged_source_deleted(capture, writer, instance):
     """delete_session and replace_messages (/retry) by the real writer, then a
     re-materialization: the old rows stay, flagged, beside the new ones (D13)."""
+    datasets = DATASETS
     _retention_scenario(writer)
-    assert capture.materialize(DAY1, instance=instance, select=datasets).success
+    assert capture.materialize(DAY1, instance=instance).success
     first = {d: {row_key(r, d): r for r in read_all(capture.warehouse, d)} for d in datasets}
     old_retry_mids = set(writer.mids("s-retry"))
 
@@ -415,7 +449,7 @@ def test_rows_whose_source_vanished_are_kept_flagged_source_deleted(capture, wri
     new_retry_mids = set(writer.mids("s-retry"))
     assert new_retry_mids and not new_retry_mids & old_retry_mids
 
-    result = capture.materialize(DAY1, instance=instance, select=datasets)
+    result = capture.materialize(DAY1, instance=instance)
     assert result.success
     after = {d: read_all(capture.warehouse, d) for d in datasets}
     for dataset in datasets:
@@ -444,7 +478,7 @@ def test_rows_whose_source_vanished_are_kept_flagged_source_deleted(capture, wri
         assert live == new_retry_mids
     # and a third run changes nothing
     files = capture.files()
-    assert capture.materialize(DAY1, instance=instance, select=datasets).success
+    assert capture.materialize(DAY1, instance=instance).success
     assert capture.files() == files
 
 
@@ -473,7 +507,7 @@ def test_missing_store_materializes_empty_partitions(capture):
     assert result.success
     assert capture.files() == {}
     assert list(capture.home.iterdir()) == [], "the Hermes home was touched"
-    (read_md,) = step_output_metadata(result, READ_STEP)
+    read_md = _plan_md(result)
     assert read_md["stores_missing"] == [str(capture.store)] and read_md["sessions_in_range"] == 0
     per_day = partition_metadata(result)
     assert set(per_day) == {(d, day) for d in DATASETS for day in ("2026-06-01", "2026-06-02", "2026-06-03")}
@@ -499,8 +533,7 @@ def test_session_before_the_start_date_is_reported_not_written(capture, writer):
     check = check_results(result)[(GATEWAY, "sessions_within_partition_range")]
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["sessions_out_of_range"].value == 1
-    (read_md,) = step_output_metadata(result, READ_STEP)
-    assert read_md["sessions_out_of_range"] == 1
+    assert _plan_md(result)["sessions_out_of_range"] == 1
     for dataset in DATASETS:
         assert sids_in(capture.warehouse, dataset) == {"s-new"}
 
