@@ -20,18 +20,22 @@ Stores fail alone (SPEC §8, D18): a store that cannot be read is recorded as a
 stores' days are written, and the caller fails the run naming it
 (:meth:`WrittenRun.raise_for_failures`).
 
-Days run in parallel on worker processes started by a ``forkserver`` (never
-``fork``: the caller runs threads, and a child forked from a threaded process
-can deadlock or crash). Writes run on threads: they are I/O and Arrow work,
-which release the GIL.
+Days run in parallel on spawned worker processes (never ``fork``: the caller
+runs threads, and a child forked from a threaded process can deadlock or
+crash). Writes run on threads: they are I/O and Arrow work, which release the
+GIL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
+import importlib.machinery
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -319,6 +323,25 @@ def project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, 
                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store) and
     build the rows of all three datasets from that read."""
+    with _gc_paused():
+        return _project_day(plan, day, ctx, busy_timeout_ms)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic GC while a day is built: its rows are hundreds of thousands of live
+    tuples and dicts that every full collection would scan, for nothing (they hold
+    no cycles); they are freed by reference counting when the day is done."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
@@ -530,7 +553,7 @@ def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged
 
 
 # --------------------------------------------------------------------------
-# days in parallel, on processes from a forkserver
+# days in parallel, on spawned worker processes
 # --------------------------------------------------------------------------
 
 _WORKER_STATE: dict = {}
@@ -550,20 +573,50 @@ def map_days(fn, state: dict, days: list[str], workers: int = 1):
     """``fn(state, day)`` for every day, in day order, on up to ``workers`` processes.
 
     Days are independent (a session lives in one day), so a range uses every
-    core. Workers come from a ``forkserver`` (a clean single-threaded process with
-    this module preloaded), never from ``fork`` of the caller, which runs threads
-    (Dagster's, pyarrow's). ``state`` reaches each worker once; ``fn`` must be a
-    module-level function returning small values. One day, or one worker, runs inline.
+    core. Workers are *spawned* (a fresh interpreter that imports this module),
+    never forked from the caller, which runs threads (Dagster's, pyarrow's): a
+    child forked from a threaded process can deadlock or crash. ``state``
+    reaches each worker once; ``fn`` must be a module-level function returning
+    small values. One day, or one worker, runs inline.
     """
     workers = min(workers, len(days))
     if workers <= 1:
         for day in days:
             yield fn(state, day)
         return
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(state,)) as pool:
-        yield from pool.map(functools.partial(_call_in_worker, fn), days)
+        with _main_not_reimported():  # the workers start while the days are submitted
+            futures = [pool.submit(_call_in_worker, fn, day) for day in days]
+        try:
+            for future in futures:
+                yield future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """Keep spawned workers from importing the caller's main script.
+
+    Workers only run functions of this package, but multiprocessing imports the
+    parent's ``__main__`` script in every child; for the ``dagster`` command that
+    is all of Dagster, a second of CPU per worker. A main module whose spec is
+    named ``__main__`` is one multiprocessing does not import again, so the main
+    script gets such a spec while the workers start. (A main run as
+    ``python -m package`` has a spec already and is left alone.)
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = None
 
 
 # --------------------------------------------------------------------------

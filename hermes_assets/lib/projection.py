@@ -344,7 +344,13 @@ _CONSTANTS = {
 
 class GatewayColumns:
     """Buffers for ``ai_gateway_messages_hermes`` rows: one tuple per row for the
-    varying columns, one tuple per session for the session-constant ones."""
+    varying columns, one tuple per session for the session-constant ones.
+
+    :meth:`to_table` builds the session-constant text columns (system prompt,
+    model, cwd ...) as dictionary arrays, one value per session: a long system
+    prompt is stored once per session, not once per row, until the Parquet
+    encoder writes it as a dictionary page.
+    """
 
     def __init__(self):
         self.rows: list[tuple] = []
@@ -360,21 +366,37 @@ class GatewayColumns:
         schema = schemas.AI_GATEWAY_MESSAGES
         row_cols = dict(zip(_ROW_COLUMNS, zip(*self.rows))) if n else {c: () for c in _ROW_COLUMNS}
         sess_cols = dict(zip(_SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in _SESSION_COLUMNS}
-        arrays = []
+        session_of_row = pa.array([i for i, count in enumerate(self.session_rows) for _ in range(count)], pa.int32())
+        fields, arrays = [], []
         for f in schema:
             name = f.name
             if name in row_cols:
-                arrays.append(_array(row_cols[name], f.type))
+                array = _array(row_cols[name], f.type)
+            elif name in _DICTIONARY_COLUMNS:
+                array = _session_dictionary(sess_cols[name], session_of_row)
+                f = f.with_type(array.type)
             elif name in sess_cols:
-                repeated: list = []
-                for value, count in zip(sess_cols[name], self.session_rows):
-                    repeated += [value] * count
-                arrays.append(_array(repeated, f.type))
+                array = _array(sess_cols[name], f.type).take(session_of_row)
             elif name in _CONSTANTS:
-                arrays.append(pa.repeat(pa.scalar(_CONSTANTS[name], f.type), n))
+                array = pa.repeat(pa.scalar(_CONSTANTS[name], f.type), n)
             else:
-                arrays.append(pa.nulls(n, type=f.type))
-        return pa.Table.from_arrays(arrays, schema=schema)
+                array = pa.nulls(n, type=f.type)
+            fields.append(f)
+            arrays.append(array)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+#: session-constant text columns kept as dictionaries (one value per session)
+_DICTIONARY_COLUMNS = frozenset({"provider", "model", "system_text", "cwd", "git_branch", "git_remote", "repo_root",
+                                 "entrypoint", "parent_thread_id"})
+
+
+def _session_dictionary(values, session_of_row: pa.Array) -> pa.DictionaryArray:
+    """Per-session text values, as a per-row dictionary array (nulls in the indices)."""
+    position: dict[str, int] = {}
+    indices = [None if v is None else position.setdefault(v, len(position)) for v in values]
+    per_session = pa.array(indices, pa.int32())
+    return pa.DictionaryArray.from_arrays(per_session.take(session_of_row), pa.array(list(position), pa.string()))
 
 
 def _array(values, typ: pa.DataType) -> pa.Array:

@@ -335,7 +335,7 @@ class Warehouse:
             if old is not None:
                 kept, dropped = _carry_over(dataset, old, table, fresh)
                 if kept is not None and kept.num_rows:
-                    table = pa.concat_tables([table, kept.cast(table.schema)])
+                    table = pa.concat_tables([table.cast(schema), kept.cast(schema)])
             result = self._replace(dataset, day, table, dropped, old)
             if read_at is not None:
                 marks.update({f.path: read_at for f in fresh})
@@ -478,12 +478,17 @@ def default_spool() -> str:
 
 
 def encode(dataset: str, table: pa.Table) -> pa.Buffer:
-    """A day's table as the exact bytes of its partition file (sorted, zstd)."""
+    """A day's table as the exact bytes of its partition file (sorted, zstd).
+
+    Text columns may arrive dictionary-encoded (one system prompt per session);
+    the file does not store the Arrow schema, so every reader sees the types of
+    the Parquet schema itself: plain strings, UTC timestamps, JSON.
+    """
     sort = schemas.DATASETS[dataset][2]
     if not is_sorted(table, sort):
         table = table.sort_by([(c, "ascending") for c in sort])
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
+    pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024, store_schema=False)
     return sink.getvalue()
 
 

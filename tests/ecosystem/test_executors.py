@@ -77,4 +77,4 @@ def test_multiprocess_executor_runs_a_partition_step_by_step(tmp_path):
         assert pq.read_metadata(day_path(cap.warehouse, dataset, day)).num_rows > 0
     # our JSON log lines came from the step processes too, each naming its op
     ops = {json.loads(line).get("op") for line in out.splitlines() if line.startswith('{"')}
-    assert {"hermes_raw", "ai_gateway_messages_hermes.read_hermes_sessions"} <= ops
+    assert {"hermes_capture.plan", "hermes_capture.project_rows", "hermes_capture.write_partitions"} <= ops

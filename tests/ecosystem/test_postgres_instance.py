@@ -119,8 +119,8 @@ def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tm
     (n_mats,), = pg_cluster.query(
         "SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'")
     assert n_mats == 2 * len(DAYS) * len(DATASETS)
-    (n_logs,), = pg_cluster.query("SELECT count(*) FROM event_logs WHERE event LIKE '%hermes.op.read_sessions {%'")
-    assert n_logs >= len(DAYS) + 1  # at least one per run (the gateway's read op and hermes_raw each log one)
+    (n_logs,), = pg_cluster.query("SELECT count(*) FROM event_logs WHERE event LIKE '%hermes.capture.plan {%'")
+    assert n_logs == len(DAYS) + 1  # one per run: the plan op's
     bodies = [json.loads(body) for (body,) in pg_cluster.query(
         "SELECT instigator_body FROM instigators WHERE instigator_type = 'SENSOR' "
         "AND instigator_body LIKE '%\"hermes_state_sensor\"%'")]

@@ -19,18 +19,16 @@ from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path
 from tests.ecosystem.conftest import captured_logs, cli_installation, dagster_cli, parse_json_lines
 from tests.sensor.harness import SensorDriver
 
-GATEWAY_OP = "ai_gateway_messages_hermes.{}"
-#: the event each op prints once per run (write steps print one per day and dataset instead)
+OP = "hermes_capture.{}"
+#: the events each op prints once per run (the project and write steps: one per dataset)
 ONCE_PER_OP = {
-    "hermes_raw": ["hermes.op.read_sessions", "hermes.op.apply_usage_policy",
-                   "hermes.op.write_hermes_sessions", "hermes.op.write_hermes_messages"],
-    GATEWAY_OP.format("read_hermes_sessions"): ["hermes.op.read_sessions"],
-    GATEWAY_OP.format("apply_usage_policy"): ["hermes.op.apply_usage_policy"],
-    GATEWAY_OP.format("project_rows"): ["hermes.op.project_rows"],
-    GATEWAY_OP.format("write_partitions"): ["hermes.op.write_partitions"],
+    OP.format("plan"): {"hermes.capture.plan": 1},
+    OP.format("apply_usage_policy"): {"hermes.capture.policy": 1},
+    OP.format("project_rows"): {"hermes.capture.project": len(DATASETS)},
+    OP.format("write_partitions"): {"hermes.capture.write": len(DATASETS)},
 }
-PER_DAY = {"hermes_raw": ("hermes_sessions", "hermes_messages"),
-           GATEWAY_OP.format("write_partitions"): ("ai_gateway_messages_hermes",)}
+#: the write step also prints one hermes.warehouse.day_written per day and dataset
+PER_DAY = {OP.format("write_partitions"): DATASETS}
 ERROR_KINDS = {v for k, v in vars(errors).items() if k.isupper() and isinstance(v, str)} | {
     c.error_kind for c in vars(errors).values() if isinstance(c, type) and hasattr(c, "error_kind")
 }
@@ -68,8 +66,8 @@ def test_one_event_per_op_carrying_its_run_and_op(small_capture):
     ops = _step_keys(small_capture.result)
     assert set(ONCE_PER_OP) | set(PER_DAY) <= ops, ops
     for op, names in ONCE_PER_OP.items():
-        for name in names:
-            assert by_op[(op, name)] == 1, (op, name, by_op)
+        for name, times in names.items():
+            assert by_op[(op, name)] == times, (op, name, by_op)
 
     # a write step: one hermes.warehouse.day_written per day and dataset, rows as in the file
     for op, datasets in PER_DAY.items():
@@ -142,6 +140,7 @@ def test_a_cli_run_prints_json_lines_between_dagster_lines(tmp_path):
     ours = [json.loads(line) for line in (proc.stdout + proc.stderr).splitlines() if line.startswith('{"')]
     names = Counter(e["event"] for e in ours)
     assert names["hermes.warehouse.day_written"] == len(DATASETS), names
-    assert all(e.get("run_id") and e.get("op") for e in ours if e["event"].startswith(("hermes.op.", "hermes.warehouse.")))
+    assert all(e.get("run_id") and e.get("op") for e in ours
+               if e["event"].startswith(("hermes.capture.", "hermes.warehouse.")))
     # and Dagster's own console logger shows the same events, as the run log has them
-    assert "hermes.op.read_sessions {" in proc.stderr
+    assert "hermes.capture.plan {" in proc.stderr

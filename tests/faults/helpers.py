@@ -93,7 +93,7 @@ class Outcome:
                 continue
             err = event.event_specific_data.error
             # Dagster wraps user errors (DagsterExecutionStepExecutionError): the cause is ours
-            while err.cause is not None and err.cls_name.startswith("Dagster"):
+            while err.cause is not None and (err.cls_name.startswith("Dagster") or err.cls_name == "Failure"):
                 err = err.cause
             out.append(Failure(event.step_key, err.cls_name, err.message))
         return out
@@ -103,7 +103,7 @@ class Outcome:
         return self
 
     def metadata(self, step: str) -> dict:
-        """Merged output metadata of one step (e.g. ``hermes_raw``, ``<gateway>.project_rows``)."""
+        """Merged output metadata of one step (e.g. ``hermes_capture.project_rows``)."""
         merged: dict = {}
         for md in step_output_metadata(self.result, step):
             merged.update(md)

@@ -33,7 +33,7 @@ from tests.support.hermes_writer import START_S, openai_call
 TEN_MB = 10 * 1024 * 1024
 WEIRD_SID = "../x/'q\"😀/.."
 DEEP_CWD = "/a" * 1500
-PROJECT_STEP = "ai_gateway_messages_hermes.project_rows"
+PROJECT_STEP = "hermes_capture.project_rows"
 
 
 def _hypignore_scopes(base) -> dict[str, str]:
@@ -122,7 +122,7 @@ class Hostile:
         raw = w.raw_sql
         raw("UPDATE messages SET tool_calls = ? WHERE id = ?", ('[{"id": "c0", "function": {"name": "terminal", "argu', m["malformed_calls"]))
         raw("UPDATE messages SET tool_calls = ? WHERE id = ?", ("[" * 100_000 + "]" * 100_000, m["deep_calls"]))
-        for name, value in (("ts_null", None), ("ts_negative", -5.0), ("ts_1e20", 1e20), ("ts_text", "2026-06-01T10:00:00Z")):
+        for name, value in (("ts_null", None), ("ts_negative", -5.0), ("ts_1e20", 1e20), ("ts_text", "ten o'clock")):
             raw("UPDATE messages SET timestamp = ? WHERE id = ?", (value, m[name]))
         raw("UPDATE messages SET content = CAST(? AS TEXT) WHERE id = ?", (b"lone \xed\xa0\x80 surrogate", m["surrogate_bytes"]))
         raw("UPDATE messages SET content = CAST(? AS TEXT) WHERE id = ?", (b"bad \xf0\x28\x8c\x28 utf8", m["invalid_utf8"]))
@@ -140,11 +140,8 @@ class Hostile:
         (row,) = [r for r in self.state.rows[MESSAGES].values() if r["id"] == mid]
         return row
 
-    def errors_by_kind(self) -> dict:
-        return self.run2.metadata(PROJECT_STEP)["errors_by_kind"]
-
-    def raw_errors_by_kind(self) -> dict:
-        return self.run2.metadata("hermes_raw").get("errors_by_kind", {})
+    def errors_by_kind(self, dataset: str = GATEWAY) -> dict:
+        return self.run2.metadata(PROJECT_STEP)[f"{dataset}.errors_by_kind"]
 
 
 @pytest.fixture(scope="module")
@@ -213,14 +210,16 @@ def test_ten_thousand_tool_calls_in_one_message(hostile):
 
 @pytest.mark.parametrize("name", ["ts_null", "ts_negative", "ts_1e20", "ts_text"])
 def test_bad_timestamps_fall_back_and_are_counted(hostile, name):
-    """Protects SPEC §5.1/§9: a message timestamp that is NULL, negative, 1e20 or TEXT is
-    kept as NULL in hermes_messages, the canonical row is still written with
-    message_created_at = conversation_started_at (and a matching `date`), and counted."""
+    """Protects SPEC §5.1/§9: a message timestamp that is NULL, negative, 1e20 or text that
+    is no time is kept as NULL in hermes_messages, the canonical row is still written with
+    message_created_at = conversation_started_at (and a matching `date`), and counted in
+    both datasets (the NULL one is not counted: NULL is no bad cell)."""
     (part,) = hostile.parts(hostile.mids[name])
     assert part["message_created_at"] == part["conversation_started_at"]
     assert part["date"] == DAY1
     assert hostile.message(hostile.mids[name])["timestamp"] is None
     assert hostile.errors_by_kind().get("bad_timestamp", 0) >= 4
+    assert hostile.errors_by_kind(MESSAGES).get("bad_timestamp", 0) >= 3
 
 
 def test_nul_surrogates_and_invalid_utf8(hostile):

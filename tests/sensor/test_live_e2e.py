@@ -30,10 +30,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.defs.assets import hermes_raw
-from hermes_assets.defs.gateway import ai_gateway_messages_hermes
+from hermes_assets.defs.capture import hermes_capture
 from hermes_assets.defs.partitions import daily_partitions
-from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
+from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 from tests.support.skips import unavailable
 from tests.sensor.harness import (
@@ -248,11 +247,10 @@ def _materialize(days: list[str], hermes: HermesStores, warehouse: Path, policy_
         "hermes": hermes,
         "warehouse": HermesWarehouse(root=str(warehouse)),
         "usage_policy": UsagePolicy(list_path=str(policy_list), user_home=str(policy_list.parent)),
+        "capture_runtime": CaptureRuntime(workers=2),
     }
     tags = {"dagster/asset_partition_range_start": days[0], "dagster/asset_partition_range_end": days[-1]}
-    result = dg.materialize(
-        [hermes_raw, ai_gateway_messages_hermes], resources=resources, instance=instance, tags=tags
-    )
+    result = dg.materialize([hermes_capture], resources=resources, instance=instance, tags=tags)
     assert result.success
 
 
