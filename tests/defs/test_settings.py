@@ -1,0 +1,114 @@
+"""Settings in one place (issue 11, SPEC §10): typed, validated when the definitions load.
+
+A bad value fails with one line naming the variable, the value and the accepted
+form; the core library reads no environment variable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermes_assets.defs import settings
+from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.policy import LOCAL_ONLY, PolicyResolver
+
+REPO = Path(__file__).resolve().parents[2]
+
+BAD = [
+    ("HERMES_ASSETS_START_DATE", "2026/11/01", "a date (YYYY-MM-DD)"),
+    ("HERMES_ASSETS_START_DATE", "2026-02-30", "a date (YYYY-MM-DD)"),
+    ("HERMES_ASSETS_WORKERS", "zero", "a positive integer"),
+    ("HERMES_ASSETS_WORKERS", "0", "a positive integer"),
+    ("HERMES_ASSETS_WORKERS", "1.5", "a positive integer"),
+    ("HERMES_ASSETS_POLL_SECONDS", "-3", "an integer >= 5 (seconds)"),
+    ("HERMES_ASSETS_POLL_SECONDS", "2", "an integer >= 5 (seconds)"),
+    ("HERMES_ASSETS_LOG_FORMAT", "xml", "one of json, console"),
+    ("HERMES_ASSETS_EXECUTOR", "bogus", "one of in_process, multiprocess, k8s, celery"),
+    ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "-1", "a positive integer (milliseconds)"),
+    ("HERMES_ASSETS_FILE_MODE", "world", "one of private, group"),
+    ("HERMES_ASSETS_SENSOR_MAX_RUNS", "many", "a positive integer"),
+    ("HERMES_ASSETS_WAREHOUSE", "s4://bucket/x", "a folder path or a URI"),
+]
+
+
+@pytest.mark.parametrize("name, value, form", BAD, ids=[f"{n}={v}" for n, v, _ in BAD])
+def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_the_form(name, value, form):
+    with pytest.raises(ConfigurationError) as info:
+        settings.load({name: value})
+    message = str(info.value)
+    assert message.startswith(f"{name}={value!r} is not {form}"), message
+    assert "\n" not in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no pydantic dump behind it
+
+
+def test_defaults_and_types(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    s = settings.load({"DAGSTER_HOME": str(tmp_path / "dh")})
+    assert s.start_date == dt.date(2025, 1, 1) and s.start_day == "2025-01-01"
+    assert s.warehouse == str(tmp_path / "dh" / "warehouse")
+    assert s.hermes_home == str(tmp_path / ".hermes") and s.state_db is None
+    assert s.policy_list == str(tmp_path / ".hyp" / "hypaware" / "usage-policy" / "local-only.json")
+    assert (s.poll_seconds, s.executor, s.busy_timeout_ms, s.file_mode, s.sensor_max_runs) == (
+        30, "in_process", 2000, "private", 14)
+    assert s.workers == (os.cpu_count() or 1) and s.log_format is None and s.spool is None
+    s = settings.load({"HERMES_ASSETS_WORKERS": " 3 ", "HERMES_ASSETS_WAREHOUSE": "s3://b/p?endpoint_override=x",
+                       "HERMES_ASSETS_START_DATE": "2026-06-01", "HERMES_ASSETS_SPOOL": "~/spool"})
+    assert (s.workers, s.warehouse, s.start_day, s.spool) == (3, "s3://b/p?endpoint_override=x", "2026-06-01",
+                                                             str(tmp_path / "spool"))
+
+
+def test_the_policy_list_comes_from_the_setting_then_the_users_home(tmp_path, monkeypatch):
+    a = tmp_path / "a"
+    a.mkdir()
+    doc = json.dumps({"version": 1, "dirs": [str(a)]})
+    explicit = tmp_path / "explicit.json"
+    explicit.write_text(doc)
+    assert PolicyResolver(settings.load({"HERMES_ASSETS_POLICY_LIST": str(explicit)}).policy_list).classify_scope(
+        str(a)) == LOCAL_ONLY
+    default = tmp_path / "home" / ".hyp" / "hypaware" / "usage-policy" / "local-only.json"
+    default.parent.mkdir(parents=True)
+    default.write_text(doc)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    r = PolicyResolver(settings.load({}).policy_list)
+    assert r.list_path == str(default) and r.classify_scope(str(a)) == LOCAL_ONLY
+
+
+def test_definitions_do_not_load_with_a_bad_setting(capture, monkeypatch):
+    monkeypatch.setenv("HERMES_ASSETS_LOG_FORMAT", "xml")
+    with pytest.raises(Exception) as info:
+        capture.defs()
+    err = info.value
+    while err is not None and not isinstance(err, ConfigurationError):
+        err = err.__cause__ or err.__context__
+    assert err is not None and str(err) == "HERMES_ASSETS_LOG_FORMAT='xml' is not one of json, console"
+
+
+@pytest.mark.e2e
+def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path):
+    """A bad start date used to print 327 lines without naming the variable."""
+    env = {**os.environ, "HERMES_ASSETS_START_DATE": "2026/11/01", "DAGSTER_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-m", "hermes_assets.definitions"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)" in out
+    assert len(out.splitlines()) < 40, out
+    assert "ValidationError" not in out and "pydantic" not in out
+
+
+def test_the_core_library_reads_no_environment_variable():
+    """SPEC §10: ``lib/`` receives settings as arguments (only the shell reads the environment)."""
+    pattern = re.compile(r"os\.environ|os\.getenv|getenv\(")
+    offenders = [f"{p.name}:{i}" for p in sorted((REPO / "hermes_assets" / "lib").glob("*.py"))
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offenders == []
