@@ -35,6 +35,8 @@ from hermes_assets.lib.timestamps import (
 ENVELOPE = "\x00json:"
 OVERSIZED_CHARS = 4 * 1024 * 1024
 COMPACT_SUMMARY_PREFIXES = ("[CONTEXT COMPACTION", "[CONTEXT SUMMARY]:")
+#: Hermes 0.19 merges a summary into an existing message after this line (D2)
+MERGED_SUMMARY_DELIMITER = "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]"
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
 KNOWN_HOSTS = {
     "api.openai.com": "openai",
@@ -256,6 +258,25 @@ def decode_content(content, tally: ErrorTally | None = None, scoped_sid=None, mi
     if tally is not None and len(content) > OVERSIZED_CHARS:
         tally.add(errors.OVERSIZED_CELL, scoped_sid, mid, "content")
     return text, decoded
+
+
+def is_compact_summary(content) -> bool:
+    """SPEC D2, as Hermes's ``ContextCompressor._is_context_summary_content`` reads it.
+
+    Leading whitespace is ignored; in a merged summary (text, delimiter,
+    summary) only what follows the first delimiter counts; envelope content is
+    read through its text parts. Every prefix holds ``[CONTEXT``, so content
+    without it is rejected before any decoding.
+    """
+    if not isinstance(content, str) or "[CONTEXT" not in content:
+        return False
+    if content.startswith(ENVELOPE):
+        try:
+            content = _envelope_text(loads(content[len(ENVELOPE):]))
+        except (ValueError, RecursionError):
+            pass  # a malformed envelope is read as its raw text, as content_text is (§5.4)
+    _, merged, summary = content.partition(MERGED_SUMMARY_DELIMITER)
+    return (summary if merged else content).lstrip().startswith(COMPACT_SUMMARY_PREFIXES)
 
 
 def _strip_data(match: re.Match) -> str:
@@ -496,7 +517,7 @@ def project_session(
                 ts_ms = start_ms
         day = day_of(ts_ms)
         content = msg["content"]
-        summary = True if isinstance(content, str) and content.startswith(COMPACT_SUMMARY_PREFIXES) else None
+        summary = True if is_compact_summary(content) else None
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
         flags = {}
         if active == 0 or compacted or observed:
