@@ -29,6 +29,7 @@ GIL.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import gc
 import importlib.machinery
@@ -452,9 +453,21 @@ def stage_day(state: dict, day: str) -> StagedDay:
 
 
 def _write_ipc(path: str, table: pa.Table) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
-        writer.write_table(table)
+    try:
+        with open(path, "wb", opener=_private) as f, pa.ipc.new_file(f, table.schema) as writer:
+            writer.write_table(table)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a failed write() names no file: say which
+            raise OSError(exc.errno, f"{exc.strerror} while staging {path}: no partition file was changed; "
+                          "free some space and re-run") from exc
+        raise
+
+
+def _private(path: str, flags: int) -> int:
+    """``open()``'s opener for a file only its owner reads (``0600``, whatever the umask)."""
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 def read_staged(path: str) -> pa.Table:

@@ -78,6 +78,8 @@ def is_under(path: str, root: str) -> bool:
 
 def under(paths: pa.ChunkedArray | pa.Array, root: str) -> pa.ChunkedArray | pa.Array:
     """:func:`is_under` over a column of paths (nulls are not under anything)."""
+    if pa.types.is_dictionary(paths.type):
+        paths = pc.cast(paths, pa.string())
     root = root.rstrip("/") or "/"
     if root == "/":
         return pc.is_valid(paths)

@@ -145,5 +145,6 @@ def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
     kept = table.filter(keep_mask_fn(table))
     removed = table.num_rows - kept.num_rows
     if removed:
-        write_staged(path, kept)
+        # plain columns: a filtered dictionary column would still hold the purged values
+        write_staged(path, kept.cast(schemas.DATASETS[dataset][0]))
     return removed

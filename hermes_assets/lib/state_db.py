@@ -336,11 +336,20 @@ class StoreReader:
     def snapshot(self) -> Iterator[None]:
         """One read transaction around the statements inside: they all see the same
         state of the store. Keep it short: an open read pins Hermes's WAL (SPEC §1)."""
-        self._conn.execute("BEGIN")
+        self._statement("BEGIN")
         try:
             yield
-        finally:
-            self._conn.execute("COMMIT")  # a read transaction: nothing to roll back
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise
+        self._statement("COMMIT")  # a read transaction: ends the snapshot, writes nothing
+
+    def _statement(self, sql: str) -> None:
+        try:
+            self._conn.execute(sql)
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
 
     def _query_once(self, sql: str, params: Iterable = ()) -> list[tuple]:
         deadline = time.monotonic() + self.busy_timeout_ms / 1000

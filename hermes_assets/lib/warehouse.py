@@ -329,6 +329,8 @@ class Warehouse:
                 return self.current(dataset, day, superseded=bool(facts))
             schema = schemas.DATASETS[dataset][0]
             tables = [new[f.path] for f in fresh if f.path in new and new[f.path].num_rows]
+            if len({t.schema for t in tables}) > 1:  # e.g. one store's staged day was scrubbed by a purge
+                tables = [t.cast(schema) for t in tables]
             table = pa.concat_tables(tables) if tables else schema.empty_table()
             old = self._read_bytes(self.path(dataset, day))
             dropped = 0
@@ -553,13 +555,12 @@ def _atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool 
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     _remove_stale_temps(folder, name)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with open(fd, "wb") as f:
-            os.fchmod(fd, mode)  # whatever the umask
+        with open(tmp, "wb", opener=lambda p, flags: os.open(p, flags, mode)) as f:
+            os.fchmod(f.fileno(), mode)  # whatever the umask
             f.write(memoryview(data))
             f.flush()
             if fsync:
-                os.fsync(fd)
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):

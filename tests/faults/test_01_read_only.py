@@ -21,7 +21,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
+from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from tests.faults import forking
 from tests.faults.helpers import (
     DAY1,
@@ -224,10 +224,13 @@ def _make_read_only(home: Path) -> None:
 
 
 def _defs(install, home: Path, warehouse: Path, base: Path) -> dg.Definitions:
+    # One worker: the forked child runs as uid 65534, which cannot start a fresh interpreter
+    # here (Python lives under root's 0700 home); a real user's Python is theirs to read.
     return install.defs(
         hermes=HermesStores(hermes_home=str(home), busy_timeout_ms=400),
         warehouse=HermesWarehouse(root=str(warehouse)),
         usage_policy=UsagePolicy(list_path=str(base / "no-policy-list.json"), user_home="/home/hermes-user"),
+        capture_runtime=CaptureRuntime(workers=1),
     )
 
 
