@@ -11,7 +11,8 @@ raw-SQL multiple of the medium one (../shared/tools/multiply_db.py).
     python bench/run.py --warehouse s3        # the warehouse in a bucket (moto's S3 server on loopback)
 
 Sections:
-  core         read + project every day, no Dagster (rows/s, peak RSS)
+  core         the library alone: plan + read + project + stage the three datasets of every day
+               (capture.project_rows on every core, no Dagster, no partition file): canonical rows/s
   floor        plain SELECT of sessions+messages into Arrow + writing as many Parquet bytes
   backfill     `dagster asset materialize --select '*' --partition-range` over the store's days
   empty        the same CLI on one empty day (Dagster's fixed cost)
@@ -39,24 +40,63 @@ PY = sys.executable
 DAGSTER = str(Path(PY).with_name("dagster"))
 SECTIONS = ("core", "floor", "backfill", "empty", "rerun", "incremental", "sensor")
 
-# Measures a child command: wall time and the peak RSS of its whole process tree.
-_MEASURE = r"""
-import json, resource, subprocess, sys, time
-t = time.perf_counter()
-done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-wall = time.perf_counter() - t
-print(json.dumps({"rc": done.returncode, "wall": wall,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-                  "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}))
-"""
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _memory_kb(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of one process in kB; PSS splits shared pages between their sharers."""
+    rss = pss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
 
 
 def measure(cmd: list[str], env: dict | None = None) -> dict:
-    out = subprocess.run([PY, "-c", _MEASURE, *cmd], capture_output=True, text=True, env=env, cwd=REPO)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if result["rc"] != 0:
-        raise SystemExit(f"command failed: {' '.join(cmd)}\n{result['stderr']}")
-    return result
+    """Run ``cmd``: wall time, and the peak memory of its WHOLE process tree (workers
+    included), sampled every 20 ms: the peak of the summed RSS and of the summed PSS."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    peak_rss = peak_pss = procs = 0
+    out: list[str] = []
+    reader = __import__("threading").Thread(target=lambda: out.append(proc.communicate()), daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        tree = _tree(proc.pid)
+        sizes = [_memory_kb(pid) for pid in tree]
+        peak_rss = max(peak_rss, sum(r for r, _ in sizes))
+        peak_pss = max(peak_pss, sum(p for _, p in sizes))
+        procs = max(procs, len(tree))
+        time.sleep(0.02)
+    reader.join()
+    wall = time.perf_counter() - t
+    stdout, stderr = out[0] if out else ("", "")
+    if proc.returncode != 0:
+        raise SystemExit(f"command failed: {' '.join(cmd)}\n{stderr[-4000:]}")
+    return {"rc": proc.returncode, "wall": wall, "rss_mb": peak_rss / 1024, "pss_mb": peak_pss / 1024,
+            "processes": procs, "stdout": stdout[-4000:], "stderr": stderr[-4000:]}
 
 
 # --------------------------------------------------------------------------
@@ -108,7 +148,7 @@ def private_copy(store: Path, into: Path) -> Path:
 # --------------------------------------------------------------------------
 
 _CORE = r"""
-import json, sys, time
+import json, os, sys, time
 from hermes_assets.lib import capture, policy, projection
 from hermes_assets.lib.state_db import Store
 t = time.perf_counter()
@@ -116,14 +156,12 @@ stores = [Store(sys.argv[1])]
 plan = capture.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
 plan = capture.plan_capture(stores, days, user_home="/home/bench")
-capture.apply_policy(plan, policy.PolicyResolver(environ={"HOME": "/nonexistent"}))
-ctx = projection.ProjectionContext(user_home="/home/bench", now_s=time.time(), git=projection.NoGit())
-
-def work(state, day):
-    rows = capture.project_day(state["plan"], day, {"ai_gateway_messages_hermes"}, state["ctx"])
-    return rows.tables["ai_gateway_messages_hermes"].num_rows
-
-rows = sum(capture.map_days(work, {"plan": plan, "ctx": ctx}, days))
+plan = capture.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
+ctx = projection.ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=projection.NoGit())
+import tempfile
+with tempfile.TemporaryDirectory() as staging:
+    run = capture.project_rows(plan, ctx, staging=os.path.join(staging, "run"), workers=os.cpu_count() or 1)
+rows = run.totals("ai_gateway_messages_hermes")[0]
 print(json.dumps({"rows": rows, "seconds": time.perf_counter() - t}))
 """
 
@@ -175,6 +213,26 @@ def dagster_env(home: Path, store: Path, warehouse: str, start: str) -> dict:
         HERMES_ASSETS_LOG_FORMAT="json",
     )
     return env
+
+
+def statements(env: dict) -> dict:
+    """The SQL statements of the newest run, from its ops' metadata (by what they read)."""
+    code = r"""
+import json, dagster as dg
+with dg.DagsterInstance.get() as instance:
+    (run,) = instance.get_runs(limit=1)
+    total = {}
+    for record in instance.get_records_for_run(run.run_id).records:
+        event = record.event_log_entry.dagster_event
+        if event and event.event_type_value == "STEP_OUTPUT" and event.step_key in (
+                "hermes_capture.plan", "hermes_capture.project_rows"):
+            md = event.event_specific_data.metadata.get("sql_statements")
+            if md is not None and event.step_key.endswith("project_rows"):
+                total = md.value  # the projection's figures include the plan's
+    print(json.dumps(total))
+"""
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {}
 
 
 def materialize(env: dict, *partition: str) -> dict:
@@ -272,9 +330,10 @@ def main() -> None:
         if "core" in sections:
             r = measure([PY, "-c", _CORE, str(store)])
             core = json.loads(r["stdout"].strip().splitlines()[-1])
-            figures["core"] = {**core, "rows_per_s": core["rows"] / core["seconds"], "rss_mb": r["rss_mb"]}
-            table.append(("core: read + project (no Dagster)", f"{core['seconds']:.2f} s",
-                          f"{core['rows'] / core['seconds']:,.0f} rows/s, peak RSS {r['rss_mb']:.0f} MB"))
+            figures["core"] = {**core, "rows_per_s": core["rows"] / core["seconds"], "rss_mb": r["rss_mb"],
+                               "pss_mb": r["pss_mb"]}
+            table.append(("core: read + project 3 datasets (no Dagster)", f"{core['seconds']:.2f} s",
+                          f"{core['rows'] / core['seconds']:,.0f} canonical rows/s, tree RSS {r['rss_mb']:.0f} MB"))
         if "empty" in sections:
             # First, so the instance's databases exist (as on any machine after the first run):
             # Dagster's fixed cost of a run, subtracted from the backfill to get our compute.
@@ -284,9 +343,13 @@ def main() -> None:
         if {"backfill", "rerun", "floor", "empty"} & set(sections):
             r = materialize(env, "--partition-range", day_range)
             rows, size = gateway_rows(warehouse)
-            figures["backfill"] = {"seconds": r["wall"], "rows": rows, "bytes": size, "rss_mb": r["rss_mb"]}
+            figures["backfill"] = {"seconds": r["wall"], "rows": rows, "bytes": size, "rss_mb": r["rss_mb"],
+                                   "pss_mb": r["pss_mb"], "processes": r["processes"],
+                                   "statements": statements(env)}
             table.append(("full backfill (CLI, one run, 3 assets)", f"{r['wall']:.2f} s",
-                          f"{rows / r['wall']:,.0f} gateway rows/s, peak RSS {r['rss_mb']:.0f} MB"))
+                          f"{rows / r['wall']:,.0f} gateway rows/s; process tree peak: RSS {r['rss_mb']:.0f} MB, "
+                          f"PSS {r['pss_mb']:.0f} MB ({r['processes']} processes)"))
+            table.append(("  SQL statements of the run", "", json.dumps(figures["backfill"]["statements"])))
         if "empty" in sections:
             compute = figures["backfill"]["seconds"] - figures["empty"]["seconds"]
             figures["compute"] = compute

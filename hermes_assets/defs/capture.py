@@ -158,9 +158,11 @@ def project_rows(
         usage_policy.projection_context(plan.read_at),
         staging=staging_dir(wh, context.run.run_id),
         workers=capture_runtime.workers,
+        parallel_min_sessions=capture_runtime.parallel_min_sessions,
         busy_timeout_ms=hermes.busy_timeout_ms,
         log_format=capture_runtime.log_format,
         folder_mode=wh.modes.folder,
+        existing={dataset: wh.existing(dataset, plan.days) for dataset in CAPTURE_DATASETS},
     )
     metadata: dict = {"days": len(run.days)}
     for dataset in CAPTURE_DATASETS:

@@ -12,6 +12,7 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.lib import policy, projection
+from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, discover_stores
 from hermes_assets.lib.warehouse import FileModes, Warehouse
 
@@ -53,9 +54,11 @@ class UsagePolicy(dg.ConfigurableResource):
 
 
 class CaptureRuntime(dg.ConfigurableResource):
-    """How a run works: worker processes for the days, and the log format they use."""
+    """How a run works: worker processes for the days (used from ``parallel_min_sessions``
+    sessions on), and the log format they use."""
 
     workers: int = 1
+    parallel_min_sessions: int = PARALLEL_MIN_SESSIONS
     log_format: str | None = None
 
 

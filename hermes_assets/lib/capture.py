@@ -48,12 +48,24 @@ from hermes_assets.lib import errors, logs, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
-from hermes_assets.lib.warehouse import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, StoreFacts, Warehouse, WriteResult
+from hermes_assets.lib.warehouse import (
+    CAPTURE_DATASETS,
+    GATEWAY,
+    MESSAGES,
+    SESSIONS,
+    StoreFacts,
+    Warehouse,
+    WriteResult,
+    encode_to,
+)
 
 log = get_logger()
 
 #: staged tables: ``<staging>/<run>/<dataset>.<day>.<store #>.arrow``
 STAGED_SUFFIX = ".arrow"
+#: below this many sessions a run projects its days in its own process: starting worker
+#: processes (fresh interpreters, ~0.5 s) costs more than the work they would share
+PARALLEL_MIN_SESSIONS = 1500
 
 # statuses of a store in a run
 READ = "read"
@@ -274,12 +286,14 @@ def apply_usage_policy(plan: CapturePlan, resolver: policy.PolicyResolver) -> Ca
 
 @dataclass(frozen=True)
 class DatasetDay:
-    """One dataset's rows of one day, as projected: counts, and per store its staged file."""
+    """One dataset's rows of one day, as projected: counts, and per store its staged file:
+    Arrow IPC (to be merged with the day's file), or, when the day has no file yet and one
+    store has rows, the partition file itself, encoded once (``.parquet``)."""
 
     rows: int
     errors_by_kind: dict[str, int]
     samples: tuple[dict, ...]
-    #: store path -> the Arrow IPC file of that store's rows of the day
+    #: store path -> the staged file of that store's rows of the day
     staged: dict[str, str]
 
     @property
@@ -298,6 +312,8 @@ class StagedDay:
     #: stores that failed while this day was read
     failures: tuple[StoreFailure, ...] = ()
     statements: dict[str, int] = field(default_factory=dict)
+    #: the datasets whose file for this day existed when the run looked
+    existing: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -415,13 +431,24 @@ class ProjectedRun:
 
 def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, *, staging: str, workers: int = 1,
                  busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, log_format: str | None = None,
-                 folder_mode: int = 0o700) -> ProjectedRun:
+                 folder_mode: int = 0o700, existing: dict[str, set[str]] | None = None,
+                 parallel_min_sessions: int = PARALLEL_MIN_SESSIONS) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
-    until :func:`write_partitions`; on an error the staging folder is removed."""
+    until :func:`write_partitions`; on an error the staging folder is removed.
+
+    ``existing``: per dataset, the run's days that have a partition file already
+    (None: assume every day has one). A day without one, whose rows come from one
+    store, is staged as its final partition file. Days run on ``workers`` processes
+    when the run has at least ``parallel_min_sessions`` sessions.
+    """
     _make_private_dir(staging, folder_mode)
     ctx = replace(ctx, now_s=plan.read_at)  # one clock for the sanity window of the whole run
+    if existing is None:
+        existing = {ds: set(plan.days) for ds in CAPTURE_DATASETS}
     state = {"plan": plan, "ctx": ctx, "staging": staging, "busy_timeout_ms": busy_timeout_ms,
-             "log_format": log_format}
+             "log_format": log_format, "existing": existing}
+    if plan.sessions_in_range() < parallel_min_sessions:
+        workers = 1
     try:
         days = list(map_days(stage_day, state, plan.days, workers))
     except BaseException:
@@ -443,19 +470,34 @@ def stage_day(state: dict, day: str) -> StagedDay:
     datasets = {}
     for dataset, by_store in rows.tables.items():
         staged = {}
+        final = day not in state["existing"][dataset] and len(by_store) == 1
         for path, table in by_store.items():
-            staged[path] = os.path.join(state["staging"], f"{dataset}.{day}.{order[path]}{STAGED_SUFFIX}")
-            _write_ipc(staged[path], table)
+            name = f"{dataset}.{day}.{order[path]}"
+            if final and not table.num_rows:
+                continue  # nothing to write, nothing to merge with
+            staged[path] = os.path.join(state["staging"], name + (".parquet" if final else STAGED_SUFFIX))
+            with _staging(staged[path]):
+                if final:
+                    encode_to(dataset, table, staged[path])
+                else:
+                    _write_ipc(staged[path], table)
         tally = rows.tallies[dataset]
         datasets[dataset] = DatasetDay(sum(t.num_rows for t in by_store.values()), tally.as_dict(),
                                        tuple(tally.sample_dicts()[:10]), staged)
-    return StagedDay(day, datasets, rows.mids, tuple(rows.failures), dict(rows.statements))
+    existing = frozenset(ds for ds in CAPTURE_DATASETS if day in state["existing"][ds])
+    return StagedDay(day, datasets, rows.mids, tuple(rows.failures), dict(rows.statements), existing)
 
 
 def _write_ipc(path: str, table: pa.Table) -> None:
+    with open(path, "wb", opener=_private) as f, pa.ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table)
+
+
+@contextlib.contextmanager
+def _staging(path: str):
+    """A full disk while staging names the file, and says nothing was changed."""
     try:
-        with open(path, "wb", opener=_private) as f, pa.ipc.new_file(f, table.schema) as writer:
-            writer.write_table(table)
+        yield
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a failed write() names no file: say which
             raise OSError(exc.errno, f"{exc.strerror} while staging {path}: no partition file was changed; "
@@ -560,7 +602,11 @@ def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged
     out = {}
     for dataset in CAPTURE_DATASETS:
         files = staged.datasets[dataset].staged
-        new = {path: read_staged(file) for path, file in files.items() if path not in failed}
+        new = {path: file if file.endswith(".parquet") else read_staged(file)
+               for path, file in files.items() if path not in failed}
+        if not new and dataset not in staged.existing:  # no rows, no file: nothing to write or merge
+            out[dataset] = WriteResult(dataset, staged.day, warehouse.location(dataset, staged.day), 0, 0, 0, 0, False)
+            continue
         out[dataset] = warehouse.write_day(dataset, staged.day, new, facts, run.plan.read_at)
     return out
 
@@ -644,7 +690,8 @@ def capture(stores: list[Store], days: list[str], warehouse: Warehouse, resolver
     plan = plan_capture(stores, days, user_home=ctx.user_home, now_s=ctx.now_s, busy_timeout_ms=busy_timeout_ms)
     plan = apply_usage_policy(plan, resolver)
     staging = os.path.join(warehouse.staging_root, f"capture-{os.getpid()}-{time.time_ns()}")
+    existing = {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS}
     run = project_rows(plan, ctx, staging=staging, workers=workers, busy_timeout_ms=busy_timeout_ms,
-                       folder_mode=warehouse.modes.folder)
+                       folder_mode=warehouse.modes.folder, existing=existing)
     return write_partitions(run, warehouse, workers=max(1, workers))
 

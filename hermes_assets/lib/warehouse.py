@@ -219,6 +219,12 @@ class Warehouse:
                 found.add(day[4:])
         return sorted(found)
 
+    def existing(self, dataset: str, days: Iterable[str]) -> set[str]:
+        """Which of ``days`` have a file (a stat each on disk; one listing on an object store)."""
+        if self.posix:
+            return {day for day in days if os.path.exists(self.path(dataset, day))}
+        return set(self.days(dataset)) & set(days)
+
     def read(self, dataset: str, day: str, columns: list[str] | None = None, *,
              read_dictionary: list[str] | None = None) -> pa.Table | None:
         """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
@@ -300,14 +306,17 @@ class Warehouse:
         self,
         dataset: str,
         day: str,
-        new: dict[str, pa.Table],
+        new: dict[str, pa.Table | str],
         facts: Iterable[StoreFacts],
         read_at: float | None = None,
     ) -> WriteResult:
         """Merge the day's new rows with what its file holds, and replace the file atomically.
 
         ``new`` maps each store path in ``facts`` to every current row of the day
-        from that store (a store may be absent: no rows). Rows of stores not in
+        from that store (a store may be absent: no rows): a table, or the path of
+        a partition file already encoded from them (:func:`encode`), which is put
+        in place as it is when it is the day's only input and the day has no file
+        yet (a first capture: encoded once, on a worker). Rows of stores not in
         ``facts`` are kept as they are (not ours to judge).
 
         ``read_at`` is when the stores were read for ``new``. A store already
@@ -328,17 +337,22 @@ class Warehouse:
                 self.fix_modes(dataset, day)
                 return self.current(dataset, day, superseded=bool(facts))
             schema = schemas.DATASETS[dataset][0]
-            tables = [new[f.path] for f in fresh if f.path in new and new[f.path].num_rows]
-            if len({t.schema for t in tables}) > 1:  # e.g. one store's staged day was scrubbed by a purge
-                tables = [t.cast(schema) for t in tables]
-            table = pa.concat_tables(tables) if tables else schema.empty_table()
             old = self._read_bytes(self.path(dataset, day))
-            dropped = 0
-            if old is not None:
-                kept, dropped = _carry_over(dataset, old, table, fresh)
-                if kept is not None and kept.num_rows:
-                    table = pa.concat_tables([table.cast(schema), kept.cast(schema)])
-            result = self._replace(dataset, day, table, dropped, old)
+            inputs = [new[f.path] for f in fresh if f.path in new]
+            if old is None and len(inputs) == 1 and isinstance(inputs[0], str):
+                result = self._put_encoded(dataset, day, inputs[0])
+            else:
+                tables = [_parse_file(dataset, t) if isinstance(t, str) else t for t in inputs]
+                tables = [t for t in tables if t.num_rows]
+                if len({t.schema for t in tables}) > 1:  # e.g. one store's staged day was scrubbed by a purge
+                    tables = [t.cast(schema) for t in tables]
+                table = pa.concat_tables(tables) if tables else schema.empty_table()
+                dropped = 0
+                if old is not None:
+                    kept, dropped = _carry_over(dataset, old, table, fresh)
+                    if kept is not None and kept.num_rows:
+                        table = pa.concat_tables([table.cast(schema), kept.cast(schema)])
+                result = self._replace(dataset, day, table, dropped, old)
             if read_at is not None:
                 marks.update({f.path: read_at for f in fresh})
                 self._write_marks(dataset, day, marks)
@@ -380,9 +394,27 @@ class Warehouse:
         if changed:
             self._put(path, data)
         retained = _count_source_deleted(dataset, table)
-        log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
-                 retained=retained, dropped=dropped, changed=changed)
+        log.debug("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
+                  retained=retained, dropped=dropped, changed=changed)
         return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
+
+    def _put_encoded(self, dataset: str, day: str, encoded: str) -> WriteResult:
+        """A day with no file yet takes an encoded file as it is (a rename on the same disk)."""
+        path = self.path(dataset, day)
+        rows = pq.ParquetFile(encoded).metadata.num_rows
+        size = os.path.getsize(encoded)
+        if self.posix:
+            with open(encoded, "rb+") as f:
+                os.fsync(f.fileno())
+            os.chmod(encoded, self.modes.file)
+            os.replace(encoded, path)
+            _fsync_dir(os.path.dirname(path))
+        else:
+            with open(encoded, "rb") as f:
+                self._put(path, pa.py_buffer(f.read()))
+        log.debug("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0,
+                  changed=True)
+        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, True)
 
     def current(self, dataset: str, day: str, *, superseded: bool = False) -> WriteResult:
         """The day's file as it stands, left unchanged (its row count from the footer)."""
@@ -496,6 +528,17 @@ def encode(dataset: str, table: pa.Table) -> pa.Buffer:
 
 def _parse(dataset: str, data: pa.Buffer, columns: list[str] | None = None) -> pa.Table:
     return pq.read_table(pa.BufferReader(data), columns=columns, schema=schemas.DATASETS[dataset][0])
+
+
+def _parse_file(dataset: str, path: str) -> pa.Table:
+    return pq.read_table(path, schema=schemas.DATASETS[dataset][0])
+
+
+def encode_to(dataset: str, table: pa.Table, path: str) -> None:
+    """:func:`encode` ``table`` into a new private file (a staged partition file)."""
+    data = encode(dataset, table)
+    with open(path, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+        f.write(memoryview(data))
 
 
 def _same(a: pa.Buffer, b: pa.Buffer) -> bool:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.defs.partitions import daily_partitions
-from hermes_assets.defs.resources import HermesWarehouse, UsagePolicy
+from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import policy, schemas
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 from tests.defs.harness import (
@@ -269,13 +269,16 @@ def test_days_without_sessions_get_no_file(small):
         assert per_day[(dataset, "2026-06-01")]["rows_written"] > 0
 
 
-def test_parallel_days_write_the_same_bytes_as_one_worker(small, monkeypatch, tmp_path):
-    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
-    assert small.materialize(FIRST, LAST).success
+def test_parallel_days_write_the_same_bytes_as_one_worker(small, tmp_path):
+    assert small.materialize(FIRST, LAST, defs=small.defs(capture_runtime=CaptureRuntime(workers=1))).success
     serial = small.files()
-    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "2")
-    monkeypatch.setenv("HERMES_ASSETS_WAREHOUSE", str(tmp_path / "parallel"))
-    assert small.materialize(FIRST, LAST).success
+    parallel = small.defs(capture_runtime=CaptureRuntime(workers=2, parallel_min_sessions=0),
+                          warehouse=HermesWarehouse(root=str(tmp_path / "parallel")))
+    result = small.materialize(FIRST, LAST, defs=parallel)
+    assert result.success
+    assert part_files(tmp_path / "parallel") == serial
+    # and a re-run merges into the existing files: the same bytes again
+    assert small.materialize(FIRST, LAST, defs=parallel).success
     assert part_files(tmp_path / "parallel") == serial
 
 

@@ -16,6 +16,7 @@ import threading
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hermes_assets.defs.resources import CaptureRuntime
 from hermes_assets.lib import capture
 from tests.defs.harness import SMALL_DAYS
 
@@ -59,14 +60,14 @@ def _churn(stop: threading.Event, errors: list) -> None:
         errors.append(exc)
 
 
-def test_a_ranged_capture_with_workers_survives_a_process_full_of_threads(small, instance, monkeypatch):
+def test_a_ranged_capture_with_workers_survives_a_process_full_of_threads(small, instance):
     """The regression test of the crash: threads busy allocating and holding locks while
     a ranged capture runs on two workers, several times; every run succeeds and writes
     the same bytes as a run on one worker."""
-    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
-    assert small.materialize(FIRST, LAST, instance=instance).success
+    one = small.defs(capture_runtime=CaptureRuntime(workers=1))
+    assert small.materialize(FIRST, LAST, instance=instance, defs=one).success
     serial = small.files()
-    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "2")
+    two = small.defs(capture_runtime=CaptureRuntime(workers=2, parallel_min_sessions=0))
     stop, errors = threading.Event(), []
     threads = [threading.Thread(target=_churn, args=(stop, errors), daemon=True) for _ in range(3)]
     for t in threads:
@@ -75,7 +76,7 @@ def test_a_ranged_capture_with_workers_survives_a_process_full_of_threads(small,
         for round_ in range(ROUNDS):
             for path in small.warehouse.glob("*/day=*/part-0.parquet"):
                 path.unlink()  # every round writes every file again, from staged days
-            result = small.materialize(FIRST, LAST, instance=instance, raise_on_error=False)
+            result = small.materialize(FIRST, LAST, instance=instance, defs=two, raise_on_error=False)
             assert result.success, f"round {round_}: " + "; ".join(
                 str(e.event_specific_data.error.message)[:300] for e in result.all_events
                 if e.event_type_value == "STEP_FAILURE")

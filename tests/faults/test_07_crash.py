@@ -132,6 +132,8 @@ def _install_hooks(point: str) -> None:
         if is_part(dst):
             if point == "temp_written_before_rename" and str(src).endswith(".tmp"):
                 stop()
+            if point == "staged_file_before_rename" and "/.staging/" in str(src):
+                stop()
         result = real_replace(src, dst, *args, **kwargs)
         if is_part(dst):
             renames[0] += 1
@@ -157,6 +159,7 @@ KILL_POINTS = [
     "day_lock_held",  # inside the per-day lock, before reading the old file
     "temp_half_written",  # half of a partition's temp file on disk
     "temp_written_before_rename",  # temp file complete and fsynced, not renamed yet
+    "staged_file_before_rename",  # a new day's file, encoded once while staging, about to be put in place
     "first_file_renamed",  # one partition replaced, its folder not yet fsynced
     "third_file_renamed",  # some partitions new, the others still old
 ]
@@ -171,8 +174,8 @@ def crash_world(install, tmp_path, monkeypatch):
 def test_kill_9_at_every_write_point_leaves_old_or_new_files(crash_world):
     """Protects SPEC §2 "replaced atomically": a materialization SIGKILLed at each point of
     its write path (a staged file half written, inside a day lock, a partition's temp file
-    half written, complete but not renamed, just after a rename, and after three renames)
-    leaves every partition file either its
+    half written, complete but not renamed, a new day's staged file about to be renamed,
+    just after a rename, and after three renames) leaves every partition file either its
     old or its new version, byte for byte, never partial and never missing; a killed
     holder's day lock does not block anyone; the next run completes, writes exactly the
     files of an uninterrupted run, and removes the dead writer's temp file."""
