@@ -217,7 +217,8 @@ def session_scope(session: dict, user_home: str) -> str | None:
 
 
 def usage_by_model(usage: list[dict]) -> list[dict] | None:
-    """SPEC §3: every column but ``session_id``, in a stable order."""
+    """SPEC §3: every column but ``session_id``, in a stable order; numbers already as
+    JSON writes them (an integral float is an integer), so :func:`dumps` can skip its pass."""
     if not usage:
         return None
 
@@ -225,7 +226,7 @@ def usage_by_model(usage: list[dict]) -> list[dict] | None:
         return tuple("" if u.get(k) is None else str(u.get(k)) for k in ("model", "billing_provider", "billing_base_url", "billing_mode", "task"))
 
     rows = sorted(usage, key=lambda u: ((u.get("first_seen") is None, u.get("first_seen") or 0), key(u)))
-    return [{k: v for k, v in u.items() if k != "session_id"} for u in rows]
+    return [{k: _normalize(v) for k, v in u.items() if k != "session_id"} for u in rows]
 
 
 def bundle_start_ms(bundle: SessionBundle, now_s: float) -> int | None:
@@ -565,19 +566,20 @@ def project_session(
         end_hermes = {"session_end": True}
         for key in ("end_reason", "estimated_cost_usd", "actual_cost_usd", "api_call_count"):
             if s.get(key) is not None:
-                end_hermes[key] = s[key]
+                end_hermes[key] = _normalize(s[key])
         models = usage_by_model(bundle.usage)
         if models:
             end_hermes["usage_by_model"] = models
         end_attrs = {
             **base_attrs,
             "hermes": {**end_hermes, **hermes_attrs},
-            "usage": {k: s.get(k) for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")},
+            "usage": {k: _normalize(s.get(k)) for k in ("input_tokens", "output_tokens", "cache_read_tokens",
+                                                         "cache_write_tokens", "reasoning_tokens")},
         }
         message_id = id_prefix + "session_end"
         append((
             message_id, prev, None, index, ended_ms, "system", message_id + "#0", "status", "status", None,
-            None, None, None, None, None, None, dumps(end_attrs), day_of(ended_ms),
+            None, None, None, None, None, None, dumps(end_attrs, normalized=True), day_of(ended_ms),
         ))
         index += 1
     out.session_rows.append(index)
@@ -756,7 +758,7 @@ def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path:
     out.derived["scope_path"].append(scope_path)
     out.derived["policy_class"].append(policy_class)
     models = usage_by_model(bundle.usage)
-    out.derived["usage_by_model"].append(dumps(models) if models else None)
+    out.derived["usage_by_model"].append(dumps(models, normalized=True) if models else None)
     for table, column, _ in bundle.bad_cells:
         if table == "sessions":
             out.tally.add(errors.BAD_TEXT, bundle.store.scoped(bundle.sid), None, column)
