@@ -1,0 +1,275 @@
+"""Per-day fingerprints of a store's ``sessions`` table, in two tiers (SPEC §8 step 2, D17).
+
+Hermes changes a session's row long after creating it (ends, totals, costs,
+title, archive and handoff state ...) and nothing in the store says when: there
+is no ``updated_at``. The sensor therefore digests the rows of each day and
+compares the digests with its cursor. Digesting whole rows on every tick
+costs over a second on a store of 60,000 sessions (100 MB of system prompts;
+in SQLite every cell read costs 50-130 ns, whatever its size), so the digest
+has two tiers:
+
+**Tier 1** (:meth:`Fingerprinter.tier1`), on every tick whose store files
+changed: ONE statement, one pass over ``sessions`` grouped by the day SQL
+computes for each row; Python receives one row per day, never one per
+session. Per day:
+
+- the number of sessions;
+- ``group_concat`` of the content of :data:`TIER1_TEXT` (title, model, end
+  reason, handoff state), a cell over 4 KiB by its length;
+- ``sum(w * v)`` of ``ended_at`` and ``sum(w * Σ k_i v_i)`` of
+  :data:`TIER1_NUMBERS` (token totals, costs in micro-dollars, message, tool
+  call, API call and rewind counts, ``archived``) plus, for a session ever
+  rewound or with no live message, its count of inactive messages (one seek
+  into ``idx_messages_session_active``: the undo of a rewind flips rows and
+  no ``sessions`` column). ``w`` is a weight in [1, 2) drawn from the rowid
+  and ``k_i`` one per column, so two changes on one day cancel out only if
+  they match those weights exactly; NULL counts as an odd constant, never as 0.
+
+**Tier 2** (:meth:`Fingerprinter.tier2`), for the days the rotation of
+:mod:`hermes_assets.lib.changes` picks (and the days requested on the tick):
+the content of every column of every session of the day (``system_prompt``,
+``model_config``, the gateway and git columns, any long cell ...) and every
+session's inactive count: anything tier 1 does not compare.
+
+**Placement** (SPEC §2) is computed in SQL where it is safe: a ``started_at``
+stored as a number inside the sane window and more than one second from its
+edges, placed with the arithmetic of :func:`~hermes_assets.lib.state_db.epoch_ms`
+(``floor(x * 1000 + 0.5)`` ms, UTC days of 86,400,000 ms). Every other session
+(NULL, text, out of range, on an edge; found through ``idx_sessions_started``,
+so few) is read alone and placed by :meth:`StoreReader.place_session`, the
+code of the assets' session index; its row's aggregates join its day's digest.
+
+Every statement is its own short read transaction; TEXT is fetched as bytes
+(never decoded, so a bad cell costs nothing).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import marshal
+from dataclasses import dataclass
+from typing import Iterable
+
+from hermes_assets.lib.state_db import SANE_MIN_S, StoreReader
+
+#: a cell above this many bytes counts by its length in tier 1 (its content is tier 2's)
+LONG_CELL_BYTES = 4096
+
+#: short text columns whose content tier 1 compares on every tick
+TIER1_TEXT = ("title", "model", "end_reason", "handoff_state")
+#: number columns tier 1 compares on every tick (besides ``ended_at``); costs are
+#: scaled to micro-dollars so that they share one float sum with the counts
+TIER1_NUMBERS = (
+    ("input_tokens", 1),
+    ("output_tokens", 1),
+    ("cache_read_tokens", 1),
+    ("cache_write_tokens", 1),
+    ("reasoning_tokens", 1),
+    ("estimated_cost_usd", 1_000_000),
+    ("actual_cost_usd", 1_000_000),
+    ("message_count", 1),
+    ("tool_call_count", 1),
+    ("api_call_count", 1),
+    ("rewind_count", 1),
+    ("archived", 1),
+)
+
+_DAY_MS = 86_400_000
+_BATCH = 500  # rowids or ids per IN (...) statement
+#: a NULL in a number column: not 0 and not a value Hermes writes
+_NULL = "-0.5772156649015329"
+#: the per-row weight, in [1, 2): a multiplicative hash of the rowid
+_WEIGHT = "(1.0 + ((s.rowid * 2654435761) % 4294967291) / 4294967291.0)"
+
+
+def _k(i: int) -> str:
+    """The ``i``-th column multiplier, in [1, 2), distinct for every ``i``."""
+    return repr(1.0 + (i * 0.6180339887498949) % 1.0)
+
+
+def _q(name: str) -> str:
+    return 's."' + name.replace('"', '""') + '"'
+
+
+def day_name(day_number: int) -> str:
+    return (dt.date(1970, 1, 1) + dt.timedelta(days=day_number)).isoformat()
+
+
+def _day_number(day: str) -> int:
+    return (dt.date.fromisoformat(day) - dt.date(1970, 1, 1)).days
+
+
+def digest(rows: Iterable[tuple]) -> str:
+    """16 hex of blake2b over rows of SQLite cells (bytes, int, float, None), type-tagged."""
+    h = hashlib.blake2b(digest_size=8)
+    for row in rows:
+        for v in row:
+            if v is None:
+                h.update(b"\x00n")
+            elif isinstance(v, bytes):
+                h.update(b"\x00b%d:" % len(v))
+                h.update(v)
+            elif isinstance(v, float):
+                h.update(b"\x00f" + v.hex().encode())
+            else:
+                h.update(b"\x00i%d" % v)
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+def _text(value) -> object:
+    """A cell fetched as bytes, as the assets' reader sees it (decoded, bad bytes replaced)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+@dataclass
+class Tier1:
+    """Tier 1 of one store: a digest per day."""
+
+    days: dict[str, str]  # day -> 16 hex
+    sessions: int
+    unplaced: int  # sessions with no sane time at all (no day)
+
+
+class Fingerprinter:
+    """The fingerprint statements of one open store (its schema decides the SQL)."""
+
+    def __init__(self, reader: StoreReader):
+        self.reader = reader
+        names = sorted(_text(r[1]) for r in reader.fetch_raw("PRAGMA table_info(sessions)"))
+        present = set(names)
+        indexes = {_text(r[0]) for r in reader.fetch_raw("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        col = lambda name: _q(name) if name in present else "NULL"  # noqa: E731
+        self.started, self.ended = col("started_at"), col("ended_at")
+        now = reader.now_s
+        # numbered parameters: the interior of the sane window in seconds (SPEC §2), less
+        # one second at each edge; statements add theirs from ?3
+        self.params = (SANE_MIN_S + 1, now + 86400 - 1)
+        self.day_sql = (
+            f"(CASE WHEN {self.started} BETWEEN ?1 AND ?2 "
+            f"THEN CAST({self.started} * 1000.0 + 0.5 AS INTEGER) / {_DAY_MS} END)"
+        )
+        inactive = "0"
+        if "active" in reader.columns.get("messages", ()) and "idx_messages_session_active" in indexes:
+            inactive = "(SELECT count(*) FROM messages AS m WHERE m.session_id = s.id AND m.active = 0)"
+        seldom = inactive
+        if inactive != "0" and {"rewind_count", "message_count"} <= present:
+            seldom = f"(CASE WHEN s.rewind_count > 0 OR s.message_count = 0 THEN {inactive} ELSE 0 END)"
+
+        terms = [f"{_k(i)} * ifnull({col(c)} * {scale}, {_NULL})" for i, (c, scale) in enumerate(TIER1_NUMBERS)]
+        terms.append(f"{_k(len(terms))} * {seldom}")
+        aggs = [
+            "count(*)",
+            f"total({_WEIGHT} * ifnull({self.ended}, {_NULL}))",
+            f"total({_WEIGHT} * ({' + '.join(terms)}))",
+        ]
+        for c in TIER1_TEXT:
+            size = f"length(CAST({col(c)} AS BLOB))"
+            aggs.append(f"group_concat(CASE WHEN {size} > {LONG_CELL_BYTES} THEN {size} "
+                        f"ELSE ifnull({col(c)}, x'00') END, x'1f')")
+        self._tier1_aggs = ", ".join(aggs)
+        self._tier2_cells = ", ".join([inactive, *(_q(c) for c in names)])
+        self._by_started = "idx_sessions_started" in indexes
+        self._odd: dict[int, tuple[str, str | None]] | None = None
+
+    # -- placement -------------------------------------------------------------
+
+    def odd_sessions(self) -> dict[int, tuple[str, str | None]]:
+        """``rowid -> (sid, day)`` of the sessions SQL does not place, placed one by one."""
+        if self._odd is None:
+            where = "?1 AND ?2"  # no started_at column: every session is placed alone
+            if self.started != "NULL":
+                where = f"{self.started} IS NULL OR {self.started} < ?1 OR {self.started} > ?2"
+            rows = self.reader.fetch_raw(
+                f"SELECT s.rowid, s.id, {self.started}, {self.ended} FROM sessions AS s WHERE {where}", self.params
+            )
+            self._odd = {
+                rowid: (str(_text(raw_id)), self.reader.place_session(_text(raw_id), _text(started), _text(ended)))
+                for rowid, raw_id, started, ended in rows
+            }
+        return self._odd
+
+    def days_of(self, sids: Iterable[str]) -> dict[str, str | None]:
+        """``sid -> day`` of the given sessions (those still in the store)."""
+        out: dict[str, str | None] = {}
+        sids = list(sids)
+        for start in range(0, len(sids), _BATCH):
+            chunk = sids[start : start + _BATCH]
+            marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
+            rows = self.reader.fetch_raw(
+                f"SELECT s.rowid, s.id, {self.day_sql} FROM sessions AS s WHERE s.id IN ({marks})",
+                (*self.params, *chunk),
+            )
+            for rowid, raw_id, day_number in rows:
+                if day_number is not None:
+                    out[str(_text(raw_id))] = day_name(day_number)
+                else:
+                    out[str(_text(raw_id))] = self.odd_sessions().get(rowid, (None, None))[1]
+        return out
+
+    # -- the two tiers -------------------------------------------------------------
+
+    def tier1(self) -> Tier1:
+        """Every day's tier-1 digest: one pass over ``sessions``, one row per day back."""
+        rows = self.reader.fetch_raw(
+            f"SELECT {self.day_sql} AS d, {self._tier1_aggs} FROM sessions AS s NOT INDEXED GROUP BY d",
+            self.params,
+        )
+        odd = self.odd_sessions() if any(r[0] is None for r in rows) else {}
+        extra = self._per_row(self._tier1_aggs, odd)
+        days: dict[str, str] = {}
+        for day_number, *aggs in rows:
+            if day_number is not None:
+                day = day_name(day_number)
+                days[day] = digest([aggs, *extra.pop(day, [])])
+        unplaced = len(extra.pop(None, []))
+        for day, per_row in extra.items():
+            days[day] = digest([(0,), *per_row])
+        return Tier1(days, sum(r[1] for r in rows), unplaced)
+
+    def tier2(self, days: Iterable[str]) -> dict[str, str]:
+        """The tier-2 digest of each given day: every cell of its sessions, and their inactive counts.
+
+        The rows of a day (a few hundred) come to Python and are hashed whole
+        (``marshal``, then blake2b): cheaper than aggregating 45 columns in SQL.
+        """
+        days = sorted(set(days))
+        if not days:
+            return {}
+        wanted = set(days)
+        odd = sorted((day, rowid) for rowid, (_, day) in self.odd_sessions().items() if day in wanted)
+        odd_rows: dict[str, list[tuple]] = {}
+        for start in range(0, len(odd), _BATCH):
+            chunk = [rowid for _, rowid in odd[start : start + _BATCH]]
+            marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
+            for row in self.reader.fetch_raw(
+                f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s WHERE s.rowid IN ({marks})",
+                (*self.params, *chunk),
+            ):
+                odd_rows.setdefault(self.odd_sessions()[row[0]][1], []).append(row)
+        range_ = f"{self.started} BETWEEN ?4 AND ?5 AND " if self._by_started else ""
+        sql = (f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s "
+               f"WHERE {range_}{self.day_sql} = ?3 ORDER BY s.rowid")
+        out = {}
+        for day in days:
+            n = _day_number(day)
+            rows = self.reader.fetch_raw(sql, (*self.params, n, n * 86400 - 1, (n + 1) * 86400 + 1))
+            rows += sorted(odd_rows.get(day, []))
+            out[day] = hashlib.blake2b(marshal.dumps(rows, 2), digest_size=8).hexdigest()
+        return out
+
+    def _per_row(self, aggs: str, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
+        """``day -> [aggregates of each odd session alone]``, in rowid order."""
+        rowids = sorted(odd)
+        out: dict[str | None, list[tuple]] = {}
+        for start in range(0, len(rowids), _BATCH):
+            chunk = rowids[start : start + _BATCH]
+            marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
+            rows = self.reader.fetch_raw(
+                f"SELECT s.rowid, {aggs} FROM sessions AS s WHERE s.rowid IN ({marks}) GROUP BY s.rowid ORDER BY s.rowid",
+                (*self.params, *chunk),
+            )
+            for rowid, *values in rows:
+                out.setdefault(odd[rowid][1], []).append((rowid, *values))
+        return out
