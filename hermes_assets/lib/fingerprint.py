@@ -13,6 +13,8 @@ changed: ONE statement, one pass over ``sessions`` grouped by the day SQL
 computes for each row; Python receives one row per day, never one per
 session. Per day:
 
+- the table's columns and declared types (a Hermes upgrade adding a column
+  changes every day);
 - the number of sessions;
 - ``group_concat`` of the content of :data:`TIER1_TEXT` (title, model, end
   reason, handoff state), a cell over 4 KiB by its length;
@@ -137,8 +139,12 @@ class Fingerprinter:
 
     def __init__(self, reader: StoreReader):
         self.reader = reader
-        names = sorted(_text(r[1]) for r in reader.fetch_raw("PRAGMA table_info(sessions)"))
+        info = reader.fetch_raw("PRAGMA table_info(sessions)")
+        names = sorted(_text(r[1]) for r in info)
         present = set(names)
+        #: the columns and their declared types: part of every day's tier 1, so that a
+        #: schema change (a Hermes upgrade adding columns) is a change of every day
+        self.schema = repr(sorted((_text(r[1]), _text(r[2])) for r in info)).encode()
         indexes = {_text(r[0]) for r in reader.fetch_raw("SELECT name FROM sqlite_master WHERE type = 'index'")}
         col = lambda name: _q(name) if name in present else "NULL"  # noqa: E731
         self.started, self.ended = col("started_at"), col("ended_at")
@@ -222,10 +228,10 @@ class Fingerprinter:
         for day_number, *aggs in rows:
             if day_number is not None:
                 day = day_name(day_number)
-                days[day] = digest([aggs, *extra.pop(day, [])])
+                days[day] = digest([(self.schema,), aggs, *extra.pop(day, [])])
         unplaced = len(extra.pop(None, []))
         for day, per_row in extra.items():
-            days[day] = digest([(0,), *per_row])
+            days[day] = digest([(self.schema,), (0,), *per_row])
         return Tier1(days, sum(r[1] for r in rows), unplaced)
 
     def tier2(self, days: Iterable[str]) -> dict[str, str]:

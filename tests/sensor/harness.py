@@ -24,6 +24,7 @@ from pathlib import Path
 import dagster as dg
 
 from hermes_assets.defs.resources import HermesStores
+from hermes_assets.lib.changes import ROTATION_TICKS
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)
@@ -97,6 +98,13 @@ class SensorDriver:
             assert r.run_key not in self.seen_run_keys, f"run key {r.run_key} reused"
             self.seen_run_keys.add(r.run_key)
         return tick
+
+    def settle(self) -> None:
+        """Tick until the rotation stops: after the store files last changed it reads a few days'
+        long text on each of the next 16 ticks (SPEC §8 step 2); then a tick runs no SQL."""
+        for _ in range(ROTATION_TICKS):
+            tick = self.tick()
+            assert tick.run_requests == [], f"settling requested {tick.days}"
 
     @property
     def state(self) -> dict:
