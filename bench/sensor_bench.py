@@ -48,6 +48,8 @@ sys.path.insert(0, str(REPO))
 def _copy_store(source: Path, work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     dest = work / "state.db"
+    for suffix in ("-wal", "-shm", "-journal"):  # a previous run's: they would not match the new copy
+        Path(str(dest) + suffix).unlink(missing_ok=True)
     for suffix in ("", "-wal"):
         src = Path(str(source) + suffix)
         if src.exists():
@@ -281,6 +283,7 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+    cursor = tick(cursor)[0].cursor_json  # what the writer committed after the last timed tick
     _put(figures, "live_change_tick", _stats(times))
     figures["live_change_tick_days_requested_mean"] = round(sum(days) / len(days), 2)
     figures["live_change_ticks_with_requests"] = sum(1 for d in days if d)

@@ -34,9 +34,9 @@ What each Hermes write (hermes-agent 0.19.0) changes, and when a tick sees it:
 
 =============================  ===============================================  =============
 ``append_message``             new mid; ``message_count``                       next tick
-``end_session``, reopen,       ``ended_at``, ``end_reason``, token totals,      next tick
-``update_token_counts``,       costs, ``title``, ``model``, ``archived``,
-titles, archive, handoff       ``handoff_state`` (tier 1)
+``end_session``, reopen,       ``ended_at`` (with ``end_reason``), token        next tick
+``update_token_counts``,       totals, costs, ``title``, ``model``,
+titles, archive, handoff       ``archived``, ``handoff_state`` (tier 1)
 ``rewind_to_message``          ``rewind_count`` + 1 (always); inactive count    next tick
 ``restore_rewound``            inactive count of a rewound session (tier 1)     next tick
 ``archive_and_compact``        new mids; ``message_count``                      next tick
