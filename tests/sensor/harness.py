@@ -76,8 +76,12 @@ class Tick:
 class SensorDriver:
     """Evaluates ``hermes_state_sensor`` tick after tick, carrying the cursor like the daemon does."""
 
-    def __init__(self, hermes_home: Path, busy_timeout_ms: int = 2000):
-        self.resource = HermesStores(hermes_home=str(hermes_home), busy_timeout_ms=busy_timeout_ms)
+    def __init__(self, hermes_home: Path | None = None, busy_timeout_ms: int = 2000, state_db: Path | None = None):
+        self.resource = HermesStores(
+            hermes_home=None if hermes_home is None else str(hermes_home),
+            state_db=None if state_db is None else str(state_db),
+            busy_timeout_ms=busy_timeout_ms,
+        )
         self.cursor: str | None = None
         self.seen_run_keys: set[str] = set()
 
