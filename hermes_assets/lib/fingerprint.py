@@ -55,7 +55,7 @@ import datetime as dt
 import hashlib
 import marshal
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from hermes_assets.lib.state_db import SANE_MIN_S, StoreReader
 
@@ -207,20 +207,20 @@ class Fingerprinter:
     def days_of(self, sids: Iterable[str]) -> dict[str, str | None]:
         """``sid -> day`` of the given sessions (those still in the store)."""
         out: dict[str, str | None] = {}
-        sids = list(sids)
-        for start in range(0, len(sids), _BATCH):
-            chunk = sids[start : start + _BATCH]
-            marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
-            rows = self.reader.fetch_raw(
-                f"SELECT s.rowid, s.id, {self.day_sql} FROM sessions AS s WHERE s.id IN ({marks})",
-                (*self.params, *chunk),
-            )
-            for rowid, raw_id, day_number in rows:
-                if day_number is not None:
-                    out[str(_text(raw_id))] = day_name(day_number)
-                else:
-                    out[str(_text(raw_id))] = self.odd_sessions().get(rowid, (None, None))[1]
+        select = f"SELECT s.rowid, s.id, {self.day_sql} FROM sessions AS s"
+        for rowid, raw_id, day_number in self._where_in(select, "s.id", list(sids)):
+            if day_number is not None:
+                out[str(_text(raw_id))] = day_name(day_number)
+            else:
+                out[str(_text(raw_id))] = self.odd_sessions().get(rowid, (None, None))[1]
         return out
+
+    def _where_in(self, select: str, column: str, values: list) -> Iterator[tuple]:
+        """The rows of ``select`` whose ``column`` is one of ``values``, a batch per statement."""
+        for start in range(0, len(values), _BATCH):
+            chunk = values[start : start + _BATCH]
+            marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
+            yield from self.reader.fetch_raw(f"{select} WHERE {column} IN ({marks})", (*self.params, *chunk))
 
     # -- the two tiers -------------------------------------------------------------
 
@@ -254,16 +254,11 @@ class Fingerprinter:
         if not days:
             return {}
         wanted = set(days)
-        odd = sorted((day, rowid) for rowid, (_, day) in self.odd_sessions().items() if day in wanted)
+        odd = {rowid: day for rowid, (_, day) in self.odd_sessions().items() if day in wanted}
         odd_rows: dict[str, list[tuple]] = {}
-        for start in range(0, len(odd), _BATCH):
-            chunk = [rowid for _, rowid in odd[start : start + _BATCH]]
-            marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
-            for row in self.reader.fetch_raw(
-                f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s WHERE s.rowid IN ({marks})",
-                (*self.params, *chunk),
-            ):
-                odd_rows.setdefault(self.odd_sessions()[row[0]][1], []).append(row)
+        select = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s"
+        for row in self._where_in(select, "s.rowid", sorted(odd)):
+            odd_rows.setdefault(odd[row[0]], []).append(row)
         range_ = f"{self.started} BETWEEN ?4 AND ?5 AND " if self._by_started else ""
         # rows in the order of idx_sessions_started (else of the table): fixed for fixed data
         sql = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s WHERE {range_}{self.day_sql} = ?3"
@@ -277,15 +272,7 @@ class Fingerprinter:
 
     def _per_row(self, cells: str, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
         """``day -> [tier-1 values of each odd session]``, in rowid order."""
-        rowids = sorted(odd)
         out: dict[str | None, list[tuple]] = {}
-        for start in range(0, len(rowids), _BATCH):
-            chunk = rowids[start : start + _BATCH]
-            marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
-            rows = self.reader.fetch_raw(
-                f"SELECT s.rowid, {cells} FROM sessions AS s WHERE s.rowid IN ({marks}) ORDER BY s.rowid",
-                (*self.params, *chunk),
-            )
-            for rowid, *values in rows:
-                out.setdefault(odd[rowid][1], []).append((rowid, *values))
+        for row in sorted(self._where_in(f"SELECT s.rowid, {cells} FROM sessions AS s", "s.rowid", sorted(odd))):
+            out.setdefault(odd[row[0]][1], []).append(row)
         return out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import structlog
+
 from hermes_assets.lib import changes
 from hermes_assets.lib.fingerprint import Fingerprinter
 from hermes_assets.lib.state_db import Store, StoreReader
@@ -108,3 +110,17 @@ def test_cursor_is_compact(fixture_copy):
     for tier1, tier2, tick in entry["days"].values():
         assert len(tier1) == len(tier2) == 16 and tick == 1
     assert len(plan.cursor_json) < 1600
+
+
+def test_a_version_1_cursor_is_upgraded_by_requesting_every_day_once(fixture_copy):
+    """Whole-row fingerprints of cursor version 1 cannot be compared with the two tiers:
+    the store is read as new (every day requested once, one log line), pending days are kept."""
+    db = fixture_copy("small")
+    v1 = {"version": 1, "stores": {str(db): {"label": "", "files": None, "max_mid": 1, "seq": 1, "days": {}}},
+          "pending": {"2030-01-01": "abcdefabcdef"}}
+    with structlog.testing.capture_logs() as events:
+        plan = _plan(Store(str(db)), json.dumps(v1), is_partition=lambda d: d < "2030")
+    assert [s.status for s in plan.scans] == [changes.NEW]
+    assert len(plan.requests) == 14 and plan.pending == {"2030-01-01": "abcdefabcdef"}
+    assert [e["event"] for e in events if e["event"].startswith("hermes.sensor.cursor")] == ["hermes.sensor.cursor_upgraded"]
+    assert plan.cursor["version"] == changes.CURSOR_VERSION == 2

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from tests.sensor.harness import SensorDriver
+from tests.sensor.harness import SensorDriver, checkpoint
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
 DAYS = {"alpha": "2026-06-01", "bravo": "2026-06-02", "charlie": "2026-06-03"}
@@ -64,11 +64,7 @@ class Stores:
 
 def _checkpointed(db: Path) -> None:
     """Fold the WAL into the file and drop the sidecars (as Hermes does when it exits)."""
-    conn = sqlite3.connect(db)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+    checkpoint(db)
     for suffix in ("-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
 
