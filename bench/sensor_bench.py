@@ -366,7 +366,8 @@ def _report(figures: dict, as_json: bool) -> None:
         print(f"  {name:<{width}}  {ms:>10.3f} ms  {note}")
     print(f"  {'cursor size':<{width}}  {figures['cursor_bytes']:>10,} B")
     print(f"  {'rotation: ticks to see a prompt edit':<{width}}  {figures['rotation_bound_ticks']!s:>10}  bound 16")
-    print(f"  {'load average (1 min), start / end':<{width}}  {figures['load_avg_1m_start']} / {figures['load_avg_1m_end']}")
+    load = f"{figures['load_avg_1m_start']} / {figures['load_avg_1m_end']}"
+    print(f"  {'load average (1 min), start / end':<{width}}  {load:>10}  (the machine is shared)")
     if as_json:
         print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()}))
 

@@ -122,5 +122,6 @@ def test_a_version_1_cursor_is_upgraded_by_requesting_every_day_once(fixture_cop
         plan = _plan(Store(str(db)), json.dumps(v1), is_partition=lambda d: d < "2030")
     assert [s.status for s in plan.scans] == [changes.NEW]
     assert len(plan.requests) == 14 and plan.pending == {"2030-01-01": "abcdefabcdef"}
-    assert [e["event"] for e in events if e["event"].startswith("hermes.sensor.cursor")] == ["hermes.sensor.cursor_upgraded"]
+    cursor_events = [e["event"] for e in events if e["event"].startswith("hermes.sensor.cursor")]
+    assert cursor_events == ["hermes.sensor.cursor_upgraded"]
     assert plan.cursor["version"] == changes.CURSOR_VERSION == 2

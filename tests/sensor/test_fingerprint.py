@@ -127,8 +127,10 @@ TIER1_WRITES = {
     "rewind": (B, lambda w: w.rewind_to_message("b1", w.mids("b1")[0])),
     "undo of a rewind (active flags only)": (A, lambda w: w.restore_rewound("a1", w.mids("a1")[2])),
     "session deleted": (A, lambda w: w.delete_session("a2")),
-    "estimated cost only (raw SQL)": (A, lambda w: w.raw_sql("UPDATE sessions SET estimated_cost_usd = 0.0100001 WHERE id = 'a2'")),
-    "ended_at by a millisecond (raw SQL)": (A, lambda w: w.raw_sql("UPDATE sessions SET ended_at = ended_at + 0.001 WHERE id = 'a2'")),
+    "estimated cost only (raw SQL)": (
+        A, lambda w: w.raw_sql("UPDATE sessions SET estimated_cost_usd = 0.0100001 WHERE id = 'a2'")),
+    "ended_at by a millisecond (raw SQL)": (
+        A, lambda w: w.raw_sql("UPDATE sessions SET ended_at = ended_at + 0.001 WHERE id = 'a2'")),
     "title moved to the other session of the day": (
         A, lambda w: (w.set_session_title("a2", ""), w.set_session_title("a1", "Ping pong"))),
 }
