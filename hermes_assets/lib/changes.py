@@ -63,9 +63,10 @@ row per day to Python) plus the new messages (rowid range) plus tier 2 of
 ``messages`` table is never scanned; the cost grows with the sessions table
 (~1.7-3 us a session: SQLite reads every page of it, prompts included) and not
 with the messages. On the 1.07M-message bench store (59k sessions, 330 days;
-``bench/sensor_bench.py``): tier 1 ~100 ms on an idle 2-core machine and
-~170-240 ms on the shared one, tier 2 of 21 days ~25-40 ms. A tick whose files
-did not move costs ~0.1 ms once the rotation is idle, ~40 ms while it runs.
+``bench/sensor_bench.py``, a 2-core machine shared with other work, load 2-3):
+tier 1 ~200 ms (of which ~85 ms of CPU is SQLite reading the table's 46k
+pages, prompts included), tier 2 of 21 days ~40 ms. A tick whose files did
+not move costs ~0.1 ms once the rotation is idle, ~40 ms while it runs.
 
 Stores are independent (SPEC D18): a store that is busy, corrupt, replaced by
 something unreadable or not a Hermes store is reported in :attr:`TickPlan.scans`
