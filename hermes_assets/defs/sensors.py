@@ -1,7 +1,9 @@
 """The watermark sensor: request the days whose Hermes data changed (SPEC §8, spec R6).
 
 Change detection lives in :mod:`hermes_assets.lib.changes`; this module turns
-its plan into one ``RunRequest`` per changed day for the three assets. When a
+its plan into one ``RunRequest`` per changed day for the three assets. A store
+that cannot be read is named in the tick's logs (and in the skip reason when
+nothing is requested) while the other stores' days are requested (SPEC D18). When a
 tick finds more changed days than ``HERMES_ASSETS_SENSOR_MAX_RUNS`` (default 14:
 a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
@@ -9,7 +11,6 @@ costs one run of seconds, not hundreds of runs.
 """
 
 import hashlib
-
 
 import dagster as dg
 
@@ -42,12 +43,19 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
         is_partition=daily_partitions.has_partition_key,
         busy_timeout_ms=hermes.busy_timeout_ms,
     )
-    log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **plan.counts())
-    context.log.info(f"hermes.sensor.tick {plan.counts()}")
+    requests = run_requests(plan.requests)
+    # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
+    counts = {**plan.counts(), "runs_requested": len(requests)}
+    failed = [{"store": s.store.label, "path": s.store.path, "error_kind": s.error_kind} for s in plan.failures]
+    log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **counts, **({"failed": failed} if failed else {}))
+    context.log.info(f"hermes.sensor.tick {counts}")
+    for scan in plan.failures:  # D18: named in the tick's log, whatever else the tick requests
+        context.log.error(f"hermes.sensor.store_failed {scan.store.path} ({scan.error_kind}): {scan.error} "
+                          "Its cursor entry is kept; the next tick reads it again.")
     cursor = plan.cursor_json
     reason = plan.skip_reason if stores else _no_store_reason(hermes)
-    if plan.requests:
-        return dg.SensorResult(run_requests=run_requests(plan.requests), cursor=cursor)
+    if requests:
+        return dg.SensorResult(run_requests=requests, cursor=cursor)
     if cursor != (context.cursor or ""):
         return dg.SensorResult(skip_reason=reason, cursor=cursor)
     return dg.SkipReason(reason)

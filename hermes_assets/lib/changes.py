@@ -1,44 +1,80 @@
-"""Which partitions changed since the last look at the Hermes stores (SPEC §8).
+"""Which partitions changed since the last look at the Hermes stores (SPEC §8, D17, D18).
 
-The sensor keeps one cursor (JSON) with, per store:
+The sensor keeps one cursor (JSON, version 2) with, per store:
 
 - ``files``: identity of the store files, ``[inode, size, mtime_ns]`` of the
   db and of its ``-wal`` (``null`` when absent). Unchanged identity means
-  nothing was committed: the tick ends after two ``stat`` calls, with no SQL.
+  nothing was committed.
 - ``max_mid`` and ``seq``: the highest ``messages.id`` and the
   ``sqlite_sequence`` high-water mark of ``messages``. New messages are the
   rows with ``id > max_mid`` (a rowid range scan); a mark that went down, or a
   new inode, means the store was replaced.
-- ``days``: per UTC day, a 16-hex fingerprint of the whole ``sessions`` rows of
-  the sessions placed on that day (every column) and of each session's count
-  of inactive messages (:meth:`StoreReader.session_prints`).
+- ``days``: per UTC day ``[tier 1, tier 2, stamp]``: the two fingerprints of
+  the sessions placed on that day (:mod:`hermes_assets.lib.fingerprint`) and
+  the rotation tick at which tier 2 was last computed.
+- ``rotation``: ``{"tick", "hot", "share"}``: the store's tick counter, how
+  many more ticks the rotation runs, and how many days it digests per tick.
 
-What each Hermes write changes, and so how it is seen (hermes-agent 0.19.0):
+A tick, per store:
 
-============================  ===============================================
-``append_message``            new mid; ``sessions.message_count`` + 1
-``end_session``, reopen,      the sessions row (``ended_at``, ``end_reason``,
-titles, archive, totals       token/cost columns, ``title``, ``archived`` ...)
-``rewind_to_message``         ``sessions.rewind_count`` + 1 (always); inactive count
-``archive_and_compact``       new mids; ``message_count``; inactive count
-``replace_messages``,         new mids (unless replaced by nothing);
-``clear_messages``            ``message_count``; inactive count when inactive
-                              rows go
-``restore_rewound``           inactive count only
-``delete_session``, prune     the session's row is gone from its day
-``set_latest_user_api_content``  NOT seen: it only rewrites ``messages.api_content``
-                              of the newest user row, right after a compaction
-                              inserted that row (whose new mid is seen); a
-                              later one waits for the day's next change
-============================  ===============================================
+1. Files unchanged and the rotation idle: nothing else, no SQL (two ``stat``).
+2. Files changed: new messages by mid, tier 1 of every day, and the days whose
+   tier 1 moved, that lost every session, or that hold a session with new
+   messages are requested; each gets its tier 2 on this tick. The rotation
+   restarts for :data:`ROTATION_TICKS` ticks.
+3. While the rotation runs (files changed or not), tier 2 of the ``share``
+   days whose tier 2 is oldest, ``share = ceil(days / 16)`` (never lowered
+   while the rotation runs); a day whose tier 2 moved is requested. A change
+   that tier 1 does not see is therefore requested within 16 ticks: on the
+   tick it is committed the rotation restarts, and in 16 ticks of ``share``
+   oldest days each, every day present at that tick is digested again (days
+   that appear later are digested the tick they appear).
 
-Cost of a tick whose files changed: proportional to the ``sessions`` table
-(one pass, in rowid batches) plus one index seek per session into
-``idx_messages_session_active`` (counting inactive rows, index only) plus the
-new messages (rowid range). The ``messages`` table is never scanned.
+What each Hermes write (hermes-agent 0.19.0) changes, and when a tick sees it:
+
+=============================  ===============================================  =============
+``append_message``             new mid; ``message_count``                       next tick
+``end_session``, reopen,       ``ended_at`` (with ``end_reason``), token        next tick
+``update_token_counts``,       totals, costs, ``title``, ``model``,
+titles, archive, handoff       ``archived``, ``handoff_state`` (tier 1)
+``rewind_to_message``          ``rewind_count`` + 1 (always); inactive count    next tick
+``restore_rewound``            inactive count of a rewound session (tier 1)     next tick
+``archive_and_compact``        new mids; ``message_count``                      next tick
+``replace_messages``,          new mids (unless replaced by nothing);           next tick
+``clear_messages``             ``message_count``
+``delete_session``, prune      the session's row is gone from its day           next tick
+new session                    its day's session count                          next tick
+store restored or replaced     new inode or ``sqlite_sequence`` went down:      next tick
+                               every day present is requested
+``update_system_prompt``,      other columns (``system_prompt``,                within 16
+``update_session_meta``,       ``model_config``, billing, cwd/git, gateway      ticks
+``update_session_cwd``,        ids, compression state ...): tier 2
+gateway peer, billing route
+inactive rows of a session     inactive count of a never-rewound session with   within 16
+never rewound (no Hermes API)  live messages: tier 2                            ticks
+``set_latest_user_api_content`` NOT seen: it only rewrites ``messages.api_content``  (next change
+                               of the newest user row, right after a compaction  of the day)
+                               inserted that row (whose new mid is seen)
+=============================  ===============================================  =============
+
+Cost of a tick whose files changed: one pass over ``sessions`` (tier 1, one
+row per day to Python) plus the new messages (rowid range) plus tier 2 of
+``ceil(days / 16)`` days and of the changed ones (their rows). The
+``messages`` table is never scanned; the cost grows with the sessions table
+(~1.7-3 us a session: SQLite reads every page of it, prompts included) and not
+with the messages. On the 1.07M-message bench store (59k sessions, 330 days;
+``bench/sensor_bench.py``, a 2-core machine shared with other work, load 2-3):
+tier 1 ~200 ms (of which ~85 ms of CPU is SQLite reading the table's 46k
+pages, prompts included), tier 2 of 21 days ~40 ms. A tick whose files did
+not move costs ~0.1 ms once the rotation is idle, ~40 ms while it runs.
+
+Stores are independent (SPEC D18): a store that is busy, corrupt, replaced by
+something unreadable or not a Hermes store is reported in :attr:`TickPlan.scans`
+(``status`` ``failed``, ``error_kind``), keeps its cursor entry as it was, and
+the other stores' days are requested as usual; a later tick reads it again.
 
 Run keys: ``f"{day}@{h}"`` where ``h`` hashes, for every store in which the
-day changed, its label, the day's new fingerprint and the store files'
+day changed, its label, the day's new fingerprints and the store files'
 identity. The identity is in there because a fingerprint alone can come back
 (a flag set then cleared): Dagster silently skips a run key it has seen, and
 the partition would keep the intermediate state.
@@ -52,26 +88,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from hermes_assets.lib import errors
+from hermes_assets.lib.fingerprint import Fingerprinter
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
 
 log = get_logger()
 
-CURSOR_VERSION = 1
-_MASK64 = (1 << 64) - 1
-_MIX = 0x9E3779B97F4A7C15  # odd: multiplying by it is a bijection mod 2**64
+CURSOR_VERSION = 2
+#: a change tier 1 does not compare is requested within this many ticks (SPEC §8 step 2)
+ROTATION_TICKS = 16
 
 # statuses of a store in one tick
 MISSING = "missing"
-UNCHANGED = "unchanged"  # same file identity: no SQL ran
+UNCHANGED = "unchanged"  # same file identity, rotation idle: no SQL ran
 READ = "read"  # files changed: read, compared with the cursor
+ROTATED = "rotated"  # files unchanged: only the rotation's tier 2 ran
 NEW = "new"  # not in the cursor: every day present is requested
 REPLACED = "replaced"  # new inode or sqlite_sequence went down: every day requested
+FAILED = "failed"  # could not be read: reported, cursor entry kept (D18)
+
+_READ_STATUSES = (READ, ROTATED, NEW, REPLACED)
 
 
 # --------------------------------------------------------------------------
@@ -80,7 +122,11 @@ REPLACED = "replaced"  # new inode or sqlite_sequence went down: every day reque
 
 
 def load_cursor(text: str | None) -> dict:
-    """The sensor's cursor as a dict; an absent, foreign or broken cursor is an empty one."""
+    """The sensor's cursor as a dict; an absent, foreign or broken cursor is an empty one.
+
+    A version-1 cursor (whole-row fingerprints) cannot be compared with the two
+    tiers: its stores are read as new, so every day present is requested once.
+    """
     empty = {"version": CURSOR_VERSION, "stores": {}, "pending": {}}
     if not text:
         return empty
@@ -89,6 +135,10 @@ def load_cursor(text: str | None) -> dict:
     except ValueError:
         log.warning("hermes.sensor.cursor_unreadable", reason="not JSON")
         return empty
+    if isinstance(cursor, dict) and cursor.get("version") == 1:
+        log.info("hermes.sensor.cursor_upgraded", stores=len(cursor.get("stores") or {}),
+                 reason="fingerprints of cursor version 1 are not comparable: every day is requested once")
+        return {**empty, "pending": cursor.get("pending") or {}}
     if not isinstance(cursor, dict) or cursor.get("version") != CURSOR_VERSION:
         log.warning("hermes.sensor.cursor_unreadable", reason="unknown cursor version")
         return empty
@@ -135,29 +185,6 @@ def _settled_identity(before: dict, after: dict | None) -> dict:
     return before
 
 
-# --------------------------------------------------------------------------
-# fingerprints
-# --------------------------------------------------------------------------
-
-
-def day_prints(prints: dict) -> tuple[dict[str, str], int]:
-    """``day -> 16-hex fingerprint`` from ``sid -> SessionPrint``; and the count of unplaced sessions.
-
-    Order-free (a sum of the sessions' 64-bit digests, and their count), so no
-    sort is needed; a session that moves to another day changes both days.
-    """
-    sums: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    unplaced = 0
-    for p in prints.values():
-        if p.day is None:
-            unplaced += 1
-            continue
-        sums[p.day] = sums.get(p.day, 0) + p.digest * _MIX  # spread each digest over all 64 bits
-        counts[p.day] = counts.get(p.day, 0) + 1
-    return {d: format((sums[d] + counts[d]) * _MIX & _MASK64, "016x") for d in sums}, unplaced
-
-
 def run_hash(parts: list[tuple[str, str | None, str]]) -> str:
     """Short hash of ``(store label, day fingerprint or None, files stamp)`` for the stores that changed a day."""
     ordered = sorted(parts, key=lambda p: (p[0], p[2]))
@@ -182,7 +209,10 @@ class StoreScan:
     new_messages: int = 0
     sessions: int = 0
     unplaced: int = 0
+    tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
     reason: str | None = None  # why a store counts as replaced
+    error_kind: str | None = None  # FAILED: the store-level error kind (SPEC §9)
+    error: str | None = None  # FAILED: what happened, naming the file
     ms: float = 0.0
 
 
@@ -201,7 +231,13 @@ class TickPlan:
     def cursor_json(self) -> str:
         return dump_cursor(self.cursor)
 
+    @property
+    def failures(self) -> list[StoreScan]:
+        return [s for s in self.scans if s.status == FAILED]
+
     def counts(self) -> dict:
+        """Counts for the tick log (ids and counts only). Runs are counted by the sensor:
+        several days can make one ranged run."""
         by_status: dict[str, int] = {}
         for s in self.scans:
             by_status[s.status] = by_status.get(s.status, 0) + 1
@@ -210,12 +246,14 @@ class TickPlan:
             "stores": len(self.scans),
             "stores_missing": by_status.get(MISSING, 0),
             "stores_unchanged": by_status.get(UNCHANGED, 0),
-            "stores_read": sum(n for k, n in by_status.items() if k not in (MISSING, UNCHANGED)),
+            "stores_read": sum(by_status.get(k, 0) for k in _READ_STATUSES),
             "stores_new": by_status.get(NEW, 0),
             "stores_replaced": by_status.get(REPLACED, 0),
+            "stores_failed": by_status.get(FAILED, 0),
             "days_changed": len(changed),
-            "runs_requested": len(self.requests),
+            "days_requested": len(self.requests),
             "days_pending": len(self.pending),
+            "tier2_days": sum(s.tier2_days for s in self.scans),
             "new_messages": sum(s.new_messages for s in self.scans),
             "sessions": sum(s.sessions for s in self.scans),
             "sessions_unplaced": sum(s.unplaced for s in self.scans),
@@ -234,14 +272,19 @@ def plan_tick(
 
     ``is_partition(day)`` says whether the partitions definition has that key;
     a changed day it lacks is kept in ``pending`` and requested on the first
-    tick where it exists. An unreadable store raises its typed error
-    (:mod:`hermes_assets.lib.errors`): the tick fails and the cursor stays.
+    tick where it exists. A store that cannot be read is reported in the
+    plan's scans and keeps its cursor entry; it never stops the other stores.
     """
     t0 = time.perf_counter()
     cursor = load_cursor(cursor_text)
     old_stores: dict = cursor["stores"]
-    new_stores = dict(old_stores)  # stores not discovered this time keep their entry
-    scans = [_scan(store, old_stores.get(store.path), new_stores, busy_timeout_ms, now_s) for store in stores]
+    new_stores = dict(old_stores)  # stores not discovered, missing or failed keep their entry
+    scans = []
+    for store in stores:
+        scan, entry = _scan(store, old_stores.get(store.path), busy_timeout_ms, now_s)
+        scans.append(scan)
+        if entry is not None:
+            new_stores[store.path] = entry
 
     # one request per day, whatever the number of stores that changed it
     parts: dict[str, list[tuple[str, str | None, str]]] = {}
@@ -276,61 +319,136 @@ def plan_tick(
     return plan
 
 
-def _scan(store: Store, old: dict | None, new_stores: dict, busy_timeout_ms: int, now_s: float | None) -> StoreScan:
+def _scan(store: Store, old: dict | None, busy_timeout_ms: int, now_s: float | None) -> tuple[StoreScan, dict | None]:
+    """One store's scan and its new cursor entry (None: keep the old one)."""
     t0 = time.perf_counter()
-    identity = file_identity(store.path)
+    try:
+        identity = file_identity(store.path)
+    except OSError as exc:  # e.g. a folder we may not search
+        return _failed(store, exc, t0), None
     if identity is None:
-        return StoreScan(store, MISSING)
+        return StoreScan(store, MISSING), None
     scan = StoreScan(store, UNCHANGED, stamp=_stamp(identity))
-    if old is not None and old.get("files") == identity:
-        return scan  # nothing committed since the last tick: no SQL at all
+    rotation = {"tick": 0, "hot": 0, "share": 0, **((old or {}).get("rotation") or {})}
+    files_changed = old is None or old.get("files") != identity
+    if not files_changed and rotation["hot"] <= 0:
+        return scan, None  # nothing committed since the last tick, rotation idle: no SQL at all
 
     try:
         with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
-            max_mid, seq = reader.message_marks()
-            replaced = _replaced(old, identity, seq)
-            since = None if old is None or replaced else (old.get("max_mid") or 0)
-            new_by_sid = {}
-            if since is not None and max_mid is not None and max_mid > since:
-                new_by_sid = reader.sessions_with_messages_after(since)
-            prints = reader.session_prints()
+            fp = Fingerprinter(reader)
+            if files_changed:
+                entry = _read(scan, old, identity, rotation, reader, fp)
+            else:
+                entry = _rotate(scan, old, rotation, fp)
     except (FileNotFoundError, errors.StoreMissing):
-        return StoreScan(store, MISSING)  # deleted between stat and open, or not created yet
-    except errors.HermesAssetsError as exc:
-        log.error("hermes.sensor.store_unreadable", path=store.path, store=store.label,
-                  error_kind=exc.error_kind)
-        raise type(exc)(
-            f"{exc} The sensor's cursor was not advanced; the next tick reads the store again.", path=store.path
-        ) from exc
+        return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
+    except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
+        if isinstance(exc.__cause__, (sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+            raise  # our SQL is wrong: a bug, not a bad store
+        return _failed(store, exc, t0), None
+    entry["files"] = _settled_identity(entry["files"], file_identity(store.path))
+    scan.ms = (time.perf_counter() - t0) * 1000
+    return scan, entry
 
-    days, unplaced = day_prints(prints)
+
+def _read(scan: StoreScan, old: dict | None, identity: dict, rotation: dict, reader: StoreReader,
+          fp: Fingerprinter) -> dict:
+    """Files changed: marks, new messages, tier 1 of every day, then the rotation."""
+    store = scan.store
+    max_mid, seq = reader.message_marks()
+    replaced = _replaced(old, identity, seq)
+    since = None if old is None or replaced else (old.get("max_mid") or 0)
+    new_by_sid = {}
+    if since is not None and max_mid is not None and max_mid > since:
+        new_by_sid = reader.sessions_with_messages_after(since)
+    tier1 = fp.tier1()
     old_days = {} if old is None else old.get("days", {})
-    scan.sessions, scan.unplaced = len(prints), unplaced
+    scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
     scan.new_messages = sum(new_by_sid.values())
     if old is None or replaced:
         scan.status = NEW if old is None else REPLACED
         scan.reason = replaced
-        scan.changed = {**{d: None for d in old_days}, **days}
+        changed = set(tier1.days) | set(old_days)
         if replaced:
             log.warning("hermes.sensor.store_replaced", path=store.path, store=store.label, reason=replaced,
-                        days=len(scan.changed), error_kind=errors.StoreReplaced.error_kind)
+                        days=len(changed), error_kind=errors.StoreReplaced.error_kind)
     else:
         scan.status = READ
-        scan.changed = {d: fp for d, fp in days.items() if old_days.get(d) != fp}
-        scan.changed.update({d: None for d in old_days if d not in days})
-        for sid in new_by_sid:
-            p = prints.get(sid)
-            if p is not None and p.day is not None:
-                scan.changed.setdefault(p.day, days[p.day])
-    new_stores[store.path] = {
+        changed = {d for d, h in tier1.days.items() if _tier1(old_days.get(d)) != h}
+        changed |= set(old_days) - set(tier1.days)
+        changed |= {d for d in fp.days_of(new_by_sid).values() if d in tier1.days}
+    # a change of the files restarts the rotation; the share never drops while it runs
+    share = _share(len(tier1.days), rotation)
+    days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation["tick"] + 1)
+    return {
         "label": store.label,
-        "files": _settled_identity(identity, file_identity(store.path)),
+        "files": identity,
         "max_mid": max_mid,
         "seq": seq,
         "days": days,
+        "rotation": {"tick": rotation["tick"] + 1, "hot": ROTATION_TICKS - 1, "share": share},
     }
-    scan.ms = (time.perf_counter() - t0) * 1000
-    return scan
+
+
+def _rotate(scan: StoreScan, old: dict, rotation: dict, fp: Fingerprinter) -> dict:
+    """Files unchanged but the rotation still running: tier 2 of the next days only."""
+    scan.status = ROTATED
+    old_days = old.get("days", {})
+    tier1 = {d: v[0] for d, v in old_days.items()}
+    share = _share(len(tier1), rotation)
+    days = _digest(scan, fp, tier1, old_days, set(), share, rotation["tick"] + 1)
+    return {**old, "days": days, "rotation": {"tick": rotation["tick"] + 1, "hot": rotation["hot"] - 1, "share": share}}
+
+
+def _share(n_days: int, rotation: dict) -> int:
+    share = -(-n_days // ROTATION_TICKS)
+    return max(share, rotation["share"]) if rotation["hot"] > 0 else share
+
+
+def _digest(scan: StoreScan, fp: Fingerprinter, tier1: dict[str, str], old_days: dict, changed: set[str],
+            share: int, tick: int) -> dict:
+    """Tier 2 of the changed days and of the rotation's ``share`` oldest others; the new ``days``.
+
+    Sets ``scan.changed``: the changed days, and rotation days whose tier 2 moved.
+    """
+    present = set(tier1)
+    now = changed & present
+    others = sorted(present - now, key=lambda d: (_stamp_of(old_days.get(d)), d))
+    rotation = others[:share]
+    tier2 = fp.tier2(now | set(rotation))
+    scan.tier2_days = len(tier2)
+    changed = set(changed) | {d for d in rotation if _tier2(old_days.get(d)) != tier2[d]}
+    days = {}
+    for d in present:
+        if d in tier2:
+            days[d] = [tier1[d], tier2[d], tick]
+        else:
+            days[d] = [tier1[d], _tier2(old_days.get(d)), _stamp_of(old_days.get(d))]
+    scan.changed = {d: (days[d][0] + days[d][1]) if d in days else None for d in changed}
+    return days
+
+
+def _tier1(entry) -> str | None:
+    return entry[0] if entry else None
+
+
+def _tier2(entry) -> str | None:
+    return entry[1] if entry else None
+
+
+def _stamp_of(entry) -> int:
+    return entry[2] if entry else -1
+
+
+def _failed(store: Store, exc: Exception, t0: float) -> StoreScan:
+    """A store that cannot be read this tick (SPEC D18): reported, its cursor entry kept."""
+    if isinstance(exc, errors.HermesAssetsError):
+        kind, text = exc.error_kind, str(exc)
+    else:
+        kind, text = errors.StoreCorrupt.error_kind, f"{store.path} cannot be read: {exc}"
+    log.error("hermes.sensor.store_failed", path=store.path, store=store.label, error_kind=kind, reason=text)
+    return StoreScan(store, FAILED, error_kind=kind, error=text, ms=(time.perf_counter() - t0) * 1000)
 
 
 def _replaced(old: dict | None, identity: dict, seq: int | None) -> str | None:
@@ -347,6 +465,18 @@ def _replaced(old: dict | None, identity: dict, seq: int | None) -> str | None:
 
 
 def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
+    failed = [s for s in scans if s.status == FAILED]
+    healthy = [s for s in scans if s.status != FAILED]
+    reason = _healthy_reason(healthy, changed, pending) if healthy else ""
+    if not failed:
+        return reason
+    failures = "; ".join(f"{s.store.path} could not be read ({s.error_kind}): {s.error}" for s in failed)
+    text = (f"{len(failed)} store(s) failed, their cursor entries are kept and the next tick reads them "
+            f"again: {failures}")
+    return f"{text} | other stores: {reason}" if reason else text
+
+
+def _healthy_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
     missing = [s.store.path for s in scans if s.status == MISSING]
     if scans and len(missing) == len(scans):
         return "; ".join(f"no Hermes installation at {p}" for p in missing)
@@ -356,11 +486,17 @@ def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
             f"{len(days)} day(s) changed ({', '.join(days[:5])}{' ...' if len(days) > 5 else ''}) but none is a "
             f"partition yet: kept pending ({len(pending)} pending in all)"
         )
-    read = [s for s in scans if s.status not in (MISSING, UNCHANGED)]
+    read = [s for s in scans if s.status in (READ, NEW, REPLACED)]
+    rotated = [s for s in scans if s.status == ROTATED]
     tail = f"; missing: {', '.join(missing)}" if missing else ""
     if read:
         return (
             f"no change: the files of {len(read)} store(s) moved but no captured row changed "
             f"(a checkpoint or a write outside the captured tables){tail}"
+        )
+    if rotated:
+        return (
+            f"no change: {len(rotated)} store(s) unchanged since the last tick; the rotation checked "
+            f"{sum(s.tier2_days for s in rotated)} day(s) of long text{tail}"
         )
     return f"no change: {len(scans) - len(missing)} store(s) unchanged since the last tick{tail}"

@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import marshal
 import os
 import shutil
 import sqlite3
 import tempfile
 import time
 import urllib.parse
-import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator
 
 from hermes_assets.lib import errors
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS, USAGE_COLUMNS
-from hermes_assets.lib.timestamps import DayNames, epoch_ms, ms_day, sane_instant, sane_ms, session_start_ms
+from hermes_assets.lib.timestamps import DayNames, ms_day, sane_instant, session_start_ms
 
 log = get_logger()
 
@@ -38,8 +36,6 @@ HERMES_FIRST_TABLE = "schema_version"
 DEFAULT_BUSY_TIMEOUT_MS = 2000
 #: sessions per ``IN (...)`` statement: bounds one statement's memory and time.
 SESSION_CHUNK = 200
-#: sessions rows per statement when fingerprinting the sessions table (SPEC §8)
-SESSION_PRINT_BATCH = 5000
 
 # SQLite result codes (primary = code & 0xFF).
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
@@ -183,13 +179,6 @@ class SessionBundle:
     messages: list[dict]
     usage: list[dict]
     bad_cells: list[tuple[str, str, int | None]] = field(default_factory=list)
-
-
-class SessionPrint(NamedTuple):
-    """A session's day (SPEC §2; None: no sane time) and a 64-bit digest of its row (SPEC §8)."""
-
-    day: str | None
-    digest: int
 
 
 @dataclass
@@ -511,13 +500,12 @@ class StoreReader:
             out.append(SessionBundle(self.store, sid, day, session, msgs, usage_by_sid.get(sid, []), bad.get(sid, [])))
         return out
 
-    # -- change detection (SPEC §8): marks, new messages, session prints --------
+    # -- change detection (SPEC §8): marks, new messages, raw statements --------
     #
     # Cost per call: ``message_marks`` two b-tree lookups; ``sessions_with_messages_after``
-    # a rowid range scan over the new messages only; ``session_prints`` one pass over
-    # ``sessions`` (in rowid batches) plus, per session, one seek into the covering
-    # index ``idx_messages_session_active`` counting its inactive rows. None of them
-    # reads the ``messages`` table itself.
+    # a rowid range scan over the new messages only. The per-day fingerprints of
+    # ``sessions`` are built by :mod:`hermes_assets.lib.fingerprint` on top of
+    # ``fetch_raw`` and ``place_session``.
 
     def message_marks(self) -> tuple[int | None, int | None]:
         """``(max mid, sqlite_sequence high-water mark of messages)``."""
@@ -535,61 +523,25 @@ class StoreReader:
         )
         return {str(sid): n for sid, n in rows}
 
-    def session_prints(self, batch: int = SESSION_PRINT_BATCH) -> dict[str, "SessionPrint"]:
-        """``sid -> (day, digest)`` for every session of the store.
+    def fetch_raw(self, sql: str, params: Iterable = ()) -> list[tuple]:
+        """One statement (its own short read transaction, busy retry), TEXT cells as ``bytes``.
 
-        The digest covers every column of the ``sessions`` row (by name, as
-        stored: TEXT as raw bytes, so a bad cell costs nothing) and the number
-        of the session's inactive messages, which moves on rewinds, compactions
-        and their undo even when no sessions column does. The day is placed
-        exactly as :meth:`session_index` places it (SPEC §2).
-
-        The digest is CRC-32 and length of the row's cells: a change detector,
-        not a cryptographic hash (a 64-bit keyed hash per row costs 3x the CPU
-        on a large store, and the bytes hashed are dominated by system prompts).
+        Nothing is decoded: change detection compares bytes, so a cell that is not
+        valid UTF-8 costs nothing and never fails the statement.
         """
-        names = sorted(self.columns["sessions"])
-        inactive = "0"
-        if "active" in self.columns["messages"] and self._query(
-            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'idx_messages_session_active'"
-        ):
-            inactive = "(SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.active = 0)"
-        cols = ", ".join(f's."{n}"' for n in names)
-        sql = f"SELECT s.rowid, {inactive}, {cols} FROM sessions s WHERE s.rowid > ? ORDER BY s.rowid LIMIT ?"
-        i_id, i_started, i_ended = (2 + names.index(n) if n in names else None for n in ("id", "started_at", "ended_at"))
-        prints: dict[str, SessionPrint] = {}
-        day_names: dict[int, str] = {}
-        insane: list[tuple[str, object, object]] = []
-        last = -(2**63)
         factory = self._conn.text_factory
         self._conn.text_factory = bytes
         try:
-            while True:
-                rows = self._query_once(sql, (last, batch))
-                for row in rows:
-                    raw_id = row[i_id]
-                    if isinstance(raw_id, bytes):
-                        raw_id = raw_id.decode("utf-8", "replace")
-                    sid = str(raw_id)
-                    cells = marshal.dumps(row[1:], 2)  # version 2: no back-references, stable bytes
-                    digest = (zlib.crc32(cells) << 32) | (len(cells) & 0xFFFFFFFF)
-                    ms = epoch_ms(row[i_started]) if i_started is not None else None
-                    if sane_ms(ms, self.now_s):
-                        day = day_names.get(ms // 86_400_000)
-                        if day is None:  # ms_day() per distinct day only: strftime is the slow part
-                            day = day_names[ms // 86_400_000] = ms_day(ms)
-                        prints[sid] = SessionPrint(day, digest)
-                    else:
-                        prints[sid] = SessionPrint(None, digest)
-                        insane.append((sid, raw_id, row[i_ended] if i_ended is not None else None))
-                if len(rows) < batch:
-                    break
-                last = rows[-1][0]
+            return self._query_once(sql, params)
         finally:
             self._conn.text_factory = factory
-        for sid, raw_id, ended_at in insane:
-            prints[sid] = SessionPrint(self._fallback_day(raw_id, ended_at), prints[sid].digest)
-        return prints
+
+    def place_session(self, raw_id, started, ended_at) -> str | None:
+        """The day of one session from its cells, exactly as :meth:`session_index` places it (SPEC §2)."""
+        ms = sane_instant(started, self.now_s)
+        if ms is not None:
+            return ms_day(ms)
+        return self._fallback_day(raw_id, ended_at)
 
 
 def _text_or_none(value) -> str | None:

@@ -101,15 +101,16 @@ def test_one_event_per_sensor_tick(tmp_path):
         missing = driver.tick()  # no store yet
         copy_small(home)
         first = driver.tick()  # a new store: every day
-        again = driver.tick()  # nothing changed: no SQL
+        again = driver.tick()  # nothing changed: only the rotation reads a day of long text
     ticks = [e for e in parse_json_lines(buf.getvalue()) if e["event"] == "hermes.sensor.tick"]
     assert len(ticks) == 3
     assert all("run_id" not in t and "op" not in t for t in ticks)  # a tick is not a run
     assert (ticks[0]["stores_missing"], ticks[0]["runs_requested"]) == (1, 0)
     assert missing.skip.startswith("no Hermes installation at")
-    assert (ticks[1]["stores_new"], ticks[1]["days_changed"], ticks[1]["runs_requested"]) == (1, 14, 14)
+    assert (ticks[1]["stores_new"], ticks[1]["days_changed"], ticks[1]["days_requested"]) == (1, 14, 14)
+    assert ticks[1]["runs_requested"] == 14  # HERMES_ASSETS_SENSOR_MAX_RUNS (14) days: one run each
     assert first.days == SMALL_DAYS
-    assert (ticks[2]["stores_unchanged"], ticks[2]["runs_requested"]) == (1, 0)
+    assert (ticks[2]["stores_read"], ticks[2]["tier2_days"], ticks[2]["runs_requested"]) == (1, 1, 0)
     assert again.skip.startswith("no change")
     for t in ticks:
         assert isinstance(t["ms"], float) and t["level"] == "info"

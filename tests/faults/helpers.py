@@ -25,6 +25,7 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow.parquet as pq
+import structlog
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, READ_AT_FILE, SESSIONS
@@ -338,19 +339,22 @@ def remove_sqlite_sidecars(db: Path) -> None:
         Path(str(db) + suffix).unlink(missing_ok=True)
 
 
-def tick_error(sensor: SensorDriver) -> errors.HermesAssetsError:
-    """The typed error a failing sensor tick raised (found under Dagster's wrappers)."""
-    try:
-        sensor.tick()
-    except Exception as exc:  # noqa: BLE001 - searched below, re-raised if not ours
-        seen, cur = set(), exc
-        while cur is not None and id(cur) not in seen:
-            if isinstance(cur, errors.HermesAssetsError):
-                return cur
-            seen.add(id(cur))
-            cur = cur.__cause__ or cur.__context__
-        raise
-    raise AssertionError("the sensor tick succeeded despite the fault")
+def tick_failure(sensor: SensorDriver, path) -> str:
+    """The ``error_kind`` a sensor tick reported for the store at ``path`` (SPEC D18).
+
+    The tick itself does not fail: it requests nothing for that store, names it
+    and its error kind in the skip reason and in a ``hermes.sensor.store_failed``
+    error event, and keeps the store's cursor entry (callers check the cursor).
+    """
+    with structlog.testing.capture_logs() as logs:
+        tick = sensor.tick()
+    failed = [e for e in logs if e["event"] == "hermes.sensor.store_failed"]
+    assert failed, f"the sensor tick did not report the fault: {tick.skip}"
+    (event,) = failed
+    assert event["path"] == str(path) and event["log_level"] == "error", event
+    assert tick.run_requests == [], "a failed store's days were requested"
+    assert f"{path} could not be read ({event['error_kind']})" in tick.skip, tick.skip
+    return event["error_kind"]
 
 
 # --------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from hermes_assets.lib import errors
 from tests.faults.conftest import BUSY_BUDGET_MS
 from tests.faults.helpers import (
     DAY1,
@@ -22,7 +21,7 @@ from tests.faults.helpers import (
     assert_failed_with,
     assert_nothing_lost,
     assert_untouched,
-    tick_error,
+    tick_failure,
     write_scenario,
 )
 from tests.faults.hermes_process import UNCOMMITTED
@@ -72,6 +71,7 @@ def test_exclusive_lock_on_a_rollback_journal_store_is_store_busy_then_heals(ins
     _rollback_journal_store(install)
     install.run(DAY1, DAY2).ok()
     install.sensor.tick()
+    install.sensor.settle()  # the rotation stops: an unchanged store is then not opened at all
     before = install.state()
     cursor = install.sensor.cursor
     with HermesProcess("exclusive", install.store) as hermes:
@@ -94,7 +94,7 @@ def test_exclusive_lock_on_a_rollback_journal_store_is_store_busy_then_heals(ins
 def test_hot_journal_is_store_busy_and_never_read_around(install):
     """Protects SPEC §1 "hot rollback journal": a rollback-journal writer killed mid-
     transaction leaves a hot journal and a db file already holding uncommitted pages. The
-    run fails with store_busy (saying so), the sensor tick too (cursor kept); nothing of
+    run fails with store_busy (saying so), the sensor tick reports it (D18, cursor kept); nothing of
     the uncommitted write reaches any file. Once Hermes opens the store again (rolling the
     journal back), the next run succeeds and writes exactly the files it wrote before."""
     _rollback_journal_store(install)
@@ -110,7 +110,7 @@ def test_hot_journal_is_store_busy_and_never_read_around(install):
     out = install.run(DAY1, DAY2)
     assert_failed_with(out, "store_busy", path=str(install.store))
     assert all("hot rollback journal" in f.message for f in out.failures)
-    assert isinstance(tick_error(install.sensor), errors.StoreBusy)
+    assert tick_failure(install.sensor, install.store) == "store_busy"
     assert install.sensor.cursor == cursor
     assert_untouched(install.warehouse, before)
 

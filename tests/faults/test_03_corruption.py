@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.lib import errors
 from tests.support.skips import unavailable
 from tests.faults.helpers import (
     DAY1,
@@ -25,7 +24,7 @@ from tests.faults.helpers import (
     assert_nothing_lost,
     assert_untouched,
     remove_sqlite_sidecars,
-    tick_error,
+    tick_failure,
     write_scenario,
 )
 
@@ -91,7 +90,7 @@ def corrupt(db: Path, how: str, day1_sids: list[str], day2_sids: list[str], scra
 def test_corrupt_store_is_store_corrupt_and_no_partition_changes(install, tmp_path, how):
     """Protects SPEC §1/§9 against a damaged store: a garbage header, a file cut short, a
     zeroed b-tree root and a zeroed leaf holding only the second day's messages all fail
-    the run with ``store_corrupt`` naming the file, and the sensor's tick with the same
+    the run with ``store_corrupt`` naming the file, and the sensor's tick reports the same
     kind (cursor kept). No partition file changes, not even the first day's, whose read
     succeeds and has a pending change (every day is staged before any is written).
     After the store is restored, the next run succeeds and nothing captured is lost."""
@@ -112,8 +111,7 @@ def test_corrupt_store_is_store_corrupt_and_no_partition_changes(install, tmp_pa
 
     # (a) a typed error, from the run and from the sensor
     assert_failed_with(install.run(DAY1, DAY2), "store_corrupt", path=str(install.store))
-    error = tick_error(install.sensor)
-    assert isinstance(error, errors.StoreCorrupt), repr(error)
+    assert tick_failure(install.sensor, install.store) == "store_corrupt"
     assert install.sensor.cursor == cursor, "a failed tick advanced the cursor"
     # (b) no partition file changed or torn; (c) nothing lost (same files)
     assert_untouched(install.warehouse, before)

@@ -13,7 +13,6 @@ import sqlite3
 
 import pytest
 
-from hermes_assets.lib import errors
 from tests.support.skips import unavailable
 from tests.conftest import fixture_store
 from tests.faults.helpers import (
@@ -27,7 +26,7 @@ from tests.faults.helpers import (
     assert_sound,
     assert_untouched,
     remove_sqlite_sidecars,
-    tick_error,
+    tick_failure,
     write_scenario,
 )
 
@@ -112,7 +111,7 @@ def test_store_without_session_model_usage(install):
 
 def test_a_sqlite_file_that_is_not_hermes_is_not_a_hermes_store(install, tmp_path):
     """Protects SPEC §1 "not a Hermes store": state.db replaced by another program's SQLite
-    file fails the run with not_a_hermes_store naming the file, fails the sensor tick the
+    file fails the run with not_a_hermes_store naming the file, the sensor tick reports it the
     same way (cursor kept), changes no partition file; with the store back, the next run
     succeeds and writes the same files."""
     with install.writer() as w:
@@ -127,7 +126,7 @@ def test_a_sqlite_file_that_is_not_hermes_is_not_a_hermes_store(install, tmp_pat
     _sql(install.store, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)", "INSERT INTO notes (body) VALUES ('x')")
 
     assert_failed_with(install.run(DAY1, DAY2), "not_a_hermes_store", path=str(install.store))
-    assert isinstance(tick_error(install.sensor), errors.NotAHermesStore)
+    assert tick_failure(install.sensor, install.store) == "not_a_hermes_store"
     assert install.sensor.cursor == cursor
     assert_untouched(install.warehouse, before)
 

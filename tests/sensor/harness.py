@@ -24,6 +24,7 @@ from pathlib import Path
 import dagster as dg
 
 from hermes_assets.defs.resources import HermesStores
+from hermes_assets.lib.changes import ROTATION_TICKS
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)
@@ -75,8 +76,12 @@ class Tick:
 class SensorDriver:
     """Evaluates ``hermes_state_sensor`` tick after tick, carrying the cursor like the daemon does."""
 
-    def __init__(self, hermes_home: Path, busy_timeout_ms: int = 2000):
-        self.resource = HermesStores(hermes_home=str(hermes_home), busy_timeout_ms=busy_timeout_ms)
+    def __init__(self, hermes_home: Path | None = None, busy_timeout_ms: int = 2000, state_db: Path | None = None):
+        self.resource = HermesStores(
+            hermes_home=None if hermes_home is None else str(hermes_home),
+            state_db=None if state_db is None else str(state_db),
+            busy_timeout_ms=busy_timeout_ms,
+        )
         self.cursor: str | None = None
         self.seen_run_keys: set[str] = set()
 
@@ -97,6 +102,13 @@ class SensorDriver:
             assert r.run_key not in self.seen_run_keys, f"run key {r.run_key} reused"
             self.seen_run_keys.add(r.run_key)
         return tick
+
+    def settle(self) -> None:
+        """Tick until the rotation stops: after the store files last changed it reads a few days'
+        long text on each of the next 16 ticks (SPEC §8 step 2); then a tick runs no SQL."""
+        for _ in range(ROTATION_TICKS):
+            tick = self.tick()
+            assert tick.run_requests == [], f"settling requested {tick.days}"
 
     @property
     def state(self) -> dict:

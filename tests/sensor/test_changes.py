@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import structlog
+
 from hermes_assets.lib import changes
+from hermes_assets.lib.fingerprint import Fingerprinter
 from hermes_assets.lib.state_db import Store, StoreReader
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -19,15 +22,16 @@ def _plan(store: Store, cursor: str | None, is_partition=_all_days) -> changes.T
     return changes.plan_tick([store], cursor, is_partition=is_partition)
 
 
-def test_session_prints_place_sessions_like_the_session_index(fixture_copy):
-    """The sensor and the assets must agree on every session's day (SPEC §2), odd times included."""
+def test_fingerprints_place_sessions_like_the_session_index(fixture_copy):
+    """The sensor and the assets must agree on every session's day (SPEC §2)."""
     db = fixture_copy("small")
     with StoreReader(Store(str(db))) as reader:
-        prints = reader.session_prints(batch=7)  # several batches
         index = reader.session_index()
-    assert set(prints) == set(index)
-    assert {sid: p.day for sid, p in prints.items()} == {sid: e.day for sid, e in index.items()}
-    assert len({p.digest for p in prints.values()}) == len(prints)
+        fp = Fingerprinter(reader)
+        placed = fp.days_of(list(index))
+        tier1 = fp.tier1()
+    assert placed == {sid: e.day for sid, e in index.items()}
+    assert set(tier1.days) == {e.day for e in index.values()} and tier1.sessions == len(index)
 
 
 def test_our_own_read_does_not_look_like_a_change(fixture_copy):
@@ -38,8 +42,8 @@ def test_our_own_read_does_not_look_like_a_change(fixture_copy):
     first = _plan(store, None)
     assert len(first.requests) == 14
     second = _plan(store, first.cursor_json)
-    assert [s.status for s in second.scans] == [changes.UNCHANGED]
-    assert second.skip_reason == "no change: 1 store(s) unchanged since the last tick"
+    assert [s.status for s in second.scans] == [changes.ROTATED]  # files unchanged: only the rotation ran
+    assert second.skip_reason.startswith("no change: 1 store(s) unchanged since the last tick")
 
 
 def test_messages_written_without_touching_the_session_are_seen_by_mid(tmp_path):
@@ -78,7 +82,7 @@ def test_pending_days_are_requested_once_they_become_partitions(tmp_path):
     assert set(only_a.pending) == {B}
     # nothing changed in the store, but day B is a partition now (midnight passed)
     later = _plan(store, only_a.cursor_json)
-    assert [s.status for s in later.scans] == [changes.UNCHANGED]
+    assert [s.status for s in later.scans] == [changes.ROTATED]  # the store itself: no change
     assert later.requests == [(B, only_a.pending[B])]
     assert later.pending == {}
     assert _plan(store, later.cursor_json).requests == []
@@ -95,10 +99,29 @@ def test_a_broken_cursor_starts_over(tmp_path):
 
 
 def test_cursor_is_compact(fixture_copy):
-    """Per store: identity, two marks and one short fingerprint per day; never per session."""
+    """Per store: identity, two marks, the rotation and per day two short fingerprints and a
+    tick; never per session."""
     db = fixture_copy("small")
     plan = _plan(Store(str(db)), None)
     entry = plan.cursor["stores"][str(db)]
-    assert set(entry) == {"label", "files", "max_mid", "seq", "days"}
-    assert len(entry["days"]) == 14 and all(len(fp) == 16 for fp in entry["days"].values())
-    assert len(plan.cursor_json) < 1200
+    assert set(entry) == {"label", "files", "max_mid", "seq", "days", "rotation"}
+    assert entry["rotation"] == {"tick": 1, "hot": changes.ROTATION_TICKS - 1, "share": 1}
+    assert len(entry["days"]) == 14
+    for tier1, tier2, tick in entry["days"].values():
+        assert len(tier1) == len(tier2) == 16 and tick == 1
+    assert len(plan.cursor_json) < 1600
+
+
+def test_a_version_1_cursor_is_upgraded_by_requesting_every_day_once(fixture_copy):
+    """Whole-row fingerprints of cursor version 1 cannot be compared with the two tiers:
+    the store is read as new (every day requested once, one log line), pending days are kept."""
+    db = fixture_copy("small")
+    v1 = {"version": 1, "stores": {str(db): {"label": "", "files": None, "max_mid": 1, "seq": 1, "days": {}}},
+          "pending": {"2030-01-01": "abcdefabcdef"}}
+    with structlog.testing.capture_logs() as events:
+        plan = _plan(Store(str(db)), json.dumps(v1), is_partition=lambda d: d < "2030")
+    assert [s.status for s in plan.scans] == [changes.NEW]
+    assert len(plan.requests) == 14 and plan.pending == {"2030-01-01": "abcdefabcdef"}
+    cursor_events = [e["event"] for e in events if e["event"].startswith("hermes.sensor.cursor")]
+    assert cursor_events == ["hermes.sensor.cursor_upgraded"]
+    assert plan.cursor["version"] == changes.CURSOR_VERSION == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 import pyarrow.parquet as pq
+import structlog
 
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.sensors import run_requests
@@ -41,8 +42,12 @@ def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path
     defs = definitions()
     hermes = HermesStores(hermes_home=str(home))
     ctx = dg.build_sensor_context(cursor=None, definitions=defs, resources={"hermes": hermes}, instance=_instance())
-    data = defs.resolve_sensor_def(SENSOR).evaluate_tick(ctx)
+    with structlog.testing.capture_logs() as events:
+        data = defs.resolve_sensor_def(SENSOR).evaluate_tick(ctx)
     (request,) = data.run_requests
+    # the tick log counts runs created, not days: 14 days in one ranged run is one run
+    (tick,) = [e for e in events if e["event"] == "hermes.sensor.tick"]
+    assert (tick["runs_requested"], tick["days_requested"], tick["stores_read"]) == (1, 14, 1)
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (
         SMALL_DAYS[0], SMALL_DAYS[-1])
 

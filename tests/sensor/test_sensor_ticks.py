@@ -17,7 +17,6 @@ import time
 import pytest
 import structlog
 
-from hermes_assets.lib import errors
 from tests.sensor.harness import SensorDriver, checkpoint, snapshot
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -44,6 +43,11 @@ class World:
         if self.w is not None:
             self.w.close()
             self.w = None
+
+    def settle(self) -> None:
+        """Tick until the rotation stops (it runs for 16 ticks after the files last changed)."""
+        self.sensor.settle()
+        assert self.sensor.tick().skip == "no change: 1 store(s) unchanged since the last tick"
 
     def build(self) -> None:
         """Three days: A (open a1 with 4 messages, ended a2), B (open b1), C (ended c1)."""
@@ -111,7 +115,7 @@ def test_unchanged_files_mean_no_sql_at_all(built):
     """
     built.close()  # Hermes exits: checkpoint, files settle
     assert built.sensor.tick().run_requests == []
-    built.sensor.tick()
+    built.settle()
     db = built.db
     st = os.stat(db)
     original = db.read_bytes()
@@ -130,26 +134,30 @@ def test_unchanged_files_mean_no_sql_at_all(built):
         os.utime(db, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_unreadable_store_fails_the_tick_and_keeps_the_cursor(built):
+def test_unreadable_store_is_reported_and_keeps_its_cursor_entry(built):
+    """SPEC D18: the tick does not fail; it names the store and its error kind (skip reason,
+    structlog), leaves the store's cursor entry as it was, and reads it again next tick."""
     built.close()
     built.sensor.tick()
-    before = built.sensor.cursor
-    size = os.path.getsize(built.db)
+    before = built.sensor.store_state(built.db)
+    original = built.db.read_bytes()
     for name in ("state.db-wal", "state.db-shm"):
         (built.home / name).unlink(missing_ok=True)
-    built.db.write_bytes(b"this is not a SQLite database, " * (size // 31))
-    with pytest.raises(Exception) as info:
-        built.sensor.tick()
-    text = str(info.value) + "".join(str(c) for c in _causes(info.value))
-    assert str(built.db) in text
-    assert "cursor was not advanced" in text
-    assert built.sensor.cursor == before
-
-
-def _causes(exc):
-    while exc is not None:
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    built.db.write_bytes(b"this is not a SQLite database, " * (len(original) // 31))
+    for _ in range(2):  # every tick tries again, and says so again
+        with structlog.testing.capture_logs() as logs:
+            tick = built.sensor.tick()
+        assert tick.run_requests == []
+        assert f"{built.db} could not be read (store_corrupt)" in tick.skip
+        assert "cursor entries are kept" in tick.skip
+        assert built.sensor.store_state(built.db) == before
+        (failed,) = [e for e in logs if e["event"] == "hermes.sensor.store_failed"]
+        assert (failed["error_kind"], failed["path"], failed["log_level"]) == ("store_corrupt", str(built.db), "error")
+        (summary,) = [e for e in logs if e["event"] == "hermes.sensor.tick"]
+        assert summary["stores_failed"] == 1 and summary["failed"][0]["error_kind"] == "store_corrupt"
+    built.db.write_bytes(original)  # repaired: read again, nothing changed since the cursor
+    tick = built.sensor.tick()
+    assert tick.run_requests == [] and tick.skip.startswith("no change")
 
 
 def test_checkpoint_moves_files_but_requests_nothing(built):
@@ -160,7 +168,7 @@ def test_checkpoint_moves_files_but_requests_nothing(built):
     tick = built.sensor.tick()
     assert tick.run_requests == []
     assert tick.skip.startswith("no change")
-    assert built.sensor.tick().skip == "no change: 1 store(s) unchanged since the last tick"
+    assert built.sensor.tick().skip.startswith("no change: 1 store(s) unchanged since the last tick")
 
 
 # --------------------------------------------------------------------------
