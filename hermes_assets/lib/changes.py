@@ -326,8 +326,8 @@ def _scan(store: Store, old: dict | None, busy_timeout_ms: int, now_s: float | N
         identity = file_identity(store.path)
     except OSError as exc:  # e.g. a folder we may not search
         return _failed(store, exc, t0), None
-    if identity is None:
-        return StoreScan(store, MISSING), None
+    if identity is None:  # not installed (the idle case), unless HERMES_STATE_DB names it: a typo
+        return (_failed(store, store.missing_error(), t0) if store.explicit else StoreScan(store, MISSING)), None
     scan = StoreScan(store, UNCHANGED, stamp=_stamp(identity))
     rotation = {"tick": 0, "hot": 0, "share": 0, **((old or {}).get("rotation") or {})}
     files_changed = old is None or old.get("files") != identity
