@@ -4,6 +4,7 @@
 import dagster as dg
 
 from hermes_assets.defs import capture_steps as steps
+from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import capture
@@ -23,14 +24,14 @@ def _raw_specs() -> list[dg.AssetSpec]:
             "policy class and per-model usage. Partitioned by the UTC day the session started.",
             metadata={"dagster/column_schema": steps.column_schema(SESSIONS)},
             **COMMON,
-        ),
+        ).with_io_manager_key(DATASETS_IO_MANAGER),
         dg.AssetSpec(
             MESSAGES,
             description="One row per stored Hermes message, inactive (rewound, compacted) rows included; "
             "`content_text` holds the decoded text. Partitioned by the day its session started.",
             metadata={"dagster/column_schema": steps.column_schema(MESSAGES)},
             **COMMON,
-        ),
+        ).with_io_manager_key(DATASETS_IO_MANAGER),
     ]
 
 

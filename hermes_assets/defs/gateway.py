@@ -12,6 +12,7 @@ import dagster as dg
 
 from hermes_assets.defs import capture_steps as steps
 from hermes_assets.defs.assets import COMMON
+from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import capture
@@ -66,7 +67,8 @@ def project_rows(
     return dg.Output(staged, metadata=metadata)
 
 
-@dg.op(description="Merge each staged day into its partition file, atomically, under the day's lock.")
+@dg.op(description="Merge each staged day into its partition file, atomically, under the day's lock.",
+       out=dg.Out(io_manager_key=DATASETS_IO_MANAGER))
 def write_partitions(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, staged: list
 ) -> dg.MaterializeResult:

@@ -55,6 +55,10 @@ class UsagePolicy(dg.ConfigurableResource):
         return projection.ProjectionContext(user_home=self.user_home, now_s=time.time())
 
 
+def default_warehouse() -> HermesWarehouse:
+    return HermesWarehouse(root=settings.warehouse_root())
+
+
 def default_resources() -> dict:
     return {
         "hermes": HermesStores(
@@ -62,7 +66,7 @@ def default_resources() -> dict:
             hermes_home=settings.env("HERMES_HOME"),
             busy_timeout_ms=settings.busy_timeout_ms(),
         ),
-        "warehouse": HermesWarehouse(root=settings.warehouse_root()),
+        "warehouse": default_warehouse(),
         "usage_policy": UsagePolicy(
             list_path=settings.env("HERMES_ASSETS_POLICY_LIST"), user_home=settings.user_home()
         ),

@@ -188,7 +188,7 @@ class Warehouse:
         """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
         those columns dictionary-encoded (checks over long repeated strings)."""
         path = self.path(dataset, day)
-        options = {"read_dictionary": read_dictionary} if read_dictionary else {"schema": schemas.DATASETS[dataset][0]}
+        options = {"read_dictionary": read_dictionary} if read_dictionary else {"schema": schemas.schema_of(dataset)}
         if self.posix:
             return pq.read_table(path, columns=columns, **options) if os.path.exists(path) else None
         try:  # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
@@ -290,6 +290,32 @@ class Warehouse:
                         return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, False)
             table = pq.read_table(staged, schema=schemas.DATASETS[dataset][0])
             return self._write_locked(dataset, day, table, list(facts), read_at)
+
+    def replace_day(self, dataset: str, day: str, table: pa.Table) -> WriteResult:
+        """Replace the day's file by ``table`` exactly (no retention merge, no sort):
+        for derived datasets, recomputed whole from the captured ones (SPEC §11).
+
+        Same file rules as the captured datasets: zstd, atomic replace under the
+        day's lock, a day with no rows has no file, and a file that already holds
+        these bytes is left alone.
+        """
+        path, location = self.path(dataset, day), self.location(dataset, day)
+        with self.day_lock(dataset, day):
+            if table.num_rows == 0:
+                changed = self._size(path) is not None
+                if changed:
+                    self._delete(path)
+                data_size = 0
+            else:
+                sink = pa.BufferOutputStream()
+                pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
+                data = sink.getvalue()
+                data_size = data.size
+                changed = not self._same_bytes(path, data)
+                if changed:
+                    self._put(path, data)
+        log.info("hermes.warehouse.day_replaced", dataset=dataset, day=day, rows=table.num_rows, changed=changed)
+        return WriteResult(dataset, day, location, table.num_rows, 0, 0, data_size, changed)
 
     # -- read watermarks (a file beside the data, so data files stay byte-identical) ----
 
