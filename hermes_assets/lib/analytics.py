@@ -181,7 +181,7 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
     for name in ("messages", "tool_calls", "api_calls", *TOKENS, "total_tokens"):
         totals[name] = sum(r[name] for r in rows)
     for name in COSTS:
-        totals[name] = round(sum(r[name] or 0.0 for r in rows), 6)
+        totals[name] = float(sum(r[name] or 0.0 for r in rows))
     return DayFigures(table, totals)
 
 
@@ -294,13 +294,14 @@ def compute_day(dataset: str, day: str, inputs: dict[str, DatasetDays]) -> DayFi
 
 
 def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[WriteResult, DayFigures]]]:
-    """Recompute and rewrite both analytics datasets for ``days`` straight from the
-    warehouse (the purge job's way to keep them in step with the captured data)."""
+    """Recompute, straight from the warehouse, the analytics files among ``days``
+    (the purge job's way to take purged rows out of the figures too); a day
+    with no analytics file is left to the assets."""
     out: dict[str, list[tuple[WriteResult, DayFigures]]] = {}
     for dataset, wanted in ((USAGE, USAGE_INPUTS), (TOOLS, TOOLS_INPUTS)):
         inputs = {name: DatasetDays(warehouse, name, [], columns) for name, columns in wanted.items()}
         out[dataset] = []
-        for day in sorted(days):
+        for day in sorted(set(days) & set(warehouse.days(dataset))):
             figures = compute_day(dataset, day, inputs)
             out[dataset].append((warehouse.replace_day(dataset, day, figures.table), figures))
     return out

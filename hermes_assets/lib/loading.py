@@ -94,7 +94,8 @@ class DatasetDays:
         return to_pandas(self.table())
 
 
-def read_days(warehouse: Warehouse, dataset: str, days: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
+def read_days(warehouse: Warehouse, dataset: str, days: Sequence[str],
+              columns: Sequence[str] | None = None) -> pa.Table:
     """``days`` of ``dataset`` as one Arrow table (see :class:`DatasetDays`)."""
     return DatasetDays(warehouse, dataset, list(days), list(columns) if columns is not None else None).table()
 
