@@ -4,7 +4,7 @@ Built on the captured datasets through the ``hermes_datasets`` IO manager
 (inputs read one day at a time, only the columns they need), on the same
 daily partitions. ``eager()`` without its latest-day restriction keeps them
 current by themselves: after every capture, of any day, the
-``hermes_analytics_automation`` sensor (on by default, run by the daemon)
+``hermes_automation`` sensor (on by default, run by the daemon)
 recomputes the days whose inputs changed. Each day is written as Parquet
 beside the other datasets (``<warehouse>/<asset>/day=YYYY-MM-DD/part-0.parquet``,
 the same file rules) and its totals are numeric metadata, which the asset
@@ -120,13 +120,16 @@ def hermes_daily_tools(
     return _materialize(context, warehouse, TOOLS, {ai_gateway_messages_hermes.dataset: ai_gateway_messages_hermes})
 
 
-#: the daemon evaluates the analytics' automation conditions through this sensor; Dagster's
-#: own default one starts stopped, this one runs from the start (like hermes_state_sensor)
-hermes_analytics_automation = dg.AutomationConditionSensorDefinition(
-    "hermes_analytics_automation",
-    target=dg.AssetSelection.groups(GROUP),
+#: The daemon evaluates automation conditions through this sensor. It covers every asset
+#: (the capture assets have no condition, so it never requests them; an asset you add with
+#: one is kept current too); Dagster's own default sensor would start stopped, this one runs
+#: from the start, like hermes_state_sensor.
+hermes_automation = dg.AutomationConditionSensorDefinition(
+    "hermes_automation",
+    target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=settings.poll_seconds(),
     run_tags={"hermes/trigger": "automation"},
-    description="Brings the hermes_analytics assets up to date after each capture, of any day.",
+    description="Brings the assets that have an automation condition (the hermes_analytics group) up to "
+    "date after each capture, of any day.",
 )

@@ -370,3 +370,30 @@ def test_the_purge_job_takes_purged_sessions_out_of_the_analytics(capture, write
     for dataset in ANALYTICS:
         mat = events[dg.AssetKey(dataset)].asset_materialization
         assert mat.partition == DAY1 and mat.metadata["rebuilt_by"].value == "purge_job"
+
+
+# --------------------------------------------------------------------------
+# what keeps them current
+# --------------------------------------------------------------------------
+
+
+def test_the_analytics_follow_every_day_through_a_sensor_that_runs_from_the_start(capture):
+    """``eager()`` minus its latest-day restriction (SPEC §11), evaluated by a sensor that is
+    on by default, on an instance (dagster.yaml, and the Postgres one) whose daemon runs it."""
+    import yaml
+
+    from tests.e2e.conftest import REPO
+
+    defs = capture.defs()
+    graph = defs.resolve_asset_graph()
+    for name in ANALYTICS:
+        condition = graph.get(dg.AssetKey(name)).automation_condition
+        assert condition.get_label() == "eager" or "eager" in str(condition)
+        assert "in_latest_time_window" not in str(condition) and "InLatestTimeWindow" not in str(condition), name
+    sensor = defs.resolve_sensor_def("hermes_automation")
+    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert {k.to_user_string() for k in sensor.asset_selection.resolve(graph)} >= set(ANALYTICS)
+    for config in (REPO / "dagster.yaml", REPO / "deploy" / "postgres" / "dagster.yaml"):
+        settings = yaml.safe_load(config.read_text()).get("auto_materialize", {})
+        assert settings.get("enabled", True) and settings.get("use_sensors", True), config
