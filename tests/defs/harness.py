@@ -218,12 +218,19 @@ class Capture:
         self.policy_list.write_text(json.dumps(doc), encoding="utf-8")
 
     def defs(self, **resource_overrides) -> dg.Definitions:
-        """The project's definitions, loaded now (resources read the environment)."""
+        """The project's definitions, loaded now (resources read the environment).
+
+        A ``warehouse`` override also moves the ``hermes_datasets`` IO manager (which
+        loads the datasets back) to that warehouse, unless it is overridden too.
+        """
         from hermes_assets.definitions import defs as lazy_defs
+        from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER, datasets_io_manager
 
         defs = lazy_defs()
         if not resource_overrides:
             return defs
+        if "warehouse" in resource_overrides and DATASETS_IO_MANAGER not in resource_overrides:
+            resource_overrides[DATASETS_IO_MANAGER] = datasets_io_manager(resource_overrides["warehouse"])
         return dg.Definitions(
             assets=defs.assets,
             asset_checks=defs.asset_checks,
