@@ -156,6 +156,15 @@ def assert_agree(got: list[dict], want: list[dict]) -> None:
                 assert g[name] == value, (g["day"], g.get("model", g.get("tool_name")), name)
 
 
+def agree_with_duckdb(warehouse) -> tuple[duckdb.DuckDBPyConnection, list[dict], list[dict]]:
+    """Both analytics datasets equal the DuckDB queries; -> (connection, usage rows, tools rows)."""
+    con = connect(warehouse)
+    usage, tools = written(con, warehouse, USAGE), written(con, warehouse, TOOLS)
+    assert_agree(usage, expected(con, USAGE_SQL))
+    assert_agree(tools, expected(con, TOOLS_SQL))
+    return con, usage, tools
+
+
 def materialize_everything(cap, start, end=None, instance=None):
     result = cap.materialize(start, end, instance=instance, select=EVERYTHING)
     assert result.success
@@ -173,37 +182,28 @@ def small_everything(small):
     return small, result
 
 
-def test_daily_usage_agrees_with_duckdb_over_the_small_fixture(small_everything):
-    cap, result = small_everything
-    con = connect(cap.warehouse)
-    want = expected(con, USAGE_SQL)
-    got = written(con, cap.warehouse, USAGE)
-    assert_agree(got, want)
-    assert [list(r) for r in got[:1]] == [USAGE_COLUMNS]
-    per_day = {d: sum(1 for r in got if r["day"] == d) for d in SMALL_DAYS}
-    print("\nhermes_daily_usage rows per day (= DuckDB):", json.dumps(per_day))
-    assert sorted(per_day) == days_on_disk(cap.warehouse, USAGE) == SMALL_DAYS
+def test_both_agree_with_duckdb_over_the_small_fixture(small_everything):
+    cap, _ = small_everything
+    con, usage, tools = agree_with_duckdb(cap.warehouse)
+    assert [list(r) for r in usage[:1]] == [USAGE_COLUMNS] and [list(r) for r in tools[:1]] == [TOOLS_COLUMNS]
+    per_day = {name: {d: sum(1 for r in rows if r["day"] == d) for d in SMALL_DAYS}
+               for name, rows in ((USAGE, usage), (TOOLS, tools))}
+    print("\nrows per day (= DuckDB):", json.dumps(per_day))
+    assert [d for d, n in per_day[USAGE].items() if n] == days_on_disk(cap.warehouse, USAGE) == SMALL_DAYS
     # the fixture holds both kinds of session: with usage_by_model (some with 2-3 models) and without
     counts = con.execute("SELECT count(*) FILTER (WHERE usage_by_model IS NULL), count(*) FILTER "
                          "(WHERE json_array_length(usage_by_model) > 1) FROM hermes_sessions").fetchone()
     assert counts[0] > 0 and counts[1] > 0
     # every message but Hermes's session_meta rows, every tool call: nothing lost, nothing counted twice
     totals = con.execute("SELECT count(*) FILTER (WHERE role <> 'session_meta') FROM hermes_messages").fetchone()[0]
-    assert sum(r["messages"] for r in got) == totals
+    assert sum(r["messages"] for r in usage) == totals
     calls = con.execute("SELECT count(*) FROM ai_gateway_messages_hermes WHERE part_type = 'tool_call'").fetchone()[0]
-    assert sum(r["tool_calls"] for r in got) == calls
-
-
-def test_daily_tools_agrees_with_duckdb_and_hermes_own_error_verdicts(small_everything):
-    cap, _ = small_everything
-    con = connect(cap.warehouse)
-    want = expected(con, TOOLS_SQL)
-    got = written(con, cap.warehouse, TOOLS)
-    assert_agree(got, want)
-    assert [list(r) for r in got[:1]] == [TOOLS_COLUMNS]
-    errors = sum(r["error_results"] for r in got)
-    print(f"\nhermes_daily_tools: {len(got)} rows over {len({r['day'] for r in got})} days, "
-          f"{sum(r['calls'] for r in got)} calls, {sum(r['results'] for r in got)} results, {errors} errors (= DuckDB)")
+    assert sum(r["tool_calls"] for r in usage) == sum(r["calls"] for r in tools) == calls
+    # tool errors, as Hermes itself judges them (DuckDB calls hermes-agent's own check)
+    errors = sum(r["error_results"] for r in tools)
+    print(f"hermes_daily_usage: {len(usage)} rows, {sum(r['total_tokens'] for r in usage)} tokens, "
+          f"{sum(r['messages'] for r in usage)} messages; hermes_daily_tools: {len(tools)} rows, {calls} calls, "
+          f"{sum(r['results'] for r in tools)} results, {errors} errors (= DuckDB)")
     assert errors > 0  # the fixture has failed terminal commands: the rule is exercised
     assert con.execute("SELECT count(*) FROM ai_gateway_messages_hermes WHERE is_error IS NOT NULL").fetchone()[0] == 0
 
@@ -325,9 +325,7 @@ def test_usage_by_model_per_model_and_fallback_and_tool_errors(capture, writer, 
     assert (tools["terminal"]["calls"], tools["terminal"]["results"], tools["terminal"]["error_results"]) == (2, 2, 1)
     assert (tools["read_file"]["results"], tools["read_file"]["error_results"]) == (1, 1)
     assert tools["terminal"]["sessions"] == 2
-    con = connect(capture.warehouse)
-    assert_agree(written(con, capture.warehouse, USAGE), expected(con, USAGE_SQL))
-    assert_agree(written(con, capture.warehouse, TOOLS), expected(con, TOOLS_SQL))
+    agree_with_duckdb(capture.warehouse)
 
 
 def test_rows_flagged_source_deleted_are_left_out(capture, writer, instance):
@@ -339,7 +337,7 @@ def test_rows_flagged_source_deleted_are_left_out(capture, writer, instance):
     writer.delete_session("s-old")
     writer.delete_session("s-next")
     materialize_everything(capture, DAY1, DAY2, instance)
-    con = connect(capture.warehouse)
+    con, _, _ = agree_with_duckdb(capture.warehouse)
     flagged = con.execute("SELECT count(*) FROM hermes_sessions WHERE source_deleted").fetchone()[0]
     assert flagged == 2  # kept, flagged
     usage = _rows(capture, USAGE, DAY1, "model")
@@ -347,8 +345,6 @@ def test_rows_flagged_source_deleted_are_left_out(capture, writer, instance):
     assert _rows(capture, TOOLS, DAY1, "tool_name")["terminal"]["calls"] == 1
     for dataset in ANALYTICS:
         assert not day_path(capture.warehouse, dataset, DAY2).exists(), dataset
-    assert_agree(written(con, capture.warehouse, USAGE), expected(con, USAGE_SQL))
-    assert_agree(written(con, capture.warehouse, TOOLS), expected(con, TOOLS_SQL))
 
 
 def test_the_purge_job_takes_purged_sessions_out_of_the_analytics(capture, writer, instance):
@@ -362,9 +358,7 @@ def test_the_purge_job_takes_purged_sessions_out_of_the_analytics(capture, write
     assert md["analytics_days_rebuilt"] == 1
     usage = _rows(capture, USAGE, DAY1, "model")
     assert usage["model-b"]["sessions"] == 1 and usage["model-b"]["input_tokens"] == 300
-    con = connect(capture.warehouse)
-    assert_agree(written(con, capture.warehouse, USAGE), expected(con, USAGE_SQL))
-    assert_agree(written(con, capture.warehouse, TOOLS), expected(con, TOOLS_SQL))
+    agree_with_duckdb(capture.warehouse)
     # the rebuilt days are recorded as materializations of the analytics assets
     events = instance.get_latest_materialization_events([dg.AssetKey(USAGE), dg.AssetKey(TOOLS)])
     for dataset in ANALYTICS:
