@@ -23,6 +23,7 @@ import time
 
 import dagster as dg
 
+from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import capture, errors, schemas
@@ -36,7 +37,6 @@ log = get_logger()
 STALE_STAGING_S = 6 * 3600
 RANGE_CHECK = "sessions_within_partition_range"
 STORES_CHECK = "stores_readable"
-DATASETS_IO_MANAGER = "io_manager"
 
 DESCRIPTIONS = {
     SESSIONS: "One row per Hermes session (every v22 `sessions` column), with store, policy class and "
@@ -49,7 +49,8 @@ DESCRIPTIONS = {
 
 
 def column_schema(dataset: str) -> dg.TableSchema:
-    schema = schemas.DATASETS[dataset][0]
+    """A dataset's columns as Dagster shows them on the asset page."""
+    schema = schemas.schema_of(dataset)
     return dg.TableSchema(
         columns=[
             dg.TableColumn(f.name, str(f.type), constraints=dg.TableColumnConstraints(nullable=f.nullable))

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from hermes_assets.defs.resources import HermesWarehouse
+from hermes_assets.lib import analytics
 from hermes_assets.lib.purge import purge
 
 
@@ -13,17 +14,27 @@ class PurgeConfig(dg.Config):
     """A Hermes session id (raw, `label:sid`, or `hermes-...`)."""
 
 
-@dg.op(description="Remove matching rows from every partition of the three datasets, atomically per file.")
-def purge_scope(context: dg.OpExecutionContext, config: PurgeConfig, warehouse: HermesWarehouse) -> dg.Output[dict]:
+@dg.op(description="Remove matching rows from every partition of the three datasets, atomically per file, "
+       "and recompute the analytics days they fed.")
+def purge_scope(context: dg.OpExecutionContext, config: PurgeConfig, warehouse: HermesWarehouse):
     if not config.scope and not config.session_id:
         raise dg.Failure("purge_scope needs `scope` or `session_id` in its config")
-    result = purge(warehouse.open(), scope=config.scope, session_id=config.session_id)
+    wh = warehouse.open()
+    result = purge(wh, scope=config.scope, session_id=config.session_id)
     summary = {
         "rows_removed": result.removed,
         "days_rewritten": {k: len(v) for k, v in result.days.items()},
         "sessions_matched": result.sessions,
     }
-    return dg.Output(summary, metadata={**summary, "days": result.days})
+    # the analytics of a purged day were computed from the purged rows: they go too
+    days = sorted({day for per_dataset in result.days.values() for day in per_dataset})
+    for dataset, written in analytics.rebuild_days(wh, days).items():
+        for write, figures in written:
+            yield dg.AssetMaterialization(
+                asset_key=dataset, partition=write.day,
+                metadata={"dagster/row_count": write.rows, **figures.totals, "rebuilt_by": "purge_job"},
+            )
+    yield dg.Output(summary, metadata={**summary, "days": result.days, "analytics_days_rebuilt": len(days)})
 
 
 @dg.job(description="Purge captured rows of a scope path or a session (SPEC §7).", tags={"hermes/kind": "purge"})

@@ -62,11 +62,16 @@ class CaptureRuntime(dg.ConfigurableResource):
     log_format: str | None = None
 
 
+def default_warehouse(s: settings.Settings | None = None) -> HermesWarehouse:
+    s = s or settings.load()
+    return HermesWarehouse(root=s.warehouse, spool=s.spool, file_mode=s.file_mode)
+
+
 def default_resources(s: settings.Settings | None = None) -> dict:
     s = s or settings.load()
     return {
         "hermes": HermesStores(state_db=s.state_db, hermes_home=s.hermes_home, busy_timeout_ms=s.busy_timeout_ms),
-        "warehouse": HermesWarehouse(root=s.warehouse, spool=s.spool, file_mode=s.file_mode),
+        "warehouse": default_warehouse(s),
         "usage_policy": UsagePolicy(list_path=s.policy_list, user_home=s.user_home),
         "capture_runtime": CaptureRuntime(workers=s.workers, log_format=s.log_format),
     }

@@ -43,6 +43,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from hermes_assets.lib import errors, logs, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally
@@ -61,8 +62,11 @@ from hermes_assets.lib.warehouse import (
 
 log = get_logger()
 
-#: staged tables: ``<staging>/<run>/<dataset>.<day>.<store #>.arrow``
+#: staged tables: ``<staging>/<run>/<dataset>.<day>.<store #>.arrow`` (Arrow IPC, to be merged),
+#: or ``.parquet`` (the day's partition file itself, encoded once)
 STAGED_SUFFIX = ".arrow"
+ENCODED_SUFFIX = ".parquet"
+STAGED_SUFFIXES = (STAGED_SUFFIX, ENCODED_SUFFIX)
 #: below this many sessions a run projects its days in its own process: starting worker
 #: processes (fresh interpreters, ~0.5 s) costs more than the work they would share
 PARALLEL_MIN_SESSIONS = 1500
@@ -475,7 +479,7 @@ def stage_day(state: dict, day: str) -> StagedDay:
             name = f"{dataset}.{day}.{order[path]}"
             if final and not table.num_rows:
                 continue  # nothing to write, nothing to merge with
-            staged[path] = os.path.join(state["staging"], name + (".parquet" if final else STAGED_SUFFIX))
+            staged[path] = os.path.join(state["staging"], name + (ENCODED_SUFFIX if final else STAGED_SUFFIX))
             with _staging(staged[path]):
                 if final:
                     encode_to(dataset, table, staged[path])
@@ -512,16 +516,21 @@ def _private(path: str, flags: int) -> int:
     return fd
 
 
-def read_staged(path: str) -> pa.Table:
-    """A staged table (Arrow IPC), memory-mapped."""
+def read_staged(dataset: str, path: str) -> pa.Table:
+    """A staged table: Arrow IPC (memory-mapped) or an encoded partition file."""
+    if path.endswith(ENCODED_SUFFIX):
+        return pq.read_table(path, schema=schemas.schema_of(dataset))
     with pa.memory_map(path) as source:
         return pa.ipc.open_file(source).read_all()
 
 
-def write_staged(path: str, table: pa.Table) -> None:
-    """Replace a staged table atomically (the purge job scrubs staged days)."""
+def write_staged(dataset: str, path: str, table: pa.Table) -> None:
+    """Replace a staged table atomically, in its own form (the purge job scrubs staged days)."""
     tmp = path + ".tmp"
-    _write_ipc(tmp, table)
+    if path.endswith(ENCODED_SUFFIX):
+        encode_to(dataset, table, tmp)
+    else:
+        _write_ipc(tmp, table)
     os.replace(tmp, path)
 
 
@@ -602,7 +611,7 @@ def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged
     out = {}
     for dataset in CAPTURE_DATASETS:
         files = staged.datasets[dataset].staged
-        new = {path: file if file.endswith(".parquet") else read_staged(file)
+        new = {path: file if file.endswith(ENCODED_SUFFIX) else read_staged(dataset, file)
                for path, file in files.items() if path not in failed}
         if not new and dataset not in staged.existing:  # no rows, no file: nothing to write or merge
             out[dataset] = WriteResult(dataset, staged.day, warehouse.location(dataset, staged.day), 0, 0, 0, 0, False)

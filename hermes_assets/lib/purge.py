@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.capture import STAGED_SUFFIX, read_staged, write_staged
+from hermes_assets.lib.capture import STAGED_SUFFIXES, read_staged, write_staged
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.policy import is_under, under
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse
@@ -118,14 +118,14 @@ def _staged_files(warehouse: Warehouse) -> list[tuple[str, str]]:
     for folder, _, names in os.walk(warehouse.staging_root):
         for name in names:
             dataset = name.split(".", 1)[0]
-            if name.endswith(STAGED_SUFFIX) and dataset in schemas.DATASETS:
+            if name.endswith(STAGED_SUFFIXES) and dataset in schemas.DATASETS:
                 out.append((dataset, os.path.join(folder, name)))
     return sorted(out)
 
 
 def _read_staged(dataset: str, path: str, columns: list[str] | None = None) -> pa.Table | None:
     try:
-        table = read_staged(path)
+        table = read_staged(dataset, path)
     except (OSError, pa.ArrowException):  # gone (its run finished) or not whole (being written, or died)
         return None
     return table.select(columns) if columns else table
@@ -146,5 +146,5 @@ def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
     removed = table.num_rows - kept.num_rows
     if removed:
         # plain columns: a filtered dictionary column would still hold the purged values
-        write_staged(path, kept.cast(schemas.DATASETS[dataset][0]))
+        write_staged(dataset, path, kept.cast(schemas.DATASETS[dataset][0]))
     return removed

@@ -229,3 +229,63 @@ DATASETS = {
         ("session_id", "message_index", "part_id"),
     ),
 }
+
+# --------------------------------------------------------------------------
+# the analytics layer (SPEC §11): derived datasets, same layout and file rules
+# --------------------------------------------------------------------------
+
+I64, F64 = pa.int64(), pa.float64()
+
+HERMES_DAILY_USAGE = pa.schema(
+    [
+        pa.field("day", S, nullable=False),
+        pa.field("model", S),
+        pa.field("sessions", I64, nullable=False),
+        pa.field("messages", I64, nullable=False),
+        pa.field("tool_calls", I64, nullable=False),
+        pa.field("api_calls", I64, nullable=False),
+        pa.field("input_tokens", I64, nullable=False),
+        pa.field("output_tokens", I64, nullable=False),
+        pa.field("cache_read_tokens", I64, nullable=False),
+        pa.field("cache_write_tokens", I64, nullable=False),
+        pa.field("reasoning_tokens", I64, nullable=False),
+        pa.field("total_tokens", I64, nullable=False),
+        pa.field("estimated_cost_usd", F64),
+        pa.field("actual_cost_usd", F64),
+    ]
+)
+
+HERMES_DAILY_TOOLS = pa.schema(
+    [
+        pa.field("day", S, nullable=False),
+        pa.field("tool_name", S),
+        pa.field("calls", I64, nullable=False),
+        pa.field("results", I64, nullable=False),
+        pa.field("error_results", I64, nullable=False),
+        pa.field("sessions", I64, nullable=False),
+    ]
+)
+
+#: derived dataset name -> (schema, key columns, sort columns), like :data:`DATASETS`
+ANALYTICS = {
+    "hermes_daily_usage": (HERMES_DAILY_USAGE, ("day", "model"), ("day", "model")),
+    "hermes_daily_tools": (HERMES_DAILY_TOOLS, ("day", "tool_name"), ("day", "tool_name")),
+}
+
+
+def _spec(dataset: str) -> tuple:
+    found = DATASETS.get(dataset) or ANALYTICS.get(dataset)
+    if found is None:
+        known = ", ".join([*DATASETS, *ANALYTICS])
+        raise KeyError(f"{dataset!r} is not a hermes_assets dataset (known: {known})")
+    return found
+
+
+def schema_of(dataset: str) -> pa.Schema:
+    """The Arrow schema of a captured (:data:`DATASETS`) or derived (:data:`ANALYTICS`) dataset."""
+    return _spec(dataset)[0]
+
+
+def sort_of(dataset: str) -> tuple[str, ...]:
+    """The columns a dataset's partition file is ordered by."""
+    return _spec(dataset)[2]

@@ -230,7 +230,7 @@ class Warehouse:
         """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
         those columns dictionary-encoded (checks over long repeated strings)."""
         path = self.path(dataset, day)
-        options = {"read_dictionary": read_dictionary} if read_dictionary else {"schema": schemas.DATASETS[dataset][0]}
+        options = {"read_dictionary": read_dictionary} if read_dictionary else {"schema": schemas.schema_of(dataset)}
         if self.posix:
             return pq.read_table(path, columns=columns, **options) if os.path.exists(path) else None
         try:  # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
@@ -394,26 +394,37 @@ class Warehouse:
         if changed:
             self._put(path, data)
         retained = _count_source_deleted(dataset, table)
-        log.debug("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
-                  retained=retained, dropped=dropped, changed=changed)
+        log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
+                 retained=retained, dropped=dropped, changed=changed)
         return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
 
     def _put_encoded(self, dataset: str, day: str, encoded: str) -> WriteResult:
-        """A day with no file yet takes an encoded file as it is (a rename on the same disk)."""
+        """A day with no file yet takes an encoded file as it is: on disk a hard link into
+        the day's folder and a rename (no copy; the staged file stays until the run's write
+        step is done, so a re-execution from failure still finds it)."""
         path = self.path(dataset, day)
         rows = pq.ParquetFile(encoded).metadata.num_rows
         size = os.path.getsize(encoded)
         if self.posix:
+            folder, name = os.path.split(path)
             with open(encoded, "rb+") as f:
                 os.fsync(f.fileno())
-            os.chmod(encoded, self.modes.file)
-            os.replace(encoded, path)
-            _fsync_dir(os.path.dirname(path))
+                os.fchmod(f.fileno(), self.modes.file)
+            _remove_stale_temps(folder, name)
+            tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+            try:
+                os.link(encoded, tmp)
+            except OSError:  # a filesystem without hard links: copy
+                with open(encoded, "rb") as f:
+                    _atomic_write(path, pa.py_buffer(f.read()), self.modes.file)
+            else:
+                os.replace(tmp, path)
+                _fsync_dir(folder)
         else:
             with open(encoded, "rb") as f:
                 self._put(path, pa.py_buffer(f.read()))
-        log.debug("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0,
-                  changed=True)
+        log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0,
+                 changed=True)
         return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, True)
 
     def current(self, dataset: str, day: str, *, superseded: bool = False) -> WriteResult:
@@ -518,7 +529,7 @@ def encode(dataset: str, table: pa.Table) -> pa.Buffer:
     the file does not store the Arrow schema, so every reader sees the types of
     the Parquet schema itself: plain strings, UTC timestamps, JSON.
     """
-    sort = schemas.DATASETS[dataset][2]
+    sort = schemas.sort_of(dataset)
     if not is_sorted(table, sort):
         table = table.sort_by([(c, "ascending") for c in sort])
     sink = pa.BufferOutputStream()
@@ -527,11 +538,11 @@ def encode(dataset: str, table: pa.Table) -> pa.Buffer:
 
 
 def _parse(dataset: str, data: pa.Buffer, columns: list[str] | None = None) -> pa.Table:
-    return pq.read_table(pa.BufferReader(data), columns=columns, schema=schemas.DATASETS[dataset][0])
+    return pq.read_table(pa.BufferReader(data), columns=columns, schema=schemas.schema_of(dataset))
 
 
 def _parse_file(dataset: str, path: str) -> pa.Table:
-    return pq.read_table(path, schema=schemas.DATASETS[dataset][0])
+    return pq.read_table(path, schema=schemas.schema_of(dataset))
 
 
 def encode_to(dataset: str, table: pa.Table, path: str) -> None:
@@ -736,6 +747,8 @@ def _flag(dataset: str, table: pa.Table, flags: list[bool]) -> pa.Table:
 
 def _count_source_deleted(dataset: str, table: pa.Table) -> int:
     if dataset != GATEWAY:
+        if "source_deleted" not in table.column_names:  # a derived dataset keeps no retained rows
+            return 0
         return pc.sum(table.column("source_deleted")).as_py() or 0
     column = table.column("attributes")
     strings = pa.chunked_array([c.storage for c in column.chunks], pa.string())

@@ -27,6 +27,8 @@ from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, SESSIONS
 from tests.support.skips import unavailable
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
+#: the analytics layer built on them (SPEC §11)
+ANALYTICS = ("hermes_daily_usage", "hermes_daily_tools")
 #: the UTC days the small fixture covers (59 sessions, 1,142 messages)
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
 SMALL_SESSIONS = 59
@@ -216,12 +218,19 @@ class Capture:
         self.policy_list.write_text(json.dumps(doc), encoding="utf-8")
 
     def defs(self, **resource_overrides) -> dg.Definitions:
-        """The project's definitions, loaded now (resources read the environment)."""
+        """The project's definitions, loaded now (resources read the environment).
+
+        A ``warehouse`` override also moves the ``hermes_datasets`` IO manager (which
+        loads the datasets back) to that warehouse, unless it is overridden too.
+        """
         from hermes_assets.definitions import defs as lazy_defs
+        from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER, datasets_io_manager
 
         defs = lazy_defs()
         if not resource_overrides:
             return defs
+        if "warehouse" in resource_overrides and DATASETS_IO_MANAGER not in resource_overrides:
+            resource_overrides[DATASETS_IO_MANAGER] = datasets_io_manager(resource_overrides["warehouse"])
         return dg.Definitions(
             assets=defs.assets,
             asset_checks=defs.asset_checks,
@@ -233,8 +242,8 @@ class Capture:
     def materialize(
         self, start: str, end: str | None = None, *, instance=None, defs=None, raise_on_error=True, select=None
     ):
-        """One run of every asset (or of ``select``, asset names) and their checks over
-        the days ``start..end``, in process."""
+        """One run of the three captured datasets (or of ``select``, asset names) and
+        their checks over the days ``start..end``, in process."""
         defs = defs or self.defs()
         job = defs.resolve_implicit_global_asset_job_def()
         if instance is None:
@@ -245,7 +254,7 @@ class Capture:
             instance=instance,
             tags={RANGE_START: start, RANGE_END: end or start},
             raise_on_error=raise_on_error,
-            asset_selection=[dg.AssetKey(name) for name in select] if select else None,
+            asset_selection=[dg.AssetKey(name) for name in (select or DATASETS)],
         )
 
     def files(self) -> dict[str, str]:

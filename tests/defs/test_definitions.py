@@ -18,7 +18,7 @@ import pytest
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.errors import ConfigurationError
-from tests.defs.harness import DATASETS
+from tests.defs.harness import ANALYTICS, DATASETS
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).with_name("snapshots") / "asset_specs.json"
@@ -51,7 +51,7 @@ def _cause(exc: BaseException, kind: type) -> BaseException | None:
 def test_definitions_load_and_validate(capture):
     defs = capture.defs()
     dg.Definitions.validate_loadable(defs)
-    assert sorted(_specs(defs)) == sorted(DATASETS)
+    assert sorted(_specs(defs)) == sorted(DATASETS + ANALYTICS)
     assert {j.name for j in defs.resolve_all_job_defs()} >= {"purge_job", "__ASSET_JOB"}
 
 
@@ -77,7 +77,7 @@ def test_warehouse_defaults_to_dagster_home(capture, monkeypatch):
 def test_all_assets_share_one_daily_utc_partitions_def_with_today_included(capture):
     defs = capture.defs()
     graph = defs.resolve_asset_graph()
-    parts = {name: graph.get(dg.AssetKey(name)).partitions_def for name in DATASETS}
+    parts = {name: graph.get(dg.AssetKey(name)).partitions_def for name in DATASETS + ANALYTICS}
     first = parts[DATASETS[0]]
     assert isinstance(first, dg.DailyPartitionsDefinition)
     assert all(p == first for p in parts.values()), parts
@@ -114,7 +114,7 @@ def test_start_date_comes_from_the_environment(tmp_path):
 
 def test_every_asset_backfills_in_one_run(capture):
     graph = capture.defs().resolve_asset_graph()
-    for name in DATASETS:
+    for name in DATASETS + ANALYTICS:
         policy = graph.get(dg.AssetKey(name)).backfill_policy
         assert policy == dg.BackfillPolicy.single_run(), name
 
@@ -126,9 +126,10 @@ def test_every_asset_backfills_in_one_run(capture):
 
 def test_assets_carry_kinds_owners_group_and_descriptions(capture):
     for name, spec in _specs(capture.defs()).items():
-        assert spec.kinds == {"sqlite", "parquet", "python"}, name
+        captured = name in DATASETS
+        assert spec.kinds == ({"sqlite", "parquet", "python"} if captured else {"parquet", "python"}), name
         assert spec.owners == ["team:hermes-assets"], name
-        assert spec.group_name == "hermes", name
+        assert spec.group_name == ("hermes" if captured else "hermes_analytics"), name
         assert spec.description and len(spec.description) > 40, name
 
 

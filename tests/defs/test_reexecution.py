@@ -14,17 +14,17 @@ import dagster as dg
 from hermes_assets.definitions import defs
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.warehouse import MESSAGES
-from tests.defs.harness import RANGE_END, RANGE_START, SMALL_DAYS, part_files
+from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 TAGS = {RANGE_START: FIRST, RANGE_END: LAST}
 
 
 def capture_job() -> dg.JobDefinition:
-    """Every asset and check of the project's definitions, loaded as ``dagster`` would, as a
+    """The three captured datasets and their checks, loaded as ``dagster`` would, as a
     named job (reconstructable: a module-level function; the implicit job's name is reserved)."""
     d = defs()
-    job = dg.define_asset_job("capture_everything", selection=dg.AssetSelection.all())
+    job = dg.define_asset_job("capture_everything", selection=dg.AssetSelection.assets(*DATASETS))
     return dg.Definitions(assets=d.assets, asset_checks=d.asset_checks, resources=d.resources,
                           executor=d.executor, jobs=[job]).resolve_job_def("capture_everything")
 
@@ -46,8 +46,9 @@ def test_a_failed_write_is_re_executed_from_failure_with_the_staged_days(small, 
         assert not failed.success
         assert "hermes_capture.write_partitions" in _steps(failed, "STEP_FAILURE")
         assert {"hermes_capture.plan", "hermes_capture.project_rows"} <= _steps(failed, "STEP_SUCCESS")
-        staged = list((small.warehouse / ".staging" / failed.run_id).glob("*.arrow"))
-        assert len(staged) == 3 * len(SMALL_DAYS), "the staged days did not survive the failed write"
+        staged = list((small.warehouse / ".staging" / failed.run_id).glob(f"*.{FIRST}.*"))
+        assert len(staged) == 3, "the staged days did not survive the failed write"
+        assert len(list((small.warehouse / ".staging" / failed.run_id).iterdir())) == 3 * len(SMALL_DAYS)
 
         (small.warehouse / MESSAGES).unlink()  # the user fixes the cause, then re-executes from failure
         options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)

@@ -31,8 +31,8 @@ import pytest
 
 from hermes_assets.lib.purge import purge
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, READ_AT_FILE, SESSIONS, Warehouse
-from tests.defs.conftest import small  # noqa: F401  (fixture: the small store in an isolated installation)
-from tests.defs.harness import SMALL_DAYS, partition_metadata, source_deleted, store_sessions
+from tests.defs.conftest import instance, small  # noqa: F401  (fixtures: the small store in an isolated installation)
+from tests.defs.harness import ANALYTICS, SMALL_DAYS, partition_metadata, source_deleted, store_sessions
 from tests.support.hermes_writer import HermesWriter
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
@@ -285,3 +285,35 @@ def test_s3_warehouse_keeps_rows_when_the_store_is_replaced(small, monkeypatch, 
     for (ds, day), rows in after.items():
         assert len(rows) == len(before[(ds, day)])
         assert all(source_deleted(_parsed(r, ds), ds) for r in rows), (ds, day)
+
+
+def test_the_analytics_layer_and_loading_on_an_s3_warehouse(small, monkeypatch, tmp_path, s3_uri, instance):
+    """Issue 15 on object storage: the analytics assets write their days into the bucket
+    (one upload each, the same bytes as on a local disk), and the ``hermes_datasets`` IO
+    manager loads any dataset's day back from it, in the same types as from a local path."""
+    everything = (*DATASETS, *ANALYTICS)
+    local = tmp_path / "posix-warehouse"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HERMES_ASSETS_WAREHOUSE", str(local))
+        assert small.materialize(DAYS[0], DAYS[-1], select=everything).success
+        local_defs = small.defs()
+        expected = {(name, day): local_defs.load_asset_value(name, partition_key=day, python_type=pa.Table,
+                                                             instance=instance)
+                    for name in everything for day in (DAYS[1], SMALL_DAYS[-1])}
+    wh = use_warehouse(monkeypatch, s3_uri, tmp_path / "spool")
+    assert small.materialize(DAYS[0], DAYS[-1], select=everything).success
+    assert_only_data_files(wh)
+    for name in ANALYTICS:
+        assert wh.days(name) == DAYS
+        for day in DAYS:
+            with wh.fs.open_input_file(wh.path(name, day)) as f:
+                assert f.read() == (local / name / f"day={day}" / PART_FILE).read_bytes(), (name, day)
+    defs = small.defs()
+    for (name, day), table in expected.items():
+        got = defs.load_asset_value(name, partition_key=day, python_type=pa.Table, instance=instance)
+        assert got.equals(table), (name, day)
+        if day == SMALL_DAYS[-1]:  # not captured into the bucket: an empty day, typed all the same
+            assert got.num_rows == 0 and got.schema == table.schema
+    frame = defs.load_asset_value(GATEWAY, partition_key=DAYS[1], instance=instance,
+                                  metadata={"columns": ["session_id", "attributes"]})
+    assert list(frame.columns) == ["session_id", "attributes"] and str(frame["attributes"].dtype) == "str"

@@ -169,6 +169,12 @@ def warehouse_state(root: Path) -> WarehouseState:
     return WarehouseState(files, rows)
 
 
+def captured_files(state: WarehouseState) -> dict[str, str]:
+    """The files of the three captured datasets (a run of every asset also writes the
+    analytics layer's, which ``files`` holds too)."""
+    return {rel: digest for rel, digest in state.files.items() if rel.split("/")[0] in DATASETS}
+
+
 def is_flagged(dataset: str, row: dict) -> bool:
     if dataset == GATEWAY:
         attrs = json.loads(row["attributes"]) if row["attributes"] else {}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib import policy
+from tests.defs.harness import ANALYTICS
 from tests.faults import forking
 from tests.faults.helpers import (
     DAY1,
@@ -252,14 +253,15 @@ def test_a_ten_megabyte_cell_is_kept_whole(hostile):
 def test_session_id_with_slashes_dots_quotes_and_emoji(hostile):
     """Protects the warehouse layout against hostile ids: a session id with '/', '..',
     quotes and an emoji is captured under its own ids in all three datasets, and no file
-    or folder appears anywhere but the datasets' day folders (ids never become paths)."""
+    or folder appears anywhere but the datasets' (and the analytics') day folders (ids
+    never become paths)."""
     sids = {r["id"] for r in hostile.state.rows[SESSIONS].values()}
     assert WEIRD_SID in sids
     assert any(r["session_id"] == "hermes-" + WEIRD_SID for r in hostile.state.rows[GATEWAY].values())
     root = hostile.install.warehouse
     for path in root.rglob("*"):
         rel = path.relative_to(root).parts
-        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, ".staging"), path
+        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, *ANALYTICS, ".staging"), path
         if rel[0] != ".staging":
             assert len(rel) <= 3 and (len(rel) < 2 or rel[1].startswith("day=")), path
 

@@ -36,6 +36,7 @@ from tests.faults.helpers import (
     REPO,
     FileProxy,
     assert_sound,
+    captured_files,
     forget_instance,
     grow,
     warehouse_state,
@@ -63,7 +64,8 @@ def _build(install, tmp_path):
     shutil.copytree(old_copy, reference)
     install.run(DAY1, DAY4, defs=install.defs(warehouse=HermesWarehouse(root=str(reference)))).ok()
     new = warehouse_state(reference)
-    assert len(old.files) == 9 and len(new.files) == 12
+    assert len(captured_files(old)) == 9 and len(captured_files(new)) == 12
+    assert len(old.files) > 9 and len(new.files) > 12  # and the analytics layer's, written by the same runs
     assert all(new.files[rel] != old.files[rel] for rel in old.files if "hermes_sessions" in rel or "gateway" in rel)
     return old, new, old_copy
 
@@ -112,7 +114,7 @@ class _HalfWriter(FileProxy):
 
 def _install_hooks(point: str) -> None:
     """In the child only: stop at ``point`` (emit it, then wait for SIGKILL)."""
-    real_open, real_replace, real_flock = builtins.open, os.replace, fcntl.flock
+    real_open, real_replace, real_flock, real_link = builtins.open, os.replace, fcntl.flock, os.link
     renames = [0]
 
     def is_part(path) -> bool:
@@ -132,14 +134,18 @@ def _install_hooks(point: str) -> None:
         if is_part(dst):
             if point == "temp_written_before_rename" and str(src).endswith(".tmp"):
                 stop()
-            if point == "staged_file_before_rename" and "/.staging/" in str(src):
-                stop()
+
         result = real_replace(src, dst, *args, **kwargs)
         if is_part(dst):
             renames[0] += 1
             if point == "first_file_renamed" or (point == "third_file_renamed" and renames[0] == 3):
                 stop()
         return result
+
+    def hooked_link(src, dst, *args, **kwargs):
+        if point == "staged_file_before_rename" and "/.staging/" in str(src):
+            stop()
+        return real_link(src, dst, *args, **kwargs)
 
     def hooked_flock(fd, operation):
         result = real_flock(fd, operation)
@@ -151,7 +157,7 @@ def _install_hooks(point: str) -> None:
         forking.emit(point)
         forking.park()
 
-    builtins.open, os.replace, fcntl.flock = hooked_open, hooked_replace, hooked_flock
+    builtins.open, os.replace, fcntl.flock, os.link = hooked_open, hooked_replace, hooked_flock, hooked_link
 
 
 KILL_POINTS = [

@@ -106,8 +106,8 @@ def test_ignored_data_never_reaches_disk_and_purge_removes_a_scope_everywhere(in
     decoded), not in DAGSTER_HOME (run/event storage, compute logs), not in the logs.
     A second marker, in a scope captured in full, is in the warehouse (the search works)
     but in no log or Dagster file. Once that scope is listed `ignore` and the purge job
-    (CLI) has run, the second marker is nowhere either, in every dataset and day; the next
-    backfill succeeds and keeps it out."""
+    (CLI) has run, the second marker is nowhere either, in every dataset and day (the
+    analytics days it fed are recomputed too); the next backfill succeeds and keeps it out."""
     install.dagster_home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO / "dagster.yaml", install.dagster_home / "dagster.yaml")
     logs = tmp_path / "logs"
@@ -123,7 +123,8 @@ def test_ignored_data_never_reaches_disk_and_purge_removes_a_scope_everywhere(in
     assert _found(IGNORED, everywhere) == []
     decoded = _found(PURGED, [install.warehouse])
     datasets = {Path(h.split(" ")[0]).parent.parent.name for h in decoded}
-    assert datasets == {"ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages"}, decoded
+    # the three datasets, and the daily usage per model (the planted model name is a marker too)
+    assert datasets == {"ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages", "hermes_daily_usage"}, decoded
     assert {Path(h.split(" ")[0]).parent.name for h in decoded} == {f"day={DAY1}", f"day={DAY2}"}
     assert _found(PURGED, [install.dagster_home, logs]) == [], "captured content reached logs or Dagster storage"
 

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.defs.capture import hermes_capture
+from hermes_assets.defs.io_manager import datasets_io_manager
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
@@ -84,7 +85,9 @@ def _read(warehouse: Path, dataset: str, columns: list[str] | None = None):
 
 
 def _parquet_files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet"))}
+    """The three captured datasets' files (the analytics layer follows them on its own schedule)."""
+    return {str(p.relative_to(root)): p.read_bytes()
+            for dataset in (GATEWAY, MESSAGES, SESSIONS) for p in sorted((root / dataset).rglob("*.parquet"))}
 
 
 def _assert_keys_unique(warehouse: Path) -> int:
@@ -248,6 +251,7 @@ def _materialize(days: list[str], hermes: HermesStores, warehouse: Path, policy_
         "warehouse": HermesWarehouse(root=str(warehouse)),
         "usage_policy": UsagePolicy(list_path=str(policy_list), user_home=str(policy_list.parent)),
         "capture_runtime": CaptureRuntime(workers=2),
+        "hermes_datasets": datasets_io_manager(HermesWarehouse(root=str(warehouse))),
     }
     tags = {"dagster/asset_partition_range_start": days[0], "dagster/asset_partition_range_end": days[-1]}
     result = dg.materialize([hermes_capture], resources=resources, instance=instance, tags=tags)

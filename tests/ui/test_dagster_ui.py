@@ -4,8 +4,9 @@ A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``) runs on
 a temp DAGSTER_HOME; Debian's Chromium, driven by Playwright, does what a new
 user does:
 
-1. opens *Lineage* and sees the three assets (with their SQLite / Python /
-   Parquet kinds);
+1. opens *Lineage*, expands its two groups (``hermes``, ``hermes_analytics``)
+   and sees the three assets (with their SQLite / Python / Parquet kinds) and
+   the two analytics assets downstream of them;
 2. opens *Automation* → ``hermes_state_sensor``: it is running, and its latest
    tick says why it skipped (Hermes is not installed yet);
 3. Hermes appears (a copy of the small fixture store), and the user imports
@@ -15,7 +16,11 @@ user does:
    says *Succeeded* (one run: the assets backfill in a single run);
 5. opens ``ai_gateway_messages_hermes``: its description and column schema
    are on the overview; *Partitions* → one day shows ``rows_written`` and
-   ``dagster/row_count``, and both equal the rows of that day's Parquet file.
+   ``dagster/row_count``, and both equal the rows of that day's Parquet file;
+6. opens ``hermes_daily_usage`` (the analytics layer, materialized by the same
+   backfill): *Metadata* → *Plots* → *Events* draws one plot per numeric
+   total (``total_tokens``, ``sessions``, ``estimated_cost_usd``, ...), one
+   point per day; that view is saved as ``docs/ui-daily-usage-plots.png``.
 
 Screenshots of every step land in the test's temp dir (``screenshots/``); the
 last one is also copied to ``/tmp/hermes-ui-screenshot.png``.
@@ -31,12 +36,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
+from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, day_path
 from tests.e2e.test_backfill_graphql import BACKFILL_Q, DONE_BAD, DONE_OK, DagsterDev
 
 pytestmark = pytest.mark.e2e
 
 FINAL_SCREENSHOT = Path("/tmp/hermes-ui-screenshot.png")
+#: the README's picture of the analytics plots (rewritten by every run of this test)
+PLOTS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "ui-daily-usage-plots.png"
+USAGE = "hermes_daily_usage"
 RANGE = f"[{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}]"
 DAY = SMALL_DAYS[2]  # the day whose metadata is read off the screen
 BACKFILL_TIMEOUT_S = 180
@@ -158,13 +166,20 @@ def test_a_user_imports_history_from_the_ui_and_reads_a_partition_row_count(
 
 
 def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: Path) -> None:
-    # 1. the asset graph: three assets, each with its kinds
+    # 1. the asset graph: two groups, collapsed; expanded (the UI remembers it), three
+    #    assets with their kinds, and the analytics downstream
     page.goto(dev.url)
-    _open(page, "Lineage", _visible(page, DATASETS[0]))
+    _open(page, "Lineage", _visible(page, "hermes_analytics"))
+    for group in ("hermes", "hermes_analytics"):  # the group boxes of the graph (not the sidebar tree)
+        page.locator("foreignObject").get_by_text(group, exact=True).click()
+    page.reload()  # the graph is laid out and fitted again, groups expanded
     for name in DATASETS:
         _visible(page, name).wait_for()
-    for kind in ("SQLite", "Python", "Parquet"):
-        assert page.get_by_text(kind, exact=True).filter(visible=True).count() == len(DATASETS), kind
+    for name in ANALYTICS:
+        _visible(page, name).wait_for()
+    everything = len(DATASETS) + len(ANALYTICS)  # the analytics are Python and Parquet, not SQLite
+    for kind, count in (("SQLite", len(DATASETS)), ("Python", everything), ("Parquet", everything)):
+        assert page.get_by_text(kind, exact=True).filter(visible=True).count() == count, kind
     screens.shot("asset-graph")
 
     # 2. the sensor: running, and its latest tick says why it skipped
@@ -205,7 +220,7 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     page.reload()
     status = page.get_by_text("Status", exact=True).filter(visible=True).first.locator("xpath=..")
     status.get_by_text("Succeeded", exact=True).wait_for()
-    assert page.get_by_text("100% completed").filter(visible=True).count() == len(DATASETS)
+    assert page.get_by_text("100% completed").filter(visible=True).count() == len(DATASETS) + len(ANALYTICS)
     screens.shot("backfill-succeeded")
 
     # 5. the canonical dataset's page: its description and column schema ...
@@ -225,3 +240,45 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     screens.shot("partition-rows-written")
     rows_on_disk = pq.read_metadata(day_path(installation.warehouse, GATEWAY, DAY)).num_rows
     assert rows_on_screen == row_count_on_screen == rows_on_disk > 0
+
+    # 6. the analytics: hermes_daily_usage plots each day's totals
+    page.goto(f"{dev.url}/assets/{USAGE}")
+    _visible(page, "What each day of Hermes used", exact=False).wait_for()
+    _visible(page, "hermes_automation").wait_for()  # the sensor that keeps it current
+    metadata = _visible(page, "Metadata")
+    metadata.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.get_by_role("button", name="Plots").click()
+    # by partition, the UI plots only the latest days of the partition set; the fixture's
+    # days are months old, so plot by materialization event (one per day, in day order)
+    page.locator("button", has_text="Events").last.click()
+    plotted = ("total_tokens", "sessions", "estimated_cost_usd", "tool_calls", "messages", "dagster/row_count")
+    for label in plotted:
+        page.get_by_text(label, exact=True).last.wait_for()
+    numeric = _numeric_labels(dev, USAGE)
+    assert set(plotted) <= numeric
+    page.wait_for_function(f"document.querySelectorAll('canvas').length >= {len(numeric)}")
+    page.set_viewport_size({"width": 1600, "height": 2300})  # every plot in one picture
+    metadata.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(1000)  # the charts redraw at the new size
+    shot = screens.shot("daily-usage-plots")
+    PLOTS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, PLOTS_SCREENSHOT)
+
+
+NUMERIC_Q = """
+query Numeric($path: [String!]!, $partitions: [String!]) {
+  assetOrError(assetKey: {path: $path}) {
+    ... on Asset { assetMaterializations(partitions: $partitions) {
+        partition metadataEntries { __typename label } } }
+  }
+}"""
+
+
+def _numeric_labels(dev: DagsterDev, asset: str) -> set[str]:
+    """The numeric metadata labels of every day's materialization (what the UI plots)."""
+    mats = dev.graphql(NUMERIC_Q, {"path": [asset], "partitions": SMALL_DAYS})["assetOrError"]["assetMaterializations"]
+    assert sorted(m["partition"] for m in mats) == SMALL_DAYS
+    numeric = ("IntMetadataEntry", "FloatMetadataEntry")
+    labels = [{e["label"] for e in m["metadataEntries"] if e["__typename"] in numeric} for m in mats]
+    assert all(ls == labels[0] for ls in labels)
+    return labels[0]

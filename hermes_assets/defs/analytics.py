@@ -1,0 +1,128 @@
+"""The first analytics layer: ``hermes_daily_usage`` and ``hermes_daily_tools`` (SPEC §11).
+
+Built on the captured datasets through the ``hermes_datasets`` IO manager
+(inputs read one day at a time, only the columns they need), on the same
+daily partitions. ``eager()`` without its latest-day restriction keeps them
+current by themselves: after every capture, of any day, the
+``hermes_automation`` sensor (on by default, run by the daemon)
+recomputes the days whose inputs changed. Each day is written as Parquet
+beside the other datasets (``<warehouse>/<asset>/day=YYYY-MM-DD/part-0.parquet``,
+the same file rules) and its totals are numeric metadata, which the asset
+page plots over time.
+"""
+
+
+
+import dagster as dg
+
+from hermes_assets.defs import settings
+from hermes_assets.defs.capture import column_schema
+from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.resources import HermesWarehouse
+from hermes_assets.lib import analytics, schemas
+from hermes_assets.lib.analytics import TOOLS, USAGE, DayFigures
+from hermes_assets.lib.loading import DatasetDays
+from hermes_assets.lib.logs import get_logger
+
+log = get_logger()
+
+GROUP = "hermes_analytics"
+#: eager() follows only the latest day; captures of older days must reach these assets too
+AUTOMATION = dg.AutomationCondition.eager().without(dg.AutomationCondition.in_latest_time_window())
+
+
+def _common(dataset: str) -> dict:
+    return dict(
+        group_name=GROUP,
+        partitions_def=daily_partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        automation_condition=AUTOMATION,
+        io_manager_key=DATASETS_IO_MANAGER,
+        kinds={"parquet", "python"},
+        owners=["team:hermes-assets"],
+        metadata={"dagster/column_schema": column_schema(dataset)},
+    )
+
+
+def _ins(columns: dict[str, list[str]]) -> dict[str, dg.AssetIn]:
+    return {name: dg.AssetIn(name, metadata={"columns": cols}) for name, cols in columns.items()}
+
+
+def _day_metadata(figures: DayFigures, path: str) -> dict:
+    md: dict = {"dagster/row_count": figures.table.num_rows, "path": dg.MetadataValue.path(path)}
+    for name, value in figures.totals.items():
+        md[name] = dg.MetadataValue.float(value) if isinstance(value, float) else dg.MetadataValue.int(value)
+    return md
+
+
+def _materialize(context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str,
+                 inputs: dict[str, DatasetDays]) -> dg.MaterializeResult:
+    """Each day of the run: compute, replace the day's file, attach the day's totals."""
+    wh = warehouse.open()
+    files_changed = rows = 0
+    for day in context.partition_keys:
+        figures = analytics.compute_day(dataset, day, inputs)
+        result = wh.replace_day(dataset, day, figures.table)
+        context.add_asset_metadata(_day_metadata(figures, result.path), partition_key=day)
+        files_changed += result.changed
+        rows += result.rows
+    log.info("hermes.analytics.written", dataset=dataset, days=len(context.partition_keys), rows=rows,
+             files_changed=files_changed)
+    return dg.MaterializeResult()
+
+
+@dg.asset(
+    name=USAGE,
+    description="What each day of Hermes used, per model: sessions, messages, tool calls, API calls, "
+    "input/output/cache read/cache write/reasoning tokens, total tokens (Hermes's own: input + cache + output), "
+    "estimated and actual cost in USD. Tokens and costs come from each session's `usage_by_model` (a session "
+    "that used several models counts under each; without it, the session's own model and totals); messages "
+    "(`session_meta` rows excepted) and tool calls count under the session's `model`. The day is the day the "
+    "sessions started; rows flagged `source_deleted` are left out.",
+    ins=_ins(analytics.USAGE_INPUTS),
+    **_common(USAGE),
+)
+def hermes_daily_usage(
+    context: dg.AssetExecutionContext,
+    warehouse: HermesWarehouse,
+    hermes_sessions: DatasetDays,
+    hermes_messages: DatasetDays,
+    ai_gateway_messages_hermes: DatasetDays,
+) -> dg.MaterializeResult:
+    inputs = {d.dataset: d for d in (hermes_sessions, hermes_messages, ai_gateway_messages_hermes)}
+    return _materialize(context, warehouse, USAGE, inputs)
+
+
+@dg.asset(
+    name=TOOLS,
+    description="Which tools Hermes used each day, per `tool_name`: calls (`tool_call` parts), results "
+    "(`tool_result` parts), error results and sessions, from `ai_gateway_messages_hermes` (rows flagged "
+    "`source_deleted` left out). An error result is one whose `is_error` is true or, as Hermes leaves "
+    "`is_error` NULL, one Hermes itself shows as failed (hermes-agent's `_detect_tool_failure`): a terminal "
+    "result with a non-zero `exit_code`; a JSON result with a truthy `error` (or `message`) and "
+    "`\"success\": false` or an `error` key; a memory result over its limit; else text whose first 500 "
+    "characters hold `\"error\"` or `\"failed\"` or that starts with `Error` (file writes that landed never "
+    "count).",
+    ins=_ins(analytics.TOOLS_INPUTS),
+    **_common(TOOLS),
+)
+def hermes_daily_tools(
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, ai_gateway_messages_hermes: DatasetDays
+) -> dg.MaterializeResult:
+    return _materialize(context, warehouse, TOOLS, {ai_gateway_messages_hermes.dataset: ai_gateway_messages_hermes})
+
+
+#: The daemon evaluates automation conditions through this sensor. It covers every asset
+#: (the capture assets have no condition, so it never requests them; an asset you add with
+#: one is kept current too); Dagster's own default sensor would start stopped, this one runs
+#: from the start, like hermes_state_sensor.
+hermes_automation = dg.AutomationConditionSensorDefinition(
+    "hermes_automation",
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=settings.load().poll_seconds,
+    run_tags={"hermes/trigger": "automation"},
+    description="Brings the assets that have an automation condition (the hermes_analytics group) up to "
+    "date after each capture, of any day.",
+)

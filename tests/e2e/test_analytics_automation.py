@@ -1,0 +1,114 @@
+"""The analytics layer keeps itself current on a real ``dagster dev`` (issue 15).
+
+A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``) with
+the capture sensor on a 5 s interval, and Hermes's own writer adding to a
+session of 2026-06-01: an *old* partition, so plain ``eager()`` (latest day
+only) would never follow it. Nothing but the daemon launches runs: the
+sensor captures the day, then the ``hermes_automation`` sensor brings
+``hermes_daily_usage`` (and ``hermes_daily_tools``) up to date; after a new
+message, again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from tests.defs.harness import ANALYTICS, day_path
+from tests.e2e.test_backfill_graphql import DagsterDev
+from tests.support.hermes_writer import HermesWriter, openai_call
+
+pytestmark = pytest.mark.e2e
+
+DAY = "2026-06-01"  # the writer's clock: months before today, never the latest partition
+USAGE = "hermes_daily_usage"
+WAIT_S = 150
+
+
+def _usage(warehouse) -> dict | None:
+    """The day's hermes_daily_usage row of the session's model (None before the first file)."""
+    path = day_path(warehouse, USAGE, DAY)
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except FileNotFoundError:
+        return None
+    return next((r for r in rows if r["model"] == "model-e2e"), None)
+
+
+def _wait_for(dev: DagsterDev, what: str, check) -> dict:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        dev._alive()
+        got = check()
+        if got:
+            return got
+        time.sleep(1)
+    pytest.fail(f"{what} did not happen within {WAIT_S}s:\n{dev.log_tail()}")
+
+
+def _runs(installation) -> list:
+    instance = dg.DagsterInstance.from_config(str(installation.dagster_home))
+    try:
+        return list(reversed(instance.get_runs()))
+    finally:
+        instance.dispose()
+
+
+def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(installation, dagster_env):
+    installation.store.unlink()  # this test's Hermes is written below, by Hermes's own writer
+    writer = HermesWriter(installation.store, home=installation.home)
+    try:
+        sid = writer.session("s-e2e", "cli", model="model-e2e", cwd="/work/e2e")
+        writer.msg(sid, "user", "list the files")
+        writer.msg(sid, "assistant", None, tool_calls=[openai_call("c1", "terminal", {"command": "ls"})],
+                   finish_reason="tool_calls")
+        writer.msg(sid, "tool", json.dumps({"output": "a b", "exit_code": 0, "error": None}), tool_call_id="c1",
+                   tool_name="terminal")
+        writer.update_token_counts(sid, input_tokens=120, output_tokens=30, model="model-e2e", api_call_count=1)
+
+        env = {**dagster_env, "HERMES_ASSETS_POLL_SECONDS": "5"}
+        dev = DagsterDev(env, installation.root / "dagster-dev.log")
+        try:
+            dev.wait_ready()
+            running = {s["name"] for s in dev.running_sensors()}
+            assert {"hermes_state_sensor", "hermes_automation"} <= running, running
+            t0 = time.monotonic()
+            first = _wait_for(dev, "the first hermes_daily_usage of the day", lambda: _usage(installation.warehouse))
+            first_s = time.monotonic() - t0
+            assert (first["messages"], first["tool_calls"], first["input_tokens"]) == (3, 1, 120), first
+
+            # Hermes goes on: one more turn in the same (old) session
+            writer.msg(sid, "assistant", "two files: a and b", finish_reason="stop")
+            writer.update_token_counts(sid, input_tokens=80, output_tokens=10, model="model-e2e", api_call_count=1)
+            t1 = time.monotonic()
+            second = _wait_for(dev, "hermes_daily_usage to count the new message",
+                               lambda: (u := _usage(installation.warehouse)) and u["messages"] == 4 and u)
+            second_s = time.monotonic() - t1
+            assert (second["input_tokens"], second["output_tokens"], second["api_calls"]) == (200, 40, 2), second
+            tools = pq.read_table(day_path(installation.warehouse, "hermes_daily_tools", DAY)).to_pylist()
+            assert [(t["tool_name"], t["calls"], t["results"]) for t in tools] == [("terminal", 1, 1)]
+            # let the run that wrote it finish before the instance is read
+            _wait_for(dev, "every run to finish", lambda: all(r.is_finished for r in _runs(installation)))
+        finally:
+            dev.stop()
+    finally:
+        writer.close()
+
+    runs = _runs(installation)
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), [(r.run_id, r.status) for r in runs]
+    by_trigger: dict[str, list] = {}
+    for run in runs:
+        by_trigger.setdefault(run.tags.get("hermes/trigger", "other"), []).append(run)
+    assert set(by_trigger) == {"sensor", "automation"}, {k: len(v) for k, v in by_trigger.items()}
+    for run in by_trigger["automation"]:
+        assert run.tags.get("dagster/partition") == DAY
+        assert run.asset_selection <= {dg.AssetKey(a) for a in ANALYTICS}
+    assert len(by_trigger["sensor"]) >= 2 and len(by_trigger["automation"]) >= 2
+    print("\nE2E analytics automation:", json.dumps({
+        "sensor_runs": len(by_trigger["sensor"]), "automation_runs": len(by_trigger["automation"]),
+        "first_capture_to_daily_usage_s": round(first_s, 1), "new_message_to_daily_usage_s": round(second_s, 1),
+    }))

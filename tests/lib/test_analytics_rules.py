@@ -1,0 +1,98 @@
+"""The rules of the analytics layer that are not plain counting (issue 15, SPEC §11).
+
+``hermes_daily_tools`` counts an error result the way Hermes shows one: the
+project's :func:`hermes_marks_error` must give Hermes's own verdict
+(``agent.display._detect_tool_failure`` of the installed hermes-agent) on
+every tool result of the small fixture, on the shapes Hermes's tools return,
+and on random ones.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hermes_assets.lib.analytics import hermes_marks_error, is_error_result
+
+TOOLS = ["terminal", "memory", "write_file", "patch", "read_file", "web_search", "execute_code", None]
+
+
+def hermes_verdict(tool_name, content):
+    from agent.display import _detect_tool_failure
+
+    return _detect_tool_failure(tool_name, content)[0]
+
+
+SHAPES = [
+    ("read_file", '{"error": "File not found: x.py"}'),  # tools.registry.tool_error
+    ("read_file", '{"error": "bad input", "success": false}'),
+    ("send_message", '{"success": false, "message": "no such chat"}'),
+    ("send_message", '{"success": false}'),
+    ("todo", '{"message": "ok"}'),
+    ("todo", '{"error": ""}'),
+    ("todo", '{"error": null, "items": []}'),
+    ("memory", '{"success": false, "error": "the entry would exceed the limit of 2200 chars"}'),
+    ("memory", '{"success": true, "entries": ["error"]}'),
+    ("terminal", '{"output": "ok", "exit_code": 0, "error": null}'),
+    ("terminal", '{"output": "FAILED", "exit_code": 1, "error": null}'),
+    ("terminal", '{"output": "", "exit_code": "2", "error": "boom"}'),
+    ("terminal", '{"output": "no code"}'),
+    ("terminal", "[Tool execution cancelled — terminal was interrupted]"),
+    ("terminal", "Error: not JSON"),
+    ("write_file", '{"bytes_written": 12, "path": "a.py", "lint": {"error": "E501"}}'),
+    ("write_file", '{"error": "permission denied", "path": "/etc/x"}'),
+    ("patch", '{"success": true, "diff": "- raise \\"error\\"\\n+ pass"}'),
+    ("patch", '{"success": false, "error": "hunk failed"}'),
+    ("web_search", '<untrusted_tool_result source="web_search">{"results": []}</untrusted_tool_result>'),
+    ("web_search", 'Error fetching https://example.com'),
+    ("web_extract", '{"status": "failed"}'),
+    ("delegate_task", '[{"error": 1}]'),
+    (None, '{"output": "x", "exit_code": 1, "error": null}'),
+    ("read_file", ""),
+    ("read_file", None),
+]
+
+
+@pytest.mark.parametrize(("tool_name", "content"), SHAPES)
+def test_the_error_rule_is_hermes_own_on_the_shapes_its_tools_return(tool_name, content):
+    assert hermes_marks_error(tool_name, content) == hermes_verdict(tool_name, content)
+
+
+def test_the_error_rule_is_hermes_own_on_every_tool_result_of_the_small_fixture(fixture_copy):
+    conn = sqlite3.connect(f"file:{fixture_copy('small')}?mode=ro", uri=True)
+    try:
+        results = conn.execute("SELECT tool_name, content FROM messages WHERE role = 'tool'").fetchall()
+    finally:
+        conn.close()
+    verdicts = [hermes_marks_error(name, content) for name, content in results]
+    assert verdicts == [hermes_verdict(name, content) for name, content in results]
+    assert len(results) == 381 and sum(verdicts) == 31  # failed terminal commands, mostly
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from(["", "x", "error", "failed"]),
+                    st.text(max_size=8))
+_objects = st.dictionaries(st.sampled_from(["error", "success", "message", "exit_code", "bytes_written", "output",
+                                            "status"]), _values, max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(tool_name=st.sampled_from(TOOLS), body=st.one_of(_objects.map(json.dumps), st.text(max_size=40)),
+       prefix=st.sampled_from(["", " ", "Error", "\n"]))
+def test_the_error_rule_is_hermes_own_on_random_results(tool_name, body, prefix):
+    content = prefix + body
+    try:
+        want = hermes_verdict(tool_name, content)
+    except TypeError:  # Hermes's own check crashes on a memory result whose "error" is not text
+        return
+    assert hermes_marks_error(tool_name, content) == want
+
+
+def test_a_row_that_says_is_error_is_believed():
+    ok = '{"output": "fine", "exit_code": 0, "error": null}'
+    assert is_error_result(True, "terminal", ok) is True
+    assert is_error_result(False, "terminal", '{"exit_code": 1}') is False
+    assert is_error_result(None, "terminal", '{"exit_code": 1}') is True
