@@ -159,8 +159,10 @@ plan = capture.plan_capture(stores, days, user_home="/home/bench")
 plan = capture.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 ctx = projection.ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=projection.NoGit())
 import tempfile
-with tempfile.TemporaryDirectory() as staging:
-    run = capture.project_rows(plan, ctx, staging=os.path.join(staging, "run"), workers=os.cpu_count() or 1)
+from hermes_assets.lib.warehouse import Warehouse
+with tempfile.TemporaryDirectory() as scratch:  # an empty warehouse: every day is staged as its final file
+    run = capture.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
+                               staging=os.path.join(scratch, "run"), workers=os.cpu_count() or 1)
 rows = run.totals("ai_gateway_messages_hermes")[0]
 print(json.dumps({"rows": rows, "seconds": time.perf_counter() - t}))
 """

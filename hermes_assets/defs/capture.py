@@ -157,13 +157,12 @@ def project_rows(
     run = capture.project_rows(
         plan,
         usage_policy.projection_context(plan.read_at),
+        wh,
         staging=staging_dir(wh, context.run.run_id),
         workers=capture_runtime.workers,
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
         busy_timeout_ms=hermes.busy_timeout_ms,
         log_format=capture_runtime.log_format,
-        folder_mode=wh.modes.folder,
-        existing={dataset: wh.existing(dataset, plan.days) for dataset in CAPTURE_DATASETS},
     )
     metadata: dict = {"days": len(run.days)}
     for dataset in CAPTURE_DATASETS:
@@ -172,6 +171,7 @@ def project_rows(
         metadata[f"{dataset}.errors"] = sum(n for k, n in by_kind.items() if k not in errors.WARNING_KINDS)
         metadata[f"{dataset}.errors_by_kind"] = dict(sorted(by_kind.items()))
         metadata[f"{dataset}.error_samples"] = samples
+    metadata["ids_reused"] = run.reborn()  # D15: new generations of ids captured before (a restored store)
     metadata["stores_failed"] = [{"path": f.path, "error_kind": f.error_kind} for f in run.failures()]
     metadata["sql_statements"] = dict(sorted(run.statements().items()))
     return dg.Output(run, metadata=metadata)

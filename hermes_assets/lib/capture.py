@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 
 from hermes_assets.lib import errors, logs, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
 from hermes_assets.lib.warehouse import (
@@ -175,11 +176,14 @@ class CapturePlan:
     def failures(self) -> list[StoreFailure]:
         return [sp.failure for sp in self.stores if sp.failure is not None]
 
-    def facts(self, day: str, mids: dict[str, set[int]], skip: set[str] = frozenset()) -> list[StoreFacts]:
+    def facts(self, day: str, generations: dict[str, "StoreGenerations"], skip: set[str] = frozenset()) -> list[StoreFacts]:
         """What retention needs to judge the day's previously written rows (SPEC §6), for
         every store read (and not in ``skip``)."""
+        empty = StoreGenerations()
         return [
-            StoreFacts(sp.store.path, sp.store.path_hash, sp.days, mids=mids.get(sp.store.path, set()),
+            StoreFacts(sp.store.path, sp.store.path_hash, sp.days,
+                       sessions_now=generations.get(sp.store.path, empty).sessions,
+                       messages_now=generations.get(sp.store.path, empty).messages,
                        ignored=sp.ignored_on(day))
             for sp in self.readable() if sp.store.path not in skip
         ]
@@ -306,13 +310,23 @@ class DatasetDay:
 
 
 @dataclass(frozen=True)
+class StoreGenerations:
+    """One store's sessions and messages of one day, by the generation each is now (D15)."""
+
+    sessions: dict[str, int] = field(default_factory=dict)
+    messages: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: how many of them took a generation never captured before (a restored store)
+    reborn: int = 0
+
+
+@dataclass(frozen=True)
 class StagedDay:
     """One day of the three datasets, staged (Arrow IPC files, not yet in place)."""
 
     day: str
     datasets: dict[str, DatasetDay]
-    #: store path -> the day's message ids of its kept sessions (retention, SPEC §6)
-    mids: dict[str, frozenset[int]]
+    #: store path -> the generations of the day's kept sessions and their messages (retention, SPEC §6)
+    generations: dict[str, StoreGenerations]
     #: stores that failed while this day was read
     failures: tuple[StoreFailure, ...] = ()
     statements: dict[str, int] = field(default_factory=dict)
@@ -328,7 +342,7 @@ class DayRows:
     #: dataset -> store path -> that store's rows of the day
     tables: dict[str, dict[str, pa.Table]]
     tallies: dict[str, ErrorTally]
-    mids: dict[str, frozenset[int]]
+    generations: dict[str, StoreGenerations]
     failures: list[StoreFailure]
     statements: Counter
     #: every bad cell of the day once, as ``(error_kind, session id, mid, column)``
@@ -341,11 +355,15 @@ class DayRows:
 
 
 def project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, *,
-                busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> DayRows:
+                busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, births: dict[str, Births] | None = None) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store) and
-    build the rows of all three datasets from that read."""
+    build the rows of all three datasets from that read.
+
+    ``births``: per store, what the day's files already captured (:func:`read_births`):
+    a reused id with another birth gets the next generation (D15).
+    """
     with _gc_paused():
-        return _project_day(plan, day, ctx, busy_timeout_ms)
+        return _project_day(plan, day, ctx, busy_timeout_ms, births or {})
 
 
 @contextlib.contextmanager
@@ -362,11 +380,12 @@ def _gc_paused():
             gc.enable()
 
 
-def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int) -> DayRows:
+def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int,
+                 births: dict[str, Births]) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
-    mids: dict[str, frozenset[int]] = {}
+    generations: dict[str, StoreGenerations] = {}
     failures: list[StoreFailure] = []
     statements: Counter = Counter()
     for sp in plan.readable():
@@ -388,16 +407,31 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
         gateway = projection.GatewayColumns()
         sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS])
         messages = projection.messages_columns(plan.read_at, tallies[MESSAGES])
+        gens = Generations(births.get(sp.store.path) or Births())
         for bundle in bundles:
             cls = sp.classes.get(bundle.sid, policy.FULL)
-            projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls)
+            session_gen, message_gens = gens.assign(bundle)
+            projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls,
+                                       session_generation=session_gen, message_generations=message_gens)
             projection.session_row(bundle, sessions, day=day, scope_path=sp.scopes.get(bundle.sid, (None,))[0],
-                                   policy_class=cls)
-            projection.message_rows(bundle, messages, day=day)
+                                   policy_class=cls, generation=session_gen)
+            projection.message_rows(bundle, messages, day=day, generations=message_gens)
         for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
-        mids[sp.store.path] = frozenset(m["id"] for b in bundles for m in b.messages if isinstance(m["id"], int))
-    return DayRows(day, tables, tallies, mids, failures, statements, logged)
+        generations[sp.store.path] = StoreGenerations(gens.sessions, gens.messages, gens.reborn)
+    return DayRows(day, tables, tallies, generations, failures, statements, logged)
+
+
+def read_births(warehouse: Warehouse, day: str, stores: list[str], existing: dict[str, set[str]]) -> dict[str, Births]:
+    """Per store, the births of what the day's ``hermes_sessions``/``hermes_messages`` files
+    hold already (D15); nothing when the day has no file."""
+    sessions = (warehouse.read(SESSIONS, day, columns=SESSION_BIRTH_COLUMNS)
+                if day in existing[SESSIONS] else None)
+    messages = (warehouse.read(MESSAGES, day, columns=MESSAGE_BIRTH_COLUMNS)
+                if day in existing[MESSAGES] else None)
+    if sessions is None and messages is None:
+        return {}
+    return {path: Births.from_tables(sessions, messages, path) for path in stores}
 
 
 @dataclass
@@ -426,6 +460,10 @@ class ProjectedRun:
             samples.extend(d.samples[: max(0, 10 - len(samples))])
         return rows, by_kind, samples
 
+    def reborn(self) -> int:
+        """Stored sessions and messages whose id was captured before with another birth (D15)."""
+        return sum(g.reborn for staged in self.days for g in staged.generations.values())
+
     def statements(self) -> Counter:
         total = Counter(self.plan.statements)
         for staged in self.days:
@@ -433,24 +471,23 @@ class ProjectedRun:
         return total
 
 
-def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, *, staging: str, workers: int = 1,
-                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, log_format: str | None = None,
-                 folder_mode: int = 0o700, existing: dict[str, set[str]] | None = None,
+def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse: Warehouse, *, staging: str,
+                 workers: int = 1, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, log_format: str | None = None,
                  parallel_min_sessions: int = PARALLEL_MIN_SESSIONS) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
     until :func:`write_partitions`; on an error the staging folder is removed.
 
-    ``existing``: per dataset, the run's days that have a partition file already
-    (None: assume every day has one). A day without one, whose rows come from one
-    store, is staged as its final partition file. Days run on ``workers`` processes
-    when the run has at least ``parallel_min_sessions`` sessions.
+    A day that has no partition file yet, and whose rows come from one store, is
+    staged as its final partition file; the others as Arrow IPC, merged at the
+    write. Days run on ``workers`` processes when the run has at least
+    ``parallel_min_sessions`` sessions.
     """
-    _make_private_dir(staging, folder_mode)
+    _make_private_dir(staging, warehouse.modes.folder)
     ctx = replace(ctx, now_s=plan.read_at)  # one clock for the sanity window of the whole run
-    if existing is None:
-        existing = {ds: set(plan.days) for ds in CAPTURE_DATASETS}
+    existing = {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS}
     state = {"plan": plan, "ctx": ctx, "staging": staging, "busy_timeout_ms": busy_timeout_ms,
-             "log_format": log_format, "existing": existing}
+             "log_format": log_format, "existing": existing,
+             "warehouse": (warehouse.uri, warehouse.spool_setting, warehouse.modes)}
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
     try:
@@ -469,7 +506,9 @@ def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, *, stagin
 def stage_day(state: dict, day: str) -> StagedDay:
     """Project one day (:func:`project_day`) and stage its three tables as Arrow IPC:
     cheap to write and to map back; the Parquet encoding happens once, at the write."""
-    rows = project_day(state["plan"], day, state["ctx"], busy_timeout_ms=state["busy_timeout_ms"])
+    plan = state["plan"]
+    births = read_births(_warehouse(state), day, [sp.store.path for sp in plan.readable()], state["existing"])
+    rows = project_day(plan, day, state["ctx"], busy_timeout_ms=state["busy_timeout_ms"], births=births)
     order = {sp.store.path: i for i, sp in enumerate(state["plan"].stores)}
     datasets = {}
     for dataset, by_store in rows.tables.items():
@@ -489,7 +528,15 @@ def stage_day(state: dict, day: str) -> StagedDay:
         datasets[dataset] = DatasetDay(sum(t.num_rows for t in by_store.values()), tally.as_dict(),
                                        tuple(tally.sample_dicts()[:10]), staged)
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in state["existing"][ds])
-    return StagedDay(day, datasets, rows.mids, tuple(rows.failures), dict(rows.statements), existing)
+    return StagedDay(day, datasets, rows.generations, tuple(rows.failures), dict(rows.statements), existing)
+
+
+def _warehouse(state: dict) -> Warehouse:
+    """The run's warehouse, opened once per process (a worker opens its own client)."""
+    if state.get("opened") is None:
+        uri, spool, modes = state["warehouse"]
+        state["opened"] = Warehouse(uri, spool=spool, modes=modes)
+    return state["opened"]
 
 
 def _write_ipc(path: str, table: pa.Table) -> None:
@@ -560,6 +607,7 @@ class WrittenRun:
             "files_changed": sum(r.changed for r in results),
             "bytes": sum(r.bytes for r in results),
             "days_superseded": sum(r.superseded for r in results),
+            "rows_replaced": sum(r.replaced for r in results),
         }
 
     def raise_for_failures(self) -> None:
@@ -599,6 +647,10 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
         totals = written.totals(dataset)
         log.info("hermes.capture.write", dataset=dataset, days=len(results[dataset]), rows=totals["rows_written"],
                  retained=totals["rows_retained_source_deleted"], files_changed=totals["files_changed"])
+    replaced = {ds: written.totals(ds)["rows_replaced"] for ds in CAPTURE_DATASETS}
+    if any(replaced.values()):  # SPEC D15: seen by every run, reported as a warning
+        log.warning("hermes.capture.store_replaced", error_kind=errors.StoreReplaced.error_kind,
+                    ids_reused=run.reborn(), **{f"{ds}_rows_replaced": n for ds, n in replaced.items()})
     return written
 
 
@@ -607,7 +659,7 @@ def _current_day(warehouse: Warehouse, staged: StagedDay) -> dict[str, WriteResu
 
 
 def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged: StagedDay) -> dict[str, WriteResult]:
-    facts = run.plan.facts(staged.day, staged.mids, skip=failed)
+    facts = run.plan.facts(staged.day, staged.generations, skip=failed)
     out = {}
     for dataset in CAPTURE_DATASETS:
         files = staged.datasets[dataset].staged
@@ -699,8 +751,6 @@ def capture(stores: list[Store], days: list[str], warehouse: Warehouse, resolver
     plan = plan_capture(stores, days, user_home=ctx.user_home, now_s=ctx.now_s, busy_timeout_ms=busy_timeout_ms)
     plan = apply_usage_policy(plan, resolver)
     staging = os.path.join(warehouse.staging_root, f"capture-{os.getpid()}-{time.time_ns()}")
-    existing = {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS}
-    run = project_rows(plan, ctx, staging=staging, workers=workers, busy_timeout_ms=busy_timeout_ms,
-                       folder_mode=warehouse.modes.folder, existing=existing)
+    run = project_rows(plan, ctx, warehouse, staging=staging, workers=workers, busy_timeout_ms=busy_timeout_ms)
     return write_partitions(run, warehouse, workers=max(1, workers))
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from hermes_assets.lib import errors, policy, schemas
 from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.generations import suffix
 from hermes_assets.lib.state_db import SessionBundle
 from hermes_assets.lib.timestamps import (
     SANE_AHEAD_S,
@@ -434,12 +435,18 @@ def project_session(
     tally: ErrorTally,
     *,
     policy_class: str = policy.FULL,
+    session_generation: int = 1,
+    message_generations: dict[int, int] | None = None,
 ) -> int:
-    """Append the session's canonical rows to ``out``; return how many."""
+    """Append the session's canonical rows to ``out``; return how many.
+
+    Generations (SPEC D15, :mod:`hermes_assets.lib.generations`) above 1 mark the ids:
+    ``hermes-<sid>.g<n>`` for a session, ``<mid>.g<n>`` in a message's ids.
+    """
     store, s = bundle.store, bundle.session
     sid = bundle.sid
     scoped = store.scoped(sid)
-    session_id = "hermes-" + scoped
+    session_id = "hermes-" + scoped + suffix(session_generation)
     start_ms = bundle_start_ms(bundle, ctx.now_s)
     if start_ms is None:
         tally.add(errors.OUT_OF_RANGE_SESSION, scoped, None, "started_at")
@@ -532,8 +539,9 @@ def project_session(
         finish = msg["finish_reason"] if role == "assistant" else None
         last = len(parts) - 1
         uuid = str(mid)
+        mid_part = f"{mid}.g{message_generations[mid]}" if message_generations and message_generations[mid] > 1 else mid
         for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
-            message_id = f"{id_prefix}{mid}-{k}"
+            message_id = f"{id_prefix}{mid_part}-{k}"
             carrier = k == last
             if ptype == "tool_result":
                 status = TOOL_SUCCESS
@@ -555,7 +563,7 @@ def project_session(
                 message_id, prev, uuid, index, ts_ms, role, message_id + "#0", ptype, subtype, text,
                 tool_name, call_id, args, result_for, summary, status, attrs, day,
             ))
-            prev = f'[{esc_prefix}{mid}-{k}"]'
+            prev = f'[{esc_prefix}{mid_part}-{k}"]'
             index += 1
 
     if s.get("ended_at"):  # set and non-zero
@@ -680,7 +688,7 @@ class RawColumns:
                 arrays.append(_array(self.derived[f.name], f.type))
             elif f.name in provenance:
                 arrays.append(_array(provenance[f.name], f.type))
-            elif f.name == "source_deleted":
+            elif f.name in ("source_deleted", "replaced"):
                 arrays.append(pa.repeat(pa.scalar(False), n))
             else:
                 arrays.append(pa.nulls(n, f.type))
@@ -739,22 +747,25 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
 
 
 def sessions_columns(now_s: float, tally: ErrorTally) -> RawColumns:
-    return RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS, ("scope_path", "policy_class", "usage_by_model"),
+    return RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS,
+                      ("scope_path", "policy_class", "usage_by_model", "generation"),
                       now_s=now_s, tally=tally, messages=False)
 
 
 def messages_columns(now_s: float, tally: ErrorTally) -> RawColumns:
-    return RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS, ("content_text", "content_json"),
+    return RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS, ("content_text", "content_json", "generation"),
                       now_s=now_s, tally=tally, messages=True)
 
 
 _SESSION_NAMES = tuple(name for name, _, _ in schemas.SESSION_COLUMNS)
 
 
-def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str) -> None:
+def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str,
+                generation: int = 1) -> None:
     session = bundle.session
     out.rows.append(tuple(session.get(name) for name in _SESSION_NAMES))
     out.runs.append((bundle, day, 1))
+    out.derived["generation"].append(generation)
     out.derived["scope_path"].append(scope_path)
     out.derived["policy_class"].append(policy_class)
     models = usage_by_model(bundle.usage)
@@ -764,11 +775,17 @@ def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path:
             out.tally.add(errors.BAD_TEXT, bundle.store.scoped(bundle.sid), None, column)
 
 
-def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str) -> None:
+def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
+                 generations: dict[int, int] | None = None) -> None:
     """Every stored message of the session (inactive ones too), cells as stored."""
     texts, decoded_json = out.derived["content_text"], out.derived["content_json"]
+    gens = out.derived["generation"]
     append = out.rows.append
     scoped = None
+    if generations is None:
+        gens += [1] * len(bundle.messages)
+    else:
+        gens += [generations[msg["id"]] for msg in bundle.messages]
     for msg in bundle.messages:
         append(tuple(msg.values()))
         content = msg["content"]

@@ -83,7 +83,13 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     result = PurgeResult()
 
     def gateway_keep(table: pa.Table):
-        drop = pc.is_in(table.column("session_id"), value_set=pa.array(sorted(canonical), pa.string()))
+        session_ids = table.column("session_id")
+        if pa.types.is_dictionary(session_ids.type):
+            session_ids = pc.cast(session_ids, pa.string())
+        # every generation of a session (``hermes-<sid>.g<n>``, D15) is that session
+        base = pc.replace_substring_regex(session_ids, pattern=r"\.g[0-9]+$", replacement="")
+        ids = pa.array(sorted(canonical), pa.string())
+        drop = pc.or_(pc.is_in(session_ids, value_set=ids), pc.is_in(base, value_set=ids))
         if scope:
             drop = pc.or_(drop, under(table.column("cwd"), scope))
         return pc.invert(drop)

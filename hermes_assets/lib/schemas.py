@@ -129,6 +129,17 @@ _PROVENANCE = [
     pa.field("profile", pa.string()),
 ]
 
+#: D13/D15: the row's source is gone from the store; which generation of a reused id the row
+#: is (1 unless a restored store handed the id to another message or session); and whether
+#: it was replaced by a later generation
+_RETENTION = [
+    pa.field("source_deleted", pa.bool_(), nullable=False),
+    pa.field("generation", pa.int32(), nullable=False),
+    pa.field("replaced", pa.bool_(), nullable=False),
+]
+#: columns a file written by an earlier version may lack, and what they read as
+ADDED_COLUMNS = {"generation": 1, "replaced": False}
+
 HERMES_SESSIONS = pa.schema(
     _raw_fields(SESSION_COLUMNS)
     + _PROVENANCE
@@ -136,7 +147,7 @@ HERMES_SESSIONS = pa.schema(
         pa.field("scope_path", pa.string()),
         pa.field("policy_class", pa.string(), nullable=False),
         pa.field("usage_by_model", JSON),
-        pa.field("source_deleted", pa.bool_(), nullable=False),
+        *_RETENTION,
         pa.field("day", pa.string(), nullable=False),
     ]
 )
@@ -146,7 +157,7 @@ HERMES_MESSAGES = pa.schema(
     + [pa.field("content_text", pa.string()), pa.field("content_json", JSON)]
     + _PROVENANCE
     + [
-        pa.field("source_deleted", pa.bool_(), nullable=False),
+        *_RETENTION,
         pa.field("day", pa.string(), nullable=False),
     ]
 )
@@ -221,8 +232,12 @@ REQUIRED_GATEWAY_COLUMNS = tuple(name for name, _, required in GATEWAY_COLUMNS i
 
 #: dataset name -> (schema, key columns, sort columns)
 DATASETS = {
-    "hermes_sessions": (HERMES_SESSIONS, ("store", "id"), ("store", "id")),
-    "hermes_messages": (HERMES_MESSAGES, ("store", "id"), ("store", "session_id", "id")),
+    "hermes_sessions": (HERMES_SESSIONS, ("store", "id", "generation"), ("store", "id", "generation")),
+    "hermes_messages": (
+        HERMES_MESSAGES,
+        ("store", "session_id", "id", "generation"),
+        ("store", "session_id", "id", "generation"),
+    ),
     "ai_gateway_messages_hermes": (
         AI_GATEWAY_MESSAGES,
         ("part_id",),

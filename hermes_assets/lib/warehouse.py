@@ -77,14 +77,17 @@ PRIVATE = FileModes()
 class StoreFacts:
     """What one store holds now, for deciding the fate of previously written rows.
 
-    ``sessions`` maps every sid in the store (any day) to its day; ``mids`` and
-    ``ignored`` cover the sessions of the day being written.
+    ``sessions`` maps every sid in the store (any day) to its day. The others cover
+    the sessions of the day being written: ``sessions_now`` the generation (D15) of
+    each, ``messages_now`` the generation of each of their messages by (sid, mid),
+    ``ignored`` those the usage policy ignores.
     """
 
     path: str
     path_hash: str
     sessions: dict[str, str | None]
-    mids: set[int] = field(default_factory=set)
+    sessions_now: dict[str, int] = field(default_factory=dict)
+    messages_now: dict[tuple[str, int], int] = field(default_factory=dict)
     ignored: set[str] = field(default_factory=set)
 
 
@@ -100,12 +103,15 @@ class WriteResult:
     changed: bool
     #: the file was already written from a newer read of every store: left alone
     superseded: bool = False
+    #: rows this write found replaced by another generation of their id (a restored store, D15)
+    replaced: int = 0
 
     def metadata(self) -> dict:
         return {
             "superseded_by_newer_read": self.superseded,
             "rows_written": self.rows,
             "rows_retained_source_deleted": self.retained,
+            "rows_replaced": self.replaced,
             "rows_dropped": self.dropped,
             "bytes": self.bytes,
             "path": self.path,
@@ -172,6 +178,11 @@ class Warehouse:
         return self._fs
 
     @property
+    def spool_setting(self) -> str | None:
+        """The spool this warehouse was given (None: the default), to open it again elsewhere."""
+        return self._spool
+
+    @property
     def spool(self) -> str:
         """A local folder for what must not go to the warehouse's filesystem: staged
         days and lock files (POSIX warehouse: the root itself)."""
@@ -232,10 +243,10 @@ class Warehouse:
         path = self.path(dataset, day)
         options = {"read_dictionary": read_dictionary} if read_dictionary else {"schema": schemas.schema_of(dataset)}
         if self.posix:
-            return pq.read_table(path, columns=columns, **options) if os.path.exists(path) else None
+            return with_defaults(pq.read_table(path, columns=columns, **options)) if os.path.exists(path) else None
         try:  # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
             with self.fs.open_input_file(path) as f:
-                return pq.read_table(f, columns=columns, **options)
+                return with_defaults(pq.read_table(f, columns=columns, **options))
         except FileNotFoundError:
             return None
 
@@ -347,12 +358,13 @@ class Warehouse:
                 if len({t.schema for t in tables}) > 1:  # e.g. one store's staged day was scrubbed by a purge
                     tables = [t.cast(schema) for t in tables]
                 table = pa.concat_tables(tables) if tables else schema.empty_table()
-                dropped = 0
+                dropped = replaced = 0
                 if old is not None:
-                    kept, dropped = _carry_over(dataset, old, table, fresh)
+                    kept, dropped, replaced = _carry_over(dataset, old, table, fresh)
                     if kept is not None and kept.num_rows:
                         table = pa.concat_tables([table.cast(schema), kept.cast(schema)])
                 result = self._replace(dataset, day, table, dropped, old)
+                result.replaced = replaced
             if read_at is not None:
                 marks.update({f.path: read_at for f in fresh})
                 self._write_marks(dataset, day, marks)
@@ -538,11 +550,21 @@ def encode(dataset: str, table: pa.Table) -> pa.Buffer:
 
 
 def _parse(dataset: str, data: pa.Buffer, columns: list[str] | None = None) -> pa.Table:
-    return pq.read_table(pa.BufferReader(data), columns=columns, schema=schemas.schema_of(dataset))
+    return with_defaults(pq.read_table(pa.BufferReader(data), columns=columns, schema=schemas.schema_of(dataset)))
 
 
 def _parse_file(dataset: str, path: str) -> pa.Table:
-    return pq.read_table(path, schema=schemas.schema_of(dataset))
+    return with_defaults(pq.read_table(path, schema=schemas.schema_of(dataset)))
+
+
+def with_defaults(table: pa.Table) -> pa.Table:
+    """Columns a file written by an earlier version lacks read as NULL: give them their default."""
+    for name, default in schemas.ADDED_COLUMNS.items():
+        idx = table.schema.get_field_index(name)
+        if idx >= 0 and table.column(idx).null_count:
+            field = table.schema.field(idx)
+            table = table.set_column(idx, field, pc.fill_null(table.column(idx), pa.scalar(default, field.type)))
+    return table
 
 
 def encode_to(dataset: str, table: pa.Table, path: str) -> None:
@@ -649,96 +671,132 @@ def _fsync_dir(folder: str) -> None:
 
 
 def _carry_over(dataset: str, old: pa.Buffer, new: pa.Table, facts: list[StoreFacts]):
-    """Rows of the old file (its bytes) not in ``new``: kept (flagged) when their source is gone.
+    """Rows of the old file (its bytes) not in ``new``: kept (flagged) when their source is gone
+    or was replaced by another generation (SPEC §6, D13, D15).
 
     Parses only the key columns unless some old row is missing from ``new``.
-    -> (rows to keep, number of rows dropped).
+    -> (rows to keep, number of rows dropped, number of rows newly found replaced).
     """
     key_columns = list(schemas.DATASETS[dataset][1])
     old_keys = _parse(dataset, old, key_columns)
     if old_keys.num_rows == 0:
-        return None, 0
+        return None, 0, 0
     missing = pc.invert(pc.is_in(_key_strings(dataset, old_keys), value_set=_key_strings(dataset, new)))
     if not pc.any(missing).as_py():
-        return None, 0
+        return None, 0, 0
     leftovers = _parse(dataset, old).filter(missing)
     by_path = {f.path: f for f in facts}
     by_hash = {f.path_hash: f for f in facts}
-    present = _message_parts(new) if dataset == GATEWAY else frozenset()
-    keep, flag = [], []
+    keep, flags, newly_replaced = [], [], 0
     for row in leftovers.to_pylist():
-        fate = _fate(dataset, row, by_path, by_hash, present)
+        fate = _fate(dataset, row, by_path, by_hash)
         keep.append(fate is not None)
-        flag.append(bool(fate))
+        if fate is not None:
+            flags.append(fate)
+            newly_replaced += fate == REPLACED and not _was_replaced(dataset, row)
     kept = leftovers.filter(pa.array(keep, pa.bool_()))
-    kept = _flag(dataset, kept, [f for f, k in zip(flag, keep) if k])
-    return kept, len(keep) - sum(keep)
+    return _flag(dataset, kept, flags), len(keep) - sum(keep), newly_replaced
+
+
+def _was_replaced(dataset: str, row: dict) -> bool:
+    if dataset != GATEWAY:
+        return bool(row["replaced"])
+    return bool((loads(row["attributes"]) if row["attributes"] else {}).get("hermes", {}).get("replaced"))
 
 
 def _key_strings(dataset: str, table: pa.Table) -> pa.Array:
     if dataset == GATEWAY:
         return table.column("part_id")
-    return pc.binary_join_element_wise(
-        table.column("store"), pc.cast(table.column("id"), pa.string()), "\x1f"
-    )
+    parts = [pc.cast(table.column(c), pa.string()) for c in schemas.DATASETS[dataset][1]]
+    if "generation" in table.column_names:
+        parts[-1] = pc.cast(pc.fill_null(table.column("generation"), 1), pa.string())
+    return pc.binary_join_element_wise(*parts, "\x1f")
 
 
-def _message_parts(table: pa.Table) -> frozenset:
-    """``(session_id, provider_uuid)`` of every canonical row: which messages of which session have parts."""
-    return frozenset(zip(table.column("session_id").to_pylist(), table.column("provider_uuid").to_pylist()))
+#: fates of a previously written row that is not among the new rows
+KEEP, DELETED, REPLACED = "keep", "source_deleted", "replaced"
 
 
-def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict, present: frozenset = frozenset()) -> bool | None:
-    """None: drop the row; False: keep as is; True: keep, flagged source_deleted.
-
-    ``present`` (canonical rows only): the ``(session_id, provider_uuid)`` pairs of the new rows.
-    """
+def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict) -> str | None:
+    """None: drop the row; KEEP: keep it as is; DELETED: keep it, flagged source_deleted;
+    REPLACED: keep it, flagged source_deleted and replaced (another generation of its id)."""
     if dataset == GATEWAY:
         attrs = loads(row["attributes"]) if row["attributes"] else {}
-        gateway = attrs.get("gateway", {})
-        facts = by_hash.get(gateway.get("source_path_hash"))
-        sid = gateway.get("native_id")
-        mid = row["provider_uuid"]
-        mid = int(mid) if mid is not None and mid.isdigit() else None
+        facts = by_hash.get(attrs.get("gateway", {}).get("source_path_hash"))
+        sid = attrs.get("gateway", {}).get("native_id")
+        if facts is None or sid is None:
+            return KEEP
+        session_gen, mid, gen = _gateway_generations(row, attrs)
         end_row = row["message_id"].endswith("-session_end")
     else:
         facts = by_path.get(row["store"])
         sid = row["id"] if dataset == SESSIONS else row["session_id"]
         mid = row["id"] if dataset == MESSAGES else None
+        gen = row["generation"] or 1
+        session_gen = gen if dataset == SESSIONS else None
         end_row = False
     if facts is None:  # a store not read in this run: not ours to judge
-        return False
+        return KEEP
     if sid in facts.ignored:
         return None
     if sid not in facts.sessions:  # the whole session is gone from the store
-        return True
+        return DELETED
+    now = facts.sessions_now.get(sid)
+    if session_gen is not None and now is not None and now != session_gen:
+        return REPLACED  # the session id was reused by another session (a restored store)
     if dataset == SESSIONS or end_row:  # the session exists (maybe now not ended, or moved)
         return None
-    if mid is not None and mid not in facts.mids:
-        return True  # the message is gone (deleted, pruned, or /retry renumbered it)
-    if dataset == GATEWAY and mid is not None and (row["session_id"], row["provider_uuid"]) not in present:
-        # The mid exists on this day, but not as a message of this session: a store
-        # restored from a backup (or a fresh one) hands old ids to new messages of
-        # other sessions. ``facts.mids`` is per day, so only the new rows can tell.
-        return True
-    return None  # the message exists but yields fewer parts now, or moved to another day
+    if mid is None:
+        return None
+    current = facts.messages_now.get((sid, mid))
+    if current is None:
+        return DELETED  # the message is gone (deleted, pruned, /retry renumbered it, or its id moved)
+    if current != gen:
+        return REPLACED  # the message id was reused by another message (a restored store)
+    return None  # the message exists but yields fewer parts now
 
 
-def _flag(dataset: str, table: pa.Table, flags: list[bool]) -> pa.Table:
-    if not any(flags):
+def _gateway_generations(row: dict, attrs: dict) -> tuple[int, int | None, int]:
+    """``(session generation, mid, message generation)`` of a canonical row, from its ids:
+    ``hermes-<scoped sid>[.g<n>]-<mid>[.g<n>]-<k>`` (SPEC D15)."""
+    sid = attrs["gateway"]["native_id"]
+    label = attrs.get("hermes", {}).get("store")
+    base = "hermes-" + (f"{label}:{sid}" if label else sid)
+    session_gen = _gen(row["session_id"][len(base):]) if row["session_id"].startswith(base) else 1
+    mid = row["provider_uuid"]
+    mid = int(mid) if mid is not None and mid.isdigit() else None
+    if mid is None:
+        return session_gen, None, 1
+    mid_part = row["message_id"][len(row["session_id"]) + 1:].rpartition("-")[0]
+    return session_gen, mid, _gen(mid_part[len(str(mid)):])
+
+
+def _gen(tail: str) -> int:
+    """``""`` -> 1, ``".g2"`` -> 2."""
+    return int(tail[2:]) if tail.startswith(".g") and tail[2:].isdigit() else 1
+
+
+def _flag(dataset: str, table: pa.Table, fates: list[str]) -> pa.Table:
+    """Flag the kept rows by their fate (``fates`` holds one per row of ``table``)."""
+    if not any(f != KEEP for f in fates):
         return table
     if dataset != GATEWAY:
-        current = table.column("source_deleted").to_pylist()
-        values = pa.array([c or f for c, f in zip(current, flags)], pa.bool_())
-        idx = table.schema.get_field_index("source_deleted")
-        return table.set_column(idx, table.schema.field(idx), values)
+        for column, on in (("source_deleted", (DELETED, REPLACED)), ("replaced", (REPLACED,))):
+            current = pc.fill_null(table.column(column), False).to_pylist()
+            values = pa.array([c or f in on for c, f in zip(current, fates)], pa.bool_())
+            idx = table.schema.get_field_index(column)
+            table = table.set_column(idx, table.schema.field(idx), values)
+        return table
     idx = table.schema.get_field_index("attributes")
     attrs = table.column("attributes").to_pylist()
     out = []
-    for text, flag in zip(attrs, flags):
-        if flag:
+    for text, fate in zip(attrs, fates):
+        if fate != KEEP:
             value = loads(text) if text else {}
-            value.setdefault("hermes", {})["source_deleted"] = True
+            hermes = value.setdefault("hermes", {})
+            hermes["source_deleted"] = True
+            if fate == REPLACED:
+                hermes["replaced"] = True
             text = dumps(value, normalized=True)
         out.append(text)
     typ = schemas.AI_GATEWAY_MESSAGES.field("attributes").type

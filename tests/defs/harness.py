@@ -151,7 +151,12 @@ def source_deleted(row: dict, dataset: str) -> bool:
 
 
 def row_key(row: dict, dataset: str):
-    return row["part_id"] if dataset == GATEWAY else (row["store"], row["id"])
+    """A row's key (SPEC §6): part_id; (store, session_id, id, generation); (store, id, generation)."""
+    if dataset == GATEWAY:
+        return row["part_id"]
+    if dataset == MESSAGES:
+        return row["store"], row["session_id"], row["id"], row["generation"]
+    return row["store"], row["id"], row["generation"]
 
 
 # --------------------------------------------------------------------------

@@ -153,7 +153,12 @@ class WarehouseState:
 
 
 def row_key(dataset: str, row: dict):
-    return row["part_id"] if dataset == GATEWAY else (row["store"], row["id"])
+    """A row's key (SPEC §6): part_id; (store, session_id, id, generation); (store, id, generation)."""
+    if dataset == GATEWAY:
+        return row["part_id"]
+    if dataset == MESSAGES:
+        return row["store"], row["session_id"], row["id"], row["generation"]
+    return row["store"], row["id"], row["generation"]
 
 
 def warehouse_state(root: Path) -> WarehouseState:
