@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -50,9 +51,14 @@ from tests.sensor.harness import (
 
 pytestmark = pytest.mark.e2e
 
-POLL_S = 2
-#: Dagster's sensor daemon evaluates sensors at most every 5 s, whatever their interval
+#: Dagster's sensor daemon evaluates sensors at most every 5 s, whatever their interval (so
+#: HERMES_ASSETS_POLL_SECONDS is an integer >= 5)
 DAEMON_LOOP_S = 5
+#: the sensor interval of the live test: the shortest there is; measure another one (the
+#: default 30 s) with HERMES_ASSETS_TEST_POLL_SECONDS=30 (not in CI: the test then takes minutes)
+POLL_S = int(os.environ.get("HERMES_ASSETS_TEST_POLL_SECONDS", DAEMON_LOOP_S))
+#: how long the live Hermes writes: several sensor intervals
+WRITE_S = max(24, 4 * POLL_S)
 LIVE_WRITER = REPO.parent / "shared" / "tools" / "live_writer.py"
 
 
@@ -147,14 +153,14 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
 
     ops_log = tmp_path / "hermes-ops.jsonl"
     writer = start([str(PYTHON), "-m", "tests.sensor.live_hermes", "--home", str(hermes_home),
-                    "--duration", "24", "--interval", "0.4", "--log", str(ops_log)],
+                    "--duration", str(WRITE_S), "--interval", "0.4", "--log", str(ops_log)],
                    project_env(HERMES_HOME=hermes_home), tmp_path / "writer.log", cwd=REPO)
     processes.append(writer)
 
     # watch the warehouse: when does each message first appear?
     first_seen: dict[int, float] = {}
     ended_seen: float | None = None
-    deadline = time.monotonic() + 24 + 90
+    deadline = time.monotonic() + WRITE_S + 3 * POLL_S + 90
     instance = None
     while time.monotonic() < deadline:
         now = time.time()
