@@ -4,10 +4,10 @@
 line). Inside a Dagster step, this module also
 
 - adds ``run_id`` and ``op`` (the step key, e.g.
-  ``ai_gateway_messages_hermes.project_rows``) to the event, so a JSON line can
+  ``hermes_capture.project_rows``) to the event, so a JSON line can
   be joined with the run it belongs to;
 - writes the event to the step's ``context.log``: it appears in the run's
-  event log in the UI as ``hermes.op.read_sessions {"days": 14, ...}``.
+  event log in the UI as ``hermes.capture.plan {"days": 14, ...}``.
 
 Outside a step (sensor ticks, the CLI, plain library use) events only go to
 the JSON lines. Worker processes that a step forks to build days in parallel

@@ -737,20 +737,3 @@ def _main_not_reimported():
         yield
     finally:
         main.__spec__ = None
-
-
-# --------------------------------------------------------------------------
-# the whole capture, for scripts and tests
-# --------------------------------------------------------------------------
-
-
-def capture(stores: list[Store], days: list[str], warehouse: Warehouse, resolver: policy.PolicyResolver,
-            ctx: projection.ProjectionContext, *, workers: int = 1,
-            busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> WrittenRun:
-    """The four steps in a row, as the capture graph runs them (no Dagster)."""
-    plan = plan_capture(stores, days, user_home=ctx.user_home, now_s=ctx.now_s, busy_timeout_ms=busy_timeout_ms)
-    plan = apply_usage_policy(plan, resolver)
-    staging = os.path.join(warehouse.staging_root, f"capture-{os.getpid()}-{time.time_ns()}")
-    run = project_rows(plan, ctx, warehouse, staging=staging, workers=workers, busy_timeout_ms=busy_timeout_ms)
-    return write_partitions(run, warehouse, workers=max(1, workers))
-

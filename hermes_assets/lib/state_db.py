@@ -430,15 +430,6 @@ class StoreReader:
         ms = session_start_ms(None, (t for (t,) in times), ended_at, self.now_s)
         return None if ms is None else ms_day(ms)
 
-    def days(self) -> dict[str, list[str]]:
-        """``day -> sorted sids`` (sessions with no sane time are under ``None``)."""
-        by_day: dict[str, list[str]] = defaultdict(list)
-        for sid, entry in self.session_index().items():
-            by_day[entry.day].append(sid)
-        for sids in by_day.values():
-            sids.sort()
-        return dict(by_day)
-
     # -- one day's sessions, whole, in one read transaction ---------------------
 
     def read_day(self, day: str, sessions: list[tuple[str, object]], message_columns=MESSAGE_COLUMNS) -> list[SessionBundle]:

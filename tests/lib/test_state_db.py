@@ -27,10 +27,18 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def by_day(reader: StoreReader) -> dict:
+    """``day -> sorted sids`` from the reader's session index (no sane time: under ``None``)."""
+    out: dict = {}
+    for sid, entry in reader.session_index().items():
+        out.setdefault(entry.day, []).append(sid)
+    return {day: sorted(sids) for day, sids in out.items()}
+
+
 def read_days(reader: StoreReader) -> list:
     """Every session of every day (sane or not), whole: one :meth:`StoreReader.read_day` per day."""
     index = reader.session_index()
-    days = reader.days()
+    days = by_day(reader)
     return [b for day in sorted(days, key=lambda d: (d is None, d or ""))
             for b in reader.read_day(day, [(sid, index[sid].raw_id) for sid in days[day]])]
 
@@ -296,7 +304,7 @@ def test_session_day_is_the_utc_day_of_the_rounded_started_at(hermes_db):
     hermes_db.at(midnight + DAY_S + 5)
     hermes_db.db.create_session("third", "cli")
     with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
-        days = reader.days()
+        days = by_day(reader)
     assert days == {"2026-06-01": ["last_ms"], "2026-06-02": ["rounds_up"], "2026-06-03": ["third"]}
 
 
@@ -308,7 +316,7 @@ def test_session_day_stays_the_start_day_when_messages_pass_midnight(hermes_db):
     hermes_db.msg("late", "assistant", "after midnight")
     hermes_db.end("late")
     with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
-        assert reader.days() == {"2026-06-01": ["late"]}
+        assert by_day(reader) == {"2026-06-01": ["late"]}
 
 
 @pytest.mark.parametrize("bad_started_at", [-5.0, 0, 946684799.0, 1e20, NOW_S + 2 * DAY_S, "not a time"])
@@ -321,7 +329,7 @@ def test_insane_started_at_falls_back_to_earliest_sane_message(hermes_db, bad_st
     hermes_db.end("s")
     hermes_db.raw_sql("UPDATE sessions SET started_at = ? WHERE id = 's'", (bad_started_at,))
     with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
-        assert reader.days() == {ms_day(epoch_ms(START_S + 2 * DAY_S + 2)): ["s"]}
+        assert by_day(reader) == {ms_day(epoch_ms(START_S + 2 * DAY_S + 2)): ["s"]}
 
 
 def test_null_started_at_falls_back_to_messages_then_ended_at_then_none(hermes_db):
@@ -335,19 +343,19 @@ def test_null_started_at_falls_back_to_messages_then_ended_at_then_none(hermes_d
     hermes_db.session("nothing", "cli")
     hermes_db.raw_sql("UPDATE sessions SET started_at = NULL")
     with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
-        assert reader.days() == {"2026-06-02": ["with_msgs"], "2026-06-03": ["only_end"], None: ["nothing"]}
+        assert by_day(reader) == {"2026-06-02": ["with_msgs"], "2026-06-03": ["only_end"], None: ["nothing"]}
 
 
 def test_read_day_yields_whole_sessions_in_mid_order(fixture_copy):
     with StoreReader(Store(str(fixture_copy("small"))), now_s=NOW_S) as reader:
-        by_day = reader.days()
+        days = by_day(reader)
         seen = []
         for b in read_days(reader):
-            assert b.sid in by_day[b.day]
+            assert b.sid in days[b.day]
             mids = [m["id"] for m in b.messages]
             assert mids == sorted(mids)
             seen.append(b.sid)
-    assert sorted(seen) == sorted(s for sids in by_day.values() for s in sids)
+    assert sorted(seen) == sorted(s for sids in days.values() for s in sids)
     assert len(seen) == len(set(seen)) == 59
 
 
@@ -475,7 +483,7 @@ def test_one_day_is_one_read_transaction_and_none_is_held_between_days(tmp_path,
         w.session("next-day", "cli")
         w.msg("next-day", "user", "q")
         with StoreReader(Store(str(w.path)), now_s=NOW_S) as reader:
-            index, (first_day, second_day) = reader.session_index(), sorted(reader.days())
+            index, (first_day, second_day) = reader.session_index(), sorted(by_day(reader))
             real_chunk = reader._read_chunk
             calls = []
 
