@@ -80,8 +80,6 @@ def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: 
         last_day=daily_partitions.get_last_partition_key(),
         busy_timeout_ms=hermes.busy_timeout_ms,
     )
-    if not days:
-        log.warning("hermes.capture.no_days", reason="the run's partition range holds no partition")
     yield dg.Output(result, "plan", metadata=plan_metadata(result))
     yield dg.AssetCheckResult(
         asset_key=GATEWAY,
@@ -114,6 +112,8 @@ def plan_metadata(p: CapturePlan) -> dict:
         "stores_failed": [{"path": f.path, "error_kind": f.error_kind} for f in p.failures()],
         "sessions_in_range": p.sessions_in_range(),
         "sessions_out_of_range": len(p.out_of_range),
+        # why nothing will be written, when a user would expect rows (also one WARNING line)
+        "nothing_to_capture": p.nothing_to_capture() or "",
         "sql_statements": dict(sorted(p.statements.items())),
     }
 
@@ -192,7 +192,13 @@ def write_partitions(context: dg.AssetExecutionContext, warehouse: HermesWarehou
                                        asset_key=dataset, partition_key=result.day)
         totals = written.totals(dataset)
         yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
-    written.raise_for_failures()
+    try:
+        written.raise_for_failures()
+    except errors.HermesAssetsError as exc:  # one line naming the store(s); the typed error is its cause
+        raise dg.Failure(description=str(exc), metadata={
+            "error_kind": exc.error_kind,
+            "stores_failed": [{"path": f.path, "error_kind": f.error_kind} for f in written.failures],
+        }) from exc
 
 
 def day_metadata(result: WriteResult, projected: capture.DatasetDay) -> dict:
@@ -213,12 +219,11 @@ def staging_dir(warehouse: Warehouse, run_id: str) -> str:
     as data: the datasets' globs only match ``day=*/part-0.parquet``.
     """
     base = warehouse.staging_root
-    if os.path.isdir(base):
-        cutoff = time.time() - STALE_STAGING_S
-        for entry in os.scandir(base):
-            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                shutil.rmtree(entry.path, ignore_errors=True)
-    warehouse.make_dirs(base, warehouse.spool)
+    warehouse.make_spool_dirs(base)
+    cutoff = time.time() - STALE_STAGING_S
+    for entry in os.scandir(base):
+        if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+            shutil.rmtree(entry.path, ignore_errors=True)
     return os.path.join(base, run_id)
 
 

@@ -1,18 +1,27 @@
-"""Our structlog events in Dagster's run log too (the bridge; no definitions here).
+"""Our structlog events in Dagster's run log too, printed once (the bridge; no definitions here).
 
 ``hermes_assets.lib.logs`` prints every event as a JSON line (or a console
-line). Inside a Dagster step, this module also
+line) on the process's stderr: that is the one line a console shows, and
+inside a step Dagster's compute-log capture keeps it with the run (the
+UI's stdout/stderr view). Inside a Dagster step this module also
 
-- adds ``run_id`` and ``op`` (the step key, e.g.
-  ``hermes_capture.project_rows``) to the event, so a JSON line can
-  be joined with the run it belongs to;
-- writes the event to the step's ``context.log``: it appears in the run's
-  event log in the UI as ``hermes.capture.plan {"days": 14, ...}``.
+- adds ``run_id`` and ``op`` (the step key, e.g. ``hermes_capture.plan``)
+  to the event, so a JSON line can be joined with the run it belongs to;
+- stores the event in the run's event log, where the UI shows it as
+  ``hermes.capture.plan {"days": 14, ...}`` at the event's level.
+
+The event is stored the way Dagster's own log handler stores a
+``context.log`` message (an ``EventLogEntry`` with no Dagster event, handed
+to ``instance.handle_new_event``), but without going through
+``context.log``: ``DagsterLogHandler.emit`` (``dagster/_core/log_manager.py``)
+hands every record both to the instance (the run log) and to the run's
+loggers, whose default, the colored console logger, would print each event
+a second time beside our own line.
 
 Outside a step (sensor ticks, the CLI, plain library use) events only go to
-the JSON lines. Worker processes that a step forks to build days in parallel
-print their events but do not write to the run log (the step's log belongs to
-the process that runs the step).
+the lines on stderr. Worker processes that a step spawns to build days in
+parallel print their events but do not write to the run log (the step's log
+belongs to the process that runs the step).
 
 Loaded with the rest of ``hermes_assets/defs`` (``load_from_defs_folder``
 imports every module), so every process that runs our code registers it.
@@ -21,15 +30,17 @@ imports every module), so every process that runs our code registers it.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 
 import dagster as dg
 
 from hermes_assets.lib import logs
 
 _PID = os.getpid()
-_DAGSTER_LEVELS = {"debug": "debug", "info": "info", "warning": "warning", "warn": "warning",
-                   "error": "error", "exception": "error", "critical": "critical"}
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
+           "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL}
 _NOT_FORWARDED = ("run_id", "op", "timestamp")
 
 
@@ -52,20 +63,46 @@ def step_fields() -> dict:
 
 
 def forward_to_run_log(level: str, event: str, fields: dict) -> None:
-    """Write one event to the current step's Dagster log (no-op outside a step)."""
+    """Store one event in the current step's run log, not printed again (no-op outside a step)."""
     if os.getpid() != _PID:
-        return  # a forked worker: the step's log belongs to its parent
+        return  # a spawned worker: the step's log belongs to its parent
     ctx = current_context()
     if ctx is None:
         return
     shown = {k: v for k, v in fields.items() if k not in _NOT_FORWARDED}
     message = f"{event} {json.dumps(shown, ensure_ascii=False, default=str, sort_keys=True)}"
-    getattr(ctx.log, _DAGSTER_LEVELS.get(level, "info"))(message)
+    ctx.instance.handle_new_event(dg.EventLogEntry(
+        error_info=None,
+        level=_LEVELS.get(level, logging.INFO),
+        user_message=message,
+        run_id=ctx.run_id,
+        timestamp=time.time(),
+        step_key=str(ctx.op_handle),
+        job_name=ctx.job_name,
+        dagster_event=None,
+    ))
 
 
 def install() -> None:
     logs.add_binder(step_fields)
     logs.add_sink(forward_to_run_log)
+
+
+class _NotOurLocationName(logging.Filter):
+    """Drops Dagster's warning that ``code_location_name`` of ``[tool.dg.project]`` is not
+    the name a CLI gives the location (``dagster ... -m hermes_assets.definitions`` names
+    it after the module): printed some 25 times per command. The name only serves
+    app-managed components, of which this project has none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "configured on this project does not match the name" not in record.getMessage()
+
+
+def quiet_dagster_warnings() -> None:
+    """Silence the Dagster warnings this project's own set-up triggers (idempotent)."""
+    tree = logging.getLogger("dagster.components.core.component_tree")
+    if not any(isinstance(f, _NotOurLocationName) for f in tree.filters):
+        tree.addFilter(_NotOurLocationName())
 
 
 install()

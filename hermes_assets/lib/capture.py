@@ -29,6 +29,7 @@ GIL.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import functools
 import gc
@@ -173,6 +174,20 @@ class CapturePlan:
     def readable(self) -> list[StorePlan]:
         return [sp for sp in self.stores if sp.status == READ]
 
+    def nothing_to_capture(self) -> str | None:
+        """Why this run captures nothing where a user would expect rows, else None.
+
+        A range that holds no partition (a start after its end), or stores that
+        were read but hold no session on the days asked. Not when no store exists
+        (Hermes not installed: the idle case, SPEC R9) nor when a store failed
+        (the run fails naming it)."""
+        if not self.days:
+            return "the run's partition range holds no partition (is its start after its end?)"
+        if self.readable() and not self.failures() and not self.sessions_in_range():
+            span = self.days[0] if len(self.days) == 1 else f"{self.days[0]}...{self.days[-1]}"
+            return f"the Hermes store(s) hold no session on the {len(self.days)} day(s) asked ({span})"
+        return None
+
     def failures(self) -> list[StoreFailure]:
         return [sp.failure for sp in self.stores if sp.failure is not None]
 
@@ -249,6 +264,9 @@ def plan_capture(
     log.info("hermes.capture.plan", days=len(plan.days), stores=len(plan.stores),
              stores_failed=len(plan.failures()), sessions=plan.sessions_in_range(),
              out_of_range=len(plan.out_of_range))
+    reason = plan.nothing_to_capture()
+    if reason:
+        log.warning("hermes.capture.nothing_to_capture", days=len(plan.days), reason=reason)
     return plan
 
 
@@ -475,7 +493,8 @@ def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse
                  workers: int = 1, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, log_format: str | None = None,
                  parallel_min_sessions: int = PARALLEL_MIN_SESSIONS) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
-    until :func:`write_partitions`; on an error the staging folder is removed.
+    until :func:`write_partitions`; on an error the staging folder is removed. Staged
+    folders and files get the warehouse's modes (SPEC §2, D16), whatever the umask.
 
     A day that has no partition file yet, and whose rows come from one store, is
     staged as its final partition file; the others as Arrow IPC, merged at the
@@ -486,7 +505,7 @@ def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse
     ctx = replace(ctx, now_s=plan.read_at)  # one clock for the sanity window of the whole run
     existing = {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS}
     state = {"plan": plan, "ctx": ctx, "staging": staging, "busy_timeout_ms": busy_timeout_ms,
-             "log_format": log_format, "existing": existing,
+             "log_format": log_format, "existing": existing, "file_mode": warehouse.modes.file,
              "warehouse": (warehouse.uri, warehouse.spool_setting, warehouse.modes)}
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
@@ -521,9 +540,9 @@ def stage_day(state: dict, day: str) -> StagedDay:
             staged[path] = os.path.join(state["staging"], name + (ENCODED_SUFFIX if final else STAGED_SUFFIX))
             with _staging(staged[path]):
                 if final:
-                    encode_to(dataset, table, staged[path])
+                    encode_to(dataset, table, staged[path], state["file_mode"])
                 else:
-                    _write_ipc(staged[path], table)
+                    _write_ipc(staged[path], table, state["file_mode"])
         tally = rows.tallies[dataset]
         datasets[dataset] = DatasetDay(sum(t.num_rows for t in by_store.values()), tally.as_dict(),
                                        tuple(tally.sample_dicts()[:10]), staged)
@@ -539,8 +558,9 @@ def _warehouse(state: dict) -> Warehouse:
     return state["opened"]
 
 
-def _write_ipc(path: str, table: pa.Table) -> None:
-    with open(path, "wb", opener=_private) as f, pa.ipc.new_file(f, table.schema) as writer:
+def _write_ipc(path: str, table: pa.Table, mode: int = 0o600) -> None:
+    with open(path, "wb", opener=functools.partial(_opener, mode=mode)) as f, \
+            pa.ipc.new_file(f, table.schema) as writer:
         writer.write_table(table)
 
 
@@ -556,10 +576,10 @@ def _staging(path: str):
         raise
 
 
-def _private(path: str, flags: int) -> int:
-    """``open()``'s opener for a file only its owner reads (``0600``, whatever the umask)."""
-    fd = os.open(path, flags, 0o600)
-    os.fchmod(fd, 0o600)
+def _opener(path: str, flags: int, *, mode: int = 0o600) -> int:
+    """``open()``'s opener for a file of ``mode`` (default ``0600``, only its owner reads), whatever the umask."""
+    fd = os.open(path, flags, mode)
+    os.fchmod(fd, mode)
     return fd
 
 
@@ -582,8 +602,14 @@ def write_staged(dataset: str, path: str, table: pa.Table) -> None:
 
 
 def _make_private_dir(path: str, mode: int) -> None:
+    """``path`` and any missing parent, each created with ``mode`` whatever the umask."""
+    created, current = [], os.path.abspath(path)
+    while not os.path.isdir(current) and current != os.path.dirname(current):
+        created.append(current)
+        current = os.path.dirname(current)
     os.makedirs(path, exist_ok=True)
-    os.chmod(path, mode)
+    for folder in created or [os.path.abspath(path)]:
+        os.chmod(folder, mode)
 
 
 # --------------------------------------------------------------------------
@@ -597,6 +623,8 @@ class WrittenRun:
 
     results: dict[str, list[WriteResult]]
     failures: list[StoreFailure]
+    #: stores read and written in this run (beside the failed ones)
+    stores_written: int = 0
 
     def totals(self, dataset: str) -> dict[str, int]:
         results = self.results[dataset]
@@ -615,12 +643,13 @@ class WrittenRun:
         if not self.failures:
             return
         first = self.failures[0]
-        names = "; ".join(f"{f.path}: {f.message}" for f in self.failures)
-        raise errors.by_kind(first.error_kind)(
-            f"{len(self.failures)} store(s) could not be read and were skipped (their captured rows are "
-            f"untouched; the other stores' days were written): {names}",
-            path=first.path,
-        )
+        # one line: each store's error_kind and message (which names its path)
+        message = "; ".join(f"{f.error_kind}: {f.message if f.path in f.message else f'{f.path}: {f.message}'}"
+                            for f in self.failures)
+        if self.stores_written:
+            message += (f" (captured rows of the failed store(s) are untouched; the days of the "
+                        f"{self.stores_written} other store(s) were written)")
+        raise errors.by_kind(first.error_kind)(" ".join(message.split()), path=first.path)
 
 
 def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4) -> WrittenRun:
@@ -638,11 +667,13 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     if not warehouse.posix:
         warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as pool:
-        for per_dataset in pool.map(write, run.days):
+        # each day in a copy of the caller's context: its log fields (the run and step) follow it
+        futures = [pool.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
+        for per_dataset in (f.result() for f in futures):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
     shutil.rmtree(run.staging, ignore_errors=True)
-    written = WrittenRun(results, failures)
+    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
         log.info("hermes.capture.write", dataset=dataset, days=len(results[dataset]), rows=totals["rows_written"],

@@ -112,6 +112,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     keeps = {GATEWAY: gateway_keep, SESSIONS: raw_keep("id"), MESSAGES: raw_keep("session_id")}
     for dataset, path in staged:
         result.staged += _scrub_staged(dataset, path, keeps[dataset])
+    warehouse.fix_all_modes()  # every file, rewritten or not, private again (SPEC §2, D16)
     result.sessions = len(canonical)
     log.info("hermes.purge.done", scope_given=bool(scope), session_given=bool(session_id),
              rows=sum(result.removed.values()), staged_rows=result.staged, sessions=result.sessions)

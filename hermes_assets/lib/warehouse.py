@@ -195,6 +195,31 @@ class Warehouse:
     def staging_root(self) -> str:
         return os.path.join(self.spool, STAGING)
 
+    def make_spool_dirs(self, folder: str) -> None:
+        """Create a folder of the spool (staging, locks) with the folder mode.
+
+        On a POSIX warehouse the spool is the root. Otherwise the default spool,
+        ``<tmp>/hermes_assets-spool-<uid>``, is this user's own: it gets the folder
+        mode on every call, and one that is a symlink or belongs to someone else
+        (pre-created in a shared temp dir) is refused. A spool the user named
+        (``HERMES_ASSETS_SPOOL``) gets the mode when this creates it.
+        """
+        if self.posix:
+            self.make_dirs(folder, self.root)
+            return
+        if self._spool:
+            self.make_dirs(folder, self._spool)
+            return
+        base = default_spool()
+        self.make_dirs(base)
+        info = os.lstat(base)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise PermissionError(
+                f"the spool {base} is not a folder of this user's (uid {os.getuid()}): remove it, or set "
+                "HERMES_ASSETS_SPOOL to a folder of your own"
+            )
+        self.make_dirs(folder, os.path.dirname(base))
+
     # -- paths ------------------------------------------------------------------
 
     def day_dir(self, dataset: str, day: str) -> str:
@@ -259,7 +284,7 @@ class Warehouse:
             self.make_dirs(folder, self.root)
         else:
             folder = os.path.join(self.spool, "locks", dataset, f"day={day}")
-            self.make_dirs(folder, self._spool or default_spool())
+            self.make_spool_dirs(folder)
         fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, self.modes.file)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -299,13 +324,29 @@ class Warehouse:
             pass
 
     def fix_modes(self, dataset: str, day: str) -> None:
-        """Set the modes of the dataset and day folders and of every file of the day."""
+        """Set the modes of the root, the dataset and day folders and of every file of the
+        day (what an older version, or another umask, left open is closed again)."""
         if not self.local:
             return
         folder = self.day_dir(dataset, day)
         if not os.path.isdir(folder):
             return
-        self.make_dirs(folder, self.root if self.posix else os.path.dirname(os.path.dirname(folder)))
+        self.make_dirs(folder, os.path.dirname(self.root))
+        self._chmod_files(folder)
+
+    def fix_all_modes(self) -> None:
+        """Set the modes of every folder and file of the datasets and of the staged days
+        (the purge job: days it did not rewrite included)."""
+        tops = [self.staging_root]
+        if self.local:
+            self._chmod_dir(self.root)
+            tops += [os.path.join(self.root, dataset) for dataset in CAPTURE_DATASETS]
+        for top in tops:
+            for folder, _, _ in os.walk(top):
+                self._chmod_dir(folder)
+                self._chmod_files(folder)
+
+    def _chmod_files(self, folder: str) -> None:
         for entry in os.scandir(folder):
             if entry.is_file(follow_symlinks=False):
                 with contextlib.suppress(FileNotFoundError):
@@ -502,14 +543,18 @@ class Warehouse:
         # Elsewhere write a temp file and rename it; its name is fixed per target (we
         # hold the day's lock), so a killed writer's leftover is simply overwritten.
         tmp = path if fs.type_name in ATOMIC_UPLOAD else f"{folder}/.{name}.tmp"
+        if self.local:  # file://: private folders first, so the file is never readable by others
+            self.make_dirs(folder, os.path.dirname(self.root))
         try:
             try:
                 out = fs.open_output_stream(tmp)
-            except FileNotFoundError:  # a filesystem with real folders (file://, hdfs://)
+            except FileNotFoundError:  # a filesystem with real folders (hdfs://)
                 fs.create_dir(folder, recursive=True)
                 out = fs.open_output_stream(tmp)
             with out:
                 out.write(data)
+            if self.local:
+                os.chmod(tmp, self.modes.file)
             if tmp != path:
                 fs.move(tmp, path)
         except BaseException as exc:
@@ -567,10 +612,11 @@ def with_defaults(table: pa.Table) -> pa.Table:
     return table
 
 
-def encode_to(dataset: str, table: pa.Table, path: str) -> None:
-    """:func:`encode` ``table`` into a new private file (a staged partition file)."""
+def encode_to(dataset: str, table: pa.Table, path: str, mode: int = 0o600) -> None:
+    """:func:`encode` ``table`` into a new file of ``mode`` (a staged partition file)."""
     data = encode(dataset, table)
-    with open(path, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as f:
+    with open(path, "wb", opener=lambda p, flags: os.open(p, flags, mode)) as f:
+        os.fchmod(f.fileno(), mode)
         f.write(memoryview(data))
 
 

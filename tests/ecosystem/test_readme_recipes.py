@@ -1,10 +1,14 @@
-"""The README's query recipes, executed (issue 7, item 7).
+"""The README's query recipes, executed (issue 7, item 7; issue 14).
 
 Every ```sql block after a ``<!-- recipe: NAME -->`` marker in README.md runs
 as written in DuckDB over the Parquet files of the captured small fixture
 (only the ``'warehouse/`` prefix is pointed at the test's warehouse), and its
 answer is checked against the same figure computed another way: from the
-store itself, or from the files with pyarrow.
+store itself, or from the files with pyarrow. The two usage recipes answer
+the same question at two grains and must give the same totals, also on a
+store where a session switched model midway and another is still open.
+``make query``, the README's way in, opens the DuckDB shell where the
+recipes' ``warehouse/`` paths resolve.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import sqlite3
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,10 +29,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.defs.harness import read_all
+from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
+from tests.support.skips import unavailable
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-RECIPES = ("tokens_and_cost_per_model_per_day", "tool_calls_by_tool_name", "sessions_per_channel",
-           "transcript_of_one_session")
+RECIPES = ("tokens_and_cost_per_day", "tokens_and_cost_per_model_per_day", "tool_calls_by_tool_name",
+           "sessions_per_channel", "transcript_of_one_session")
 _BLOCK = re.compile(r"<!-- recipe: (\w+) -->\s*```sql\n(.*?)```", re.S)
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -130,3 +139,127 @@ def test_recipes_on_a_warehouse_not_yet_written_fail_loudly(name, tmp_path):
     """Before the first capture the folders do not exist: DuckDB says so clearly (no silent zero)."""
     with pytest.raises(duckdb.IOException, match="No files found"):
         run(name, tmp_path / "warehouse")
+
+
+# --------------------------------------------------------------------------
+# the two usage recipes: one question, two grains, the same totals
+# --------------------------------------------------------------------------
+
+COSTS = ("estimated_cost_usd", "actual_cost_usd")
+
+
+def _fold_models(per_model: list[dict]) -> dict[str, dict[str, float]]:
+    """The per-model recipe's rows summed over the models of each day."""
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in per_model:
+        for k in (*USAGE, *COSTS):
+            out[str(r["day"])][k] += r[k] or 0
+    return out
+
+
+def assert_same_totals(per_day: list[dict], per_model: list[dict]) -> None:
+    folded = _fold_models(per_model)
+    assert [str(r["day"]) for r in per_day] == sorted(folded)
+    for r in per_day:
+        want = folded[str(r["day"])]
+        for k in USAGE:
+            assert (r[k] or 0) == want[k], (r, k)
+        for k in COSTS:
+            assert math.isclose(r[k] or 0.0, want[k], abs_tol=1e-5), (r, k)
+
+
+def test_tokens_and_cost_per_day_is_the_per_model_recipe_summed_over_models(small_capture):
+    per_day = run("tokens_and_cost_per_day", small_capture.warehouse)
+    assert_same_totals(per_day, run("tokens_and_cost_per_model_per_day", small_capture.warehouse))
+    sessions = defaultdict(int)
+    for s in read_all(small_capture.warehouse, "hermes_sessions"):
+        sessions[s["_day"]] += 1
+    assert {str(r["day"]): r["sessions"] for r in per_day} == sessions
+    assert sum(r["output_tokens"] for r in per_day) > 0
+
+
+def _store_usage(db: Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(the session's start day, model) -> summed ``session_model_usage``, straight from the store."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT strftime('%Y-%m-%d', s.started_at, 'unixepoch'), u.model, "
+            + ", ".join(f"sum(u.{k})" for k in (*USAGE, *COSTS))
+            + " FROM session_model_usage u JOIN sessions s ON s.id = u.session_id GROUP BY 1, 2"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {(day, model): dict(zip((*USAGE, *COSTS), values)) for day, model, *values in rows}
+
+
+def test_both_usage_recipes_agree_on_a_model_switch_and_an_open_session(capture, monkeypatch):
+    """Day 1: a session switches from model-a to model-b midway (plus an auxiliary title by
+    model-small) and ends after midnight; another uses model-a. Day 2: a session is still
+    open. Both recipes count every model's usage, the open session's too, on the start day."""
+    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
+    w = HermesWriter(capture.store, home=capture.home)
+    try:
+        w.session("switch", "cli", model="model-a")
+        w.msg("switch", "user", "q")
+        w.db.update_token_counts("switch", input_tokens=100, output_tokens=20, cache_read_tokens=5,
+                                 api_call_count=1, estimated_cost_usd=0.5, model="model-a", billing_provider="openrouter")
+        w.tick()
+        w.db.update_session_model("switch", "model-b")
+        w.msg("switch", "user", "again, with the other model")
+        w.db.update_token_counts("switch", input_tokens=300, output_tokens=40, reasoning_tokens=4,
+                                 api_call_count=1, estimated_cost_usd=1.25, model="model-b", billing_provider="anthropic")
+        w.db.record_auxiliary_usage("switch", "title_generation", model="model-small", billing_provider="openrouter",
+                                    input_tokens=7, output_tokens=3, estimated_cost_usd=0.01)
+        w.session("plain", "cli", model="model-a")
+        w.msg("plain", "user", "q")
+        w.db.update_token_counts("plain", input_tokens=50, output_tokens=10, api_call_count=1, estimated_cost_usd=0.2,
+                                 model="model-a", billing_provider="openrouter")
+        w.end("plain")
+        w.at(START_S + 16 * 3600)  # 2026-06-02T01:00Z: the switching session ends the next day
+        w.end("switch")
+        w.at(START_S + DAY_S + 3600)
+        w.session("open", "tui", model="model-b")
+        w.msg("open", "user", "q")
+        w.db.update_token_counts("open", input_tokens=70, output_tokens=9, api_call_count=1, estimated_cost_usd=0.3,
+                                 model="model-b", billing_provider="anthropic")
+    finally:
+        w.close()
+    assert capture.materialize("2026-06-01", "2026-06-02").success
+
+    per_model = run("tokens_and_cost_per_model_per_day", capture.warehouse)
+    store = _store_usage(capture.store)
+    assert sorted(store) == [("2026-06-01", "model-a"), ("2026-06-01", "model-b"), ("2026-06-01", "model-small"),
+                             ("2026-06-02", "model-b")]
+    assert {(str(r["day"]), r["model"]): {k: r[k] or 0 for k in USAGE} for r in per_model} == {
+        key: {k: v[k] for k in USAGE} for key, v in store.items()}
+    per_day = run("tokens_and_cost_per_day", capture.warehouse)
+    assert_same_totals(per_day, per_model)
+    assert [(str(r["day"]), r["sessions"], r["input_tokens"], r["output_tokens"]) for r in per_day] == [
+        ("2026-06-01", 2, 100 + 300 + 7 + 50, 20 + 40 + 3 + 10),
+        ("2026-06-02", 1, 70, 9),
+    ]
+
+
+# --------------------------------------------------------------------------
+# make query: the README's way to a DuckDB shell
+# --------------------------------------------------------------------------
+
+
+def test_make_query_opens_duckdb_where_the_recipes_paths_resolve(small_capture):
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "duckdb").exists():
+        unavailable(f"the DuckDB shell is not installed in {venv} (pip install -e '.[query]')")
+    if shutil.which("make") is None:
+        unavailable("make is not installed")
+    home = small_capture.warehouse.parent  # the fixture's warehouse is <root>/warehouse, like $DAGSTER_HOME's
+    stamps = [f"-o{venv}/.installed", f"-o{venv}/.installed-query"]  # use this venv as it is
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(README.parent), *stamps, "query", f"VENV={venv}", f"DAGSTER_HOME={home}"],
+        input=recipes()["sessions_per_channel"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"DuckDB in {home}" in proc.stdout
+    want = {r["channel"]: r["sessions"] for r in run("sessions_per_channel", small_capture.warehouse)}
+    assert all(any(f" {channel} " in line and f" {n} " in line for line in proc.stdout.splitlines())
+               for channel, n in want.items()), proc.stdout

@@ -1,9 +1,12 @@
-"""Structured logs (issue 7, item 2): structlog JSON lines, also in Dagster's run log.
+"""Structured logs (issue 7, item 2; issue 14): structlog JSON lines, also in Dagster's run log.
 
 Every event is one JSON object per line named ``hermes.<area>.<event>`` with
 ids and counts (``session_id``, ``day``, ``rows``, ``error_kind``), never
 message content. Inside a run each event also carries ``run_id`` and ``op``
-and is written to that step's Dagster log (``defs/run_log.py``).
+and is stored in that step's Dagster run log (``defs/run_log.py``), without
+Dagster's console logger printing it a second time: a console shows each
+event once. Nor does a CLI command print the Dagster warnings our own set-up
+would trigger (the code location name of ``[tool.dg.project]``).
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from hermes_assets.defs import settings
 from hermes_assets.lib import errors, logs
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path
 from tests.ecosystem.conftest import captured_logs, cli_installation, dagster_cli, parse_json_lines
@@ -116,13 +121,14 @@ def test_one_event_per_sensor_tick(tmp_path):
         assert isinstance(t["ms"], float) and t["level"] == "info"
 
 
-def test_console_format_and_the_environment_switch(monkeypatch):
-    monkeypatch.setenv("HERMES_ASSETS_LOG_FORMAT", "console")
-    assert logs.resolve_format() == "console"
-    monkeypatch.setenv("HERMES_ASSETS_LOG_FORMAT", "json")
-    assert logs.resolve_format() == "json"
-    monkeypatch.delenv("HERMES_ASSETS_LOG_FORMAT")
-    assert logs.resolve_format(stream=open(__file__)) == "json"  # not a terminal
+def test_console_format_and_the_environment_switch():
+    """The setting is read by ``defs/settings.py`` (lib/ reads no environment) and passed down."""
+    assert settings.load({"HERMES_ASSETS_LOG_FORMAT": "console"}).log_format == "console"
+    assert settings.load({"HERMES_ASSETS_LOG_FORMAT": "json"}).log_format == "json"
+    assert settings.load({}).log_format is None
+    assert logs.resolve_format("console") == "console" and logs.resolve_format("json") == "json"
+    with open(__file__) as not_a_terminal:
+        assert logs.resolve_format(None, stream=not_a_terminal) == "json"
     with captured_logs("console") as buf:
         logs.get_logger().info("hermes.test.event", day="2026-06-01", rows=3)
     line = buf.getvalue().strip()
@@ -131,17 +137,49 @@ def test_console_format_and_the_environment_switch(monkeypatch):
         json.loads(line)
 
 
+def test_dagsters_console_logger_does_not_print_our_events_again(capture, capfd):
+    """In process: the run log has the event, Dagster's console lines (stderr) do not."""
+    copy_small(capture.home)
+    with dg.DagsterInstance.ephemeral() as instance, captured_logs("json") as buf:
+        result = capture.materialize(SMALL_DAYS[2], instance=instance)
+        stored = [x.user_message for x in instance.all_logs(result.run_id)]
+    assert result.success
+    ours = parse_json_lines(buf.getvalue())
+    assert [e["event"] for e in ours].count("hermes.capture.plan") == 1
+    assert sum(m.startswith("hermes.capture.plan {") for m in stored) == 1
+    dagster_lines = capfd.readouterr().err
+    assert " - RUN_SUCCESS - " in dagster_lines  # Dagster's console logger did print its own events
+    assert "hermes.capture." not in dagster_lines
+
+
 @pytest.mark.e2e
-def test_a_cli_run_prints_json_lines_between_dagster_lines(tmp_path):
-    """A real process: ``dagster asset materialize`` with HERMES_ASSETS_LOG_FORMAT=json."""
-    _, env = cli_installation(tmp_path / "install")
-    proc = dagster_cli(env, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
-                       "--partition", SMALL_DAYS[2])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ours = [json.loads(line) for line in (proc.stdout + proc.stderr).splitlines() if line.startswith('{"')]
+def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
+    """A real process: ``dagster asset materialize`` with HERMES_ASSETS_LOG_FORMAT=json, the
+    README's command. Each of our events is one JSON line on the console and one entry in the
+    run log; no line says it again; no warning our set-up triggers is printed."""
+    cap, env = cli_installation(tmp_path / "install")
+    proc = dagster_cli(env, "asset", "materialize", "-m", "hermes_assets.definitions", "--select",
+                       ",".join(DATASETS), "--partition", SMALL_DAYS[2])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    ours = [json.loads(line) for line in out.splitlines() if line.startswith('{"')]
     names = Counter(e["event"] for e in ours)
+    assert (names["hermes.capture.plan"], names["hermes.capture.policy"]) == (1, 1), names
+    assert (names["hermes.capture.project"], names["hermes.capture.write"]) == (len(DATASETS), len(DATASETS))
     assert names["hermes.warehouse.day_written"] == len(DATASETS), names
     assert all(e.get("run_id") and e.get("op") for e in ours
                if e["event"].startswith(("hermes.capture.", "hermes.warehouse.")))
-    # and Dagster's own console logger shows the same events, as the run log has them
-    assert "hermes.capture.plan {" in proc.stderr
+    # printed once: no other line of the output names an event
+    for name in names:
+        assert sum(name in line for line in out.splitlines()) == names[name], name
+    # and the run log holds every one of them
+    instance = dg.DagsterInstance.from_config(str(cap.dagster_home))
+    try:
+        (run,) = instance.get_runs()
+        stored = Counter(x.user_message.split(" ", 1)[0] for x in instance.all_logs(run.run_id)
+                         if (x.user_message or "").startswith("hermes."))
+    finally:
+        instance.dispose()
+    assert stored == names
+    # no warning of our own making: Dagster's code-location-name warning, beta warnings
+    assert "code location name" not in out and "BetaWarning" not in out

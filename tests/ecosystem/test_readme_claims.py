@@ -1,0 +1,60 @@
+"""What the README tells a newcomer, held against what the project does (issue 14).
+
+The recipes are run by ``test_readme_recipes.py``; these are the README's
+other promises: the system packages the suite needs (the ones ``.ci/run``
+installs), what a run without Hermes leaves (no file), and which files may
+appear beside a store that is read (SQLite's own ``-wal``/``-shm``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.defs.harness import SMALL_DAYS, copy_small
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_readme_lists_the_system_packages_ci_installs():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    needed = re.findall(r"need\+=\((\w+)\)", ci)
+    assert sorted(needed) == ["chromium", "git", "postgresql", "strace"]
+    (listed,) = re.findall(r"apt-get install ([a-z ]+)`", README)
+    assert sorted(listed.split()) == sorted(needed)
+    for package in needed:
+        assert re.search(rf"^\| `{package}`", README, re.M), f"{package} has no row saying what needs it"
+    flat = _flat(README)
+    assert "skipped with a reason" in flat and "Under CI" in flat
+
+
+def test_the_readme_says_a_run_without_hermes_writes_no_file(capture):
+    flat = _flat(README)
+    assert "empty partitions" not in flat
+    assert "writes no file (a day with no rows never has one)" in flat
+    assert capture.materialize(SMALL_DAYS[0]).success
+    assert capture.files() == {}
+
+
+def test_the_readme_says_which_files_appear_beside_a_store(capture, monkeypatch):
+    """A WAL store copied without its -wal/-shm: reading it creates them, and nothing else."""
+    flat = _flat(README)
+    assert "it never writes to it" in flat and "`-wal` and `-shm` files SQLite itself needs" in flat
+    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
+    copy_small(capture.home)
+    assert sorted(p.name for p in capture.home.iterdir()) == ["state.db"]
+    assert capture.materialize(SMALL_DAYS[0]).success
+    assert sorted(p.name for p in capture.home.iterdir()) == ["state.db", "state.db-shm", "state.db-wal"]
+
+
+@pytest.mark.parametrize("target", ["run", "test", "query"])
+def test_every_make_target_the_readme_names_exists(target):
+    assert f"make {target}" in README
+    assert re.search(rf"^{target}:", (REPO / "Makefile").read_text(encoding="utf-8"), re.M)
