@@ -62,10 +62,10 @@ def test_staged_days_are_private_while_they_exist(small, tmp_path, mask, mode):
         plan = capture.plan_capture(discover_stores(None, str(small.home)), SMALL_DAYS[:3], user_home=str(tmp_path))
         plan = capture.apply_usage_policy(plan, PolicyResolver(str(small.policy_list)))
         staging = capture_defs.staging_dir(wh, "a-run")
-        run = capture.project_rows(plan, ProjectionContext(user_home=str(tmp_path), now_s=plan.read_at),
-                                   staging=staging, folder_mode=modes.folder, file_mode=modes.file)
-        staged = list(Path(staging).glob("*.arrow"))
-        assert len(staged) == 3 * 3
+        run = capture.project_rows(plan, ProjectionContext(user_home=str(tmp_path), now_s=plan.read_at), wh,
+                                   staging=staging)
+        staged = list(Path(staging).iterdir())  # new days: their partition files, encoded once
+        assert len(staged) == 3 * 3 and all(p.suffix == ".parquet" for p in staged)
         assert wrong_modes(small.warehouse, (modes.folder, modes.file)) == {}
         capture.write_partitions(run, wh)
     assert not Path(staging).exists()
