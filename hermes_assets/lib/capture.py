@@ -28,6 +28,7 @@ GIL.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import errno
@@ -40,7 +41,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -547,7 +548,12 @@ def stage_day(state: dict, day: str) -> StagedDay:
         datasets[dataset] = DatasetDay(sum(t.num_rows for t in by_store.values()), tally.as_dict(),
                                        tuple(tally.sample_dicts()[:10]), staged)
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in state["existing"][ds])
-    return StagedDay(day, datasets, rows.generations, tuple(rows.failures), dict(rows.statements), existing)
+    pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
+    # retention judges the rows of a file that exists; a new day's generations are not needed
+    # (and for a long first backfill they would be every message id, held until the write)
+    generations = rows.generations if existing else {
+        path: StoreGenerations(reborn=g.reborn) for path, g in rows.generations.items()}
+    return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing)
 
 
 def _warehouse(state: dict) -> Warehouse:
@@ -721,31 +727,53 @@ def _call_in_worker(fn, day: str):
 
 
 def map_days(fn, state: dict, days: list[str], workers: int = 1):
-    """``fn(state, day)`` for every day, in day order, on up to ``workers`` processes.
+    """``fn(state, day)`` for every day, in day order, on ``workers`` processes: this one
+    and ``workers - 1`` spawned ones.
 
     Days are independent (a session lives in one day), so a range uses every
-    core. Workers are *spawned* (a fresh interpreter that imports this module),
-    never forked from the caller, which runs threads (Dagster's, pyarrow's): a
-    child forked from a threaded process can deadlock or crash. ``state``
-    reaches each worker once; ``fn`` must be a module-level function returning
-    small values. One day, or one worker, runs inline.
+    core. The calling process takes days too (it would only wait otherwise), from
+    the end of the list while the spawned workers take them from the start: one
+    process fewer to start and to hold in memory. Workers are *spawned* (a fresh
+    interpreter that imports this module), never forked from the caller, which
+    runs threads (Dagster's, pyarrow's): a child forked from a threaded process can
+    deadlock or crash. ``state`` reaches each worker once; ``fn`` must be a
+    module-level function returning small values.
     """
     workers = min(workers, len(days))
     if workers <= 1:
         for day in days:
             yield fn(state, day)
         return
+    results: dict[str, object] = {}
+    todo = collections.deque(days)
+    running: dict = {}
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(state,)) as pool:
-        with _main_not_reimported():  # the workers start while the days are submitted
-            futures = [pool.submit(_call_in_worker, fn, day) for day in days]
+    with ProcessPoolExecutor(workers - 1, mp_context=context, initializer=_init_worker, initargs=(state,)) as pool:
+
+        def feed() -> None:  # every spawned worker one day ahead
+            with _main_not_reimported():  # workers start while days are submitted
+                while todo and len(running) < 2 * (workers - 1):
+                    day = todo.popleft()
+                    running[pool.submit(_call_in_worker, fn, day)] = day
+
         try:
-            for future in futures:
-                yield future.result()
+            feed()
+            while todo or running:
+                if todo:
+                    day = todo.pop()
+                    results[day] = fn(state, day)
+                    done = [f for f in running if f.done()]
+                else:
+                    done = wait(running, return_when=FIRST_COMPLETED).done
+                for future in done:
+                    results[running.pop(future)] = future.result()
+                feed()
         except BaseException:
-            for future in futures:
+            for future in running:
                 future.cancel()
             raise
+    for day in days:
+        yield results[day]
 
 
 @contextlib.contextmanager

@@ -40,8 +40,11 @@ def test_workers_are_fresh_interpreters_never_forks_of_the_caller(monkeypatch):
     state of the caller can be copied into it half-way."""
     monkeypatch.setattr(__import__(__name__, fromlist=["MARKER"]), "MARKER", "changed in the caller")
     seen = list(capture.map_days(_marker_in_worker, {}, [f"d{i}" for i in range(6)], workers=2))
-    assert all(pid != os.getpid() for pid, _ in seen)
-    assert {marker for _, marker in seen} == {"fresh interpreter"}, "a worker was forked from the caller"
+    spawned = [marker for pid, marker in seen if pid != os.getpid()]
+    assert len(spawned) >= 2, "no day ran in a worker (the test proves nothing)"
+    assert set(spawned) == {"fresh interpreter"}, "a worker was forked from the caller"
+    # the calling process takes days too: it sees its own state
+    assert {marker for pid, marker in seen if pid == os.getpid()} <= {"changed in the caller"}
 
 
 def _churn(stop: threading.Event, errors: list) -> None:
