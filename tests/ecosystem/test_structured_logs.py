@@ -84,9 +84,13 @@ def test_one_event_per_op_carrying_its_run_and_op(small_capture):
             assert e["rows"] == pq.read_metadata(path).num_rows, e
 
 
+#: per-file events: on stderr (the compute logs) only; the partition's materialization holds their figures
+PER_PARTITION = {"hermes.warehouse.day_written"}
+
+
 def test_events_are_routed_into_the_dagster_run_log(small_capture):
     run_id = small_capture.result.run_id
-    ours = [e for e in small_capture.events() if e.get("run_id") == run_id]
+    ours = [e for e in small_capture.events() if e.get("run_id") == run_id and e["event"] not in PER_PARTITION]
     entries = [x for x in small_capture.instance.all_logs(run_id) if (x.user_message or "").startswith("hermes.")]
     assert len(entries) == len(ours)
     for entry, event in zip(entries, ours):
@@ -180,6 +184,6 @@ def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
                          if (x.user_message or "").startswith("hermes."))
     finally:
         instance.dispose()
-    assert stored == names
+    assert stored == Counter({name: n for name, n in names.items() if name not in PER_PARTITION})
     # no warning of our own making: Dagster's code-location-name warning, beta warnings
     assert "code location name" not in out and "BetaWarning" not in out
