@@ -98,10 +98,15 @@ def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: 
         passed=not failures,
         metadata={
             "stores": len(result.stores),
-            "stores_failed": [{"path": f.path, "error_kind": f.error_kind} for f in failures],
+            "stores_failed": failed_stores(failures),
         },
         description="; ".join(f"{f.path}: {f.error_kind}" for f in failures) or None,
     )
+
+
+def failed_stores(failures: list[capture.StoreFailure]) -> list[dict]:
+    """The metadata of stores that could not be read: path and ``error_kind`` of each."""
+    return [{"path": f.path, "error_kind": f.error_kind} for f in failures]
 
 
 def plan_metadata(p: CapturePlan) -> dict:
@@ -109,7 +114,7 @@ def plan_metadata(p: CapturePlan) -> dict:
         "days": len(p.days),
         "stores": len(p.stores),
         "stores_missing": [sp.store.path for sp in p.stores if sp.status == capture.MISSING],
-        "stores_failed": [{"path": f.path, "error_kind": f.error_kind} for f in p.failures()],
+        "stores_failed": failed_stores(p.failures()),
         "sessions_in_range": p.sessions_in_range(),
         "sessions_out_of_range": len(p.out_of_range),
         # why nothing will be written, when a user would expect rows (also one WARNING line)
@@ -168,11 +173,11 @@ def project_rows(
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, samples = run.totals(dataset)
         metadata[f"{dataset}.rows"] = rows
-        metadata[f"{dataset}.errors"] = sum(n for k, n in by_kind.items() if k not in errors.WARNING_KINDS)
+        metadata[f"{dataset}.errors"] = errors.error_count(by_kind)
         metadata[f"{dataset}.errors_by_kind"] = dict(sorted(by_kind.items()))
         metadata[f"{dataset}.error_samples"] = samples
     metadata["ids_reused"] = run.reborn()  # D15: new generations of ids captured before (a restored store)
-    metadata["stores_failed"] = [{"path": f.path, "error_kind": f.error_kind} for f in run.failures()]
+    metadata["stores_failed"] = failed_stores(run.failures())
     metadata["sql_statements"] = dict(sorted(run.statements().items()))
     return dg.Output(run, metadata=metadata)
 
@@ -197,7 +202,7 @@ def write_partitions(context: dg.AssetExecutionContext, warehouse: HermesWarehou
     except errors.HermesAssetsError as exc:  # one line naming the store(s); the typed error is its cause
         raise dg.Failure(description=str(exc), metadata={
             "error_kind": exc.error_kind,
-            "stores_failed": [{"path": f.path, "error_kind": f.error_kind} for f in written.failures],
+            "stores_failed": failed_stores(written.failures),
         }) from exc
 
 

@@ -61,6 +61,7 @@ from hermes_assets.lib.warehouse import (
     Warehouse,
     WriteResult,
     encode_to,
+    open_private,
 )
 
 log = get_logger()
@@ -325,7 +326,7 @@ class DatasetDay:
 
     @property
     def errors(self) -> int:
-        return sum(n for kind, n in self.errors_by_kind.items() if kind not in errors.WARNING_KINDS)
+        return errors.error_count(self.errors_by_kind)
 
 
 @dataclass(frozen=True)
@@ -502,7 +503,7 @@ def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse
     write. Days run on ``workers`` processes when the run has at least
     ``parallel_min_sessions`` sessions.
     """
-    _make_private_dir(staging, warehouse.modes.folder)
+    warehouse.make_dirs(staging, os.path.dirname(os.path.abspath(staging)))
     ctx = replace(ctx, now_s=plan.read_at)  # one clock for the sanity window of the whole run
     existing = {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS}
     state = {"plan": plan, "ctx": ctx, "staging": staging, "busy_timeout_ms": busy_timeout_ms,
@@ -519,7 +520,7 @@ def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
         log.info("hermes.capture.project", dataset=dataset, days=len(days), rows=rows,
-                 errors=sum(n for k, n in by_kind.items() if k not in errors.WARNING_KINDS))
+                 errors=errors.error_count(by_kind))
     return run
 
 
@@ -565,8 +566,7 @@ def _warehouse(state: dict) -> Warehouse:
 
 
 def _write_ipc(path: str, table: pa.Table, mode: int = 0o600) -> None:
-    with open(path, "wb", opener=functools.partial(_opener, mode=mode)) as f, \
-            pa.ipc.new_file(f, table.schema) as writer:
+    with open_private(path, mode) as f, pa.ipc.new_file(f, table.schema) as writer:
         writer.write_table(table)
 
 
@@ -580,13 +580,6 @@ def _staging(path: str):
             raise OSError(exc.errno, f"{exc.strerror} while staging {path}: no partition file was changed; "
                           "free some space and re-run") from exc
         raise
-
-
-def _opener(path: str, flags: int, *, mode: int = 0o600) -> int:
-    """``open()``'s opener for a file of ``mode`` (default ``0600``, only its owner reads), whatever the umask."""
-    fd = os.open(path, flags, mode)
-    os.fchmod(fd, mode)
-    return fd
 
 
 def read_staged(dataset: str, path: str) -> pa.Table:
@@ -605,17 +598,6 @@ def write_staged(dataset: str, path: str, table: pa.Table) -> None:
     else:
         _write_ipc(tmp, table)
     os.replace(tmp, path)
-
-
-def _make_private_dir(path: str, mode: int) -> None:
-    """``path`` and any missing parent, each created with ``mode`` whatever the umask."""
-    created, current = [], os.path.abspath(path)
-    while not os.path.isdir(current) and current != os.path.dirname(current):
-        created.append(current)
-        current = os.path.dirname(current)
-    os.makedirs(path, exist_ok=True)
-    for folder in created or [os.path.abspath(path)]:
-        os.chmod(folder, mode)
 
 
 # --------------------------------------------------------------------------

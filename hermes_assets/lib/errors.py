@@ -27,6 +27,11 @@ BAD_CLASS_TOKEN = "bad_class_token"
 WARNING_KINDS = frozenset({OVERSIZED_CELL, "store_replaced", BAD_CLASS_TOKEN})
 
 
+def error_count(by_kind: dict[str, int]) -> int:
+    """Errors proper in counts by ``error_kind`` (the warnings of :data:`WARNING_KINDS` excluded)."""
+    return sum(n for kind, n in by_kind.items() if kind not in WARNING_KINDS)
+
+
 class HermesAssetsError(Exception):
     """Base class: a failure with a stable ``error_kind`` string."""
 
@@ -135,7 +140,7 @@ class ErrorTally:
     @property
     def errors(self) -> int:
         """Cell errors proper (warnings such as ``oversized_cell`` excluded)."""
-        return sum(n for kind, n in self.counts.items() if kind not in WARNING_KINDS)
+        return error_count(self.counts)
 
     @property
     def warnings(self) -> int:

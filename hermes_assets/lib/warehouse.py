@@ -615,9 +615,20 @@ def with_defaults(table: pa.Table) -> pa.Table:
 def encode_to(dataset: str, table: pa.Table, path: str, mode: int = 0o600) -> None:
     """:func:`encode` ``table`` into a new file of ``mode`` (a staged partition file)."""
     data = encode(dataset, table)
-    with open(path, "wb", opener=lambda p, flags: os.open(p, flags, mode)) as f:
-        os.fchmod(f.fileno(), mode)
+    with open_private(path, mode) as f:
         f.write(memoryview(data))
+
+
+def open_private(path: str, mode: int = 0o600):
+    """``open(path, "wb")``, the file created with ``mode`` and given it whatever the umask
+    (default ``0600``: only its owner reads)."""
+    f = open(path, "wb", opener=lambda p, flags: os.open(p, flags, mode))
+    try:
+        os.fchmod(f.fileno(), mode)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def _same(a: pa.Buffer, b: pa.Buffer) -> bool:
@@ -677,8 +688,7 @@ def _atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool 
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     _remove_stale_temps(folder, name)
     try:
-        with open(tmp, "wb", opener=lambda p, flags: os.open(p, flags, mode)) as f:
-            os.fchmod(f.fileno(), mode)  # whatever the umask
+        with open_private(tmp, mode) as f:
             f.write(memoryview(data))
             f.flush()
             if fsync:
