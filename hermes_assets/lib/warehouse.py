@@ -743,21 +743,25 @@ def _carry_over(dataset: str, old: pa.Buffer, new: pa.Table, facts: list[StoreFa
     leftovers = _parse(dataset, old).filter(missing)
     by_path = {f.path: f for f in facts}
     by_hash = {f.path_hash: f for f in facts}
-    keep, flags, newly_replaced = [], [], 0
+    keep, fates, kept_attrs, newly_replaced = [], [], [], 0
     for row in leftovers.to_pylist():
-        fate = _fate(dataset, row, by_path, by_hash)
+        # a canonical row's ids and flags live in its attributes: decoded once per row
+        attrs = (loads(row["attributes"]) if row["attributes"] else {}) if dataset == GATEWAY else None
+        fate = _fate(dataset, row, attrs, by_path, by_hash)
         keep.append(fate is not None)
         if fate is not None:
-            flags.append(fate)
-            newly_replaced += fate == REPLACED and not _was_replaced(dataset, row)
+            fates.append(fate)
+            kept_attrs.append(attrs)
+            newly_replaced += fate == REPLACED and not _was_replaced(row, attrs)
     kept = leftovers.filter(pa.array(keep, pa.bool_()))
-    return _flag(dataset, kept, flags), len(keep) - sum(keep), newly_replaced
+    return _flag(dataset, kept, fates, kept_attrs), len(keep) - sum(keep), newly_replaced
 
 
-def _was_replaced(dataset: str, row: dict) -> bool:
-    if dataset != GATEWAY:
+def _was_replaced(row: dict, attrs: dict | None) -> bool:
+    """Already flagged ``replaced`` (a raw row's column, a canonical row's attributes)."""
+    if attrs is None:
         return bool(row["replaced"])
-    return bool((loads(row["attributes"]) if row["attributes"] else {}).get("hermes", {}).get("replaced"))
+    return bool(attrs.get("hermes", {}).get("replaced"))
 
 
 def _key_strings(dataset: str, table: pa.Table) -> pa.Array:
@@ -773,11 +777,11 @@ def _key_strings(dataset: str, table: pa.Table) -> pa.Array:
 KEEP, DELETED, REPLACED = "keep", "source_deleted", "replaced"
 
 
-def _fate(dataset: str, row: dict, by_path: dict, by_hash: dict) -> str | None:
+def _fate(dataset: str, row: dict, attrs: dict | None, by_path: dict, by_hash: dict) -> str | None:
     """None: drop the row; KEEP: keep it as is; DELETED: keep it, flagged source_deleted;
-    REPLACED: keep it, flagged source_deleted and replaced (another generation of its id)."""
+    REPLACED: keep it, flagged source_deleted and replaced (another generation of its id).
+    ``attrs``: a canonical row's decoded attributes."""
     if dataset == GATEWAY:
-        attrs = loads(row["attributes"]) if row["attributes"] else {}
         facts = by_hash.get(attrs.get("gateway", {}).get("source_path_hash"))
         sid = attrs.get("gateway", {}).get("native_id")
         if facts is None or sid is None:
@@ -832,8 +836,9 @@ def _gen(tail: str) -> int:
     return int(tail[2:]) if tail.startswith(".g") and tail[2:].isdigit() else 1
 
 
-def _flag(dataset: str, table: pa.Table, fates: list[str]) -> pa.Table:
-    """Flag the kept rows by their fate (``fates`` holds one per row of ``table``)."""
+def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list[dict | None]) -> pa.Table:
+    """Flag the kept rows by their fate (``fates`` holds one per row of ``table``; ``attrs``
+    their decoded attributes, canonical rows)."""
     if not any(f != KEEP for f in fates):
         return table
     if dataset != GATEWAY:
@@ -844,11 +849,9 @@ def _flag(dataset: str, table: pa.Table, fates: list[str]) -> pa.Table:
             table = table.set_column(idx, table.schema.field(idx), values)
         return table
     idx = table.schema.get_field_index("attributes")
-    attrs = table.column("attributes").to_pylist()
     out = []
-    for text, fate in zip(attrs, fates):
+    for text, fate, value in zip(table.column("attributes").to_pylist(), fates, attrs):
         if fate != KEEP:
-            value = loads(text) if text else {}
             hermes = value.setdefault("hermes", {})
             hermes["source_deleted"] = True
             if fate == REPLACED:
