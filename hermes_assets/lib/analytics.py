@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import schemas
+from hermes_assets.lib.generations import canonical_session_id
 from hermes_assets.lib.loading import DatasetDays
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult
 
@@ -36,7 +37,7 @@ COSTS = ("estimated_cost_usd", "actual_cost_usd")
 
 #: the columns each asset reads (the IO manager reads nothing else)
 USAGE_INPUTS = {
-    SESSIONS: ["store", "store_label", "id", "model", "usage_by_model", "api_call_count", *TOKENS, *COSTS,
+    SESSIONS: ["store", "store_label", "id", "generation", "model", "usage_by_model", "api_call_count", *TOKENS, *COSTS,
                "source_deleted"],
     MESSAGES: ["store", "session_id", "role", "source_deleted"],
     GATEWAY: ["session_id", "part_type", "attributes"],
@@ -85,11 +86,6 @@ def _int(value) -> int:
 
 def _cost(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _canonical_id(store_label: str | None, sid: str) -> str:
-    """``session_id`` of the session's canonical rows (SPEC §1: ``hermes-<scoped sid>``)."""
-    return "hermes-" + (f"{store_label}:{sid}" if store_label else sid)
 
 
 def live(table: pa.Table, dataset: str) -> pa.Table:
@@ -146,7 +142,7 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
     for s in sessions.to_pylist():
         key = (s["store"], s["id"])
         own = own_model[key] = _model(s["model"])
-        canonical[_canonical_id(s["store_label"], s["id"])] = key
+        canonical[canonical_session_id(s["store_label"], s["id"], s["generation"] or 1)] = key
         acc[own]["sessions"].add(key)
         for source in _usage_entries(s["usage_by_model"]) or [s]:
             row = acc[_model(source.get("model"))]

@@ -193,10 +193,10 @@ class CapturePlan:
     def failures(self) -> list[StoreFailure]:
         return [sp.failure for sp in self.stores if sp.failure is not None]
 
-    def facts(self, day: str, generations: dict[str, "StoreGenerations"], skip: set[str] = frozenset()) -> list[StoreFacts]:
+    def facts(self, day: str, generations: dict[str, Generations], skip: set[str] = frozenset()) -> list[StoreFacts]:
         """What retention needs to judge the day's previously written rows (SPEC §6), for
         every store read (and not in ``skip``)."""
-        empty = StoreGenerations()
+        empty = Generations()
         return [
             StoreFacts(sp.store.path, sp.store.path_hash, sp.days,
                        sessions_now=generations.get(sp.store.path, empty).sessions,
@@ -330,23 +330,13 @@ class DatasetDay:
 
 
 @dataclass(frozen=True)
-class StoreGenerations:
-    """One store's sessions and messages of one day, by the generation each is now (D15)."""
-
-    sessions: dict[str, int] = field(default_factory=dict)
-    messages: dict[tuple[str, int], int] = field(default_factory=dict)
-    #: how many of them took a generation never captured before (a restored store)
-    reborn: int = 0
-
-
-@dataclass(frozen=True)
 class StagedDay:
     """One day of the three datasets, staged (Arrow IPC files, not yet in place)."""
 
     day: str
     datasets: dict[str, DatasetDay]
     #: store path -> the generations of the day's kept sessions and their messages (retention, SPEC §6)
-    generations: dict[str, StoreGenerations]
+    generations: dict[str, Generations]
     #: stores that failed while this day was read
     failures: tuple[StoreFailure, ...] = ()
     statements: dict[str, int] = field(default_factory=dict)
@@ -362,7 +352,7 @@ class DayRows:
     #: dataset -> store path -> that store's rows of the day
     tables: dict[str, dict[str, pa.Table]]
     tallies: dict[str, ErrorTally]
-    generations: dict[str, StoreGenerations]
+    generations: dict[str, Generations]
     failures: list[StoreFailure]
     statements: Counter
     #: every bad cell of the day once, as ``(error_kind, session id, mid, column)``
@@ -405,7 +395,7 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
-    generations: dict[str, StoreGenerations] = {}
+    generations: dict[str, Generations] = {}
     failures: list[StoreFailure] = []
     statements: Counter = Counter()
     for sp in plan.readable():
@@ -427,10 +417,10 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
         gateway = projection.GatewayColumns()
         sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS])
         messages = projection.messages_columns(plan.read_at, tallies[MESSAGES])
-        gens = Generations(births.get(sp.store.path) or Births())
+        gens, store_births = Generations(), births.get(sp.store.path) or Births()
         for bundle in bundles:
             cls = sp.classes.get(bundle.sid, policy.FULL)
-            session_gen, message_gens = gens.assign(bundle)
+            session_gen, message_gens = gens.assign(store_births, bundle)
             projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls,
                                        session_generation=session_gen, message_generations=message_gens)
             projection.session_row(bundle, sessions, day=day, scope_path=sp.scopes.get(bundle.sid, (None,))[0],
@@ -438,7 +428,7 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
             projection.message_rows(bundle, messages, day=day, generations=message_gens)
         for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
-        generations[sp.store.path] = StoreGenerations(gens.sessions, gens.messages, gens.reborn)
+        generations[sp.store.path] = gens
     return DayRows(day, tables, tallies, generations, failures, statements, logged)
 
 
@@ -553,7 +543,7 @@ def stage_day(state: dict, day: str) -> StagedDay:
     # retention judges the rows of a file that exists; a new day's generations are not needed
     # (and for a long first backfill they would be every message id, held until the write)
     generations = rows.generations if existing else {
-        path: StoreGenerations(reborn=g.reborn) for path, g in rows.generations.items()}
+        path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
     return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing)
 
 

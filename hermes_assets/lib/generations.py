@@ -56,9 +56,6 @@ class Births:
                 births.messages.setdefault((sid, mid), []).append((gen, role, ts))
         return births
 
-    def __bool__(self) -> bool:
-        return bool(self.sessions or self.messages)
-
 
 #: the columns :meth:`Births.from_tables` reads
 SESSION_BIRTH_COLUMNS = ["store", "id", "generation", "started_at"]
@@ -70,7 +67,6 @@ class Generations:
     """The generations of one store's sessions and messages of one day, as they are
     projected; what retention needs to judge the rows captured before (SPEC §6)."""
 
-    births: Births = field(default_factory=Births)
     #: sid -> the generation of the stored session
     sessions: dict[str, int] = field(default_factory=dict)
     #: (sid, mid) -> the generation of the stored message
@@ -78,43 +74,41 @@ class Generations:
     #: stored messages and sessions whose id was captured before with another birth
     reborn: int = 0
 
-    def assign(self, bundle: SessionBundle) -> tuple[int, dict[int, int] | None]:
-        """``(session generation, mid -> generation or None when every message is generation 1)``."""
+    def assign(self, births: Births, bundle: SessionBundle) -> tuple[int, dict[int, int] | None]:
+        """The generations of ``bundle`` against what the day's files captured (``births``):
+        ``(session generation, mid -> generation or None when every message is generation 1)``."""
         sid = bundle.sid
-        session = _generation(self.births.sessions.get(sid), (epoch_ms(bundle.session.get("started_at")),))
+        session, reborn = _generation(births.sessions.get(sid), (epoch_ms(bundle.session.get("started_at")),))
         self.sessions[sid] = session
-        self.reborn += session > 1 and _new(self.births.sessions.get(sid), session)
+        self.reborn += reborn
         by_mid: dict[int, int] = {}
         record = self.messages
-        if not self.births.messages:
+        if not births.messages:
             for msg in bundle.messages:
                 record[(sid, msg["id"])] = 1
             return session, None
         for msg in bundle.messages:
             mid = msg["id"]
-            entries = self.births.messages.get((sid, mid))
-            gen = _generation(entries, (msg["role"], epoch_ms(msg["timestamp"]))) if entries else 1
+            gen, reborn = _generation(births.messages.get((sid, mid)), (msg["role"], epoch_ms(msg["timestamp"])))
             record[(sid, mid)] = by_mid[mid] = gen
-            self.reborn += gen > 1 and _new(entries, gen)
+            self.reborn += reborn
         return session, by_mid
 
 
-def _generation(entries, birth: tuple) -> int:
-    """1 for a key never captured; the generation of the captured row with the same birth;
-    else one more than the highest captured."""
+def _generation(entries, birth: tuple) -> tuple[int, bool]:
+    """``(generation, reborn)``: 1 for a key never captured; the generation of the captured
+    row with the same birth; else one more than the highest captured, a generation never
+    captured before (``reborn``: the replacement is seen now)."""
     if not entries:
-        return 1
+        return 1, False
     same = [entry[0] for entry in entries if _same_birth(entry[1:], birth)]
-    return max(same) if same else max(entry[0] for entry in entries) + 1
+    if same:
+        return max(same), False
+    return max(entry[0] for entry in entries) + 1, True
 
 
 def _same_birth(captured: tuple, stored: tuple) -> bool:
     return all(a is None or b is None or a == b for a, b in zip(captured, stored))
-
-
-def _new(entries, gen: int) -> bool:
-    """This generation was not captured before (the replacement is seen now)."""
-    return all(entry[0] != gen for entry in entries or ())
 
 
 def _generations(table: pa.Table) -> list[int]:
@@ -129,3 +123,13 @@ def _ms(column: pa.ChunkedArray) -> list[int | None]:
 def suffix(generation: int) -> str:
     """What a generation adds to an id: nothing for the first, ``.g<n>`` after."""
     return "" if generation <= 1 else f".g{generation}"
+
+
+def of_suffix(tail: str) -> int:
+    """The generation an id's tail says: ``""`` -> 1, ``".g2"`` -> 2 (the reverse of :func:`suffix`)."""
+    return int(tail[2:]) if tail.startswith(".g") and tail[2:].isdigit() else 1
+
+
+def canonical_session_id(store_label: str | None, sid: str, generation: int = 1) -> str:
+    """``session_id`` of a session's canonical rows: ``hermes-<scoped sid>[.g<n>]`` (SPEC §1, D15)."""
+    return "hermes-" + (f"{store_label}:{sid}" if store_label else sid) + suffix(generation)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from hermes_assets.lib import errors, policy, schemas
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.generations import suffix
+from hermes_assets.lib.generations import canonical_session_id, suffix
 from hermes_assets.lib.state_db import SessionBundle
 from hermes_assets.lib.timestamps import (
     SANE_AHEAD_S,
@@ -446,7 +446,7 @@ def project_session(
     store, s = bundle.store, bundle.session
     sid = bundle.sid
     scoped = store.scoped(sid)
-    session_id = "hermes-" + scoped + suffix(session_generation)
+    session_id = canonical_session_id(store.label, sid, session_generation)
     start_ms = bundle_start_ms(bundle, ctx.now_s)
     if start_ms is None:
         tally.add(errors.OUT_OF_RANGE_SESSION, scoped, None, "started_at")
@@ -539,7 +539,7 @@ def project_session(
         finish = msg["finish_reason"] if role == "assistant" else None
         last = len(parts) - 1
         uuid = str(mid)
-        mid_part = f"{mid}.g{message_generations[mid]}" if message_generations and message_generations[mid] > 1 else mid
+        mid_part = f"{mid}{suffix(message_generations[mid])}" if message_generations else mid
         for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
             message_id = f"{id_prefix}{mid_part}-{k}"
             carrier = k == last

@@ -33,6 +33,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
+from hermes_assets.lib.generations import canonical_session_id, of_suffix
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.projection import dumps, loads
 
@@ -819,21 +820,14 @@ def _fate(dataset: str, row: dict, attrs: dict | None, by_path: dict, by_hash: d
 def _gateway_generations(row: dict, attrs: dict) -> tuple[int, int | None, int]:
     """``(session generation, mid, message generation)`` of a canonical row, from its ids:
     ``hermes-<scoped sid>[.g<n>]-<mid>[.g<n>]-<k>`` (SPEC D15)."""
-    sid = attrs["gateway"]["native_id"]
-    label = attrs.get("hermes", {}).get("store")
-    base = "hermes-" + (f"{label}:{sid}" if label else sid)
-    session_gen = _gen(row["session_id"][len(base):]) if row["session_id"].startswith(base) else 1
+    base = canonical_session_id(attrs.get("hermes", {}).get("store"), attrs["gateway"]["native_id"])
+    session_gen = of_suffix(row["session_id"][len(base):]) if row["session_id"].startswith(base) else 1
     mid = row["provider_uuid"]
     mid = int(mid) if mid is not None and mid.isdigit() else None
     if mid is None:
         return session_gen, None, 1
     mid_part = row["message_id"][len(row["session_id"]) + 1:].rpartition("-")[0]
-    return session_gen, mid, _gen(mid_part[len(str(mid)):])
-
-
-def _gen(tail: str) -> int:
-    """``""`` -> 1, ``".g2"`` -> 2."""
-    return int(tail[2:]) if tail.startswith(".g") and tail[2:].isdigit() else 1
+    return session_gen, mid, of_suffix(mid_part[len(str(mid)):])
 
 
 def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list[dict | None]) -> pa.Table:

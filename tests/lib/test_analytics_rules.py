@@ -96,3 +96,40 @@ def test_a_row_that_says_is_error_is_believed():
     assert is_error_result(True, "terminal", ok) is True
     assert is_error_result(False, "terminal", '{"exit_code": 1}') is False
     assert is_error_result(None, "terminal", '{"exit_code": 1}') is True
+
+
+def _gateway(rows):
+    import pyarrow as pa
+
+    from hermes_assets.lib import schemas
+
+    attrs_type = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
+    return pa.table({
+        "session_id": pa.array([r[0] for r in rows], pa.string()),
+        "part_type": pa.array([r[1] for r in rows], pa.string()),
+        "attributes": pa.ExtensionArray.from_storage(attrs_type, pa.array([r[2] for r in rows], pa.string())),
+    })
+
+
+def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_model():
+    """A session id Hermes reused after a restore (D15) has canonical rows ``hermes-<sid>.g2``:
+    its tool calls count under its model, like any session's."""
+    import pyarrow as pa
+
+    from hermes_assets.lib.analytics import USAGE_INPUTS, daily_usage
+    from hermes_assets.lib.warehouse import MESSAGES, SESSIONS
+
+    session = {"store": "/h/state.db", "store_label": None, "id": "s1", "generation": 2, "model": "m",
+               "usage_by_model": None, "api_call_count": 1, "input_tokens": 10, "output_tokens": 2,
+               "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0,
+               "estimated_cost_usd": None, "actual_cost_usd": None, "source_deleted": False}
+    sessions = pa.Table.from_pylist([session])
+    assert set(sessions.column_names) == set(USAGE_INPUTS[SESSIONS])
+    messages = pa.table({"store": ["/h/state.db"], "session_id": ["s1"], "role": ["assistant"],
+                         "source_deleted": [False]})
+    assert set(messages.column_names) == set(USAGE_INPUTS[MESSAGES])
+    gateway = _gateway([("hermes-s1.g2", "tool_call", "{}"), ("hermes-s1.g2", "tool_call", "{}"),
+                        ("hermes-s1.g2", "text", "{}")])
+    figures = daily_usage("2026-06-01", sessions, messages, gateway)
+    assert figures.table.to_pylist()[0]["tool_calls"] == 2
+    assert figures.totals["tool_calls"] == 2 and figures.totals["messages"] == 1
