@@ -267,12 +267,15 @@ class Warehouse:
         """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
         those columns dictionary-encoded (checks over long repeated strings)."""
         path = self.path(dataset, day)
-        options = {"read_dictionary": read_dictionary} if read_dictionary else {"schema": schemas.schema_of(dataset)}
+        schema = schemas.schema_of(dataset)
+        if read_dictionary:  # the same schema (a column older files lack still reads as its default)
+            schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in read_dictionary else f
+                                for f in schema])
         if self.posix:
-            return with_defaults(pq.read_table(path, columns=columns, **options)) if os.path.exists(path) else None
+            return with_defaults(pq.read_table(path, columns=columns, schema=schema)) if os.path.exists(path) else None
         try:  # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
             with self.fs.open_input_file(path) as f:
-                return with_defaults(pq.read_table(f, columns=columns, **options))
+                return with_defaults(pq.read_table(f, columns=columns, schema=schema))
         except FileNotFoundError:
             return None
 
