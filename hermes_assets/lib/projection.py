@@ -9,6 +9,8 @@ without a per-row dict, so projection stays allocation-light.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import re
@@ -678,11 +680,14 @@ class RawColumns:
             provenance["profile"] += [bundle.store.profile] * count
             provenance["day"] += [day] * count
         arrays = []
+        ends: list[int] = []  # the end row of each run, for finding a row's session
         for f in self.schema:
             if f.name in columns:
                 array, nulled = _raw_array(columns[f.name], f.type, self.now_s)
+                if nulled and not ends:
+                    ends = list(itertools.accumulate(count for _, _, count in self.runs))
                 for i in nulled:
-                    self._count(i, errors.BAD_TIMESTAMP if f.type == schemas.TS else errors.BAD_VALUE, f.name)
+                    self._count(i, ends, errors.BAD_TIMESTAMP if f.type == schemas.TS else errors.BAD_VALUE, f.name)
                 arrays.append(array)
             elif f.name in self.derived:
                 arrays.append(_array(self.derived[f.name], f.type))
@@ -694,13 +699,11 @@ class RawColumns:
                 arrays.append(pa.nulls(n, f.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
-    def _count(self, row: int, kind: str, column: str) -> None:
+    def _count(self, row: int, ends: list[int], kind: str, column: str) -> None:
+        """Count a cell that became NULL against its session (the run holding ``row``)."""
         mid = self.rows[row][0] if self._messages else None
-        for bundle, _, count in self.runs:
-            if row < count:
-                self.tally.add(kind, bundle.store.scoped(bundle.sid), mid, column)
-                return
-            row -= count
+        bundle = self.runs[bisect.bisect_right(ends, row)][0]
+        self.tally.add(kind, bundle.store.scoped(bundle.sid), mid, column)
 
 
 def _raw_array(values, typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[int]]:
