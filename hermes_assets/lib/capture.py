@@ -421,11 +421,13 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
         for bundle in bundles:
             cls = sp.classes.get(bundle.sid, policy.FULL)
             session_gen, message_gens = gens.assign(store_births, bundle)
+            decoded: dict = {}  # each content cell decoded once, for both datasets that hold its text
             projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls,
-                                       session_generation=session_gen, message_generations=message_gens)
+                                       session_generation=session_gen, message_generations=message_gens,
+                                       decoded=decoded)
             projection.session_row(bundle, sessions, day=day, scope_path=sp.scopes.get(bundle.sid, (None,))[0],
                                    policy_class=cls, generation=session_gen)
-            projection.message_rows(bundle, messages, day=day, generations=message_gens)
+            projection.message_rows(bundle, messages, day=day, generations=message_gens, decoded=decoded)
         for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens

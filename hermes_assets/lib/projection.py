@@ -243,25 +243,52 @@ def bundle_start_ms(bundle: SessionBundle, now_s: float) -> int | None:
 # --------------------------------------------------------------------------
 
 
-def decode_content(content, tally: ErrorTally | None = None, scoped_sid=None, mid=None):
-    """-> (content_text, decoded envelope or None). ``content_text`` is None for non-strings."""
+def decode_content(content, tally: ErrorTally | None = None, scoped_sid=None, mid=None, cache: dict | None = None):
+    """-> (content_text, decoded envelope or None). ``content_text`` is None for non-strings.
+
+    ``cache`` (mid -> result) lets the builders of one session share each message's
+    decoding; each still counts the cell's problems in its own ``tally``.
+    """
     if not isinstance(content, str):
         return None, None
-    decoded = None
+    found = cache.get(mid) if cache is not None else None
+    if found is None:
+        found = _decode(content)
+        if cache is not None:
+            cache[mid] = found
+    text, decoded, problems = found
+    if tally is not None:
+        for kind in problems:
+            tally.add(kind, scoped_sid, mid, "content")
+    return text, decoded
+
+
+def _decode(content: str) -> tuple[str, object, tuple[str, ...]]:
+    decoded, problems = None, ()
     text = content
     if content.startswith(ENVELOPE):
         try:
             decoded = loads(content[len(ENVELOPE):])
             text = _envelope_text(decoded)
         except (ValueError, RecursionError):
-            decoded = None
-            if tally is not None:
-                tally.add(errors.BAD_ENVELOPE, scoped_sid, mid, "content")
+            decoded, problems = None, (errors.BAD_ENVELOPE,)
     if "data:" in text:
         text = _DATA_URI.sub(_strip_data, text)
-    if tally is not None and len(content) > OVERSIZED_CHARS:
-        tally.add(errors.OVERSIZED_CELL, scoped_sid, mid, "content")
-    return text, decoded
+    if len(content) > OVERSIZED_CHARS:
+        problems += (errors.OVERSIZED_CELL,)
+    return text, decoded, problems
+
+
+def _needs_decoding(content: str) -> bool:
+    """Whether a content cell's text differs from the cell, or the cell is a problem."""
+    return content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS
+
+
+def content_text(content, tally: ErrorTally, scoped_sid, mid, cache: dict | None = None):
+    """:func:`decode_content` for the cells that need it; any other text is its own."""
+    if isinstance(content, str) and _needs_decoding(content):
+        return decode_content(content, tally, scoped_sid, mid, cache)
+    return (content if isinstance(content, str) else None), None
 
 
 def is_compact_summary(content) -> bool:
@@ -439,8 +466,11 @@ def project_session(
     policy_class: str = policy.FULL,
     session_generation: int = 1,
     message_generations: dict[int, int] | None = None,
+    decoded: dict | None = None,
 ) -> int:
     """Append the session's canonical rows to ``out``; return how many.
+
+    ``decoded``: the session's decoded content cells, shared with :func:`message_rows`.
 
     Generations (SPEC D15, :mod:`hermes_assets.lib.generations`) above 1 mark the ids:
     ``hermes-<sid>.g<n>`` for a session, ``<mid>.g<n>`` in a message's ids.
@@ -515,7 +545,7 @@ def project_session(
     for msg in bundle.messages:
         mid = msg["id"]
         role = msg["role"] if isinstance(msg["role"], str) else str(msg["role"])
-        parts = _message_parts(msg, role, call_names, tally, scoped)
+        parts = _message_parts(msg, role, call_names, tally, scoped, decoded)
         if not parts:
             continue
         ts = msg["timestamp"]
@@ -608,7 +638,8 @@ def _finish_status(finish: str) -> str:
     return text
 
 
-def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str) -> list[tuple]:
+def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str,
+                   decoded: dict | None) -> list[tuple]:
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body."""
     parts = []
     reasoning = msg["reasoning"]
@@ -630,14 +661,13 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
                     call_names[call_id] = name
     content = msg["content"]
     if role == "tool":
-        text, _ = decode_content(content, tally, scoped, msg["id"])
+        text, _ = content_text(content, tally, scoped, msg["id"], decoded)
         call_id = _nonempty(msg["tool_call_id"])
         name = call_names.get(call_id) if call_id else None
         parts.append(("tool_result", "tool_result", "" if text is None else text,
                       name or _nonempty(msg["tool_name"]), call_id, None, call_id))
     elif content and isinstance(content, str):
-        if content[0] == "\x00" or "data:" in content or len(content) > OVERSIZED_CHARS:
-            content, _ = decode_content(content, tally, scoped, msg["id"])
+        content, _ = content_text(content, tally, scoped, msg["id"], decoded)
         parts.append(("text", "text", content, None, None, None, None))
     return parts
 
@@ -779,28 +809,22 @@ def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path:
 
 
 def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
-                 generations: dict[int, int] | None = None) -> None:
-    """Every stored message of the session (inactive ones too), cells as stored."""
+                 generations: dict[int, int] | None = None, decoded: dict | None = None) -> None:
+    """Every stored message of the session (inactive ones too), cells as stored
+    (``decoded``: the session's decoded content cells, shared with :func:`project_session`)."""
     texts, decoded_json = out.derived["content_text"], out.derived["content_json"]
     gens = out.derived["generation"]
     append = out.rows.append
-    scoped = None
+    scoped = bundle.store.scoped(bundle.sid)
     if generations is None:
         gens += [1] * len(bundle.messages)
     else:
         gens += [generations[msg["id"]] for msg in bundle.messages]
     for msg in bundle.messages:
         append(tuple(msg.values()))
-        content = msg["content"]
-        if isinstance(content, str) and (content.startswith(ENVELOPE) or "data:" in content
-                                         or len(content) > OVERSIZED_CHARS):
-            scoped = scoped or bundle.store.scoped(bundle.sid)
-            text, decoded = decode_content(content, out.tally, scoped, msg["id"])
-            texts.append(text)
-            decoded_json.append(dumps(decoded, normalized=True) if decoded is not None else None)
-        else:
-            texts.append(content if isinstance(content, str) else None)
-            decoded_json.append(None)
+        text, envelope = content_text(msg["content"], out.tally, scoped, msg["id"], decoded)
+        texts.append(text)
+        decoded_json.append(dumps(envelope, normalized=True) if envelope is not None else None)
     if bundle.messages:
         out.runs.append((bundle, day, len(bundle.messages)))
     for table, column, mid in bundle.bad_cells:
