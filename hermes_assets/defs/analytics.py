@@ -20,10 +20,11 @@ from hermes_assets.defs.capture import column_schema
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib import analytics, schemas
+from hermes_assets.lib import analytics
 from hermes_assets.lib.analytics import TOOLS, USAGE, DayFigures
 from hermes_assets.lib.loading import DatasetDays
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.warehouse import WriteResult
 
 log = get_logger()
 
@@ -49,11 +50,9 @@ def _ins(columns: dict[str, list[str]]) -> dict[str, dg.AssetIn]:
     return {name: dg.AssetIn(name, metadata={"columns": cols}) for name, cols in columns.items()}
 
 
-def _day_metadata(figures: DayFigures, path: str) -> dict:
-    md: dict = {"dagster/row_count": figures.table.num_rows, "path": dg.MetadataValue.path(path)}
-    for name, value in figures.totals.items():
-        md[name] = dg.MetadataValue.float(value) if isinstance(value, float) else dg.MetadataValue.int(value)
-    return md
+def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
+    """One analytics day's metadata: its rows, its file and its totals (plotted by the UI)."""
+    return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
 def _materialize(context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str,
@@ -62,9 +61,8 @@ def _materialize(context: dg.AssetExecutionContext, warehouse: HermesWarehouse, 
     wh = warehouse.open()
     files_changed = rows = 0
     for day in context.partition_keys:
-        figures = analytics.compute_day(dataset, day, inputs)
-        result = wh.replace_day(dataset, day, figures.table)
-        context.add_asset_metadata(_day_metadata(figures, result.path), partition_key=day)
+        result, figures = analytics.write_day(wh, dataset, day, {name: d.read(day) for name, d in inputs.items()})
+        context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
         files_changed += result.changed
         rows += result.rows
     log.info("hermes.analytics.written", dataset=dataset, days=len(context.partition_keys), rows=rows,

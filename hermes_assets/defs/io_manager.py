@@ -28,6 +28,7 @@ import dagster as dg
 from hermes_assets.defs.resources import HermesWarehouse, default_warehouse
 from hermes_assets.lib import schemas
 from hermes_assets.lib.loading import DatasetDays
+from hermes_assets.lib.warehouse import Warehouse
 
 #: the resource key of :class:`HermesDatasetsIOManager`
 DATASETS_IO_MANAGER = "hermes_datasets"
@@ -52,7 +53,8 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
         dataset = context.asset_key.path[-1]
         schemas.schema_of(dataset)  # a clear error for an asset that is not a dataset
         columns = (context.definition_metadata or {}).get("columns")
-        days = DatasetDays(self.warehouse.open(), dataset, self._days(context, dataset), columns)
+        warehouse = self.warehouse.open()
+        days = DatasetDays(warehouse, dataset, self._days(context, warehouse, dataset), columns)
         wanted = context.dagster_type.typing_type
         context.log.debug(f"loading {dataset}: {len(days)} day(s), columns={days.columns or 'all'}")
         if isinstance(wanted, type) and issubclass(wanted, DatasetDays):
@@ -61,10 +63,11 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
             return days.table()
         return days.to_pandas()
 
-    def _days(self, context: dg.InputContext, dataset: str) -> list[str]:
+    @staticmethod
+    def _days(context: dg.InputContext, warehouse: Warehouse, dataset: str) -> list[str]:
         if context.has_asset_partitions:
             return list(context.asset_partition_keys)
-        return self.warehouse.open().days(dataset)  # an unpartitioned upstream: whatever is on disk
+        return warehouse.days(dataset)  # an unpartitioned upstream: whatever is on disk
 
 
 def datasets_io_manager(warehouse: HermesWarehouse | None = None) -> HermesDatasetsIOManager:

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from hermes_assets.defs.analytics import day_metadata
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import analytics
 from hermes_assets.lib.purge import purge
@@ -30,10 +31,8 @@ def purge_scope(context: dg.OpExecutionContext, config: PurgeConfig, warehouse: 
     days = sorted({day for per_dataset in result.days.values() for day in per_dataset})
     for dataset, written in analytics.rebuild_days(wh, days).items():
         for write, figures in written:
-            yield dg.AssetMaterialization(
-                asset_key=dataset, partition=write.day,
-                metadata={"dagster/row_count": write.rows, **figures.totals, "rebuilt_by": "purge_job"},
-            )
+            yield dg.AssetMaterialization(asset_key=dataset, partition=write.day,
+                                          metadata={**day_metadata(write, figures), "rebuilt_by": "purge_job"})
     yield dg.Output(summary, metadata={**summary, "days": result.days, "analytics_days_rebuilt": len(days)})
 
 

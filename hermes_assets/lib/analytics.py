@@ -26,11 +26,11 @@ import pyarrow.compute as pc
 from hermes_assets.lib import schemas
 from hermes_assets.lib.generations import canonical_session_id
 from hermes_assets.lib.loading import DatasetDays
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult
+from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult, source_deleted_mask
 
 USAGE = "hermes_daily_usage"
 TOOLS = "hermes_daily_tools"
-ANALYTICS = (USAGE, TOOLS)
+ANALYTICS = tuple(schemas.ANALYTICS)
 
 TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 COSTS = ("estimated_cost_usd", "actual_cost_usd")
@@ -49,7 +49,6 @@ TOOLS_INPUTS = {
 #: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
 #: ``agent/tool_result_classification.py``)
 _FILE_MUTATING_TOOLS = frozenset({"write_file", "patch"})
-_SOURCE_DELETED = '"source_deleted":true'
 
 
 @dataclass
@@ -92,19 +91,8 @@ def live(table: pa.Table, dataset: str) -> pa.Table:
     """The rows not flagged ``source_deleted`` (D13): what the store holds now."""
     if table.num_rows == 0:
         return table
-    if dataset != GATEWAY:
-        return table.filter(pc.invert(table.column("source_deleted")))
-    column = table.column("attributes")
-    text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
-    # the flag is written compact (SPEC §5.5); a candidate is confirmed by parsing it
-    maybe = pc.fill_null(pc.match_substring(text, _SOURCE_DELETED), False)
-    if not pc.any(maybe).as_py():
-        return table
-    flags = [
-        bool(m) and bool((json.loads(t).get("hermes") or {}).get("source_deleted"))
-        for m, t in zip(maybe.to_pylist(), text.to_pylist())
-    ]
-    return table.filter(pc.invert(pa.array(flags, pa.bool_())))
+    deleted = source_deleted_mask(dataset, table)
+    return table.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else table
 
 
 def _count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
@@ -247,16 +235,15 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
     parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
     acc: dict[str | None, dict] = defaultdict(lambda: {"calls": 0, "results": 0, "error_results": 0,
                                                         "sessions": set()})
-    columns = [parts.column(c).to_pylist() for c in ("session_id", "part_type", "tool_name", "is_error")]
-    contents = parts.column("content_text")
-    for i, (session_id, part_type, tool_name, is_error) in enumerate(zip(*columns)):
+    columns = [parts.column(c).to_pylist() for c in ("session_id", "part_type", "tool_name", "is_error", "content_text")]
+    for session_id, part_type, tool_name, is_error, content in zip(*columns):
         row = acc[tool_name]
         row["sessions"].add(session_id)
         if part_type == "tool_call":
             row["calls"] += 1
         else:
             row["results"] += 1
-            row["error_results"] += is_error_result(is_error, tool_name, contents[i].as_py())
+            row["error_results"] += is_error_result(is_error, tool_name, content)
     rows = [
         {"day": day, "tool_name": name, **{k: acc[name][k] for k in ("calls", "results", "error_results")},
          "sessions": len(acc[name]["sessions"])}
@@ -280,24 +267,37 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
 # --------------------------------------------------------------------------
 
 
-def compute_day(dataset: str, day: str, inputs: dict[str, DatasetDays]) -> DayFigures:
-    """One analytics day from its inputs (``dataset name -> DatasetDays``, read one day at a time)."""
+#: every column an analytics day reads, per captured dataset (both datasets of a day from one read)
+INPUTS = {name: sorted(set(USAGE_INPUTS.get(name, [])) | set(TOOLS_INPUTS.get(name, [])))
+          for name in (*USAGE_INPUTS, *TOOLS_INPUTS)}
+
+
+def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigures:
+    """One analytics day from the day's tables of its inputs (``dataset name -> table``)."""
     if dataset == USAGE:
-        return daily_usage(day, inputs[SESSIONS].read(day), inputs[MESSAGES].read(day), inputs[GATEWAY].read(day))
+        return daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
     if dataset == TOOLS:
-        return daily_tools(day, inputs[GATEWAY].read(day))
+        return daily_tools(day, tables[GATEWAY])
     raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
+
+
+def write_day(warehouse: Warehouse, dataset: str, day: str, tables: dict[str, pa.Table]) -> tuple[WriteResult, DayFigures]:
+    """Compute one analytics day and replace its file (no rows: no file)."""
+    figures = compute_day(dataset, day, tables)
+    return warehouse.replace_day(dataset, day, figures.table), figures
 
 
 def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[WriteResult, DayFigures]]]:
     """Recompute, straight from the warehouse, the analytics files among ``days``
     (the purge job's way to take purged rows out of the figures too); a day
-    with no analytics file is left to the assets."""
-    out: dict[str, list[tuple[WriteResult, DayFigures]]] = {}
-    for dataset, wanted in ((USAGE, USAGE_INPUTS), (TOOLS, TOOLS_INPUTS)):
-        inputs = {name: DatasetDays(warehouse, name, [], columns) for name, columns in wanted.items()}
-        out[dataset] = []
-        for day in sorted(set(days) & set(warehouse.days(dataset))):
-            figures = compute_day(dataset, day, inputs)
-            out[dataset].append((warehouse.replace_day(dataset, day, figures.table), figures))
+    with no analytics file is left to the assets. Each day's inputs are read once."""
+    present = {dataset: warehouse.existing(dataset, days) for dataset in ANALYTICS}
+    inputs = {name: DatasetDays(warehouse, name, [], columns) for name, columns in INPUTS.items()}
+    out: dict[str, list[tuple[WriteResult, DayFigures]]] = {dataset: [] for dataset in ANALYTICS}
+    for day in sorted(set(days)):
+        wanted = [dataset for dataset in ANALYTICS if day in present[dataset]]
+        if wanted:
+            tables = {name: d.read(day) for name, d in inputs.items()}
+            for dataset in wanted:
+                out[dataset].append(write_day(warehouse, dataset, day, tables))
     return out

@@ -68,22 +68,17 @@ class DatasetDays:
     def read(self, day: str) -> pa.Table:
         """One day's rows (an empty table with the schema when the day has no file)."""
         table = self.warehouse.read(self.dataset, day, columns=self.columns)
-        if table is None:
-            return self.schema.empty_table()
-        return table if self.columns is None else table.select(self.columns)
+        return self.schema.empty_table() if table is None else table
 
     def __iter__(self) -> Iterator[tuple[str, pa.Table]]:
-        present = self._present()
+        # on an object store a long range (mostly empty days) is one listing, not one open per day
+        present = None if self.warehouse.posix or len(self.days) < 2 else self.warehouse.existing(self.dataset,
+                                                                                                  self.days)
         for day in self.days:
             yield day, (self.read(day) if present is None or day in present else self.schema.empty_table())
 
     def __len__(self) -> int:
         return len(self.days)
-
-    def _present(self) -> set[str] | None:
-        """Days that have a file, listed once when many days are asked for (a long
-        range is mostly empty days: one listing instead of one open per day)."""
-        return set(self.warehouse.days(self.dataset)) if len(self.days) > 1 else None
 
     def table(self) -> pa.Table:
         """Every day's rows as one Arrow table, in day order, in the dataset's own types."""
@@ -92,12 +87,6 @@ class DatasetDays:
 
     def to_pandas(self) -> pd.DataFrame:
         return to_pandas(self.table())
-
-
-def read_days(warehouse: Warehouse, dataset: str, days: Sequence[str],
-              columns: Sequence[str] | None = None) -> pa.Table:
-    """``days`` of ``dataset`` as one Arrow table (see :class:`DatasetDays`)."""
-    return DatasetDays(warehouse, dataset, list(days), list(columns) if columns is not None else None).table()
 
 
 def json_as_text(table: pa.Table) -> pa.Table:

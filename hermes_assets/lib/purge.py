@@ -82,13 +82,14 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
                 todo.append((store, sid))
     result = PurgeResult()
 
+    ids = pa.array(sorted(canonical), pa.string())
+
     def gateway_keep(table: pa.Table):
         session_ids = table.column("session_id")
         if pa.types.is_dictionary(session_ids.type):
             session_ids = pc.cast(session_ids, pa.string())
         # every generation of a session (``hermes-<sid>.g<n>``, D15) is that session
         base = pc.replace_substring_regex(session_ids, pattern=r"\.g[0-9]+$", replacement="")
-        ids = pa.array(sorted(canonical), pa.string())
         drop = pc.or_(pc.is_in(session_ids, value_set=ids), pc.is_in(base, value_set=ids))
         if scope:
             drop = pc.or_(drop, under(table.column("cwd"), scope))
@@ -103,13 +104,13 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
 
         return keep
 
-    for dataset, keep in ((GATEWAY, gateway_keep), (SESSIONS, raw_keep("id")), (MESSAGES, raw_keep("session_id"))):
+    keeps = {GATEWAY: gateway_keep, SESSIONS: raw_keep("id"), MESSAGES: raw_keep("session_id")}
+    for dataset, keep in keeps.items():
         for day in warehouse.days(dataset):
             removed, _ = warehouse.rewrite_day(dataset, day, keep)
             if removed:
                 result.removed[dataset] += removed
                 result.days[dataset].append(day)
-    keeps = {GATEWAY: gateway_keep, SESSIONS: raw_keep("id"), MESSAGES: raw_keep("session_id")}
     for dataset, path in staged:
         result.staged += _scrub_staged(dataset, path, keeps[dataset])
     warehouse.fix_all_modes()  # every file, rewritten or not, private again (SPEC §2, D16)

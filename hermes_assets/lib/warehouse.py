@@ -344,7 +344,7 @@ class Warehouse:
         tops = [self.staging_root]
         if self.local:
             self._chmod_dir(self.root)
-            tops += [os.path.join(self.root, dataset) for dataset in CAPTURE_DATASETS]
+            tops += [os.path.join(self.root, dataset) for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS)]
         for top in tops:
             for folder, _, _ in os.walk(top):
                 self._chmod_dir(folder)
@@ -425,7 +425,8 @@ class Warehouse:
             return result
 
     def rewrite_day(self, dataset: str, day: str, keep_mask_fn) -> tuple[int, int]:
-        """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left)."""
+        """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left).
+        (The purge, its one caller, sets the modes of every file after: :meth:`fix_all_modes`.)"""
         with self.day_lock(dataset, day):
             data = self._read_bytes(self.path(dataset, day))
             if data is None:
@@ -435,7 +436,6 @@ class Warehouse:
             removed = old.num_rows - table.num_rows
             if removed:
                 self._replace(dataset, day, table, removed, data)
-            self.fix_modes(dataset, day)
             return removed, table.num_rows
 
     def _replace(self, dataset: str, day: str, table: pa.Table, dropped: int, old: pa.Buffer | None) -> WriteResult:
@@ -859,11 +859,22 @@ def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list[dict | No
     return table.set_column(idx, table.schema.field(idx), pa.ExtensionArray.from_storage(typ, pa.array(out, pa.string())))
 
 
-def _count_source_deleted(dataset: str, table: pa.Table) -> int:
+def source_deleted_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """Which rows are flagged ``source_deleted`` (D13): a raw dataset's column, or a canonical
+    row's ``attributes.hermes.source_deleted``; all false for a dataset that keeps no such rows."""
     if dataset != GATEWAY:
         if "source_deleted" not in table.column_names:  # a derived dataset keeps no retained rows
-            return 0
-        return pc.sum(table.column("source_deleted")).as_py() or 0
+            return pa.repeat(pa.scalar(False), table.num_rows)
+        return pc.fill_null(table.column("source_deleted"), False)
     column = table.column("attributes")
-    strings = pa.chunked_array([c.storage for c in column.chunks], pa.string())
-    return pc.sum(pc.match_substring(strings, '"source_deleted":true')).as_py() or 0
+    text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
+    # the flag is written compact (SPEC §5.5); a candidate is confirmed by parsing it
+    maybe = pc.fill_null(pc.match_substring(text, '"source_deleted":true'), False)
+    if not pc.any(maybe).as_py():
+        return maybe
+    return pa.array([bool(m) and bool((loads(t).get("hermes") or {}).get("source_deleted"))
+                     for m, t in zip(maybe.to_pylist(), text.to_pylist())], pa.bool_())
+
+
+def _count_source_deleted(dataset: str, table: pa.Table) -> int:
+    return pc.sum(source_deleted_mask(dataset, table)).as_py() or 0
