@@ -8,8 +8,9 @@ from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
 
 
-def executor_for(name: str | None = None) -> dg.ExecutorDefinition:
-    name = name or settings.load().executor
+def executor_for() -> dg.ExecutorDefinition:
+    """The executor ``HERMES_ASSETS_EXECUTOR`` names (one of ``settings.EXECUTORS``, checked at load)."""
+    name = settings.load().executor
     if name == "in_process":
         return dg.in_process_executor
     if name == "multiprocess":
@@ -20,13 +21,11 @@ def executor_for(name: str | None = None) -> dg.ExecutorDefinition:
         except ImportError as exc:
             raise ConfigurationError("HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s==0.29.27 installed") from exc
         return k8s_job_executor
-    if name == "celery":
-        try:
-            from dagster_celery import celery_executor
-        except ImportError as exc:
-            raise ConfigurationError("HERMES_ASSETS_EXECUTOR=celery needs dagster-celery==0.29.27 installed") from exc
-        return celery_executor
-    raise ConfigurationError(f"HERMES_ASSETS_EXECUTOR={name!r} is not one of {', '.join(settings.EXECUTORS)}")
+    try:  # celery
+        from dagster_celery import celery_executor
+    except ImportError as exc:
+        raise ConfigurationError("HERMES_ASSETS_EXECUTOR=celery needs dagster-celery==0.29.27 installed") from exc
+    return celery_executor
 
 
 @dg.definitions

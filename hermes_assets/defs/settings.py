@@ -24,13 +24,14 @@ from urllib.parse import urlparse
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hermes_assets.lib import policy
+from hermes_assets.lib import logs, policy
+from hermes_assets.lib import warehouse as warehouse_modes
 from hermes_assets.lib import state_db as store_discovery
 from hermes_assets.lib.errors import ConfigurationError
 
 EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
-LOG_FORMATS = ("json", "console")
-FILE_MODES = ("private", "group")
+LOG_FORMATS = logs.FORMATS
+FILE_MODES = tuple(warehouse_modes.FILE_MODES)
 #: schemes ``pyarrow.fs.FileSystem.from_uri`` opens
 URI_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 #: the sensor daemon evaluates sensors at most this often, whatever their interval
@@ -71,10 +72,10 @@ class Settings(pydantic.BaseModel):
     start_date: Annotated[dt.date, BeforeValidator(_iso_date)] = dt.date(2025, 1, 1)
     policy_list: Path = policy.DEFAULT_LIST
     poll_seconds: Annotated[int, Field(ge=MIN_POLL_SECONDS)] = 30
-    executor: Literal["in_process", "multiprocess", "k8s", "celery"] = "in_process"
-    log_format: Literal["json", "console"] | None = None
+    executor: Literal[EXECUTORS] = "in_process"
+    log_format: Literal[LOG_FORMATS] | None = None
     busy_timeout_ms: PositiveInt = store_discovery.DEFAULT_BUSY_TIMEOUT_MS
-    file_mode: Literal["private", "group"] = "private"
+    file_mode: Literal[FILE_MODES] = "private"
     spool: Path | None = None
     workers: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
     sensor_max_runs: PositiveInt = 14

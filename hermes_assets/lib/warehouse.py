@@ -64,14 +64,14 @@ class FileModes:
     @classmethod
     def named(cls, name: str) -> "FileModes":
         """``private`` (0700/0600) or ``group`` (0750/0640)."""
-        if name == "group":
-            return cls(0o750, 0o640)
-        if name == "private":
-            return cls()
-        raise ValueError(f"file mode {name!r} is not private or group")
+        if name not in FILE_MODES:
+            raise ValueError(f"file mode {name!r} is not one of {', '.join(FILE_MODES)}")
+        return FILE_MODES[name]
 
 
 PRIVATE = FileModes()
+#: the modes a user may choose (``HERMES_ASSETS_FILE_MODE``)
+FILE_MODES = {"private": PRIVATE, "group": FileModes(0o750, 0o640)}
 
 
 @dataclass
