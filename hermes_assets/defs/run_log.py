@@ -31,14 +31,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 
 import dagster as dg
 
 from hermes_assets.lib import logs
 
-_PID = os.getpid()
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
            "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL}
 _NOT_FORWARDED = ("run_id", "op", "timestamp")
@@ -70,8 +68,6 @@ _PER_PARTITION = frozenset({"hermes.warehouse.day_written"})
 
 def forward_to_run_log(level: str, event: str, fields: dict) -> None:
     """Store one event in the current step's run log, not printed again (no-op outside a step)."""
-    if os.getpid() != _PID:
-        return  # a spawned worker: the step's log belongs to its parent
     if event in _PER_PARTITION:
         return  # the partition's materialization already holds these figures
     ctx = current_context()

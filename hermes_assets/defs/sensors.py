@@ -46,11 +46,11 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
     requests = run_requests(plan.requests)
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
-    failed = [{"store": s.store.label, "path": s.store.path, "error_kind": s.error_kind} for s in plan.failures]
+    failed = [{"store": s.store.label, "path": s.store.path, "error_kind": s.failure.error_kind} for s in plan.failures]
     log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **counts, **({"failed": failed} if failed else {}))
     context.log.info(f"hermes.sensor.tick {counts}")
     for scan in plan.failures:  # D18: named in the tick's log, whatever else the tick requests
-        context.log.error(f"hermes.sensor.store_failed {scan.store.path} ({scan.error_kind}): {scan.error} "
+        context.log.error(f"hermes.sensor.store_failed {scan.store.path} ({scan.failure.error_kind}): {scan.failure.message} "
                           "Its cursor entry is kept; the next tick reads it again.")
     cursor = plan.cursor_json
     reason = plan.skip_reason if stores else _no_store_reason(hermes)

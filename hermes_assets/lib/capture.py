@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import errors, logs, policy, projection, schemas
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
@@ -83,21 +83,6 @@ FAILED = "failed"  # a store-level error: its rows untouched, the run fails nami
 #: what a failed store's error says (the exception of its ``error_kind`` is raised at the end)
 _STORE_ERRORS = (errors.StoreBusy, errors.StoreCorrupt, errors.StoreReplaced, errors.NotAHermesStore,
                  errors.StoreMissing)
-
-
-@dataclass(frozen=True)
-class StoreFailure:
-    """One store that could not be read (SPEC §1, §9), by path and ``error_kind``."""
-
-    path: str
-    label: str
-    error_kind: str
-    message: str
-
-    @classmethod
-    def of(cls, store: Store, exc: Exception) -> "StoreFailure":
-        kind = getattr(exc, "error_kind", errors.StoreCorrupt.error_kind)
-        return cls(store.path, store.label, kind, str(exc))
 
 
 @dataclass
@@ -274,7 +259,7 @@ def plan_capture(
 
 def _fail(sp: StorePlan, exc: Exception) -> None:
     sp.status = FAILED
-    sp.failure = StoreFailure.of(sp.store, exc)
+    sp.failure = StoreFailure.of(sp.store.path, sp.store.label, exc)
     log.error("hermes.store.unreadable", path=sp.store.path, store=sp.store.label, error_kind=sp.failure.error_kind)
 
 
@@ -410,7 +395,7 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
             if isinstance(exc, FileNotFoundError):
                 exc = sp.store.missing_error() if sp.store.explicit else errors.StoreMissing(
                     f"{sp.store.path} vanished during the run; its rows are kept as they are.", path=sp.store.path)
-            failures.append(StoreFailure.of(sp.store, exc))
+            failures.append(StoreFailure.of(sp.store.path, sp.store.label, exc))
             log.error("hermes.store.unreadable", path=sp.store.path, store=sp.store.label, day=day,
                       error_kind=failures[-1].error_kind)
             continue

@@ -210,10 +210,7 @@ class StoreScan:
     sessions: int = 0
     unplaced: int = 0
     tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
-    reason: str | None = None  # why a store counts as replaced
-    error_kind: str | None = None  # FAILED: the store-level error kind (SPEC §9)
-    error: str | None = None  # FAILED: what happened, naming the file
-    ms: float = 0.0
+    failure: errors.StoreFailure | None = None  # FAILED: its error_kind (SPEC §9) and what happened
 
 
 @dataclass
@@ -321,13 +318,12 @@ def plan_tick(
 
 def _scan(store: Store, old: dict | None, busy_timeout_ms: int, now_s: float | None) -> tuple[StoreScan, dict | None]:
     """One store's scan and its new cursor entry (None: keep the old one)."""
-    t0 = time.perf_counter()
     try:
         identity = file_identity(store.path)
     except OSError as exc:  # e.g. a folder we may not search
-        return _failed(store, exc, t0), None
+        return _failed(store, exc), None
     if identity is None:  # not installed (the idle case), unless HERMES_STATE_DB names it: a typo
-        return (_failed(store, store.missing_error(), t0) if store.explicit else StoreScan(store, MISSING)), None
+        return (_failed(store, store.missing_error()) if store.explicit else StoreScan(store, MISSING)), None
     scan = StoreScan(store, UNCHANGED, stamp=_stamp(identity))
     rotation = {"tick": 0, "hot": 0, "share": 0, **((old or {}).get("rotation") or {})}
     files_changed = old is None or old.get("files") != identity
@@ -346,9 +342,8 @@ def _scan(store: Store, old: dict | None, busy_timeout_ms: int, now_s: float | N
     except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
         if isinstance(exc.__cause__, (sqlite3.ProgrammingError, sqlite3.InterfaceError)):
             raise  # our SQL is wrong: a bug, not a bad store
-        return _failed(store, exc, t0), None
+        return _failed(store, exc), None
     entry["files"] = _settled_identity(entry["files"], file_identity(store.path))
-    scan.ms = (time.perf_counter() - t0) * 1000
     return scan, entry
 
 
@@ -368,7 +363,6 @@ def _read(scan: StoreScan, old: dict | None, identity: dict, rotation: dict, rea
     scan.new_messages = sum(new_by_sid.values())
     if old is None or replaced:
         scan.status = NEW if old is None else REPLACED
-        scan.reason = replaced
         changed = set(tier1.days) | set(old_days)
         if replaced:
             log.warning("hermes.sensor.store_replaced", path=store.path, store=store.label, reason=replaced,
@@ -441,14 +435,12 @@ def _stamp_of(entry) -> int:
     return entry[2] if entry else -1
 
 
-def _failed(store: Store, exc: Exception, t0: float) -> StoreScan:
+def _failed(store: Store, exc: Exception) -> StoreScan:
     """A store that cannot be read this tick (SPEC D18): reported, its cursor entry kept."""
-    if isinstance(exc, errors.HermesAssetsError):
-        kind, text = exc.error_kind, str(exc)
-    else:
-        kind, text = errors.StoreCorrupt.error_kind, f"{store.path} cannot be read: {exc}"
-    log.error("hermes.sensor.store_failed", path=store.path, store=store.label, error_kind=kind, reason=text)
-    return StoreScan(store, FAILED, error_kind=kind, error=text, ms=(time.perf_counter() - t0) * 1000)
+    failure = errors.StoreFailure.of(store.path, store.label, exc)
+    log.error("hermes.sensor.store_failed", path=store.path, store=store.label, error_kind=failure.error_kind,
+              reason=failure.message)
+    return StoreScan(store, FAILED, failure=failure)
 
 
 def _replaced(old: dict | None, identity: dict, seq: int | None) -> str | None:
@@ -470,7 +462,8 @@ def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
     reason = _healthy_reason(healthy, changed, pending) if healthy else ""
     if not failed:
         return reason
-    failures = "; ".join(f"{s.store.path} could not be read ({s.error_kind}): {s.error}" for s in failed)
+    failures = "; ".join(f"{s.store.path} could not be read ({s.failure.error_kind}): {s.failure.message}"
+                         for s in failed)
     text = (f"{len(failed)} store(s) failed, their cursor entries are kept and the next tick reads them "
             f"again: {failures}")
     return f"{text} | other stores: {reason}" if reason else text

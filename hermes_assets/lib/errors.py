@@ -85,6 +85,23 @@ class ConfigurationError(HermesAssetsError):
     error_kind = "configuration_error"
 
 
+@dataclass(frozen=True)
+class StoreFailure:
+    """One store that could not be read (SPEC §1, §9, D18), by path and ``error_kind``:
+    what a run and a sensor tick report of it."""
+
+    path: str
+    label: str
+    error_kind: str
+    message: str
+
+    @classmethod
+    def of(cls, path: str, label: str, exc: Exception) -> "StoreFailure":
+        if isinstance(exc, HermesAssetsError):
+            return cls(path, label, exc.error_kind, str(exc))
+        return cls(path, label, StoreCorrupt.error_kind, f"{path} cannot be read: {exc}")
+
+
 def by_kind(error_kind: str) -> type[HermesAssetsError]:
     """The exception class of a store- or configuration-level ``error_kind``."""
     for cls in (StoreMissing, StoreBusy, StoreCorrupt, StoreReplaced, NotAHermesStore, PolicyListUnreadable,

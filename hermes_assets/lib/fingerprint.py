@@ -52,14 +52,13 @@ Every statement is its own short read transaction; TEXT is fetched as bytes
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import marshal
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S
+from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day
 
 #: short text columns whose content tier 1 compares on every tick: those Hermes rewrites
 #: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares)
@@ -81,7 +80,6 @@ TIER1_NUMBERS = (
     ("archived", 1),
 )
 
-_DAY_MS = 86_400_000
 _BATCH = 500  # rowids or ids per IN (...) statement
 #: a NULL in a number column: not 0 and not a value Hermes writes
 _NULL = "-0.5772156649015329"
@@ -99,11 +97,8 @@ def _q(name: str) -> str:
 
 
 def day_name(day_number: int) -> str:
-    return (dt.date(1970, 1, 1) + dt.timedelta(days=day_number)).isoformat()
-
-
-def _day_number(day: str) -> int:
-    return (dt.date.fromisoformat(day) - dt.date(1970, 1, 1)).days
+    """The day of a day number (days since 1970-01-01, as the SQL placement computes them)."""
+    return ms_day(day_number * DAY_MS)
 
 
 def digest(rows: Iterable[tuple]) -> str:
@@ -158,7 +153,7 @@ class Fingerprinter:
         self.params = (SANE_MIN_S + 1, now + SANE_AHEAD_S - 1)
         self.day_sql = (
             f"(CASE WHEN {self.started} BETWEEN ?1 AND ?2 "
-            f"THEN CAST({self.started} * 1000.0 + 0.5 AS INTEGER) / {_DAY_MS} END)"
+            f"THEN CAST({self.started} * 1000.0 + 0.5 AS INTEGER) / {DAY_MS} END)"
         )
         inactive = "0"
         if "active" in reader.columns.get("messages", ()) and "idx_messages_session_active" in indexes:
@@ -238,7 +233,7 @@ class Fingerprinter:
             self.params,
         )
         odd = self.odd_sessions() if any(r[0] is None for r in rows) else {}
-        extra = self._per_row(self._row, odd)
+        extra = self._per_row(odd)
         days: dict[str, str] = {}
         for day_number, *aggs in rows:
             if day_number is not None:
@@ -270,15 +265,15 @@ class Fingerprinter:
         sql = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s WHERE {range_}{self.day_sql} = ?3"
         out = {}
         for day in days:
-            n = _day_number(day)
-            rows = self.reader.fetch_raw(sql, (*self.params, n, n * 86400 - 1, (n + 1) * 86400 + 1))
+            start_s = day_start_ms(day) // 1000  # started_at within the day, a second either side
+            rows = self.reader.fetch_raw(sql, (*self.params, start_s // 86400, start_s - 1, start_s + 86400 + 1))
             rows += sorted(odd_rows.get(day, []))
             out[day] = hashlib.sha1(marshal.dumps(rows, 2), usedforsecurity=False).hexdigest()[:16]
         return out
 
-    def _per_row(self, cells: str, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
+    def _per_row(self, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
         """``day -> [tier-1 values of each odd session]``, in rowid order."""
         out: dict[str | None, list[tuple]] = {}
-        for row in sorted(self._where_in(f"SELECT s.rowid, {cells} FROM sessions AS s", "s.rowid", sorted(odd))):
+        for row in sorted(self._where_in(f"SELECT s.rowid, {self._row} FROM sessions AS s", "s.rowid", sorted(odd))):
             out.setdefault(odd[row[0]][1], []).append(row)
         return out

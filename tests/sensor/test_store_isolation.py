@@ -216,7 +216,7 @@ def test_a_store_named_in_hermes_state_db_that_does_not_exist_is_a_named_failure
 
     typo = tmp_path / "typo" / "state.db"
     plan = changes.plan_tick(discover_stores(str(typo)), None, is_partition=lambda day: True)
-    assert plan.requests == [] and [s.error_kind for s in plan.failures] == ["store_missing"]
+    assert plan.requests == [] and [s.failure.error_kind for s in plan.failures] == ["store_missing"]
     assert str(typo) in plan.skip_reason and "store_missing" in plan.skip_reason
     idle = changes.plan_tick(discover_stores(None, str(tmp_path / "no-hermes")), None, is_partition=lambda day: True)
     assert idle.failures == [] and idle.skip_reason.startswith("no Hermes installation at")
