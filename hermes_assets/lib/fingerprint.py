@@ -144,7 +144,7 @@ class Fingerprinter:
         #: the columns and their declared types: part of every day's tier 1, so that a
         #: schema change (a Hermes upgrade adding columns) is a change of every day
         self.schema = repr(sorted((_text(r[1]), _text(r[2])) for r in info)).encode()
-        indexes = {_text(r[0]) for r in reader.fetch_raw("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        indexes = reader.indexes
         col = lambda name: _q(name) if name in present else "NULL"  # noqa: E731
         self.started, self.ended = col("started_at"), col("ended_at")
         now = reader.now_s

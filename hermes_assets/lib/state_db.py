@@ -209,6 +209,8 @@ class StoreReader:
         self._conn: sqlite3.Connection | None = None
         self._tmpdir: str | None = None
         self.columns: dict[str, set[str]] = {}
+        self.tables: set[str] = set()  # the store's tables and indexes, as the probe found them
+        self.indexes: set[str] = set()
         self._index: dict[str, SessionIndexEntry] | None = None
         self.statements: Counter = Counter()
         if self.now_s is None:
@@ -282,7 +284,9 @@ class StoreReader:
             self._tmpdir = None
 
     def _probe(self) -> None:
-        tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type = 'table'", what="schema")}
+        entries = self._query("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'index')", what="schema")
+        tables = self.tables = {name for kind, name in entries if kind == "table"}
+        self.indexes = {name for kind, name in entries if kind == "index"}
         if not {"sessions", "messages"} <= tables and (not tables or HERMES_FIRST_TABLE in tables):
             # Hermes creates its schema one statement at a time: a store with no
             # tables, or with some of Hermes's own but not yet these, is being born.
@@ -502,7 +506,7 @@ class StoreReader:
         """``(max mid, sqlite_sequence high-water mark of messages)``."""
         max_mid = self._query("SELECT max(id) FROM messages")[0][0]
         seq = None
-        if self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'"):
+        if "sqlite_sequence" in self.tables:
             rows = self._query("SELECT seq FROM sqlite_sequence WHERE name = 'messages'")
             seq = rows[0][0] if rows else None
         return max_mid, seq
