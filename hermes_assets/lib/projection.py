@@ -832,12 +832,6 @@ def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
             out.tally.add(errors.BAD_TEXT, bundle.store.scoped(bundle.sid), mid, column)
 
 
-#: the ``messages`` columns the canonical projection reads
-GATEWAY_MESSAGE_COLUMNS = tuple(
-    c for c in schemas.MESSAGE_COLUMNS
-    if c[0] in {"id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
-                "token_count", "finish_reason", "reasoning", "reasoning_content", "observed", "active", "compacted"}
-)
 #: the ``sessions`` columns the canonical rows are built from (a bad cell among them reaches them)
 _GATEWAY_SESSION_READS = frozenset({
     "id", "source", "model", "system_prompt", "started_at", "ended_at", "cwd", "git_branch", "git_repo_root",
@@ -845,4 +839,8 @@ _GATEWAY_SESSION_READS = frozenset({
     "actual_cost_usd", "api_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
     "cache_write_tokens", "reasoning_tokens",
 })
-_GATEWAY_MESSAGE_READS = frozenset(c[0] for c in GATEWAY_MESSAGE_COLUMNS)
+#: the ``messages`` columns the canonical rows are built from
+_GATEWAY_MESSAGE_READS = frozenset({
+    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count",
+    "finish_reason", "reasoning", "reasoning_content", "observed", "active", "compacted",
+})

@@ -212,6 +212,7 @@ class StoreReader:
         self.tables: set[str] = set()  # the store's tables and indexes, as the probe found them
         self.indexes: set[str] = set()
         self._index: dict[str, SessionIndexEntry] | None = None
+        self._day_of = DayNames()
         self.statements: Counter = Counter()
         if self.now_s is None:
             self.now_s = time.time()
@@ -406,24 +407,14 @@ class StoreReader:
         if self._index is not None:
             return self._index
         index: dict[str, SessionIndexEntry] = {}
-        insane: list[tuple[str, object, object]] = []
         cols = self.columns["sessions"]
         extra = ", ".join(c if c in cols else "NULL" for c in ("ended_at", "source", "cwd", "parent_session_id"))
         rows = self._query(f"SELECT id, started_at, {extra} FROM sessions", what="sessions_scan")
-        day_of = DayNames()
         for raw_id, started, ended_at, source, cwd, parent in rows:
-            sid = str(raw_id)
-            entry = SessionIndexEntry(
-                raw_id, None, _text_or_none(source), _text_or_none(cwd), None if parent is None else str(parent) or None
+            index[str(raw_id)] = SessionIndexEntry(
+                raw_id, self.place_session(raw_id, started, ended_at), _text_or_none(source), _text_or_none(cwd),
+                None if parent is None else str(parent) or None,
             )
-            index[sid] = entry
-            ms = sane_instant(started, self.now_s)
-            if ms is not None:
-                entry.day = day_of(ms)
-            else:
-                insane.append((sid, raw_id, ended_at))
-        for sid, raw_id, ended_at in insane:
-            index[sid].day = self._fallback_day(raw_id, ended_at)
         self._index = index
         return index
 
@@ -436,12 +427,11 @@ class StoreReader:
 
     # -- one day's sessions, whole, in one read transaction ---------------------
 
-    def read_day(self, day: str, sessions: list[tuple[str, object]], message_columns=MESSAGE_COLUMNS) -> list[SessionBundle]:
+    def read_day(self, day: str, sessions: list[tuple[str, object]]) -> list[SessionBundle]:
         """The given ``(sid, raw id)`` sessions of ``day``, whole, from ONE read
         transaction (SPEC §1), in statements of ``SESSION_CHUNK`` sessions.
 
-        ``message_columns`` narrows what is read of ``messages``. A session deleted
-        since the index scan is simply absent. Memory: the day's sessions.
+        A session deleted since the index scan is simply absent. Memory: the day's sessions.
         """
         bundles: list[SessionBundle] = []
         if not sessions:
@@ -449,10 +439,10 @@ class StoreReader:
         with self.snapshot():
             for start in range(0, len(sessions), SESSION_CHUNK):
                 chunk = sessions[start : start + SESSION_CHUNK]
-                bundles += self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk], message_columns)
+                bundles += self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk])
         return bundles
 
-    def _read_chunk(self, day: str, sids: list[str], raw_ids: list, message_columns) -> list[SessionBundle]:
+    def _read_chunk(self, day: str, sids: list[str], raw_ids: list) -> list[SessionBundle]:
         marks = ",".join("?" * len(raw_ids))
         before = _bad_text_count()
         sessions = self._query(
@@ -460,7 +450,7 @@ class StoreReader:
             raw_ids, what="sessions_by_id",
         )
         messages = self._query(
-            f"SELECT {self._select_list('messages', message_columns)} FROM messages "
+            f"SELECT {self._select_list('messages', MESSAGE_COLUMNS)} FROM messages "
             f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
             raw_ids, what="messages_by_session",
         )
@@ -471,9 +461,9 @@ class StoreReader:
                 f"FROM session_model_usage WHERE session_id IN ({marks})",
                 raw_ids, what="usage_by_session",
             )
-        bad = _bad_cells(sessions, messages, message_columns) if _bad_text_count() != before else {}
+        bad = _bad_cells(sessions, messages) if _bad_text_count() != before else {}
         s_names = [c[0] for c in SESSION_COLUMNS]
-        m_names = [c[0] for c in message_columns]
+        m_names = [c[0] for c in MESSAGE_COLUMNS]
         u_names = [c[0] for c in USAGE_COLUMNS]
         msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
         for row in messages:
@@ -535,7 +525,7 @@ class StoreReader:
         """The day of one session from its cells, exactly as :meth:`session_index` places it (SPEC §2)."""
         ms = sane_instant(started, self.now_s)
         if ms is not None:
-            return ms_day(ms)
+            return self._day_of(ms)
         return self._fallback_day(raw_id, ended_at)
 
 
@@ -555,7 +545,7 @@ def _bad_text_count() -> int:
     return _BAD_TEXT_SEEN[0]
 
 
-def _bad_cells(sessions: list[tuple], messages: list[tuple], message_columns) -> dict[str, list]:
+def _bad_cells(sessions: list[tuple], messages: list[tuple]) -> dict[str, list]:
     """``sid -> [(table, column, mid)]`` of the cells :func:`_decode_text` had to repair."""
     out: dict[str, list] = defaultdict(list)
     for row in sessions:
@@ -563,7 +553,7 @@ def _bad_cells(sessions: list[tuple], messages: list[tuple], message_columns) ->
             if type(value) is BadText:
                 out[str(row[0])].append(("sessions", name, None))
     for row in messages:
-        for name, value in zip((c[0] for c in message_columns), row):
+        for name, value in zip((c[0] for c in MESSAGE_COLUMNS), row):
             if type(value) is BadText:
                 out[str(row[1])].append(("messages", name, row[0]))
     return out

@@ -487,8 +487,8 @@ def test_one_day_is_one_read_transaction_and_none_is_held_between_days(tmp_path,
             real_chunk = reader._read_chunk
             calls = []
 
-            def chunk_then_write(day, sids, raw_ids, columns):
-                out = real_chunk(day, sids, raw_ids, columns)
+            def chunk_then_write(day, sids, raw_ids):
+                out = real_chunk(day, sids, raw_ids)
                 if not calls:  # Hermes writes while the day is being read
                     w.msg("s4", "assistant", "written between two chunks of the day")
                 calls.append(sids)
