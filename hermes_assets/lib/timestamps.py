@@ -54,8 +54,7 @@ def epoch_ms(value) -> int | None:
 
 def _text_ms(text: str) -> int | None:
     if _DECIMAL.fullmatch(text):
-        seconds = float(text)
-        return epoch_ms(seconds) if math.isfinite(seconds) else None
+        return epoch_ms(float(text))  # "1e999" is inf: not a time
     match = _ISO.fullmatch(text)
     if match is None:
         return None
