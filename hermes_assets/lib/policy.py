@@ -24,7 +24,8 @@ from hermes_assets.lib.logs import get_logger
 IGNORE, LOCAL_ONLY, FULL = "ignore", "local-only", "full"
 _RANK = {IGNORE: 0, LOCAL_ONLY: 1, FULL: 2}
 
-INTERACTIVE_SOURCES = frozenset({"cli", "tui", "cron", "acp", "subagent", "tool", "import", "unknown"})
+#: SPEC §5.7; ``oneshot`` is Hermes v0.22's ``hermes -z`` / ``hermes chat -q``, run in a directory like ``cli``
+INTERACTIVE_SOURCES = frozenset({"cli", "tui", "cron", "acp", "subagent", "tool", "import", "oneshot", "unknown"})
 
 HYPIGNORE = ".hypignore"
 #: the setting that moves the machine-local list (named in error messages)

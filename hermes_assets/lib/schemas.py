@@ -1,8 +1,10 @@
 """Arrow schemas of the three datasets (SPEC §3, §4, §5.1).
 
-The Hermes column lists are those of hermes-agent 0.19.0 (schema v22), in that
-order, with their SQLite declared types and the default a column reads as when
-an older store lacks it (SPEC §1).
+The Hermes column lists are those of Hermes v0.22.2 (schema v31), in the order
+of a fresh v31 store, with their SQLite declared types and the default a
+column reads as when an older store lacks it (SPEC §1): a v22 column its v22
+default, a column added after v22 NULL (D22), so a store written by
+hermes-agent 0.19 reads exactly as it did before the new columns existed.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import pyarrow as pa
 TS = pa.timestamp("ms", tz="UTC")
 JSON = pa.json_(pa.utf8())
 
-_SQL_TO_ARROW = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string()}
+_SQL_TO_ARROW = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string(), "BLOB": pa.binary()}
 
-#: (name, SQLite type, default when the column is absent) for v22 ``sessions``.
+#: (name, SQLite type, default when the column is absent) for v31 ``sessions``.
 SESSION_COLUMNS: tuple[tuple[str, str, object], ...] = (
     ("id", "TEXT", None),
     ("source", "TEXT", None),
+    ("created_source", "TEXT", None),
     ("user_id", "TEXT", None),
     ("session_key", "TEXT", None),
     ("chat_id", "TEXT", None),
@@ -29,6 +32,7 @@ SESSION_COLUMNS: tuple[tuple[str, str, object], ...] = (
     ("model", "TEXT", None),
     ("model_config", "TEXT", None),
     ("system_prompt", "TEXT", None),
+    ("system_prompt_hash", "TEXT", None),
     ("parent_session_id", "TEXT", None),
     ("started_at", "REAL", None),
     ("ended_at", "REAL", None),
@@ -43,6 +47,7 @@ SESSION_COLUMNS: tuple[tuple[str, str, object], ...] = (
     ("cwd", "TEXT", None),
     ("git_branch", "TEXT", None),
     ("git_repo_root", "TEXT", None),
+    ("git_metadata_generation", "INTEGER", None),
     ("billing_provider", "TEXT", None),
     ("billing_base_url", "TEXT", None),
     ("billing_mode", "TEXT", None),
@@ -52,6 +57,10 @@ SESSION_COLUMNS: tuple[tuple[str, str, object], ...] = (
     ("cost_source", "TEXT", None),
     ("pricing_version", "TEXT", None),
     ("title", "TEXT", None),
+    ("title_source", "TEXT", None),
+    ("last_activity_at", "REAL", None),
+    ("last_activity_description", "TEXT", None),
+    ("last_activity_provenance", "TEXT", None),
     ("api_call_count", "INTEGER", 0),
     ("handoff_state", "TEXT", None),
     ("handoff_platform", "TEXT", None),
@@ -59,12 +68,21 @@ SESSION_COLUMNS: tuple[tuple[str, str, object], ...] = (
     ("compression_failure_cooldown_until", "REAL", None),
     ("compression_failure_error", "TEXT", None),
     ("compression_fallback_streak", "INTEGER", 0),
+    ("compression_ineffective_count", "INTEGER", None),
+    ("compression_recovery_deadline", "REAL", None),
+    ("compression_overload_streak", "INTEGER", None),
     ("profile_name", "TEXT", None),
+    ("transport_profile", "TEXT", None),
     ("rewind_count", "INTEGER", 0),
     ("archived", "INTEGER", 0),
+    ("auto_archived", "INTEGER", None),
+    ("pinned", "INTEGER", None),
+    ("hidden", "INTEGER", None),
+    ("last_read_at", "REAL", None),
+    ("tool_names", "TEXT", None),
 )
 
-#: (name, SQLite type, default when absent) for v22 ``messages``.
+#: (name, SQLite type, default when absent) for v31 ``messages``.
 MESSAGE_COLUMNS: tuple[tuple[str, str, object], ...] = (
     ("id", "INTEGER", None),
     ("session_id", "TEXT", None),
@@ -84,10 +102,33 @@ MESSAGE_COLUMNS: tuple[tuple[str, str, object], ...] = (
     ("codex_message_items", "TEXT", None),
     ("platform_message_id", "TEXT", None),
     ("observed", "INTEGER", 0),
+    ("_compressed_summary", "INTEGER", None),
     ("active", "INTEGER", 1),
     ("compacted", "INTEGER", 0),
     ("api_content", "TEXT", None),
+    ("display_kind", "TEXT", None),
+    ("display_metadata", "TEXT", None),
+    ("display_identity", "BLOB", None),
+    ("display_order", "INTEGER", None),
+    ("message_uid", "TEXT", None),
+    ("absorbed_message_uids", "TEXT", None),
+    ("tool_call_uids", "TEXT", None),
+    ("tool_call_uid", "TEXT", None),
 )
+
+#: the columns schema 23-31 added (hermes-agent 0.19.0 is schema 22)
+V23_SESSION_COLUMNS = frozenset({
+    "created_source", "system_prompt_hash", "git_metadata_generation", "title_source", "last_activity_at",
+    "last_activity_description", "last_activity_provenance", "compression_ineffective_count",
+    "compression_recovery_deadline", "compression_overload_streak", "transport_profile", "auto_archived",
+    "pinned", "hidden", "last_read_at", "tool_names",
+})
+V23_MESSAGE_COLUMNS = frozenset({
+    "_compressed_summary", "display_kind", "display_metadata", "display_identity", "display_order", "message_uid",
+    "absorbed_message_uids", "tool_call_uids", "tool_call_uid",
+})
+#: TEXT columns of Hermes that hold JSON, kept as the JSON type (SPEC §4)
+JSON_TEXT_COLUMNS = frozenset({"display_metadata", "absorbed_message_uids", "tool_call_uids"})
 
 #: v22 ``session_model_usage`` (absent before 0.19: no rows).
 USAGE_COLUMNS: tuple[tuple[str, str, object], ...] = (
@@ -118,7 +159,7 @@ _REQUIRED_RAW = {"id"}
 def _raw_fields(columns) -> list[pa.Field]:
     fields = []
     for name, sql_type, _ in columns:
-        arrow_type = TS if name in _TIMESTAMP_COLUMNS else _SQL_TO_ARROW[sql_type]
+        arrow_type = TS if name in _TIMESTAMP_COLUMNS else JSON if name in JSON_TEXT_COLUMNS else _SQL_TO_ARROW[sql_type]
         fields.append(pa.field(name, arrow_type, nullable=name not in _REQUIRED_RAW))
     return fields
 
@@ -137,8 +178,11 @@ _RETENTION = [
     pa.field("generation", pa.int32(), nullable=False),
     pa.field("replaced", pa.bool_(), nullable=False),
 ]
-#: columns a file written by an earlier version may lack, and what they read as
+#: columns a file written by an earlier version may lack, and what they read as (any other
+#: column such a file lacks reads as NULL: the schema-31 columns, ``copy_of``, ``extra_columns`` ...)
 ADDED_COLUMNS = {"generation": 1, "replaced": False}
+#: D22: the store's columns this contract does not name, per row (``{name: value}``, BLOB as base64)
+_EXTRA = pa.field("extra_columns", JSON)
 
 HERMES_SESSIONS = pa.schema(
     _raw_fields(SESSION_COLUMNS)
@@ -147,6 +191,7 @@ HERMES_SESSIONS = pa.schema(
         pa.field("scope_path", pa.string()),
         pa.field("policy_class", pa.string(), nullable=False),
         pa.field("usage_by_model", JSON),
+        _EXTRA,
         *_RETENTION,
         pa.field("day", pa.string(), nullable=False),
     ]
@@ -154,7 +199,15 @@ HERMES_SESSIONS = pa.schema(
 
 HERMES_MESSAGES = pa.schema(
     _raw_fields(MESSAGE_COLUMNS)
-    + [pa.field("content_text", pa.string()), pa.field("content_json", JSON)]
+    + [
+        pa.field("content_text", pa.string()),
+        pa.field("content_json", JSON),
+        # D20: the first generation of the logical message this row is a copy of, and whether an
+        # inactive row has a later active generation (NULL: the store predates schema 23)
+        pa.field("copy_of", pa.string()),
+        pa.field("superseded", pa.bool_()),
+        _EXTRA,
+    ]
     + _PROVENANCE
     + [
         *_RETENTION,
