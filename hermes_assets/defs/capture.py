@@ -39,10 +39,12 @@ RANGE_CHECK = "sessions_within_partition_range"
 STORES_CHECK = "stores_readable"
 
 DESCRIPTIONS = {
-    SESSIONS: "One row per Hermes session (every v22 `sessions` column), with store, policy class and "
-    "per-model usage. Partitioned by the UTC day the session started.",
+    SESSIONS: "One row per Hermes session (every schema-31 `sessions` column; `system_prompt` resolved from "
+    "`system_prompts`), with store, policy class and per-model usage. Partitioned by the UTC day the session "
+    "started.",
     MESSAGES: "One row per stored Hermes message, inactive (rewound, compacted) rows included; "
-    "`content_text` holds the decoded text. Partitioned by the day its session started.",
+    "`content_text` holds the decoded text, `copy_of` names the first row of the logical message a copy "
+    "repeats. Partitioned by the day its session started.",
     GATEWAY: "Hermes activity as canonical `ai_gateway_messages` rows (HypAware schema v7, "
     "client_name='hermes'), one row per message part plus a session-end row.",
 }
@@ -120,6 +122,9 @@ def plan_metadata(p: CapturePlan) -> dict:
         # why nothing will be written, when a user would expect rows (also one WARNING line)
         "nothing_to_capture": p.nothing_to_capture() or "",
         "sql_statements": dict(sorted(p.statements.items())),
+        # D22: a Hermes newer than the contract (warning; the cells are kept in extra_columns)
+        "warnings_by_kind": {errors.UNKNOWN_COLUMNS: len(p.unknown_columns)} if p.unknown_columns else {},
+        "unknown_columns": [{"path": path, **tables} for path, tables in sorted(p.unknown_columns.items())],
     }
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import errors, logs, policy, projection, schemas
+from hermes_assets.lib import copies, errors, logs, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
@@ -118,6 +118,26 @@ class StorePlan:
     def ignored_on(self, day: str) -> set[str]:
         return {sid for sid in self.sessions_on(day) if self.classes.get(sid) == policy.IGNORE}
 
+    def parents(self) -> dict[str, str | None]:
+        """sid -> parent sid, for the sessions of the run's days and their ancestors."""
+        parents = self.__dict__.get("_parents")
+        if parents is None:  # built once per process, on first use
+            parents = self.__dict__["_parents"] = {sid: parent for sid, (_, parent) in self.scopes.items()}
+        return parents
+
+    def ancestors_off(self, sids: list[str]) -> list[str]:
+        """The ancestors of ``sids`` that are not among them (sessions of other days, D20),
+        each once; a parent id the store does not hold is left out (and a cycle ends the walk)."""
+        within, seen, out = set(sids), set(), []
+        for sid in sids:
+            parent = self.scopes.get(sid, (None, None))[1]
+            while parent and parent in self.days and parent not in seen:
+                seen.add(parent)
+                if parent not in within:
+                    out.append(parent)
+                parent = self.scopes.get(parent, (None, None))[1]
+        return out
+
 
 @dataclass(frozen=True)
 class PolicyCounts:
@@ -153,6 +173,8 @@ class CapturePlan:
     #: SQL statements the plan ran, by what they read
     statements: dict[str, int] = field(default_factory=dict)
     policy: PolicyCounts | None = None
+    #: store path -> table -> the columns this contract does not name (D22), stores with some only
+    unknown_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     def sessions_in_range(self) -> int:
         wanted = set(self.days)
@@ -216,6 +238,7 @@ def plan_capture(
                 raise FileNotFoundError(store.path)
             with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=read_at) as reader:
                 index = reader.session_index()
+                unknown = reader.unknown_columns()
                 statements.update(reader.statements)
         except (FileNotFoundError, errors.StoreMissing) as exc:  # not installed, vanished, or not created yet
             if store.explicit and not store.exists():
@@ -228,6 +251,10 @@ def plan_capture(
         except _STORE_ERRORS as exc:
             _fail(sp, exc)
             continue
+        if unknown:  # D22: once per store and run; the cells are kept in extra_columns
+            plan.unknown_columns[store.path] = unknown
+            log.warning("hermes.store.unknown_columns", path=store.path, store=store.label,
+                        error_kind=errors.UNKNOWN_COLUMNS, **{f"{table}_columns": names for table, names in unknown.items()})
         for sid, entry in index.items():
             sp.days[sid] = entry.day
             if entry.raw_id != sid:
@@ -387,9 +414,12 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
         kept = sp.kept_on(day)
         if not kept:
             continue
+        ancestors = sp.ancestors_off(kept)
         try:
             with StoreReader(sp.store, busy_timeout_ms=busy_timeout_ms, now_s=plan.read_at) as reader:
-                bundles = reader.read_day(day, [(sid, sp.raw_ids.get(sid, sid)) for sid in kept])
+                read = reader.read_day_lineage(day, [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
+                                               [(sid, sp.raw_ids.get(sid, sid)) for sid in ancestors])
+                unknown = reader.unknown_columns()
                 statements.update(reader.statements)
         except (FileNotFoundError, *_STORE_ERRORS) as exc:
             if isinstance(exc, FileNotFoundError):
@@ -399,20 +429,26 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
             log.error("hermes.store.unreadable", path=sp.store.path, store=sp.store.label, day=day,
                       error_kind=failures[-1].error_kind)
             continue
+        bundles = read.bundles
+        marks = copies.mark(((b.sid, b.messages) for b in bundles), read.ancestors, sp.parents(),
+                            sp.store.scoped) if read.grouped else {}
         gateway = projection.GatewayColumns()
-        sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS])
-        messages = projection.messages_columns(plan.read_at, tallies[MESSAGES])
+        sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", ()))
+        messages = projection.messages_columns(plan.read_at, tallies[MESSAGES], unknown.get("messages", ()),
+                                               grouped=read.grouped)
         gens, store_births = Generations(), births.get(sp.store.path) or Births()
         for bundle in bundles:
             cls = sp.classes.get(bundle.sid, policy.FULL)
             session_gen, message_gens = gens.assign(store_births, bundle)
             decoded: dict = {}  # each content cell decoded once, for both datasets that hold its text
+            copied = marks.get(bundle.sid)
             projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls,
                                        session_generation=session_gen, message_generations=message_gens,
-                                       decoded=decoded)
+                                       decoded=decoded, marks=copied)
             projection.session_row(bundle, sessions, day=day, scope_path=sp.scopes.get(bundle.sid, (None,))[0],
                                    policy_class=cls, generation=session_gen)
-            projection.message_rows(bundle, messages, day=day, generations=message_gens, decoded=decoded)
+            projection.message_rows(bundle, messages, day=day, generations=message_gens, decoded=decoded,
+                                    marks=copied)
         for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens

@@ -19,12 +19,16 @@ OVERSIZED_CELL = "oversized_cell"
 OUT_OF_RANGE_SESSION = "out_of_range_session"
 #: a cell of the wrong type for its column (TEXT in an INTEGER column ...): NULL in the raw datasets
 BAD_VALUE = "bad_value"
+#: D19: a ``system_prompt_hash`` that names no ``system_prompts`` row (the prompt reads as NULL)
+SYSTEM_PROMPT_MISSING = "system_prompt_missing"
+# Store level, once per store and run (D22): columns of a newer Hermes, kept in ``extra_columns``.
+UNKNOWN_COLUMNS = "unknown_columns"
 # Policy level (the session is ignored, counted).
 HYPIGNORE_UNREADABLE = "hypignore_unreadable"
 BAD_CLASS_TOKEN = "bad_class_token"
 
 #: kinds that are warnings: counted and logged, but the data is kept whole.
-WARNING_KINDS = frozenset({OVERSIZED_CELL, "store_replaced", BAD_CLASS_TOKEN})
+WARNING_KINDS = frozenset({OVERSIZED_CELL, "store_replaced", BAD_CLASS_TOKEN, SYSTEM_PROMPT_MISSING, UNKNOWN_COLUMNS})
 
 
 def error_count(by_kind: dict[str, int]) -> int:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import errors, policy, schemas
+from hermes_assets.lib import display, errors, extra_columns, policy, schemas
+from hermes_assets.lib.copies import Marks
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.generations import canonical_session_id, suffix
 from hermes_assets.lib.state_db import SessionBundle
@@ -467,10 +468,12 @@ def project_session(
     session_generation: int = 1,
     message_generations: dict[int, int] | None = None,
     decoded: dict | None = None,
+    marks: Marks | None = None,
 ) -> int:
     """Append the session's canonical rows to ``out``; return how many.
 
     ``decoded``: the session's decoded content cells, shared with :func:`message_rows`.
+    ``marks``: the copies among its rows (D20, :mod:`hermes_assets.lib.copies`).
 
     Generations (SPEC D15, :mod:`hermes_assets.lib.generations`) above 1 mark the ids:
     ``hermes-<sid>.g<n>`` for a session, ``<mid>.g<n>`` in a message's ids.
@@ -488,6 +491,8 @@ def project_session(
     for table, column, mid in bundle.bad_cells:
         if column in (_GATEWAY_SESSION_READS if table == "sessions" else _GATEWAY_MESSAGE_READS):
             tally.add(errors.BAD_TEXT, scoped, mid, column)
+    if bundle.prompt_missing:
+        tally.add(errors.SYSTEM_PROMPT_MISSING, scoped, None, "system_prompt_hash")
 
     source = s.get("source") if isinstance(s.get("source"), str) else None
     raw_cwd = _nonempty(s.get("cwd"))
@@ -557,7 +562,8 @@ def project_session(
                 ts_ms = start_ms
         day = day_of(ts_ms)
         content = msg["content"]
-        summary = True if is_compact_summary(content) else None
+        summary = True if msg["_compressed_summary"] == 1 or is_compact_summary(content) else None
+        own = display.hermes_fragment(msg, marks.get(mid) if marks else None)  # D20/D21, schema 23+
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
         flags = {}
         if active == 0 or compacted or observed:
@@ -591,6 +597,8 @@ def project_session(
                     if usage:
                         value["usage"] = {"total_tokens": token_count}
                     attrs = attrs_cache[key] = dumps(value)
+            if own:
+                attrs = display.with_fragment(attrs, own)
             append((
                 message_id, prev, uuid, index, ts_ms, role, message_id + "#0", ptype, subtype, text,
                 tool_name, call_id, args, result_for, summary, status, attrs, day,
@@ -696,6 +704,9 @@ class RawColumns:
         self.now_s = now_s
         self.tally = tally
         self._messages = messages
+        #: the store's columns this contract does not name (D22); whether its rows can be copies (D20)
+        self.unknown: list[str] = []
+        self.grouped = False
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -743,6 +754,10 @@ def _raw_array(values, typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[i
     without costing the column its fast path.
     """
     try:
+        if typ == schemas.JSON:
+            cells = [display.json_cell(v) for v in values]
+            nulled = [i for i, (v, c) in enumerate(zip(values, cells)) if v is not None and c is None]
+            return _array(cells, typ), nulled
         if typ == schemas.TS:
             seconds = pa.array(values, pa.float64())
             array = _timestamps(seconds, now_s)
@@ -776,18 +791,29 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
         return value if type(value) is int and -(2**63) <= value < 2**63 else None
     if arrow_type == pa.float64():
         return float(value) if type(value) in (int, float) else None
+    if arrow_type == pa.binary():
+        return value if isinstance(value, bytes) else None
     return value
 
 
-def sessions_columns(now_s: float, tally: ErrorTally) -> RawColumns:
-    return RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS,
-                      ("scope_path", "policy_class", "usage_by_model", "generation"),
-                      now_s=now_s, tally=tally, messages=False)
+def sessions_columns(now_s: float, tally: ErrorTally, unknown: list[str] = ()) -> RawColumns:
+    """``unknown``: the store's ``sessions`` columns this contract does not name (D22)."""
+    out = RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS,
+                     ("scope_path", "policy_class", "usage_by_model", "generation", "extra_columns"),
+                     now_s=now_s, tally=tally, messages=False)
+    out.unknown = list(unknown)
+    return out
 
 
-def messages_columns(now_s: float, tally: ErrorTally) -> RawColumns:
-    return RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS, ("content_text", "content_json", "generation"),
-                      now_s=now_s, tally=tally, messages=True)
+def messages_columns(now_s: float, tally: ErrorTally, unknown: list[str] = (), *, grouped: bool = False) -> RawColumns:
+    """``unknown``: as :func:`sessions_columns`; ``grouped``: the store's rows can be copies
+    (schema 23+, D20), so ``superseded`` is true or false (NULL before)."""
+    out = RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS,
+                     ("content_text", "content_json", "generation", "copy_of", "superseded", "extra_columns"),
+                     now_s=now_s, tally=tally, messages=True)
+    out.unknown = list(unknown)
+    out.grouped = grouped
+    return out
 
 
 _SESSION_NAMES = tuple(name for name, _, _ in schemas.SESSION_COLUMNS)
@@ -803,23 +829,46 @@ def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path:
     out.derived["policy_class"].append(policy_class)
     models = usage_by_model(bundle.usage)
     out.derived["usage_by_model"].append(dumps(models, normalized=True) if models else None)
+    out.derived["extra_columns"].append(extra_columns.encode(out.unknown, bundle.extras or ()))
     for table, column, _ in bundle.bad_cells:
         if table == "sessions":
             out.tally.add(errors.BAD_TEXT, bundle.store.scoped(bundle.sid), None, column)
+    if bundle.prompt_missing:
+        out.tally.add(errors.SYSTEM_PROMPT_MISSING, bundle.store.scoped(bundle.sid), None, "system_prompt_hash")
 
 
 def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
-                 generations: dict[int, int] | None = None, decoded: dict | None = None) -> None:
+                 generations: dict[int, int] | None = None, decoded: dict | None = None,
+                 marks: Marks | None = None) -> None:
     """Every stored message of the session (inactive ones too), cells as stored
-    (``decoded``: the session's decoded content cells, shared with :func:`project_session`)."""
+    (``decoded``: the session's decoded content cells, shared with :func:`project_session`;
+    ``marks``: the copies among them, D20)."""
     texts, decoded_json = out.derived["content_text"], out.derived["content_json"]
     gens = out.derived["generation"]
     append = out.rows.append
     scoped = bundle.store.scoped(bundle.sid)
+    n = len(bundle.messages)
     if generations is None:
-        gens += [1] * len(bundle.messages)
+        gens += [1] * n
     else:
         gens += [generations[msg["id"]] for msg in bundle.messages]
+    if not out.grouped:
+        out.derived["copy_of"] += [None] * n
+        out.derived["superseded"] += [None] * n
+    elif not marks:
+        out.derived["copy_of"] += [None] * n
+        out.derived["superseded"] += [False] * n
+    else:
+        none = (None, False)
+        copied = [marks.get(msg["id"], none) for msg in bundle.messages]
+        out.derived["copy_of"] += [c for c, _ in copied]
+        out.derived["superseded"] += [s for _, s in copied]
+    if out.unknown:
+        extras = bundle.message_extras or {}
+        out.derived["extra_columns"] += [extra_columns.encode(out.unknown, extras.get(msg["id"], ()))
+                                         for msg in bundle.messages]
+    else:
+        out.derived["extra_columns"] += [None] * n
     for msg in bundle.messages:
         append(tuple(msg.values()))
         text, envelope = content_text(msg["content"], out.tally, scoped, msg["id"], decoded)
@@ -834,7 +883,7 @@ def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
 
 #: the ``sessions`` columns the canonical rows are built from (a bad cell among them reaches them)
 _GATEWAY_SESSION_READS = frozenset({
-    "id", "source", "model", "system_prompt", "started_at", "ended_at", "cwd", "git_branch", "git_repo_root",
+    "id", "source", "system_prompt_hash", "model", "system_prompt", "started_at", "ended_at", "cwd", "git_branch", "git_repo_root",
     "billing_provider", "billing_base_url", "parent_session_id", "end_reason", "estimated_cost_usd",
     "actual_cost_usd", "api_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
     "cache_write_tokens", "reasoning_tokens",
@@ -842,5 +891,6 @@ _GATEWAY_SESSION_READS = frozenset({
 #: the ``messages`` columns the canonical rows are built from
 _GATEWAY_MESSAGE_READS = frozenset({
     "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count",
-    "finish_reason", "reasoning", "reasoning_content", "observed", "active", "compacted",
+    "finish_reason", "reasoning", "reasoning_content", "observed", "active", "compacted", "_compressed_summary",
+    "message_uid", "display_kind", "display_metadata",
 })

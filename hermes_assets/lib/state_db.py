@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from hermes_assets.lib import errors
+from hermes_assets.lib import copies, errors, extra_columns, prompts
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS, USAGE_COLUMNS
 from hermes_assets.lib.timestamps import DayNames, ms_day, sane_instant, session_start_ms
@@ -170,6 +170,10 @@ class SessionBundle:
 
     ``bad_cells``: ``(table, column, mid)`` of the TEXT cells that were not valid
     UTF-8 (decoded with U+FFFD): the projection counts them in the datasets they reach.
+    ``session["system_prompt"]`` is the resolved prompt (D19); ``prompt_missing``: its
+    hash named no ``system_prompts`` row. ``extras`` / ``message_extras`` (mid ->): the
+    cells of the store's columns this contract does not name (D22), in the order of
+    :meth:`StoreReader.unknown_columns`; None when the store has none.
     """
 
     store: Store
@@ -179,6 +183,20 @@ class SessionBundle:
     messages: list[dict]
     usage: list[dict]
     bad_cells: list[tuple[str, str, int | None]] = field(default_factory=list)
+    prompt_missing: bool = False
+    extras: tuple | None = None
+    message_extras: dict[int, tuple] | None = None
+
+
+@dataclass
+class DayRead:
+    """One day of one store as :meth:`StoreReader.read_day_lineage` read it: the sessions,
+    and, when the store's rows can be copies (D20), the identity rows of their ancestors
+    on other days (:data:`copies.IDENTITY_COLUMNS` order)."""
+
+    bundles: list[SessionBundle]
+    grouped: bool = False
+    ancestors: list[tuple] = field(default_factory=list)
 
 
 @dataclass
@@ -305,6 +323,15 @@ class StoreReader:
         for table in ("sessions", "messages", "session_model_usage"):
             if table in tables:
                 self.columns[table] = {r[1] for r in self._query(f"PRAGMA table_info({table})", what="schema")}
+        self._unknown = {
+            "sessions": extra_columns.unknown(self.columns["sessions"], SESSION_COLUMNS),
+            "messages": extra_columns.unknown(self.columns["messages"], MESSAGE_COLUMNS),
+        }
+
+    def unknown_columns(self) -> dict[str, list[str]]:
+        """``table -> [column]``: the ``sessions``/``messages`` columns this contract does not
+        name (a Hermes newer than schema 31, D22), tables with none left out."""
+        return {table: names for table, names in self._unknown.items() if names}
 
     # -- statements with busy retry -------------------------------------------
 
@@ -389,7 +416,9 @@ class StoreReader:
 
     # -- selecting by name ------------------------------------------------------
 
-    def _select_list(self, table: str, columns) -> str:
+    def _select_list(self, table: str, columns, *, extras: bool = False) -> str:
+        """The named columns (a column the store lacks as its default), then, with
+        ``extras``, the table's columns this contract does not name."""
         present = self.columns.get(table, set())
         parts = []
         for name, _, default in columns:
@@ -397,6 +426,8 @@ class StoreReader:
                 parts.append(f'"{name}"')
             else:
                 parts.append(f'{"NULL" if default is None else repr(default)} AS "{name}"')
+        if extras:
+            parts += ['"' + name.replace('"', '""') + '"' for name in self._unknown.get(table, ())]
         return ", ".join(parts)
 
     # -- the session index: which day each session belongs to (SPEC §2) --------
@@ -433,24 +464,41 @@ class StoreReader:
 
         A session deleted since the index scan is simply absent. Memory: the day's sessions.
         """
-        bundles: list[SessionBundle] = []
+        return self.read_day_lineage(day, sessions).bundles
+
+    def read_day_lineage(self, day: str, sessions: list[tuple[str, object]],
+                         ancestors: list[tuple[str, object]] = ()) -> DayRead:
+        """:meth:`read_day`, and in the same read transaction, when the store's rows can
+        be copies (schema 23+, D20), the identity columns of the rows of ``ancestors``
+        (``(sid, raw id)`` of the sessions' ancestors on other days): one statement per
+        ``SESSION_CHUNK`` of them, none when they are all on the day."""
+        read = DayRead([], grouped=copies.applies(self.columns["messages"]))
         if not sessions:
-            return bundles
+            return read
         with self.snapshot():
             for start in range(0, len(sessions), SESSION_CHUNK):
                 chunk = sessions[start : start + SESSION_CHUNK]
-                bundles += self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk])
-        return bundles
+                read.bundles += self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk])
+            if read.grouped:
+                names = [(name, None, None) for name in copies.IDENTITY_COLUMNS]
+                for start in range(0, len(ancestors), SESSION_CHUNK):
+                    raw_ids = [c[1] for c in ancestors[start : start + SESSION_CHUNK]]
+                    read.ancestors += self._query(
+                        f"SELECT {self._select_list('messages', names)} FROM messages "
+                        f"WHERE session_id IN ({','.join('?' * len(raw_ids))}) ORDER BY id",
+                        raw_ids, what="ancestor_identities",
+                    )
+        return read
 
     def _read_chunk(self, day: str, sids: list[str], raw_ids: list) -> list[SessionBundle]:
         marks = ",".join("?" * len(raw_ids))
         before = _bad_text_count()
         sessions = self._query(
-            f"SELECT {self._select_list('sessions', SESSION_COLUMNS)} FROM sessions WHERE id IN ({marks})",
+            f"SELECT {self._select_list('sessions', SESSION_COLUMNS, extras=True)} FROM sessions WHERE id IN ({marks})",
             raw_ids, what="sessions_by_id",
         )
         messages = self._query(
-            f"SELECT {self._select_list('messages', MESSAGE_COLUMNS)} FROM messages "
+            f"SELECT {self._select_list('messages', MESSAGE_COLUMNS, extras=True)} FROM messages "
             f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
             raw_ids, what="messages_by_session",
         )
@@ -461,10 +509,12 @@ class StoreReader:
                 f"FROM session_model_usage WHERE session_id IN ({marks})",
                 raw_ids, what="usage_by_session",
             )
-        bad = _bad_cells(sessions, messages) if _bad_text_count() != before else {}
         s_names = [c[0] for c in SESSION_COLUMNS]
         m_names = [c[0] for c in MESSAGE_COLUMNS]
         u_names = [c[0] for c in USAGE_COLUMNS]
+        rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}  # zip stops before the unknown columns
+        missing = self._resolve_prompts(list(rows.values()))
+        bad = (_bad_cells(sessions, messages, rows, self._unknown) if _bad_text_count() != before else {})
         msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
         for row in messages:
             msg = dict(zip(m_names, row))
@@ -473,7 +523,12 @@ class StoreReader:
         for row in usage:
             u = dict(zip(u_names, row))
             usage_by_sid[str(u["session_id"])].append(u)
-        rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}
+        s_extras = {str(r[0]): r[len(s_names):] for r in sessions} if self._unknown["sessions"] else None
+        m_extras: dict[str, dict] | None = None
+        if self._unknown["messages"]:
+            m_extras = defaultdict(dict)
+            for row in messages:
+                m_extras[str(row[1])][row[0]] = row[len(m_names):]
         out = []
         for sid in sids:
             session = rows.get(sid)
@@ -482,8 +537,26 @@ class StoreReader:
             session["id"] = sid
             msgs = msgs_by_sid.get(sid, [])
             msgs.sort(key=_mid_key)
-            out.append(SessionBundle(self.store, sid, day, session, msgs, usage_by_sid.get(sid, []), bad.get(sid, [])))
+            out.append(SessionBundle(
+                self.store, sid, day, session, msgs, usage_by_sid.get(sid, []), bad.get(sid, []),
+                prompt_missing=sid in missing, extras=None if s_extras is None else s_extras[sid],
+                message_extras=None if m_extras is None else m_extras.get(sid, {}),
+            ))
         return out
+
+    def _resolve_prompts(self, sessions: list[dict]) -> set[str]:
+        """Each session's prompt (D19) from ``system_prompts``: one statement for the hashes the
+        chunk's sessions name. -> the sids whose ``system_prompt_hash`` named no row."""
+        if prompts.HASH_COLUMN not in self.columns["sessions"]:
+            return set()  # before schema 25: every prompt is inline
+        hashes = prompts.wanted(sessions)
+        found: dict[str, str] = {}
+        if hashes and prompts.TABLE in self.tables:
+            found = dict(self._query(
+                f"SELECT hash, prompt FROM {prompts.TABLE} WHERE hash IN ({','.join('?' * len(hashes))})",
+                hashes, what="system_prompts_by_hash",
+            ))
+        return set(prompts.resolve(sessions, found))
 
     # -- change detection (SPEC §8): marks, new messages, raw statements --------
     #
@@ -545,15 +618,22 @@ def _bad_text_count() -> int:
     return _BAD_TEXT_SEEN[0]
 
 
-def _bad_cells(sessions: list[tuple], messages: list[tuple]) -> dict[str, list]:
-    """``sid -> [(table, column, mid)]`` of the cells :func:`_decode_text` had to repair."""
+def _bad_cells(sessions: list[tuple], messages: list[tuple], resolved: dict[str, dict],
+               unknown: dict[str, list[str]]) -> dict[str, list]:
+    """``sid -> [(table, column, mid)]`` of the cells :func:`_decode_text` had to repair
+    (``resolved``: the session rows with their prompts in place, D19)."""
     out: dict[str, list] = defaultdict(list)
+    s_names = [c[0] for c in SESSION_COLUMNS] + unknown["sessions"]
     for row in sessions:
-        for name, value in zip((c[0] for c in SESSION_COLUMNS), row):
+        for name, value in zip(s_names, row):
             if type(value) is BadText:
                 out[str(row[0])].append(("sessions", name, None))
+        prompt = resolved[str(row[0])]["system_prompt"]
+        if type(prompt) is BadText and prompt is not row[s_names.index("system_prompt")]:
+            out[str(row[0])].append(("sessions", "system_prompt", None))
+    m_names = [c[0] for c in MESSAGE_COLUMNS] + unknown["messages"]
     for row in messages:
-        for name, value in zip((c[0] for c in MESSAGE_COLUMNS), row):
+        for name, value in zip(m_names, row):
             if type(value) is BadText:
                 out[str(row[1])].append(("messages", name, row[0]))
     return out

@@ -1,0 +1,83 @@
+"""What Hermes shows of a row, and what a canonical row says of it (SPEC D20, D21).
+
+Hermes v0.22 marks rows for its transcript: ``display_kind`` (``hidden``,
+``skill_invocation``, ``notification``, ``async_delegation_complete`` ...) and
+``display_metadata`` (reactions, a skill's typed command, ``model_only``: a
+row Hermes feeds the model but never shows, scaffolding rather than something
+a person typed). The raw dataset carries the columns as they are; a canonical
+part carries ``attributes.hermes.display_kind`` and ``model_only: true``, next
+to the row's ``message_uid`` and its D20 marks (``copy_of``,
+``superseded: true``). Role stays as stored.
+"""
+
+from __future__ import annotations
+
+import json
+
+#: Hermes's ``MODEL_ONLY_DISPLAY_METADATA_KEY``
+MODEL_ONLY = "model_only"
+
+
+def model_only(display_metadata) -> bool:
+    """Whether Hermes keeps this row out of every display (its ``_is_model_only_row``):
+    a truthy ``model_only`` in the metadata object. A cell that is not a JSON object says no."""
+    if not isinstance(display_metadata, str) or MODEL_ONLY not in display_metadata:
+        return False
+    try:
+        meta = json.loads(display_metadata)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and bool(meta.get(MODEL_ONLY))
+
+
+def _jstr(text: str) -> str:
+    if text.isascii() and text.isalnum():  # uids are hex: nothing to escape
+        return f'"{text}"'
+    return json.dumps(text, ensure_ascii=False)
+
+
+def hermes_fragment(msg: dict, mark: tuple[str | None, bool] | None) -> str:
+    """The row's own ``attributes.hermes`` members, as JSON members (``"k":v,...``), or
+    ``""`` when it has none (a row of a store written before schema 23 never has any)."""
+    members = []
+    uid = msg["message_uid"]
+    if isinstance(uid, str) and uid:
+        members.append('"message_uid":' + _jstr(uid))
+    if mark is not None:
+        copy_of, superseded = mark
+        if copy_of is not None:
+            members.append('"copy_of":' + _jstr(copy_of))
+        if superseded:
+            members.append('"superseded":true')
+    kind = msg["display_kind"]
+    if isinstance(kind, str) and kind:
+        members.append('"display_kind":' + _jstr(kind))
+    if model_only(msg["display_metadata"]):
+        members.append('"model_only":true')
+    return ",".join(members)
+
+
+def with_fragment(attrs: str, fragment: str) -> str:
+    """``attrs`` (compact JSON whose ``hermes`` object is never empty) with ``fragment``'s
+    members first in its ``hermes`` object. ``"hermes":{`` cannot occur inside a JSON
+    string (its quotes would be escaped), so its first occurrence is the key itself."""
+    return attrs.replace('"hermes":{', '"hermes":{' + fragment + ",", 1)
+
+
+def _not_json(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_not_json).decode
+
+
+def json_cell(value) -> str | None:
+    """A JSON TEXT cell as the JSON column keeps it: the text when it is JSON (strict: no
+    NaN), else None (the caller counts it: SPEC §9)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        _STRICT(value)
+    except (ValueError, RecursionError):
+        return None
+    return value
