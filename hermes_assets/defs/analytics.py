@@ -76,8 +76,9 @@ def _materialize(context: dg.AssetExecutionContext, warehouse: HermesWarehouse, 
     "input/output/cache read/cache write/reasoning tokens, total tokens (Hermes's own: input + cache + output), "
     "estimated and actual cost in USD. Tokens and costs come from each session's `usage_by_model` (a session "
     "that used several models counts under each; without it, the session's own model and totals); messages "
-    "(`session_meta` rows excepted) and tool calls count under the session's `model`. The day is the day the "
-    "sessions started; rows flagged `source_deleted` are left out.",
+    "(`session_meta` rows excepted) and tool calls count under the session's `model`, each logical message "
+    "once (copies Hermes makes of a message, `copy_of`, left out). The day is the day the sessions started; rows "
+    "flagged `source_deleted` are left out.",
     ins=_ins(analytics.USAGE_INPUTS),
     **_common(USAGE),
 )
@@ -96,7 +97,7 @@ def hermes_daily_usage(
     name=TOOLS,
     description="Which tools Hermes used each day, per `tool_name`: calls (`tool_call` parts), results "
     "(`tool_result` parts), error results and sessions, from `ai_gateway_messages_hermes` (rows flagged "
-    "`source_deleted` left out). An error result is one whose `is_error` is true or, as Hermes leaves "
+    "`source_deleted` and copies, `copy_of`, left out). An error result is one whose `is_error` is true or, as Hermes leaves "
     "`is_error` NULL, one Hermes itself shows as failed (hermes-agent's `_detect_tool_failure`): a terminal "
     "result with a non-zero `exit_code`; a JSON result with a truthy `error` (or `message`) and "
     "`\"success\": false` or an `error` key; a memory result over its limit; else text whose first 500 "

@@ -9,7 +9,9 @@ Pure functions of one partition day of the captured datasets:
 
 The day is the partition day (the day the sessions started, SPEC §2), and
 rows flagged ``source_deleted`` (D13) are left out: these tables describe what
-the store holds now. Each function returns the table and the day's totals (the
+the store holds now. So are copies (rows with ``copy_of``, D20): a logical
+message, tool call or tool result counts once, however many generations
+Hermes keeps of it. Each function returns the table and the day's totals (the
 numbers a materialization shows and the Dagster UI plots); neither holds a
 model or tool name, only counts.
 """
@@ -39,7 +41,7 @@ COSTS = ("estimated_cost_usd", "actual_cost_usd")
 USAGE_INPUTS = {
     SESSIONS: ["store", "store_label", "id", "generation", "model", "usage_by_model", "api_call_count", *TOKENS, *COSTS,
                "source_deleted"],
-    MESSAGES: ["store", "session_id", "role", "source_deleted"],
+    MESSAGES: ["store", "session_id", "role", "source_deleted", "copy_of"],
     GATEWAY: ["session_id", "part_type", "attributes"],
 }
 TOOLS_INPUTS = {
@@ -88,11 +90,26 @@ def _cost(value) -> float | None:
 
 
 def live(table: pa.Table, dataset: str) -> pa.Table:
-    """The rows not flagged ``source_deleted`` (D13): what the store holds now."""
+    """The rows not flagged ``source_deleted`` (D13), each logical message once (no copies,
+    D20): what the store holds now."""
     if table.num_rows == 0:
         return table
-    deleted = source_deleted_mask(dataset, table)
-    return table.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else table
+    drop = pc.or_(source_deleted_mask(dataset, table), copy_mask(dataset, table))
+    return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
+
+
+def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """Which rows are copies of an earlier generation of their logical message (D20): a raw
+    row's ``copy_of``, a canonical row's ``attributes.hermes.copy_of``; all false for a
+    dataset without them."""
+    if dataset == GATEWAY and "attributes" in table.column_names:
+        column = table.column("attributes")
+        text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
+        # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
+        return pc.fill_null(pc.match_substring(text, '"copy_of":'), False)
+    if "copy_of" in table.column_names:
+        return pc.is_valid(table.column("copy_of"))
+    return pa.repeat(pa.scalar(False), table.num_rows)
 
 
 def _count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
@@ -113,7 +130,8 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
       its own ``model``.
     * Messages (stored messages, rewound and compacted ones included; Hermes's
       ``session_meta`` bookkeeping rows are not messages) and tool calls (the
-      canonical ``tool_call`` parts) count under the session's ``model``.
+      canonical ``tool_call`` parts) count under the session's ``model``, each
+      logical message once (copies left out, D20).
     * ``sessions``: the sessions that used the model (a ``usage_by_model``
       entry) or have it as their own model; a session can count under several.
     * ``total_tokens`` is Hermes's own total: input + cache read + cache write

@@ -126,7 +126,7 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     sessions = pa.Table.from_pylist([session])
     assert set(sessions.column_names) == set(USAGE_INPUTS[SESSIONS])
     messages = pa.table({"store": ["/h/state.db"], "session_id": ["s1"], "role": ["assistant"],
-                         "source_deleted": [False]})
+                         "source_deleted": [False], "copy_of": pa.array([None], pa.string())})
     assert set(messages.column_names) == set(USAGE_INPUTS[MESSAGES])
     gateway = _gateway([("hermes-s1.g2", "tool_call", "{}"), ("hermes-s1.g2", "tool_call", "{}"),
                         ("hermes-s1.g2", "text", "{}")])
