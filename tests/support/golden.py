@@ -41,6 +41,8 @@ def render_rows(table: pa.Table) -> list[str]:
                 row[name] = json.loads(value)
             elif isinstance(value, dt.datetime):
                 row[name] = iso(value)
+            elif isinstance(value, bytes):  # a BLOB column (display_identity): its hex
+                row[name] = value.hex()
         lines.append(json.dumps(row, sort_keys=True, ensure_ascii=False))
     return lines
 

@@ -28,10 +28,9 @@ USER_HOME = "/home/hermes-user"
 #: the store path HypAware's parity rows were made with (what source_path_hash hashes)
 CANONICAL_STORE_PATH = "/home/hermes-user/.hermes/state.db"
 
-JSON_COLUMNS = frozenset(f.name for f in schemas.AI_GATEWAY_MESSAGES if f.type == schemas.JSON) | {
-    "usage_by_model",
-    "content_json",
-}
+#: every JSON column of the three datasets (``usage_by_model``, ``content_json``, ``display_metadata`` ...)
+JSON_COLUMNS = frozenset(f.name for dataset in (schemas.AI_GATEWAY_MESSAGES, schemas.HERMES_SESSIONS,
+                                                schemas.HERMES_MESSAGES) for f in dataset if f.type == schemas.JSON)
 
 
 @dataclass(frozen=True)
