@@ -7,6 +7,7 @@ store without ``session_model_usage``, and a SQLite file that is not Hermes's.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import sqlite3
@@ -70,11 +71,13 @@ def test_oldest_released_schema_then_its_in_place_upgrade(install):
     assert_sound(install.warehouse)
 
 
-def test_columns_and_tables_of_a_newer_hermes_change_no_file(install):
-    """Protects SPEC §1 "By name": a newer Hermes adds columns to sessions and messages
-    (one a BLOB) and a table of its own. The sensor notices (its fingerprint covers every
-    column) and the next run succeeds writing byte-identical files: unknown columns and
-    tables are never selected, never shift a value into the wrong column."""
+def test_columns_and_tables_of_a_newer_hermes_are_kept_in_extra_columns(install):
+    """Protects SPEC §1 "By name" and D22: a newer Hermes adds columns to sessions and
+    messages (one a BLOB) and a table of its own. The sensor notices (its fingerprint covers
+    every column) and the next run succeeds: the canonical files are byte-identical, and the
+    raw rows differ only in ``extra_columns``, which keeps the new cells (the BLOB as base64);
+    no value shifts into another column, the unknown table is never read, and the run's plan
+    names the columns once (``unknown_columns``)."""
     with install.writer() as w:
         write_scenario(w, 2)
     install.run(DAY1, DAY2).ok()
@@ -87,8 +90,21 @@ def test_columns_and_tables_of_a_newer_hermes_change_no_file(install):
          "CREATE TABLE future_things (id INTEGER PRIMARY KEY, session_id TEXT, body TEXT)",
          "INSERT INTO future_things (session_id, body) VALUES ('cli-0', 'not ours')")
     assert install.sensor.tick().days == [DAY1, DAY2]
-    install.run(DAY1, DAY2).ok()
-    assert_untouched(install.warehouse, before)
+    run = install.run(DAY1, DAY2).ok()
+    plan = run.metadata("hermes_capture.plan")
+    assert plan["warnings_by_kind"] == {"unknown_columns": 1}
+    assert plan["unknown_columns"] == [{"path": str(install.store), "sessions": ["future_flag"],
+                                        "messages": ["future_payload"]}]
+    after = install.state()
+    assert {f: h for f, h in after.files.items() if f.startswith(GATEWAY)} == {
+        f: h for f, h in before.files.items() if f.startswith(GATEWAY)}
+    payload = base64.b64encode(b"\x00\xff binary").decode()
+    for dataset, extra in ((SESSIONS, {"future_flag": 7}), (MESSAGES, {"future_payload": payload})):
+        assert after.keys(dataset) == before.keys(dataset)
+        for key, row in after.rows[dataset].items():
+            assert json.loads(row.pop("extra_columns")) == extra, (dataset, key)
+            assert row == {k: v for k, v in before.rows[dataset][key].items() if k != "extra_columns"}, key
+    assert_sound(install.warehouse)
 
 
 def test_store_without_session_model_usage(install):
