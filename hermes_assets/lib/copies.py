@@ -83,25 +83,26 @@ def mark(sessions: Iterable[tuple[str, list[dict]]], ancestors: Iterable[tuple],
     _by_identity(rows, sids, parents, groups)
     _by_display_key(rows, sids, parents, groups)
 
+    roots = [groups.find(i) for i in range(len(rows))]
     first: dict[int, int] = {}  # group -> its row with the lowest mid
     last_active: dict[int, int] = {}  # group -> the highest mid of its active rows
-    for i, row in enumerate(rows):
-        g = groups.find(i)
-        if g not in first or row[0] < rows[first[g]][0]:
+    for i, (row, g) in enumerate(zip(rows, roots)):
+        mid = row[0]
+        head = first.get(g)
+        if head is None or mid < rows[head][0]:
             first[g] = i
-        if _active(row[8]) and row[0] > last_active.get(g, row[0] - 1):
-            last_active[g] = row[0]
+        if _active(row[8]) and mid > last_active.get(g, mid - 1):
+            last_active[g] = mid
     out: dict[str, Marks] = {}
     for sid, span in day.items():
         marks: Marks = {}
         for i in span:
-            g = groups.find(i)
-            mid, active = rows[i][0], rows[i][8]
+            g = roots[i]
             head = first[g]
-            copy_of = None if head == i else f"{scoped(sids[head])}-{rows[head][0]}"
-            superseded = not _active(active) and last_active.get(g, mid) > mid
-            if copy_of is not None or superseded:
-                marks[mid] = (copy_of, superseded)
+            mid, active = rows[i][0], rows[i][8]
+            superseded = active is not None and not active and last_active.get(g, mid) > mid
+            if head != i or superseded:
+                marks[mid] = (None if head == i else f"{scoped(sids[head])}-{rows[head][0]}", superseded)
         out[sid] = marks
     return out
 
@@ -130,7 +131,9 @@ def _by_uid(rows: list[tuple], groups: _Groups) -> None:
     for i, row in enumerate(rows):
         uid = row[9]
         if uid is not None and uid != "":
-            groups.join(i, seen.setdefault(uid, i))
+            j = seen.setdefault(uid, i)
+            if j != i:
+                groups.join(i, j)
 
 
 def _by_identity(rows: list[tuple], sids: list[str], parents: dict[str, str | None], groups: _Groups) -> None:
@@ -139,7 +142,9 @@ def _by_identity(rows: list[tuple], sids: list[str], parents: dict[str, str | No
     for i, row in enumerate(rows):
         identity = row[10]
         if identity is not None:
-            groups.join(i, seen.setdefault((sids[i], identity), i))
+            j = seen.setdefault((sids[i], identity), i)
+            if j != i:
+                groups.join(i, j)
     for (sid, identity), i in seen.items():
         parent = parents.get(sid)
         if parent is not None and (parent, identity) in seen:
@@ -157,10 +162,14 @@ def _by_display_key(rows: list[tuple], sids: list[str], parents: dict[str, str |
         return
     near = lacking | {parents.get(sid) for sid in lacking} | {sid for sid in set(sids) if parents.get(sid) in lacking}
     buckets: dict[tuple, list[int]] = {}
+    without: set[tuple] = set()  # the buckets holding a row without identity
     for i, row in enumerate(rows):
-        if sids[i] in near:
-            buckets.setdefault((sids[i], row[2:8]), []).append(i)
-    without = {key for key, members in buckets.items() if any(rows[i][10] is None for i in members)}
+        sid = sids[i]
+        if sid in near:
+            key = (sid, row[2:8])
+            buckets.setdefault(key, []).append(i)
+            if row[10] is None:
+                without.add(key)
     for key in without:  # a row without identity matches every row of its bucket
         members = buckets[key]
         for i in members[1:]:

@@ -473,7 +473,8 @@ def project_session(
     """Append the session's canonical rows to ``out``; return how many.
 
     ``decoded``: the session's decoded content cells, shared with :func:`message_rows`.
-    ``marks``: the copies among its rows (D20, :mod:`hermes_assets.lib.copies`).
+    ``marks``: the copies among its rows (D20, :mod:`hermes_assets.lib.copies`); None for a
+    store before schema 23 (its rows have no marks, uid or display kind).
 
     Generations (SPEC D15, :mod:`hermes_assets.lib.generations`) above 1 mark the ids:
     ``hermes-<sid>.g<n>`` for a session, ``<mid>.g<n>`` in a message's ids.
@@ -563,7 +564,8 @@ def project_session(
         day = day_of(ts_ms)
         content = msg["content"]
         summary = True if msg["_compressed_summary"] == 1 or is_compact_summary(content) else None
-        own = display.hermes_fragment(msg, marks.get(mid) if marks else None)  # D20/D21, schema 23+
+        # D20/D21: a row's own attributes; ``marks`` is None for a store before schema 23, which has none
+        own = display.hermes_fragment(msg, marks.get(mid)) if marks is not None else ""
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
         flags = {}
         if active == 0 or compacted or observed:
@@ -755,6 +757,8 @@ def _raw_array(values, typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[i
     """
     try:
         if typ == schemas.JSON:
+            if values.count(None) == len(values):  # a column this store lacks, or never fills
+                return pa.nulls(len(values), typ), []
             cells = [display.json_cell(v) for v in values]
             nulled = [i for i, (v, c) in enumerate(zip(values, cells)) if v is not None and c is None]
             return _array(cells, typ), nulled
