@@ -34,7 +34,7 @@ from tests.support.skips import unavailable
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RECIPES = ("tokens_and_cost_per_day", "tokens_and_cost_per_model_per_day", "tool_calls_by_tool_name",
-           "sessions_per_channel", "transcript_of_one_session")
+           "sessions_per_channel", "transcript_of_one_session", "transcript_as_hermes_shows_it")
 _BLOCK = re.compile(r"<!-- recipe: (\w+) -->\s*```sql\n(.*?)```", re.S)
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
