@@ -134,6 +134,33 @@ def test_transcript_of_one_session_in_order(small_capture):
     assert {"tool_call", "tool_result", "reasoning", "text"} <= {r["part_type"] for r in got}
 
 
+def run_for_session(name: str, warehouse: Path, sid: str) -> list[dict]:
+    """A recipe that sets ``session_id``, for another session than its example."""
+    sql = re.sub(r"SET VARIABLE session_id = '[^']+'", f"SET VARIABLE session_id = '{sid}'", recipes()[name])
+    con = duckdb.connect()
+    try:
+        cur = con.execute(sql.replace("'warehouse/", f"'{warehouse}/"))
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def test_transcript_as_hermes_shows_it_on_a_019_store(small_capture):
+    """A schema-22 store has no copies and no model-only rows: the transcript is every row
+    Hermes keeps visible (live, or archived by a compaction), rewound rows out, in id order.
+    (Against Hermes v0.22's own display view: tests/fidelity/test_hermes_v022.py.)"""
+    messages = [r for r in read_all(small_capture.warehouse, "hermes_messages") if not r["source_deleted"]]
+    rewound = {r["session_id"] for r in messages if r["active"] == 0 and not r["compacted"]}
+    compacted = {r["session_id"] for r in messages if r["compacted"]}
+    sids = sorted(rewound & compacted) or sorted(rewound)[:1] + sorted(compacted)[:1]
+    assert sids, "the small fixture has a rewound and a compacted session"
+    for sid in sids:
+        want = sorted(r["id"] for r in messages if r["session_id"] == sid and (r["active"] != 0 or r["compacted"]))
+        got = run_for_session("transcript_as_hermes_shows_it", small_capture.warehouse, sid)
+        assert [r["id"] for r in got] == want, sid
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipes_on_a_warehouse_not_yet_written_fail_loudly(name, tmp_path):
     """Before the first capture the folders do not exist: DuckDB says so clearly (no silent zero)."""
