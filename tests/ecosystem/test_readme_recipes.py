@@ -31,6 +31,8 @@ import pytest
 from tests.defs.harness import read_all
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.skips import unavailable
+from tests.support.v022 import capture_fixture
+from tests.support.v022 import oracle as v022_oracle
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RECIPES = ("tokens_and_cost_per_day", "tokens_and_cost_per_model_per_day", "tool_calls_by_tool_name",
@@ -159,6 +161,23 @@ def test_transcript_as_hermes_shows_it_on_a_019_store(small_capture):
         want = sorted(r["id"] for r in messages if r["session_id"] == sid and (r["active"] != 0 or r["compacted"]))
         got = run_for_session("transcript_as_hermes_shows_it", small_capture.warehouse, sid)
         assert [r["id"] for r in got] == want, sid
+
+
+@pytest.fixture(scope="module")
+def v022_capture(tmp_path_factory):
+    return capture_fixture(tmp_path_factory.mktemp("recipes-v022"))
+
+
+def test_transcript_as_hermes_shows_it_is_hermes_display_view(v022_capture):
+    """On the store Hermes v0.22.2 wrote, for every session: the rows of its own display view
+    (``get_messages(sid, include_compacted=True)``, exported as the oracle), in its order:
+    copies folded into their live row, compacted history kept, rewound and model-only rows out."""
+    display = v022_oracle("display")
+    assert sum(len(rows) for rows in display.values()) >= 100
+    for sid, rows in display.items():
+        got = run_for_session("transcript_as_hermes_shows_it", v022_capture.warehouse, sid)
+        assert [r["id"] for r in got] == [m["id"] for m in rows], sid
+        assert [r["role"] for r in got] == [m["role"] for m in rows], sid
 
 
 @pytest.mark.parametrize("name", RECIPES)

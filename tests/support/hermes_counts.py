@@ -39,18 +39,24 @@ def logical_counts(counts: dict, exports: dict, display: dict) -> dict[str, dict
     """day -> {"messages", "tool_calls"}: every logical message Hermes keeps (shown or not),
     each once, ``session_meta`` bookkeeping rows left out, on its session's day."""
     per_session = counts["per_session"]
-    shown = {sid: {display_key(m) for m in rows} for sid, rows in display.items()}
+    shown = {sid: {display_key(m) for m in rows} | {m.get("message_uid") for m in rows} - {None}
+             for sid, rows in display.items()}
     out: dict[str, dict[str, int]] = defaultdict(lambda: {"messages": 0, "tool_calls": 0})
     for sid, figures in per_session.items():
         lineage = figures.get("compression_lineage") or [sid]
         seen = set().union(*(shown.get(s, set()) for s in lineage))
-        hidden: dict[tuple, dict] = {}
         for ancestor in lineage[:-1]:  # a hidden row the parent already has is the parent's
             seen |= {display_key(m) for m in exports[ancestor]["messages"]}
+            seen |= {m.get("message_uid") for m in exports[ancestor]["messages"]} - {None}
+        hidden: dict[tuple, dict] = {}
         for message in exports[sid]["messages"]:
-            key = display_key(message)
-            if key not in seen and message["role"] != "session_meta":
-                hidden.setdefault(key, message)
+            key, uid = display_key(message), message.get("message_uid")
+            if key in seen or uid in seen or message["role"] == "session_meta":
+                continue
+            hidden.setdefault(key, message)
+            if uid:
+                seen.add(uid)  # a later generation of this hidden message is the same message
+            seen.add(key)
         meta_shown = sum(1 for m in display[sid] if m["role"] == "session_meta")
         day = out[figures["day"]]
         day["messages"] += figures["new_messages"] - meta_shown + len(hidden)
