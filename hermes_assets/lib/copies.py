@@ -107,6 +107,19 @@ def mark(sessions: Iterable[tuple[str, list[dict]]], ancestors: Iterable[tuple],
     return out
 
 
+def columns(messages: list[dict], marks: Marks | None, *, grouped: bool) -> tuple[list, list]:
+    """``hermes_messages.copy_of`` and ``superseded`` of a session's rows: NULL for a store
+    before schema 23 (not ``grouped``), else the copy's first row and true/false."""
+    n = len(messages)
+    if not grouped:
+        return [None] * n, [None] * n
+    if not marks:
+        return [None] * n, [False] * n
+    none = (None, False)
+    marked = [marks.get(msg["id"], none) for msg in messages]
+    return [c for c, _ in marked], [s for _, s in marked]
+
+
 class _Groups:
     """Union-find over row positions (path halving)."""
 

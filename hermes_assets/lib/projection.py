@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import display, errors, extra_columns, policy, schemas
+from hermes_assets.lib import copies, display, errors, extra_columns, policy, schemas
 from hermes_assets.lib.copies import Marks
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.generations import canonical_session_id, suffix
@@ -856,17 +856,9 @@ def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
         gens += [1] * n
     else:
         gens += [generations[msg["id"]] for msg in bundle.messages]
-    if not out.grouped:
-        out.derived["copy_of"] += [None] * n
-        out.derived["superseded"] += [None] * n
-    elif not marks:
-        out.derived["copy_of"] += [None] * n
-        out.derived["superseded"] += [False] * n
-    else:
-        none = (None, False)
-        copied = [marks.get(msg["id"], none) for msg in bundle.messages]
-        out.derived["copy_of"] += [c for c, _ in copied]
-        out.derived["superseded"] += [s for _, s in copied]
+    copy_of, superseded = copies.columns(bundle.messages, marks, grouped=out.grouped)
+    out.derived["copy_of"] += copy_of
+    out.derived["superseded"] += superseded
     if out.unknown:
         extras = bundle.message_extras or {}
         out.derived["extra_columns"] += [extra_columns.encode(out.unknown, extras.get(msg["id"], ()))

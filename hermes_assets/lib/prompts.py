@@ -60,3 +60,14 @@ def resolve(sessions: list[dict], prompts: dict[str, str]) -> list[str]:
         if isinstance(tools, str) and tools in prompts:
             session["tool_names"] = prompts[tools]
     return missing
+
+
+def resolve_from(sessions: list[dict], query, *, has_table: bool) -> set[str]:
+    """:func:`resolve` with the rows fetched by ``query(sql, params)`` (the reader's, inside the
+    day's read transaction): one statement for the hashes these sessions name.
+    -> the sids whose ``system_prompt_hash`` named no row."""
+    hashes = wanted(sessions)
+    found: dict[str, str] = {}
+    if hashes and has_table:
+        found = dict(query(f"SELECT hash, prompt FROM {TABLE} WHERE hash IN ({','.join('?' * len(hashes))})", hashes))
+    return set(resolve(sessions, found))

@@ -545,18 +545,11 @@ class StoreReader:
         return out
 
     def _resolve_prompts(self, sessions: list[dict]) -> set[str]:
-        """Each session's prompt (D19) from ``system_prompts``: one statement for the hashes the
-        chunk's sessions name. -> the sids whose ``system_prompt_hash`` named no row."""
+        """Each session's prompt (D19), from one statement over ``system_prompts`` per chunk."""
         if prompts.HASH_COLUMN not in self.columns["sessions"]:
             return set()  # before schema 25: every prompt is inline
-        hashes = prompts.wanted(sessions)
-        found: dict[str, str] = {}
-        if hashes and prompts.TABLE in self.tables:
-            found = dict(self._query(
-                f"SELECT hash, prompt FROM {prompts.TABLE} WHERE hash IN ({','.join('?' * len(hashes))})",
-                hashes, what="system_prompts_by_hash",
-            ))
-        return set(prompts.resolve(sessions, found))
+        return prompts.resolve_from(sessions, lambda sql, hashes: self._query(sql, hashes, what="system_prompts_by_hash"),
+                                    has_table=prompts.TABLE in self.tables)
 
     # -- change detection (SPEC §8): marks, new messages, raw statements --------
     #
