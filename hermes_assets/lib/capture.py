@@ -419,7 +419,7 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
             with StoreReader(sp.store, busy_timeout_ms=busy_timeout_ms, now_s=plan.read_at) as reader:
                 read = reader.read_day_lineage(day, [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
                                                [(sid, sp.raw_ids.get(sid, sid)) for sid in ancestors])
-                unknown = reader.unknown_columns()
+                unknown, selected = reader.unknown_columns(), reader.selected["messages"]
                 statements.update(reader.statements)
         except (FileNotFoundError, *_STORE_ERRORS) as exc:
             if isinstance(exc, FileNotFoundError):
@@ -435,7 +435,7 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
         gateway = projection.GatewayColumns()
         sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", ()))
         messages = projection.messages_columns(plan.read_at, tallies[MESSAGES], unknown.get("messages", ()),
-                                               grouped=read.grouped)
+                                               grouped=read.grouped, names=selected)
         gens, store_births = Generations(), births.get(sp.store.path) or Births()
         for bundle in bundles:
             cls = sp.classes.get(bundle.sid, policy.FULL)

@@ -73,7 +73,7 @@ def mark(sessions: Iterable[tuple[str, list[dict]]], ancestors: Iterable[tuple],
         for m in messages:
             sids.append(sid)
             rows.append((m["id"], sid, m["role"], m["content"], m["timestamp"], m["tool_call_id"], m["tool_calls"],
-                         m["tool_name"], m["active"], m["message_uid"], m["display_identity"]))
+                         m["tool_name"], m["active"], m.get("message_uid"), m.get("display_identity")))
         day[sid] = range(start, len(rows))
     for row in ancestors:
         sids.append(str(row[1]))

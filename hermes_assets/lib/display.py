@@ -38,23 +38,25 @@ def _jstr(text: str) -> str:
 
 def hermes_fragment(msg: dict, mark: tuple[str | None, bool] | None) -> str:
     """The row's own ``attributes.hermes`` members, as JSON members (``"k":v,...``), or
-    ``""`` when it has none (a row of a store written before schema 23 never has any)."""
-    members = []
-    uid = msg["message_uid"]
-    if isinstance(uid, str) and uid:
-        members.append('"message_uid":' + _jstr(uid))
+    ``""`` when it has none (a row of a store written before schema 23 never has any).
+    Built as text: it runs once per message of every schema-31 store."""
+    out = ""
+    uid = msg.get("message_uid")
+    if uid and isinstance(uid, str):
+        out = '"message_uid":' + _jstr(uid)
     if mark is not None:
         copy_of, superseded = mark
         if copy_of is not None:
-            members.append('"copy_of":' + _jstr(copy_of))
+            out += (',"copy_of":' if out else '"copy_of":') + _jstr(copy_of)
         if superseded:
-            members.append('"superseded":true')
-    kind = msg["display_kind"]
-    if isinstance(kind, str) and kind:
-        members.append('"display_kind":' + _jstr(kind))
-    if model_only(msg["display_metadata"]):
-        members.append('"model_only":true')
-    return ",".join(members)
+            out += ',"superseded":true' if out else '"superseded":true'
+    kind = msg.get("display_kind")
+    if kind and isinstance(kind, str):
+        out += (',"display_kind":' if out else '"display_kind":') + _jstr(kind)
+    meta = msg.get("display_metadata")
+    if meta is not None and model_only(meta):
+        out += ',"model_only":true' if out else '"model_only":true'
+    return out
 
 
 def with_fragment(attrs: str, fragment: str) -> str:

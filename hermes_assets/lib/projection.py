@@ -563,7 +563,7 @@ def project_session(
                 ts_ms = start_ms
         day = day_of(ts_ms)
         content = msg["content"]
-        summary = True if msg["_compressed_summary"] == 1 or is_compact_summary(content) else None
+        summary = True if msg.get("_compressed_summary") == 1 or is_compact_summary(content) else None
         # D20/D21: a row's own attributes; ``marks`` is None for a store before schema 23, which has none
         own = display.hermes_fragment(msg, marks.get(mid)) if marks is not None else ""
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
@@ -699,7 +699,9 @@ class RawColumns:
     def __init__(self, schema: pa.Schema, source_columns, derived: tuple[str, ...], *, now_s: float,
                  tally: ErrorTally, messages: bool):
         self.schema = schema
-        self.source = [(name, schema.field(name).type) for name, _, _ in source_columns]
+        #: the cells of a row tuple, in order (a column the store lacks and reads as NULL may be
+        #: left out: it becomes an all-NULL column)
+        self.source = [(name, schema.field(name).type) for name in source_columns]
         self.rows: list[tuple] = []
         self.derived = {name: [] for name in derived}
         self.runs: list[tuple[SessionBundle, str, int]] = []
@@ -802,17 +804,19 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
 
 def sessions_columns(now_s: float, tally: ErrorTally, unknown: list[str] = ()) -> RawColumns:
     """``unknown``: the store's ``sessions`` columns this contract does not name (D22)."""
-    out = RawColumns(schemas.HERMES_SESSIONS, schemas.SESSION_COLUMNS,
+    out = RawColumns(schemas.HERMES_SESSIONS, _SESSION_NAMES,
                      ("scope_path", "policy_class", "usage_by_model", "generation", "extra_columns"),
                      now_s=now_s, tally=tally, messages=False)
     out.unknown = list(unknown)
     return out
 
 
-def messages_columns(now_s: float, tally: ErrorTally, unknown: list[str] = (), *, grouped: bool = False) -> RawColumns:
+def messages_columns(now_s: float, tally: ErrorTally, unknown: list[str] = (), *, grouped: bool = False,
+                     names: list[str] | None = None) -> RawColumns:
     """``unknown``: as :func:`sessions_columns`; ``grouped``: the store's rows can be copies
-    (schema 23+, D20), so ``superseded`` is true or false (NULL before)."""
-    out = RawColumns(schemas.HERMES_MESSAGES, schemas.MESSAGE_COLUMNS,
+    (schema 23+, D20), so ``superseded`` is true or false (NULL before); ``names``: the
+    ``messages`` columns the reader selected (the keys of each message, in order)."""
+    out = RawColumns(schemas.HERMES_MESSAGES, names or [name for name, _, _ in schemas.MESSAGE_COLUMNS],
                      ("content_text", "content_json", "generation", "copy_of", "superseded", "extra_columns"),
                      now_s=now_s, tally=tally, messages=True)
     out.unknown = list(unknown)

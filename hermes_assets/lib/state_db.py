@@ -24,7 +24,13 @@ from typing import Iterable, Iterator
 
 from hermes_assets.lib import copies, errors, extra_columns, prompts
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS, USAGE_COLUMNS
+from hermes_assets.lib.schemas import (
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    USAGE_COLUMNS,
+    V23_MESSAGE_COLUMNS,
+    V23_SESSION_COLUMNS,
+)
 from hermes_assets.lib.timestamps import DayNames, ms_day, sane_instant, session_start_ms
 
 log = get_logger()
@@ -327,6 +333,13 @@ class StoreReader:
             "sessions": extra_columns.unknown(self.columns["sessions"], SESSION_COLUMNS),
             "messages": extra_columns.unknown(self.columns["messages"], MESSAGE_COLUMNS),
         }
+        # A column schema 23+ added that this store lacks is not selected at all (not even as
+        # NULL): a store of 0.19 or older is read exactly as before, no wider per row.
+        self.selected = {
+            table: [name for name, _, _ in columns if name in self.columns[table] or name not in added]
+            for table, columns, added in (("sessions", SESSION_COLUMNS, V23_SESSION_COLUMNS),
+                                          ("messages", MESSAGE_COLUMNS, V23_MESSAGE_COLUMNS))
+        }
 
     def unknown_columns(self) -> dict[str, list[str]]:
         """``table -> [column]``: the ``sessions``/``messages`` columns this contract does not
@@ -416,12 +429,14 @@ class StoreReader:
 
     # -- selecting by name ------------------------------------------------------
 
-    def _select_list(self, table: str, columns, *, extras: bool = False) -> str:
-        """The named columns (a column the store lacks as its default), then, with
-        ``extras``, the table's columns this contract does not name."""
+    def _select_list(self, table: str, columns, *, extras: bool = False, skip=frozenset()) -> str:
+        """The named columns (a column the store lacks as its default, or left out when in
+        ``skip``), then, with ``extras``, the table's columns this contract does not name."""
         present = self.columns.get(table, set())
         parts = []
         for name, _, default in columns:
+            if name not in present and name in skip:
+                continue
             if name in present:
                 parts.append(f'"{name}"')
             else:
@@ -494,11 +509,13 @@ class StoreReader:
         marks = ",".join("?" * len(raw_ids))
         before = _bad_text_count()
         sessions = self._query(
-            f"SELECT {self._select_list('sessions', SESSION_COLUMNS, extras=True)} FROM sessions WHERE id IN ({marks})",
+            f"SELECT {self._select_list('sessions', SESSION_COLUMNS, extras=True, skip=V23_SESSION_COLUMNS)} "
+            f"FROM sessions WHERE id IN ({marks})",
             raw_ids, what="sessions_by_id",
         )
         messages = self._query(
-            f"SELECT {self._select_list('messages', MESSAGE_COLUMNS, extras=True)} FROM messages "
+            f"SELECT {self._select_list('messages', MESSAGE_COLUMNS, extras=True, skip=V23_MESSAGE_COLUMNS)} "
+            f"FROM messages "
             f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
             raw_ids, what="messages_by_session",
         )
@@ -509,12 +526,12 @@ class StoreReader:
                 f"FROM session_model_usage WHERE session_id IN ({marks})",
                 raw_ids, what="usage_by_session",
             )
-        s_names = [c[0] for c in SESSION_COLUMNS]
-        m_names = [c[0] for c in MESSAGE_COLUMNS]
+        s_names, m_names = self.selected["sessions"], self.selected["messages"]
         u_names = [c[0] for c in USAGE_COLUMNS]
         rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}  # zip stops before the unknown columns
         missing = self._resolve_prompts(list(rows.values()))
-        bad = (_bad_cells(sessions, messages, rows, self._unknown) if _bad_text_count() != before else {})
+        bad = (_bad_cells(sessions, messages, rows, self.selected, self._unknown)
+               if _bad_text_count() != before else {})
         msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
         for row in messages:
             msg = dict(zip(m_names, row))
@@ -612,11 +629,11 @@ def _bad_text_count() -> int:
 
 
 def _bad_cells(sessions: list[tuple], messages: list[tuple], resolved: dict[str, dict],
-               unknown: dict[str, list[str]]) -> dict[str, list]:
+               selected: dict[str, list[str]], unknown: dict[str, list[str]]) -> dict[str, list]:
     """``sid -> [(table, column, mid)]`` of the cells :func:`_decode_text` had to repair
     (``resolved``: the session rows with their prompts in place, D19)."""
     out: dict[str, list] = defaultdict(list)
-    s_names = [c[0] for c in SESSION_COLUMNS] + unknown["sessions"]
+    s_names = selected["sessions"] + unknown["sessions"]
     for row in sessions:
         for name, value in zip(s_names, row):
             if type(value) is BadText:
@@ -624,7 +641,7 @@ def _bad_cells(sessions: list[tuple], messages: list[tuple], resolved: dict[str,
         prompt = resolved[str(row[0])]["system_prompt"]
         if type(prompt) is BadText and prompt is not row[s_names.index("system_prompt")]:
             out[str(row[0])].append(("sessions", "system_prompt", None))
-    m_names = [c[0] for c in MESSAGE_COLUMNS] + unknown["messages"]
+    m_names = selected["messages"] + unknown["messages"]
     for row in messages:
         for name, value in zip(m_names, row):
             if type(value) is BadText:

@@ -19,8 +19,9 @@ from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
 
-SESSION_NAMES = [c[0] for c in schemas.SESSION_COLUMNS]
-MESSAGE_NAMES = [c[0] for c in schemas.MESSAGE_COLUMNS]
+#: the keys of a bundle of a store before schema 23: the v22 columns (schema 23+'s are not selected)
+SESSION_NAMES = [c[0] for c in schemas.SESSION_COLUMNS if c[0] not in schemas.V23_SESSION_COLUMNS]
+MESSAGE_NAMES = [c[0] for c in schemas.MESSAGE_COLUMNS if c[0] not in schemas.V23_MESSAGE_COLUMNS]
 
 
 def sha256(path: Path) -> str:
