@@ -14,14 +14,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.hermes_writer import HermesWriter
+from tests.support.skips import unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+
+#: The daily partitions are built once per process, when ``hermes_assets.defs.partitions`` is
+#: first imported; unset, their start would depend on which test's Hermes home that happened
+#: in. This process pins them to a start that holds every fixture's days and today. Tests of
+#: the start-from-history rule load the definitions in a fresh process of their own.
+SUITE_START_DATE = "2025-01-01"
+os.environ["HERMES_ASSETS_START_DATE"] = SUITE_START_DATE
+import hermes_assets.defs.partitions  # noqa: E402,F401  (built now, with the pinned start)
 
 
 def fixture_dir(name: str) -> Path:
@@ -70,6 +80,27 @@ def hermes_db(tmp_path, monkeypatch):
         yield writer
     finally:
         writer.close()
+
+
+@pytest.fixture
+def unwritable_folder(tmp_path):
+    """A folder this user cannot write into: mode 0500, or, for root (whom modes do not stop),
+    a read-only mount. Given back writable at the end."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        yield folder
+        folder.chmod(0o700)
+        return
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0755", "tmpfs", str(folder)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        unavailable(f"root cannot mount a read-only tmpfs here ({mount.stderr.strip()})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 @pytest.hookimpl(hookwrapper=True)
