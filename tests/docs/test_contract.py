@@ -57,3 +57,13 @@ def test_the_readme_settings_table_names_each_setting_once():
 
 def test_the_readme_points_at_the_contract():
     assert "docs/contract.md" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_layout_names_every_module():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):]
+    layout = layout[:layout.index("\n## ", 1)]
+    modules = sorted(p.relative_to(REPO / "hermes_assets") for p in (REPO / "hermes_assets").rglob("*.py")
+                     if p.name != "__init__.py")
+    missing = [str(m) for m in modules if m.name not in layout]
+    assert missing == [], f"README's Layout section leaves out {missing}"
