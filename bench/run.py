@@ -14,7 +14,7 @@ Sections:
   core         the library alone: plan + read + project + stage the three datasets of every day
                (capture.project_rows on every core, no Dagster, no partition file): canonical rows/s
   floor        plain SELECT of sessions+messages into Arrow + writing as many Parquet bytes
-  backfill     `dagster asset materialize --select '*' --partition-range` over the store's days
+  backfill     `dg launch --assets <the three datasets> --partition-range` over the store's days
   empty        the same CLI on one empty day (Dagster's fixed cost)
   rerun        the backfill again, nothing changed
   incremental  100 new messages through the real writer, then one day's materialization
@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tools"
 PY = sys.executable
-DAGSTER = str(Path(PY).with_name("dagster"))
+DG = str(Path(PY).with_name("dg"))
 SECTIONS = ("core", "floor", "backfill", "empty", "rerun", "incremental", "sensor")
 #: the three captured datasets (the analytics layer downstream is not part of a capture's figures)
 CAPTURED = "hermes_sessions,hermes_messages,ai_gateway_messages_hermes"
@@ -240,7 +240,7 @@ with dg.DagsterInstance.get() as instance:
 
 
 def materialize(env: dict, *partition: str) -> dict:
-    return measure([DAGSTER, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", CAPTURED, *partition], env)
+    return measure([DG, "launch", "--assets", CAPTURED, *partition], env)
 
 
 def gateway_rows(warehouse: str) -> tuple[int, int]:
