@@ -28,7 +28,8 @@ def first_day(s: settings.Settings | None = None) -> str:
         return s.start_day
     found = history.first_day(discover_stores(s.state_db, s.hermes_home), default_warehouse(s).open(),
                               busy_timeout_ms=s.busy_timeout_ms)
-    return found or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    return min(found or today, today)  # a session a writer's fast clock put in tomorrow starts nothing later
 
 
 daily_partitions = dg.DailyPartitionsDefinition(start_date=first_day(), timezone="UTC", end_offset=1)
