@@ -139,7 +139,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigurationError(f"{name}={values.get(field)!r} is not {form}") from None
 
 
-#: local folders the project writes into: the setting's field, and what a person must be able to do there
+#: the settings that name a local folder the project writes into (checked by :func:`check`)
 WRITTEN_FOLDERS = ("warehouse", "spool")
 
 
