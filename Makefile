@@ -1,15 +1,18 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+ with venv):
-#   make run    start Dagster (webserver + daemon, sensor on) on ~/.hermes/state.db
+#   make run    check the settings, then start Dagster (`dg dev`: webserver + daemon, sensor on)
+#               on ~/.hermes/state.db; Ctrl-C or `make stop` stops it
 #   make test   install the test extras and run the test suite
 # and one queries what they wrote:
 #   make query  install DuckDB and open its shell where warehouse/ is (README's recipes)
+# `make clean` removes the venv, Dagster's records of runs and sensors in this folder, and
+# the captured datasets (warehouse/); it never touches Hermes's own files.
 PYTHON ?= python3
 VENV   ?= .venv
 PORT   ?= 3000
 
 export DAGSTER_HOME ?= $(CURDIR)
 
-.PHONY: run test query install install-test install-query bench clean
+.PHONY: run stop test query install install-test install-query bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +32,15 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 install-query: $(VENV)/.installed-query
 
+# The settings are checked before Dagster starts: a bad one stops make with that one line
+# (exit 2). hermes_assets.dev then becomes `dg dev`, stoppable by Ctrl-C or `make stop`.
 run: install
-	$(VENV)/bin/dagster dev -w workspace.yaml -p $(PORT)
+	$(eval BAD_SETTING := $(shell $(VENV)/bin/python -m hermes_assets.defs.settings 2>&1))
+	$(if $(BAD_SETTING),$(error $(BAD_SETTING)))
+	$(VENV)/bin/python -m hermes_assets.dev --port $(PORT)
+
+stop:
+	@$(VENV)/bin/python -m hermes_assets.dev --stop
 
 test: install-test
 	$(VENV)/bin/pytest
@@ -44,4 +54,4 @@ bench: install-test
 	$(VENV)/bin/python bench/run.py
 
 clean:
-	rm -rf $(VENV) history storage schedules logs warehouse .logs_queue .nux .telemetry
+	rm -rf $(VENV) history storage schedules logs warehouse .logs_queue .nux .telemetry .hermes_assets-dev.pid

@@ -2,8 +2,8 @@
 """hermes_assets benchmark: one table of figures on realistic Hermes stores.
 
 Not a test: it measures. Stores are generated with the real Hermes writer
-(../shared/tools/gen_state_db.py) and cached in --cache-dir; the large one is a
-raw-SQL multiple of the medium one (../shared/tools/multiply_db.py).
+(tools/gen_state_db.py) and cached in --cache-dir; the large one is a
+raw-SQL multiple of the medium one (tools/multiply_db.py).
 
     python bench/run.py                       # medium store, every section
     python bench/run.py --store large         # ~1M messages
@@ -14,7 +14,7 @@ Sections:
   core         the library alone: plan + read + project + stage the three datasets of every day
                (capture.project_rows on every core, no Dagster, no partition file): canonical rows/s
   floor        plain SELECT of sessions+messages into Arrow + writing as many Parquet bytes
-  backfill     `dagster asset materialize --select '*' --partition-range` over the store's days
+  backfill     `dg launch --assets <the three datasets> --partition-range` over the store's days
   empty        the same CLI on one empty day (Dagster's fixed cost)
   rerun        the backfill again, nothing changed
   incremental  100 new messages through the real writer, then one day's materialization
@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("HERMES_ASSETS_SHARED", REPO.parent / "shared"))
+TOOLS = REPO / "tools"
 PY = sys.executable
-DAGSTER = str(Path(PY).with_name("dagster"))
+DG = str(Path(PY).with_name("dg"))
 SECTIONS = ("core", "floor", "backfill", "empty", "rerun", "incremental", "sensor")
 #: the three captured datasets (the analytics layer downstream is not part of a capture's figures)
 CAPTURED = "hermes_sessions,hermes_messages,ai_gateway_messages_hermes"
@@ -112,14 +112,14 @@ def ensure_store(kind: str, cache: Path) -> Path:
     medium = cache / "medium" / "state.db"
     if not medium.exists():
         print("generating the medium store (about 2.5 min) ...", file=sys.stderr)
-        subprocess.run([PY, str(SHARED / "tools/gen_state_db.py"), str(medium.parent),
+        subprocess.run([PY, str(TOOLS / "gen_state_db.py"), str(medium.parent),
                         "--sessions", "4500", "--seed", "42", "--days", "30"], check=True)
     if kind == "medium":
         return medium
     large = cache / "large" / "state.db"
     if not large.exists():
         print("multiplying it into the large store ...", file=sys.stderr)
-        subprocess.run([PY, str(SHARED / "tools/multiply_db.py"), str(medium), str(large.parent),
+        subprocess.run([PY, str(TOOLS / "multiply_db.py"), str(medium), str(large.parent),
                         "--copies", "11"], check=True)
     return large
 
@@ -240,7 +240,7 @@ with dg.DagsterInstance.get() as instance:
 
 
 def materialize(env: dict, *partition: str) -> dict:
-    return measure([DAGSTER, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", CAPTURED, *partition], env)
+    return measure([DG, "launch", "--assets", CAPTURED, *partition], env)
 
 
 def gateway_rows(warehouse: str) -> tuple[int, int]:

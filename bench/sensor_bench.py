@@ -8,7 +8,7 @@ Not a test: it measures, on a private copy of the store (never the original):
   change tick         after one real Hermes write (append_message, end_session,
                       set_session_title through hermes_state.SessionDB, real clock)
   live change tick    p50/p95 over --live-ticks ticks, one a second, while
-                      ../shared/tools/live_writer.py writes the store (target p95 < 200 ms)
+                      tools/live_writer.py writes the store (target p95 < 200 ms)
   rotation bound      a same-length in-place edit of one system_prompt (raw SQL, on the day the
                       rotation digested last: the worst case): ticks until its day is requested
                       (bound: 16)
@@ -22,7 +22,7 @@ ticks, for the whole Dagster sensor evaluation (``build_sensor_context`` +
     python bench/sensor_bench.py --store /tmp/bench/medium/state.db
     python bench/sensor_bench.py --json                          # last line: flat JSON (bench/run.py)
 
-Make the large store as in ../shared/fixtures/README.md (multiply_db.py, ~1.07M messages).
+Make the large store as in tools/README.md (multiply_db.py, ~1.07M messages).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def main() -> None:
 
     source = Path(args.store)
     if not source.is_file():
-        raise SystemExit(f"{source} does not exist: make it as in ../shared/fixtures/README.md")
+        raise SystemExit(f"{source} does not exist: make it as in tools/README.md")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="sensor-bench-"))
     os.environ["HERMES_HOME"] = str(work / "hermes-home")  # hermes_state reads it at import
     os.environ.pop("HERMES_STATE_DB", None)
@@ -260,8 +260,8 @@ def run(source: Path, work: Path, args) -> dict:
 
 
 def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
-    """Change ticks while ../shared/tools/live_writer.py writes (real clock, WAL, mutations)."""
-    writer_script = Path(os.environ.get("HERMES_ASSETS_SHARED", REPO.parent / "shared")) / "tools" / "live_writer.py"
+    """Change ticks while tools/live_writer.py writes (real clock, WAL, mutations)."""
+    writer_script = REPO / "tools" / "live_writer.py"
     if not writer_script.is_file():
         figures["live_change_tick"] = f"skipped: {writer_script} not found"
         return cursor

@@ -1,19 +1,30 @@
 """The Dagster entry point: everything lives in :mod:`hermes_assets.defs`.
 
-The settings are validated first (SPEC §10): a bad value stops the load with
-one line naming the variable, before any definition is built.
+The settings are checked first (SPEC §10): a bad value, or a warehouse this
+user cannot write, stops the load with one line naming the variable, before
+any definition is built (``defs/console.py`` says how that line reaches the
+console or the UI). So does any other setting a definitions module finds it
+cannot honour (an executor whose package is not installed).
 """
 
 from pathlib import Path
 
 import dagster as dg
 
-from hermes_assets.defs import run_log, settings
+from hermes_assets.defs import console, run_log  # noqa: F401  (run_log: our events in the run log)
 from hermes_assets.lib import logs
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    logs.configure(settings.load().log_format)
-    run_log.quiet_dagster_warnings()
-    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
+    settings = console.checked_settings()
+    logs.configure(settings.log_format, level=settings.log_level)
+    console.quiet_dagster_warnings()
+    console.explain_partition_errors()
+    try:
+        return dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
+    except Exception as exc:
+        bad = console.setting_error(exc)
+        if bad is None or isinstance(bad, console.BadSetting):
+            raise
+        console.stop(bad)

@@ -1,14 +1,20 @@
-"""Shared fixtures: copies of the shared Hermes stores, and real-writer scenario stores.
+"""Shared fixtures: copies of the repository's Hermes stores, and real-writer scenario stores.
 
-The shared fixtures (``../shared/fixtures/<name>/state.db``) are never opened in
-place: even a ``mode=ro`` open of a WAL store creates ``-wal``/``-shm`` beside
-it. :func:`fixture_copy` copies one into the test's ``tmp_path`` first.
+The fixture stores live in ``tests/fixtures/<name>/state.db`` (how each was
+made: ``tests/fixtures/README.md``). They are never opened in place: even a
+``mode=ro`` open of a WAL store creates ``-wal``/``-shm`` beside it.
+:func:`fixture_copy` copies one into the test's ``tmp_path`` first.
+
+Under CI (``CI`` set) a skipped test is a failure: ``.ci/run`` provides every
+prerequisite, so a skip there can only hide a broken set-up (see
+:func:`pytest_runtest_makereport`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,33 +22,43 @@ import pytest
 from tests.support.hermes_writer import HermesWriter
 from tests.support.skips import unavailable
 
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
 
-def shared_dir() -> Path:
-    """``../shared`` next to the repo, or ``$HERMES_ASSETS_SHARED``."""
-    override = os.environ.get("HERMES_ASSETS_SHARED")
-    return Path(override) if override else Path(__file__).resolve().parents[1].parent / "shared"
+#: The daily partitions are built once per process, when ``hermes_assets.defs.partitions`` is
+#: first imported; unset, their start would depend on which test's Hermes home that happened
+#: in. This process pins them to a start that holds every fixture's days and today. Tests of
+#: the start-from-history rule load the definitions in a fresh process of their own.
+SUITE_START_DATE = "2025-01-01"
+os.environ["HERMES_ASSETS_START_DATE"] = SUITE_START_DATE
+import hermes_assets.defs.partitions  # noqa: E402,F401  (built now, with the pinned start)
+
+
+def fixture_dir(name: str) -> Path:
+    """``tests/fixtures/<name>``: a fixture store and what ships with it."""
+    return FIXTURES / name
 
 
 def fixture_store(name: str) -> Path:
-    """Path of a shared fixture store (read it only through a copy)."""
-    return shared_dir() / "fixtures" / name / "state.db"
+    """Path of a fixture store (read it only through a copy)."""
+    return fixture_dir(name) / "state.db"
 
 
 def copy_fixture(name: str, dest_dir: Path) -> Path:
-    """Copy ``fixtures/<name>/state.db`` to ``dest_dir/state.db`` (writable, no -wal/-shm)."""
+    """Copy ``tests/fixtures/<name>/state.db`` to ``dest_dir/state.db`` (writable, no -wal/-shm)."""
     src = fixture_store(name)
-    if not src.is_file():
-        unavailable(f"shared fixture {src} is not available (set HERMES_ASSETS_SHARED)")
+    if not src.is_file():  # part of the repository: its absence is a broken checkout, never a skip
+        pytest.fail(f"fixture store {src} is missing from the checkout")
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / "state.db"
-    shutil.copyfile(src, dest)  # contents only: the shared files are read-only
+    shutil.copyfile(src, dest)  # contents only: the checkout's file modes do not matter
     os.chmod(dest, 0o644)
     return dest
 
 
 @pytest.fixture
 def fixture_copy(tmp_path):
-    """``fixture_copy(name)`` -> path of a private copy of a shared fixture store."""
+    """``fixture_copy(name)`` -> path of a private copy of a fixture store."""
 
     def _copy(name: str, subdir: str | None = None) -> Path:
         return copy_fixture(name, tmp_path / (subdir or f"fixture-{name}"))
@@ -64,3 +80,36 @@ def hermes_db(tmp_path, monkeypatch):
         yield writer
     finally:
         writer.close()
+
+
+@pytest.fixture
+def unwritable_folder(tmp_path):
+    """A folder this user cannot write into: mode 0500, or, for root (whom modes do not stop),
+    a read-only mount. Given back writable at the end."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        yield folder
+        folder.chmod(0o700)
+        return
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0755", "tmpfs", str(folder)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        unavailable(f"root cannot mount a read-only tmpfs here ({mount.stderr.strip()})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI a skip is a failure, whoever skipped (``pytest.skip``, a ``skipif`` mark, a
+    missing import): ``.ci/run`` proves the suite runs whole, so 0 tests may be skipped."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI ({reason}): CI runs every test, so a skip is a broken set-up"

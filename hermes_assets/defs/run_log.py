@@ -92,21 +92,4 @@ def install() -> None:
     logs.add_sink(forward_to_run_log)
 
 
-class _NotOurLocationName(logging.Filter):
-    """Drops Dagster's warning that ``code_location_name`` of ``[tool.dg.project]`` is not
-    the name a CLI gives the location (``dagster ... -m hermes_assets.definitions`` names
-    it after the module): printed some 25 times per command. The name only serves
-    app-managed components, of which this project has none."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "configured on this project does not match the name" not in record.getMessage()
-
-
-def quiet_dagster_warnings() -> None:
-    """Silence the Dagster warnings this project's own set-up triggers (idempotent)."""
-    tree = logging.getLogger("dagster.components.core.component_tree")
-    if not any(isinstance(f, _NotOurLocationName) for f in tree.filters):
-        tree.addFilter(_NotOurLocationName())
-
-
 install()

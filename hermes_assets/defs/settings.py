@@ -6,11 +6,15 @@ value and the accepted form::
 
     HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)
 
-The definitions call :func:`load` when they load, so a mistake stops
-``dagster dev``, the daemon and the CLI before anything runs. Load time
-checks the form only: whether an explicit store exists is checked per run
-and per tick. The core library (``hermes_assets/lib``) never reads the
-environment: it receives these values as arguments.
+The definitions check the settings when they load (:func:`check`: the form
+of every value, and that the local folders the project writes can be
+written), and ``make run`` checks them before it starts Dagster
+(``python -m hermes_assets.defs.settings``, exit status 2), so a mistake is
+one line before anything runs; ``hermes_assets/defs/console.py`` decides how
+that line reaches a person (the CLI, the UI). Whether an explicit store
+exists is checked per run and per tick. The core library
+(``hermes_assets/lib``) never reads the environment: it receives these values
+as arguments.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import sys
+import tempfile
 from typing import Annotated, Literal, Mapping
 from urllib.parse import urlparse
 
@@ -31,6 +37,7 @@ from hermes_assets.lib.errors import ConfigurationError
 
 EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
 LOG_FORMATS = logs.FORMATS
+LOG_LEVELS = logs.LEVELS
 FILE_MODES = tuple(warehouse_modes.FILE_MODES)
 #: schemes ``pyarrow.fs.FileSystem.from_uri`` opens
 URI_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
@@ -69,11 +76,13 @@ class Settings(pydantic.BaseModel):
     hermes_home: Path = Field(default_factory=store_discovery.default_hermes_home)
     state_db: str | None = None
     warehouse: Annotated[str, AfterValidator(_path_or_uri)]
-    start_date: Annotated[dt.date, BeforeValidator(_iso_date)] = dt.date(2025, 1, 1)
+    #: None: the day of the earliest session in the stores (``defs/partitions.py``)
+    start_date: Annotated[dt.date | None, BeforeValidator(_iso_date)] = None
     policy_list: Path = policy.DEFAULT_LIST
     poll_seconds: Annotated[int, Field(ge=MIN_POLL_SECONDS)] = 30
     executor: Literal[EXECUTORS] = "in_process"
     log_format: Literal[LOG_FORMATS] | None = None
+    log_level: Literal[LOG_LEVELS] = "info"
     busy_timeout_ms: PositiveInt = store_discovery.DEFAULT_BUSY_TIMEOUT_MS
     file_mode: Literal[FILE_MODES] = "private"
     spool: Path | None = None
@@ -82,8 +91,9 @@ class Settings(pydantic.BaseModel):
     user_home: str = Field(default_factory=lambda: os.path.expanduser("~"))
 
     @property
-    def start_day(self) -> str:
-        return self.start_date.isoformat()
+    def start_day(self) -> str | None:
+        """``HERMES_ASSETS_START_DATE`` as ``YYYY-MM-DD``, or None when it is unset."""
+        return self.start_date.isoformat() if self.start_date else None
 
 
 #: field -> (environment variable, the accepted form as an error message says it)
@@ -96,6 +106,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "poll_seconds": ("HERMES_ASSETS_POLL_SECONDS", f"an integer >= {MIN_POLL_SECONDS} (seconds)"),
     "executor": ("HERMES_ASSETS_EXECUTOR", f"one of {', '.join(EXECUTORS)}"),
     "log_format": ("HERMES_ASSETS_LOG_FORMAT", f"one of {', '.join(LOG_FORMATS)}"),
+    "log_level": ("HERMES_ASSETS_LOG_LEVEL", f"one of {', '.join(LOG_LEVELS)}"),
     "busy_timeout_ms": ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "a positive integer (milliseconds)"),
     "file_mode": ("HERMES_ASSETS_FILE_MODE", f"one of {', '.join(FILE_MODES)}"),
     "spool": ("HERMES_ASSETS_SPOOL", "a folder path"),
@@ -118,9 +129,71 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     if "warehouse" not in values:
         home = environ.get("DAGSTER_HOME", "").strip()
         values["warehouse"] = os.path.join(home, "warehouse") if home else "warehouse"
+    if "log_level" in values:
+        values["log_level"] = values["log_level"].lower()
     try:
         return Settings(**values)
     except pydantic.ValidationError as exc:
         field = str(exc.errors()[0]["loc"][0])
         name, form = VARIABLES[field]
         raise ConfigurationError(f"{name}={values.get(field)!r} is not {form}") from None
+
+
+#: the settings that name a local folder the project writes into (checked by :func:`check`)
+WRITTEN_FOLDERS = ("warehouse", "spool")
+
+
+def check(environ: Mapping[str, str] | None = None) -> Settings:
+    """:func:`load`, then whether each local folder the project writes (the warehouse,
+    a spool that is set) can be written by this user: a folder that does not exist yet
+    must be creatable. One probe each, in the folder or its nearest existing parent: a
+    temporary folder made and removed at once (the only way to ask that also answers
+    for root on a read-only mount). A URI warehouse is not probed (its store keeps
+    its own access control).
+
+    Raises :class:`ConfigurationError` with one line naming the setting.
+    """
+    settings = load(environ)
+    for field in WRITTEN_FOLDERS:
+        value = getattr(settings, field)
+        parsed = urlparse(value or "")
+        if value is None or parsed.scheme.lower() not in ("", "file") or len(parsed.scheme) == 1:
+            continue
+        problem = _unwritable(parsed.path if parsed.scheme else value)
+        if problem:
+            name, _ = VARIABLES[field]
+            raise ConfigurationError(f"{name}={value!r} is not a folder this user can write: {problem}")
+    return settings
+
+
+def _unwritable(folder: str) -> str | None:
+    """Why ``folder`` cannot be written (or created), or None when it can."""
+    probe = folder
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        return f"{probe} is not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hermes_assets-probe-", dir=probe))
+    except OSError as exc:
+        what = "it" if probe == folder else f"its parent {probe}"
+        return f"{what} cannot be written ({exc.strerror or exc})"
+    return None
+
+
+def main() -> int:
+    """``python -m hermes_assets.defs.settings``: check the settings of this environment
+    (``make run`` does, before it starts Dagster); one line and status 2 on a bad one."""
+    try:
+        check()
+    except ConfigurationError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -36,6 +36,9 @@ ANALYTICS = tuple(schemas.ANALYTICS)
 
 TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 COSTS = ("estimated_cost_usd", "actual_cost_usd")
+#: costs are summed in floating point; a day's figures are rounded to the micro-dollar, as a
+#: person reads money (0.192284, not 0.19228399999999998)
+COST_DIGITS = 6
 
 #: the columns each asset reads (the IO manager reads nothing else)
 USAGE_INPUTS = {
@@ -136,7 +139,10 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
       entry) or have it as their own model; a session can count under several.
     * ``total_tokens`` is Hermes's own total: input + cache read + cache write
       + output (reasoning tokens are part of the output).
-    * Costs are ``NULL`` where Hermes recorded none.
+    * Costs are as Hermes writes them, summed and rounded to the micro-dollar:
+      ``NULL`` only where no session of the row has any (hermes-agent 0.19 writes
+      ``0.0``, not NULL, into ``session_model_usage.actual_cost_usd`` when a
+      provider reported no cost, so a day's ``actual_cost_usd`` is usually 0.0).
     """
     sessions, messages, gateway = live(sessions, SESSIONS), live(messages, MESSAGES), live(gateway, GATEWAY)
     acc: dict[str | None, dict] = defaultdict(lambda: {
@@ -176,14 +182,14 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
             **{k: row[k] for k in ("messages", "tool_calls", "api_calls", *TOKENS)},
             "total_tokens": row["input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"]
             + row["output_tokens"],
-            **{c: row[c] for c in COSTS},
+            **{c: None if row[c] is None else round(row[c], COST_DIGITS) for c in COSTS},
         })
     table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_USAGE)
     totals: dict[str, int | float] = {"models": table.num_rows, "sessions": len(own_model)}
     for name in ("messages", "tool_calls", "api_calls", *TOKENS, "total_tokens"):
         totals[name] = sum(r[name] for r in rows)
     for name in COSTS:
-        totals[name] = float(sum(r[name] or 0.0 for r in rows))
+        totals[name] = round(float(sum(r[name] or 0.0 for r in rows)), COST_DIGITS)
     return DayFigures(table, totals)
 
 

@@ -464,32 +464,34 @@ def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
         return reason
     failures = "; ".join(f"{s.store.path} could not be read ({s.failure.error_kind}): {s.failure.message}"
                          for s in failed)
-    text = (f"{len(failed)} store(s) failed, their cursor entries are kept and the next tick reads them "
-            f"again: {failures}")
-    return f"{text} | other stores: {reason}" if reason else text
+    text = (f"{_count(len(failed), 'store')} could not be read; the next check reads "
+            f"{'it' if len(failed) == 1 else 'them'} again (their cursor entries are kept): {failures}")
+    return f"{text} | the other stores: {reason}" if reason else text
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _healthy_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
+    """Why a tick requested nothing, as a person reads it in the UI (the sensor's latest tick)."""
     missing = [s.store.path for s in scans if s.status == MISSING]
     if scans and len(missing) == len(scans):
         return "; ".join(f"no Hermes installation at {p}" for p in missing)
     if changed:
         days = sorted(changed)
         return (
-            f"{len(days)} day(s) changed ({', '.join(days[:5])}{' ...' if len(days) > 5 else ''}) but none is a "
-            f"partition yet: kept pending ({len(pending)} pending in all)"
+            f"no change to capture yet: Hermes has new activity on {_count(len(days), 'day')} outside the "
+            f"partitions ({', '.join(days[:5])}{' ...' if len(days) > 5 else ''}), kept pending "
+            f"({len(pending)} in all) until they are partitions: the partitions start at "
+            "HERMES_ASSETS_START_DATE or, unset, at the earliest session when the definitions loaded "
+            "(Reload definitions after restoring older history)"
         )
     read = [s for s in scans if s.status in (READ, NEW, REPLACED)]
-    rotated = [s for s in scans if s.status == ROTATED]
-    tail = f"; missing: {', '.join(missing)}" if missing else ""
+    tail = f"; no store yet at {', '.join(missing)}" if missing else ""
+    watched = len(scans) - len(missing)
+    store = "the Hermes store" if watched == 1 else f"the {watched} Hermes stores"
     if read:
-        return (
-            f"no change: the files of {len(read)} store(s) moved but no captured row changed "
-            f"(a checkpoint or a write outside the captured tables){tail}"
-        )
-    if rotated:
-        return (
-            f"no change: {len(rotated)} store(s) unchanged since the last tick; the rotation checked "
-            f"{sum(s.tier2_days for s in rotated)} day(s) of long text{tail}"
-        )
-    return f"no change: {len(scans) - len(missing)} store(s) unchanged since the last tick{tail}"
+        return (f"no change: Hermes wrote to {store} (a checkpoint, or tables this project does not capture) "
+                f"but no session or message changed{tail}")
+    return f"no change: nothing new in {store} since the last check{tail}"

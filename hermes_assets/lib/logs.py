@@ -4,8 +4,9 @@ Event names are ``hermes.<area>.<event>``; fields are ids and counts
 (``session_id``, ``day``, ``rows``, ``error_kind``), never message content.
 :func:`configure` picks ``json`` (one JSON object per line) or ``console``
 (default: console on a terminal, else JSON lines); the Dagster shell passes
-the ``HERMES_ASSETS_LOG_FORMAT`` setting. Lines go to the process's *current*
-``sys.stderr`` unless :func:`configure` is given a stream.
+the ``HERMES_ASSETS_LOG_FORMAT`` setting, and the lowest level printed
+(``HERMES_ASSETS_LOG_LEVEL``, ``info`` by default). Lines go to the process's
+*current* ``sys.stderr`` unless :func:`configure` is given a stream.
 
 Sinks: the Dagster shell registers a callable with :func:`add_sink` that
 receives ``(level, event, fields)`` for every event, so the same events also
@@ -23,12 +24,15 @@ from typing import Callable
 import structlog
 
 FORMATS = ("json", "console")
+#: the lowest level printed (``info`` unless asked: ``HERMES_ASSETS_LOG_LEVEL``)
+LEVELS = ("debug", "info", "warning", "error")
 
 #: ``sink(level, event, fields)``; called for every event that passes the level filter
 Sink = Callable[[str, str, dict], None]
 
 _configured = False
 _format: str | None = None  # the format asked for (None: by terminal)
+_level = "info"
 _stream = None  # None: whatever sys.stderr is at the time of each write
 _sinks: list[Sink] = []
 _binders: list[Callable[[], dict]] = []
@@ -42,14 +46,15 @@ def resolve_format(fmt: str | None = None, stream=None) -> str:
     return "console" if getattr(target, "isatty", lambda: False)() else "json"
 
 
-def configure(fmt: str | None = None, stream=None) -> None:
-    """Configure structlog once per process (again whenever ``fmt`` or ``stream`` is given)."""
-    global _configured, _stream, _format
-    if _configured and (fmt is None or fmt == _format) and stream is None:
+def configure(fmt: str | None = None, stream=None, level: str | None = None) -> None:
+    """Configure structlog once per process (again whenever ``fmt``, ``stream`` or ``level`` is given)."""
+    global _configured, _stream, _format, _level
+    if _configured and (fmt is None or fmt == _format) and stream is None and (level is None or level == _level):
         return
-    _stream = stream
-    _format = fmt
-    chosen = resolve_format(fmt, stream)
+    if fmt is not None or stream is not None or not _configured:  # a call that only sets the level keeps them
+        _format, _stream = fmt, stream
+    _level = level or _level
+    chosen = resolve_format(_format, _stream)
     renderer = (
         structlog.dev.ConsoleRenderer(colors=False)
         if chosen == "console"
@@ -65,7 +70,7 @@ def configure(fmt: str | None = None, stream=None) -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, _level.upper())),
         logger_factory=_logger_factory,
         cache_logger_on_first_use=False,
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, SESSIONS
-from tests.support.skips import unavailable
+from tests.conftest import copy_fixture
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 #: the analytics layer built on them (SPEC §11)
@@ -42,24 +41,9 @@ RANGE_END = "dagster/asset_partition_range_end"
 # --------------------------------------------------------------------------
 
 
-def shared_dir() -> Path:
-    """``../shared`` beside the repo, or ``$HERMES_ASSETS_SHARED``."""
-    override = os.environ.get("HERMES_ASSETS_SHARED")
-    return Path(override) if override else Path(__file__).resolve().parents[2].parent / "shared"
-
-
 def copy_small(dest_dir: Path) -> Path:
     """Copy the small fixture store to ``dest_dir/state.db`` (never open it in place)."""
-    import pytest
-
-    src = shared_dir() / "fixtures" / "small" / "state.db"
-    if not src.is_file():
-        unavailable(f"shared fixture {src} is not available (set HERMES_ASSETS_SHARED)")
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / "state.db"
-    shutil.copyfile(src, dest)
-    os.chmod(dest, 0o644)
-    return dest
+    return copy_fixture("small", dest_dir)
 
 
 def store_sessions(db: Path) -> dict[str, dict]:

@@ -96,7 +96,7 @@ totals AS (
     SELECT day, model, sum(api_calls) AS api_calls, sum(input_tokens) AS input_tokens,
            sum(output_tokens) AS output_tokens, sum(cache_read_tokens) AS cache_read_tokens,
            sum(cache_write_tokens) AS cache_write_tokens, sum(reasoning_tokens) AS reasoning_tokens,
-           sum(estimated_cost_usd) AS estimated_cost_usd, sum(actual_cost_usd) AS actual_cost_usd
+           round(sum(estimated_cost_usd), 6) AS estimated_cost_usd, round(sum(actual_cost_usd), 6) AS actual_cost_usd
     FROM usage GROUP BY ALL
 )
 SELECT m.day, m.model, count(*) AS sessions, coalesce(any_value(msgs.n), 0) AS messages,
@@ -222,6 +222,10 @@ def test_each_day_carries_its_totals_as_numeric_metadata(small_everything):
             assert isinstance(usage[name], int)
         assert usage["estimated_cost_usd"] == pytest.approx(sum(r["estimated_cost_usd"] or 0 for r in rows))
         assert isinstance(usage["estimated_cost_usd"], float)
+        # money to the micro-dollar, in the files and the metadata alike (no 0.19228399999999998)
+        for value in [usage["estimated_cost_usd"], usage["actual_cost_usd"],
+                      *(r[c] for r in rows for c in ("estimated_cost_usd", "actual_cost_usd") if r[c] is not None)]:
+            assert value == round(value, 6) and len(repr(value).partition(".")[2]) <= 6, (day, value)
         sessions = con.execute("SELECT count(*) FROM hermes_sessions WHERE partition_day = ?", [day]).fetchone()[0]
         assert usage["sessions"] == sessions, day
         tools_file = day_path(cap.warehouse, TOOLS, day)

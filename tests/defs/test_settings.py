@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.defs import settings
+from hermes_assets.defs import console, settings
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.policy import LOCAL_ONLY, PolicyResolver
 
@@ -31,6 +31,7 @@ BAD = [
     ("HERMES_ASSETS_POLL_SECONDS", "-3", "an integer >= 5 (seconds)"),
     ("HERMES_ASSETS_POLL_SECONDS", "2", "an integer >= 5 (seconds)"),
     ("HERMES_ASSETS_LOG_FORMAT", "xml", "one of json, console"),
+    ("HERMES_ASSETS_LOG_LEVEL", "verbose", "one of debug, info, warning, error"),
     ("HERMES_ASSETS_EXECUTOR", "bogus", "one of in_process, multiprocess, k8s, celery"),
     ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "-1", "a positive integer (milliseconds)"),
     ("HERMES_ASSETS_FILE_MODE", "world", "one of private, group"),
@@ -52,7 +53,8 @@ def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_the_form(name
 def test_defaults_and_types(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     s = settings.load({"DAGSTER_HOME": str(tmp_path / "dh")})
-    assert s.start_date == dt.date(2025, 1, 1) and s.start_day == "2025-01-01"
+    assert s.start_date is None and s.start_day is None  # unset: where the history starts (defs/partitions.py)
+    assert s.log_level == "info"
     assert s.warehouse == str(tmp_path / "dh" / "warehouse")
     assert s.hermes_home == str(tmp_path / ".hermes") and s.state_db is None
     assert s.policy_list == str(tmp_path / ".hyp" / "hypaware" / "usage-policy" / "local-only.json")
@@ -82,13 +84,40 @@ def test_the_policy_list_comes_from_the_setting_then_the_users_home(tmp_path, mo
 
 
 def test_definitions_do_not_load_with_a_bad_setting(capture, monkeypatch):
+    """Outside a typed command (here: pytest) the load fails with the line itself, as a Dagster
+    error Dagster does not wrap: what a code server reports and the UI shows."""
     monkeypatch.setenv("HERMES_ASSETS_LOG_FORMAT", "xml")
-    with pytest.raises(Exception) as info:
+    with pytest.raises(console.BadSetting) as info:
         capture.defs()
-    err = info.value
-    while err is not None and not isinstance(err, ConfigurationError):
-        err = err.__cause__ or err.__context__
-    assert err is not None and str(err) == "HERMES_ASSETS_LOG_FORMAT='xml' is not one of json, console"
+    assert str(info.value) == "HERMES_ASSETS_LOG_FORMAT='xml' is not one of json, console"
+    assert isinstance(info.value, ConfigurationError) and info.value.__cause__ is None
+
+
+def test_a_setting_a_definitions_module_cannot_honour_is_one_line_too(capture, monkeypatch):
+    monkeypatch.setenv("HERMES_ASSETS_EXECUTOR", "k8s")  # dagster-k8s is not installed
+    with pytest.raises(console.BadSetting) as info:
+        capture.defs()
+    assert str(info.value) == "HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s==0.29.27 installed"
+
+
+def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, unwritable_folder):
+    for warehouse, why in ((unwritable_folder, "cannot be written"),
+                           (unwritable_folder / "new" / "warehouse", "cannot be written"),
+                           (tmp_path / "a-file" / "warehouse", "is not a folder")):
+        (tmp_path / "a-file").write_text("")
+        with pytest.raises(ConfigurationError) as info:
+            settings.check({"HERMES_ASSETS_WAREHOUSE": str(warehouse)})
+        message = str(info.value)
+        assert message.startswith(f"HERMES_ASSETS_WAREHOUSE={str(warehouse)!r} is not a folder this user can write: ")
+        assert why in message and "\n" not in message
+    (tmp_path / "fresh").mkdir()
+    ok = tmp_path / "fresh" / "new" / "warehouse"
+    assert settings.check({"HERMES_ASSETS_WAREHOUSE": str(ok)}).warehouse == str(ok)
+    assert list((tmp_path / "fresh").iterdir()) == [], "the probe leaves nothing behind"
+    # a URI warehouse is the store's business; a spool that is set is probed like a warehouse
+    assert settings.check({"HERMES_ASSETS_WAREHOUSE": "s3://bucket/prefix"}).warehouse == "s3://bucket/prefix"
+    with pytest.raises(ConfigurationError, match=r"^HERMES_ASSETS_SPOOL="):
+        settings.check({"HERMES_ASSETS_WAREHOUSE": "s3://b/p", "HERMES_ASSETS_SPOOL": str(unwritable_folder)})
 
 
 @pytest.mark.e2e

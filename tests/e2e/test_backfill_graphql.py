@@ -126,13 +126,17 @@ def _free_port() -> int:
 
 
 class DagsterDev:
-    def __init__(self, env: dict, log_path: Path):
+    """``dagster dev -w workspace.yaml`` (or ``dg dev`` with ``dg=True``) on a free loopback port."""
+
+    def __init__(self, env: dict, log_path: Path, dg: bool = False):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = open(log_path, "wb")
+        command = ([str(Path(dagster_bin()).with_name("dg")), "dev"] if dg
+                   else [dagster_bin(), "dev", "-w", "workspace.yaml"])
         self.proc = subprocess.Popen(
-            [dagster_bin(), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)],
+            [*command, "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: webserver, daemon, code server, runs
         )
@@ -153,7 +157,9 @@ class DagsterDev:
         assert not doc.get("errors"), doc["errors"]
         return doc["data"]
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, loaded: bool = True) -> dict:
+        """Wait for the webserver and the code location; returns the location's ``locationOrLoadError``
+        (with ``loaded=False`` a load error is an answer too, not a failure)."""
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             self._alive()
@@ -170,11 +176,12 @@ class DagsterDev:
             self._alive()
             ws = self.graphql(WORKSPACE_Q)["workspaceOrError"]
             entries = ws.get("locationEntries") or []
-            loaded = [e for e in entries if e["name"] == "hermes_assets" and e["loadStatus"] == "LOADED"]
-            if loaded:
-                error = loaded[0]["locationOrLoadError"]
-                assert error["__typename"] == "RepositoryLocation", error
-                return
+            ready = [e for e in entries if e["name"] == "hermes_assets" and e["loadStatus"] == "LOADED"]
+            if ready:
+                error = ready[0]["locationOrLoadError"]
+                if loaded:
+                    assert error["__typename"] == "RepositoryLocation", error
+                return error
             if time.monotonic() > deadline:
                 pytest.fail(f"code location not loaded: {ws}\n{self.log_tail()}")
             time.sleep(0.5)

@@ -80,9 +80,9 @@ def test_each_store_keeps_its_own_sensor_cursor(capture, fleet):
     entries = driver.state["stores"]
     assert {e["label"] for e in entries.values()} == set(LABELS)
     assert set(entries) == {str(fleet / label / "state.db") for label in LABELS}
-    assert driver.tick().skip.startswith("no change: 3 store(s) unchanged")
+    assert driver.tick().skip.startswith("no change: nothing new in the 3 Hermes stores")
     driver.settle()  # the tier-2 rotation stops 16 ticks after the files last changed
-    assert driver.tick().skip == "no change: 3 store(s) unchanged since the last tick"
+    assert driver.tick().skip == "no change: nothing new in the 3 Hermes stores since the last check"
 
     # one machine's Hermes writes a message into a session of DAYS[1]
     db_b = fleet / "machine-b" / "state.db"

@@ -14,7 +14,6 @@ import sqlite3
 
 import pytest
 
-from tests.support.skips import unavailable
 from tests.conftest import fixture_store
 from tests.faults.helpers import (
     DAY1,
@@ -45,8 +44,7 @@ def _sql(db, *statements) -> None:
 
 def _copy_fixture(name: str, dest) -> None:
     src = fixture_store(name)
-    if not src.is_file():
-        unavailable(f"shared fixture {src} is not available")
+    assert src.is_file(), f"fixture store {src} is missing from the checkout"
     shutil.copyfile(src, dest)  # in place over the old file: the same inode, as an upgrade leaves it
 
 

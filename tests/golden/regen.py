@@ -9,8 +9,8 @@ commit it.
     .venv/bin/python -m tests.golden.regen            # all fixtures
     .venv/bin/python -m tests.golden.regen small      # one fixture
 
-The shared fixtures are copied to a temp dir first and never opened in place.
-``HERMES_ASSETS_SHARED`` overrides where ``../shared`` is.
+The fixture stores (``tests/fixtures/<name>/state.db``) are copied to a temp
+dir first and never opened in place.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden rows of the shared fixture stores, and parity with HypAware's own rows.
+"""Golden rows of the fixture stores, and parity with HypAware's own rows.
 
 The golden files (``tests/golden/<fixture>.<dataset>.jsonl``) are the reviewed
 expected output of all three datasets; regenerate them only after a reviewed
@@ -19,10 +19,9 @@ import json
 
 import pytest
 
-from tests.conftest import fixture_store, shared_dir
+from tests.conftest import fixture_dir, fixture_store
 from tests.support.golden import DATASETS, FIXTURES, golden_path, read_golden, render_fixture
 from tests.support.project import CANONICAL_STORE_PATH
-from tests.support.skips import unavailable
 
 LOOPBACK = {"localhost", "127.0.0.1", "[::1]"}
 
@@ -30,8 +29,7 @@ LOOPBACK = {"localhost", "127.0.0.1", "[::1]"}
 @functools.lru_cache(maxsize=None)
 def rendered(fixture: str) -> dict[str, list[str]]:
     store = fixture_store(fixture)
-    if not store.is_file():
-        unavailable(f"shared fixture {store} is not available")
+    assert store.is_file(), f"fixture store {store} is missing from the checkout"
     return render_fixture(store)
 
 
@@ -104,9 +102,7 @@ EXTRA_HERMES_KEYS = {"active", "compacted", "observed", "usage_by_model", "sourc
 
 @pytest.fixture(scope="module")
 def parity_rows():
-    path = shared_dir() / "fixtures" / "small" / "hypaware-rows.jsonl.gz"
-    if not path.is_file():
-        unavailable(f"{path} is not available")
+    path = fixture_dir("small") / "hypaware-rows.jsonl.gz"
     with gzip.open(path, "rt", encoding="utf-8") as f:
         theirs = [json.loads(line) for line in f]
     # the rendered rows are normalized like HypAware's file: JSON columns parsed, timestamps ISO ...Z

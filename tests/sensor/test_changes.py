@@ -43,7 +43,7 @@ def test_our_own_read_does_not_look_like_a_change(fixture_copy):
     assert len(first.requests) == 14
     second = _plan(store, first.cursor_json)
     assert [s.status for s in second.scans] == [changes.ROTATED]  # files unchanged: only the rotation ran
-    assert second.skip_reason.startswith("no change: 1 store(s) unchanged since the last tick")
+    assert second.skip_reason.startswith("no change: nothing new in the Hermes store since the last check")
 
 
 def test_messages_written_without_touching_the_session_are_seen_by_mid(tmp_path):

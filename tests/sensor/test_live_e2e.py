@@ -5,7 +5,7 @@
    ``SessionDB``: every message reaches the warehouse within the bound, no
    ``part_id`` is duplicated, and a fresh backfill of the same days writes the
    very same files (live and backfill converge).
-2. Read while writing: ``../shared/tools/live_writer.py`` (two writer
+2. Read while writing: ``tools/live_writer.py`` (two writer
    processes, rewinds, compactions, /retry, reopen...) appends continuously
    while sensor ticks and materializations run in this process; no run fails,
    no output is ever inconsistent, and at the end the warehouse holds exactly
@@ -36,7 +36,6 @@ from hermes_assets.defs.io_manager import datasets_io_manager
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
-from tests.support.skips import unavailable
 from tests.sensor.harness import (
     DAGSTER,
     PYTHON,
@@ -59,7 +58,7 @@ DAEMON_LOOP_S = 5
 POLL_S = int(os.environ.get("HERMES_ASSETS_TEST_POLL_SECONDS", DAEMON_LOOP_S))
 #: how long the live Hermes writes: several sensor intervals
 WRITE_S = max(24, 4 * POLL_S)
-LIVE_WRITER = REPO.parent / "shared" / "tools" / "live_writer.py"
+LIVE_WRITER = REPO / "tools" / "live_writer.py"
 
 
 @pytest.fixture
@@ -295,8 +294,7 @@ def _live_rows(table, dataset: str):
 
 
 def test_read_while_hermes_writes(tmp_path, processes):
-    if not LIVE_WRITER.is_file():
-        unavailable(f"{LIVE_WRITER} is not available")
+    assert LIVE_WRITER.is_file(), f"{LIVE_WRITER} is missing from the checkout"
     home, warehouse, fresh = tmp_path / "hermes", tmp_path / "warehouse", tmp_path / "fresh"
     home.mkdir()
     policy_list = tmp_path / "no-policy-list.json"

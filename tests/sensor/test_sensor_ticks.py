@@ -47,7 +47,7 @@ class World:
     def settle(self) -> None:
         """Tick until the rotation stops (it runs for 16 ticks after the files last changed)."""
         self.sensor.settle()
-        assert self.sensor.tick().skip == "no change: 1 store(s) unchanged since the last tick"
+        assert self.sensor.tick().skip == "no change: nothing new in the Hermes store since the last check"
 
     def build(self) -> None:
         """Three days: A (open a1 with 4 messages, ended a2), B (open b1), C (ended c1)."""
@@ -127,7 +127,7 @@ def test_unchanged_files_mean_no_sql_at_all(built):
     try:
         tick = built.sensor.tick()
         assert tick.run_requests == []
-        assert tick.skip == "no change: 1 store(s) unchanged since the last tick"
+        assert tick.skip == "no change: nothing new in the Hermes store since the last check"
         assert built.sensor.cursor == remembered
     finally:
         db.write_bytes(original)
@@ -168,7 +168,7 @@ def test_checkpoint_moves_files_but_requests_nothing(built):
     tick = built.sensor.tick()
     assert tick.run_requests == []
     assert tick.skip.startswith("no change")
-    assert built.sensor.tick().skip.startswith("no change: 1 store(s) unchanged since the last tick")
+    assert built.sensor.tick().skip.startswith("no change: nothing new in the Hermes store since the last check")
 
 
 # --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Golden rows: the three datasets of each shared fixture store, as readable JSONL.
+"""Golden rows: the three datasets of each fixture store, as readable JSONL.
 
 One row per line, keys sorted, JSON columns as nested JSON, timestamps as ISO
 ``...Z`` strings. ``tests/golden/regen.py`` writes them; ``test_golden.py``

@@ -5,7 +5,7 @@ Tests describe a scenario by calling Hermes's own public methods
 ``archive_and_compact`` ...), so every store a test reads is one Hermes could
 have written. Time is simulated: ``hermes_state`` calls ``time.time()`` on its
 own module global, which :class:`HermesWriter` swaps for a :class:`TimeShim`
-while it is open (the same trick as ``../shared/tools/gen_state_db.py``).
+while it is open (the same trick as ``tools/gen_state_db.py``).
 
 Hostile cells that no Hermes API can produce (malformed JSON, invalid UTF-8,
 NULL in a NOT NULL column, ...) go through :meth:`HermesWriter.raw_sql`, which

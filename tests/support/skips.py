@@ -1,8 +1,9 @@
 """Skipping honestly: a missing prerequisite may skip a test only off CI.
 
-Under CI (``CI`` set) every prerequisite is installed by ``.ci/run`` or shipped
-beside the checkout (``../shared``), so its absence is a broken set-up and the
-test fails instead of skipping.
+Under CI (``CI`` set) every prerequisite is installed by ``.ci/run`` (the
+system packages) or ships in the repository (the fixture stores, the tools),
+so its absence is a broken set-up and the test fails instead of skipping.
+``tests/conftest.py`` holds every other skip to the same rule.
 """
 
 from __future__ import annotations

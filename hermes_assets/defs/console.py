@@ -1,0 +1,156 @@
+"""What a person sees when the definitions load: one line for a mistake, no flood (issue 20).
+
+A setting that cannot be honoured (``defs/settings.py``: a bad value, a
+warehouse this user cannot write, an executor whose package is missing) is
+one line that names the variable, the value and the accepted form:
+
+- in a command a person typed (``dg launch``, ``dg check defs``,
+  ``dg list defs``, ``dagster asset materialize``, ``dagster definitions
+  validate`` ...), that line is printed on stderr and the command exits with
+  status 2: no traceback, no Dagster frame around it;
+- in a server (the code server of ``dg dev``, whose load error the UI shows
+  as the code location's error; a run worker), loading fails with
+  :class:`BadSetting`, a Dagster error whose message is the line. Dagster
+  passes its own errors through as they are, so the UI shows the line, not
+  "Error occurred during the loading of Dagster definitions" with ours
+  three causes below.
+
+A partition key outside the partitions (``dg launch --partition 2020-01-01``)
+gets the same treatment in a typed command: one line saying where the
+partitions start and which setting moves them.
+
+Dagster's own warnings about this project's set-up are silenced here too
+(see :func:`quiet_dagster_warnings`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import warnings
+
+import dagster as dg
+
+from hermes_assets.defs import settings
+from hermes_assets.lib.errors import ConfigurationError
+
+#: the console scripts a person types; their server subcommands are not one-shot commands
+COMMANDS = ("dagster", "dg")
+SERVER_SUBCOMMANDS = ("api", "code-server", "dev")
+EXIT_BAD_SETTING = 2
+
+
+class BadSetting(ConfigurationError, dg.DagsterError):
+    """A setting that cannot be honoured, raised where Dagster shows it as it is (its message is the line).
+
+    Dagster asks users not to subclass its base error; this one does on purpose: Dagster
+    re-raises its own errors unwrapped when definitions fail to load, and that is what
+    makes the line, not a wrapper of it, the code location's error in the UI.
+    """
+
+    error_kind = ConfigurationError.error_kind
+
+
+def typed_command() -> bool:
+    """Whether this process is a command a person typed (``dg launch``, ``dagster asset
+    materialize`` ...), as opposed to a server or a run worker that Dagster started
+    (those run as ``python -m dagster ...``, or as ``dagster api``/``code-server``)."""
+    argv = sys.argv
+    return (bool(argv) and os.path.basename(argv[0]) in COMMANDS
+            and not (len(argv) > 1 and argv[1] in SERVER_SUBCOMMANDS))
+
+
+def setting_error(exc: BaseException) -> ConfigurationError | None:
+    """The configuration error behind ``exc`` (Dagster wraps what a definitions module raises)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ConfigurationError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def stop(error: ConfigurationError):
+    """Stop loading with ``error``'s one line: printed and exit 2 in a typed command, else
+    :class:`BadSetting` (what servers and the UI show)."""
+    line = str(error)
+    if typed_command():
+        print(line, file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_BAD_SETTING)
+    raise BadSetting(line) from None
+
+
+def checked_settings() -> settings.Settings:
+    """The settings, checked (``settings.check``); a bad one stops the load in one line."""
+    try:
+        return settings.check()
+    except ConfigurationError as exc:
+        stop(exc)
+
+
+def explain_partition_errors() -> None:
+    """In a typed command, an unknown partition key ends in one line naming what sets the
+    partitions (installed once; any other uncaught error keeps Python's own report)."""
+    if not typed_command() or getattr(sys.excepthook, "hermes_assets", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, exc, tb):
+        line = _partition_line(exc) if isinstance(exc, dg.DagsterError) else None
+        if line is None:
+            previous(kind, exc, tb)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    hook.hermes_assets = True
+    sys.excepthook = hook
+
+
+_KEY = re.compile(r"partition (?:with )?key `([^`]*)`")
+
+
+def _partition_line(exc: BaseException) -> str | None:
+    """One line for Dagster's "no such partition key" errors, or None for any other error."""
+    match = _KEY.search(str(exc))
+    if match is None:
+        return None
+    from hermes_assets.defs.partitions import daily_partitions
+
+    key, first, last = match.group(1), daily_partitions.get_first_partition_key(), \
+        daily_partitions.get_last_partition_key()
+    start = settings.load().start_day
+    why = (f"HERMES_ASSETS_START_DATE={start}" if start else
+           "HERMES_ASSETS_START_DATE is unset, so they start on the day of the earliest Hermes session")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", key):
+        return f"partition {key!r} is not a day: partitions are UTC days, YYYY-MM-DD ({first} to {last})"
+    if key < first:
+        return (f"partition {key} is before the first partition, {first} ({why}): "
+                f"set HERMES_ASSETS_START_DATE={key} or earlier to capture it")
+    if key > last:
+        return f"partition {key} is after the last partition, {last} (today, UTC, is the last)"
+    return None
+
+
+class _NotOurLocationName(logging.Filter):
+    """Drops Dagster's warning that ``code_location_name`` of ``[tool.dg.project]`` is not
+    the name a CLI gives the location (``dagster ... -m hermes_assets.definitions`` names
+    it after the module): printed some 25 times per command. The name only serves
+    app-managed components, of which this project has none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "configured on this project does not match the name" not in record.getMessage()
+
+
+def quiet_dagster_warnings() -> None:
+    """Silence the Dagster warnings this project's own set-up triggers (idempotent): the
+    location-name warning above, and the beta warning Dagster's own asset selection
+    parser raises for every ``--select``/``--assets`` string a command is given."""
+    tree = logging.getLogger("dagster.components.core.component_tree")
+    if not any(isinstance(f, _NotOurLocationName) for f in tree.filters):
+        tree.addFilter(_NotOurLocationName())
+    warnings.filterwarnings("ignore", message=r"Parameter `include_sources` of function `AssetSelection.all`",
+                            category=dg.BetaWarning)
+
