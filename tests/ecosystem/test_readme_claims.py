@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import shared_dir
 from tests.defs.harness import SMALL_DAYS, copy_small
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,9 +65,8 @@ def test_the_hermes_versions_table_names_stores_that_exist():
     (table,) = re.findall(r"## Hermes versions read\n(.*?)\n## ", README, re.S)
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Hermes")]
     assert [row.split("|")[2].strip() for row in rows] == ["11", "12-21", "22", "31"]
-    named = set(re.findall(r"`((?:\.\./shared/fixtures|tests/fixtures|tests/lib)/[\w./]+)`", table))
-    assert {"../shared/fixtures/oldest", "tests/fixtures/hermes_v022", "tests/fixtures/upgrade",
+    named = set(re.findall(r"`((?:tests/fixtures|tests/lib)/[\w./]+)`", table))
+    assert {"tests/fixtures/oldest", "tests/fixtures/small", "tests/fixtures/hermes_v022", "tests/fixtures/upgrade",
             "tests/lib/test_schema31.py"} <= named
     for path in named:
-        where = shared_dir() / path.removeprefix("../shared/") if path.startswith("../shared/") else REPO / path
-        assert where.exists(), path
+        assert (REPO / path).exists(), path
