@@ -382,6 +382,7 @@ def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rot
     new_by_sid = {}
     if since is not None and max_mid is not None and max_mid > since:
         new_by_sid = reader.sessions_with_messages_after(since)
+    usage_sids, usage = fp.usage_changes(None if old is None or replaced else old.usage)
     tier1 = fp.tier1()
     old_days = {} if old is None else old.days
     scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
@@ -396,12 +397,12 @@ def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rot
         scan.status = READ
         changed = {d for d, h in tier1.days.items() if d not in old_days or old_days[d].tier1 != h}
         changed |= set(old_days) - set(tier1.days)
-        changed |= {d for d in fp.days_of(new_by_sid).values() if d in tier1.days}
+        changed |= {d for d in fp.days_of(set(new_by_sid) | usage_sids).values() if d in tier1.days}
     # a change of the files restarts the rotation; the share never drops while it runs
     share = _share(len(tier1.days), rotation)
     days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1)
     return StoreState(store.label, identity, max_mid, seq, days,
-                      Rotation(tick=rotation.tick + 1, hot=ROTATION_TICKS - 1, share=share))
+                      Rotation(tick=rotation.tick + 1, hot=ROTATION_TICKS - 1, share=share), usage)
 
 
 def _rotate(scan: StoreScan, old: StoreState, rotation: Rotation, fp: Fingerprinter) -> StoreState:
@@ -411,7 +412,7 @@ def _rotate(scan: StoreScan, old: StoreState, rotation: Rotation, fp: Fingerprin
     share = _share(len(tier1), rotation)
     days = _digest(scan, fp, tier1, old.days, set(), share, rotation.tick + 1)
     return StoreState(old.label, old.files, old.max_mid, old.seq, days,
-                      Rotation(tick=rotation.tick + 1, hot=rotation.hot - 1, share=share))
+                      Rotation(tick=rotation.tick + 1, hot=rotation.hot - 1, share=share), old.usage)
 
 
 def _share(n_days: int, rotation: Rotation) -> int:

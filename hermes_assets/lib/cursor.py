@@ -6,13 +6,15 @@ the same text and Dagster does not store it again)::
 
     {"version": 3,
      "stores": {"<path>": {"label", "files", "max_mid", "seq", "rotation": {"tick", "hot", "share"},
+                           "usage": [max rowid, max last_seen, [[rowid, last_seen], ...]],
                            "days": {"<day>": [tier 1, tier 2, stamp, captured]}}},
      "pending": {"<day>": "<h>"},
      "attempts": {"<day>": {"run_key", "fingerprints", "requested_at", "failures", "retry_at", "error"}},
      "failing": ["<day>", ...]}
 
 - per store: the files' identity (``[inode, size, mtime_ns]`` of the db and
-  its ``-wal``), the message marks, the rotation, and per UTC day the two
+  its ``-wal``), the ``messages`` and ``session_model_usage`` marks, the
+  rotation, and per UTC day the two
   fingerprints of :mod:`hermes_assets.lib.fingerprint`, the rotation tick of
   the tier-2 digest and the fingerprint last **captured** (the one a run that
   succeeded was asked for; ``null`` before any);
@@ -22,10 +24,11 @@ the same text and Dagster does not store it again)::
   fingerprint in each store when it was requested, and its failures;
 - ``failing``: the days last reported failing by the ``days_captured`` check.
 
-Older cursors: version 2 (no ``captured``, no attempts) is migrated, every day
-counting as captured, as version 2 took it; version 1, an unknown version or a
-cursor that is not JSON is reset: every day of every store is requested once.
-Each is one warning in the log.
+Older cursors are reset, with one warning: their fingerprints cannot be
+compared with these (version 3 watches more columns and tables), so every day
+of every store is requested once, which also writes the new columns into
+days captured before; days pending are kept. A cursor of an unknown version,
+or one that is not JSON, is reset the same way.
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ class StoreState:
     seq: int | None
     days: dict[str, DayMark] = field(default_factory=dict)
     rotation: Rotation = field(default_factory=Rotation)
+    #: ``session_model_usage`` marks: ``[max rowid, max last_seen, [[rowid, last_seen] of the last
+    #: seconds]]`` (:meth:`~hermes_assets.lib.fingerprint.Fingerprinter.usage_changes`); None: no table
+    usage: list | None = None
 
     def to_json(self) -> dict:
         return {
@@ -93,6 +99,7 @@ class StoreState:
             "seq": self.seq,
             "days": {d: m.to_json() for d, m in self.days.items()},
             "rotation": {"tick": self.rotation.tick, "hot": self.rotation.hot, "share": self.rotation.share},
+            "usage": self.usage,
         }
 
     @classmethod
@@ -104,6 +111,7 @@ class StoreState:
             seq=value.get("seq"),
             days={d: DayMark.from_json(m) for d, m in (value.get("days") or {}).items()},
             rotation=Rotation(**(value.get("rotation") or {})),
+            usage=value.get("usage"),
         )
 
 
@@ -166,18 +174,10 @@ def load_cursor(text: str | None) -> Cursor:
                 attempts={d: Attempt.from_json(a) for d, a in (raw.get("attempts") or {}).items()},
                 failing=list(raw.get("failing") or []),
             )
-        if version == 2:
-            stores = {p: StoreState.from_json(s) for p, s in raw.get("stores", {}).items()}
-            for state in stores.values():
-                for mark in state.days.values():
-                    mark.captured = mark.fingerprint
-            log.warning("hermes.sensor.cursor_migrated", from_version=2, to_version=CURSOR_VERSION,
-                        stores=len(stores), reason="version 2 counted a day as done when it requested it: "
-                        "every day it knew counts as captured")
-            return Cursor(stores=stores, pending=dict(raw.get("pending") or {}))
-        if version == 1:
-            log.warning("hermes.sensor.cursor_reset", from_version=1, stores=len(raw.get("stores") or {}),
-                        reason="fingerprints of cursor version 1 are not comparable: every day is requested once")
+        if version in (1, 2):
+            log.warning("hermes.sensor.cursor_reset", from_version=version, stores=len(raw.get("stores") or {}),
+                        reason=f"fingerprints of cursor version {version} are not comparable with version "
+                        f"{CURSOR_VERSION}'s (more columns and tables watched): every day is requested once")
             return Cursor(pending=dict(raw.get("pending") or {}))
     except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a cursor edited or cut short
         return _reset(f"version {version} but malformed ({type(exc).__name__}: {exc})")

@@ -61,8 +61,9 @@ from hermes_assets.lib.state_db import StoreReader
 from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day
 
 #: short text columns whose content tier 1 compares on every tick: those Hermes rewrites
-#: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares)
-TIER1_TEXT = ("title", "model", "handoff_state")
+#: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares); the
+#: last two are Hermes v0.22's (schema 31), absent (and skipped) in older stores
+TIER1_TEXT = ("title", "model", "handoff_state", "title_source", "system_prompt_hash")
 #: number columns tier 1 compares on every tick (besides ``ended_at``); costs are
 #: scaled to micro-dollars so that they share one float sum with the counts
 TIER1_NUMBERS = (
@@ -78,9 +79,14 @@ TIER1_NUMBERS = (
     ("api_call_count", 1),
     ("rewind_count", 1),
     ("archived", 1),
+    ("auto_archived", 1),  # the last three: Hermes v0.22 (schema 31)
+    ("pinned", 1),
+    ("hidden", 1),
 )
 
 _BATCH = 500  # rowids or ids per IN (...) statement
+#: usage rows of the last seconds before a tick's newest ``last_seen`` are read again by the next
+USAGE_MARGIN_S = 2.0
 #: a NULL in a number column: not 0 and not a value Hermes writes
 _NULL = "-0.5772156649015329"
 #: the per-row weight, in [1, 2): a multiplicative hash of the rowid
@@ -92,8 +98,8 @@ def _k(i: int) -> str:
     return repr(1.0 + (i * 0.6180339887498949) % 1.0)
 
 
-def _q(name: str) -> str:
-    return 's."' + name.replace('"', '""') + '"'
+def _q(name: str, table: str = "s") -> str:
+    return f'{table}."' + name.replace('"', '""') + '"'
 
 
 def day_name(day_number: int) -> str:
@@ -174,13 +180,22 @@ class Fingerprinter:
         terms = [f"ifnull({t}, {_NULL})" for t in nullable]
         terms.append(f"ifnull({' + '.join(defaulted) or '0'}, {_NULL})")
         terms.append(f"{_k(len(TIER1_NUMBERS) + 1)} * {seldom}")
-        # per row: the weighted number sum and the texts; a co-routine computes them before
-        # the GROUP BY sort, so the sorter carries 6 values a row, not the ~20 columns read
-        self._row = ", ".join([f"{_WEIGHT} * ({' + '.join(terms)}) AS x"]
-                              + [f"ifnull({col(c)}, x'00') AS t{i}" for i, c in enumerate(TIER1_TEXT)])
-        self._tier1_aggs = ", ".join(["count(*)", "total(x)"]
-                                     + [f"group_concat(t{i}, x'1f')" for i in range(len(TIER1_TEXT))])
-        self._tier2_cells = ", ".join([inactive, *(_q(c) for c in names)])
+        prompts = "system_prompts" in reader.tables and "system_prompt_hash" in present
+        if prompts:  # schema 25+: whether the session's prompt hash resolves (a row may appear later)
+            terms.append(f"{_k(len(TIER1_NUMBERS) + 2)} * ifnull(s.system_prompt_hash IN "
+                         f"(SELECT hash FROM system_prompts), {_NULL})")
+        # per row: the weighted number sum and the texts, joined into one; a co-routine computes
+        # them before the GROUP BY sort, so the sorter carries 3 values a row, not the ~25 columns
+        # read (one text, not one per column: each group_concat costs ~10 ms at 59k sessions)
+        texts = " || x'1e' || ".join(f"ifnull({_q(c)}, x'00')" for c in TIER1_TEXT if c in present) or "x'00'"
+        self._row = f"{_WEIGHT} * ({' + '.join(terms)}) AS x, {texts} AS t"
+        self._tier1_aggs = "count(*), total(x), group_concat(t, x'1f')"
+        # tier 2: every cell, and the prompt the hash resolves to (SPEC D19)
+        resolved = "(SELECT p.prompt FROM system_prompts AS p WHERE p.hash = s.system_prompt_hash)"
+        self._tier2_cells = ", ".join([inactive, *(_q(c) for c in names), *([resolved] if prompts else [])])
+        usage = reader.columns.get("session_model_usage", set())
+        self._usage_cells = ", ".join(_q(c, "u") for c in sorted(usage))
+        self._usage_seen = "last_seen" in usage
         self._by_started = "idx_sessions_started" in indexes
         self._odd: dict[int, tuple[str, str | None]] | None = None
 
@@ -245,7 +260,8 @@ class Fingerprinter:
         return Tier1(days, sum(r[1] for r in rows), unplaced)
 
     def tier2(self, days: Iterable[str]) -> dict[str, str]:
-        """The tier-2 digest of each given day: every cell of its sessions, and their inactive counts.
+        """The tier-2 digest of each given day: every cell of its sessions, the prompt each hash
+        resolves to, their inactive counts, and every cell of their ``session_model_usage`` rows.
 
         The rows of a day (a few hundred) come to Python and are hashed whole
         (``marshal``, then SHA-1, the fastest hash here on 400 KB of prompts a day):
@@ -260,16 +276,65 @@ class Fingerprinter:
         select = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s"
         for row in self._where_in(select, "s.rowid", sorted(odd)):
             odd_rows.setdefault(odd[row[0]], []).append(row)
+        odd_usage: dict[str, list[tuple]] = {}
+        if self._usage_cells and odd:
+            select = (f"SELECT s.rowid, u.rowid, {self._usage_cells} FROM session_model_usage AS u "
+                      "JOIN sessions AS s ON s.id = u.session_id")
+            for rowid, *row in self._where_in(select, "s.rowid", sorted(odd)):
+                odd_usage.setdefault(odd[rowid], []).append(tuple(row))
         range_ = f"{self.started} BETWEEN ?4 AND ?5 AND " if self._by_started else ""
         # rows in the order of idx_sessions_started (else of the table): fixed for fixed data
         sql = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s WHERE {range_}{self.day_sql} = ?3"
+        usage_sql = (f"SELECT u.rowid, {self._usage_cells} FROM session_model_usage AS u WHERE u.session_id IN "
+                     f"(SELECT s.id FROM sessions AS s WHERE {range_}{self.day_sql} = ?3) ORDER BY u.rowid")
         out = {}
         for day in days:
             start_s = day_start_ms(day) // 1000  # started_at within the day, a second either side
-            rows = self.reader.fetch_raw(sql, (*self.params, start_s // 86400, start_s - 1, start_s + 86400 + 1))
+            params = (*self.params, start_s // 86400, start_s - 1, start_s + 86400 + 1)
+            rows = self.reader.fetch_raw(sql, params)
             rows += sorted(odd_rows.get(day, []))
-            out[day] = hashlib.sha1(marshal.dumps(rows, 2), usedforsecurity=False).hexdigest()[:16]
+            usage = self.reader.fetch_raw(usage_sql, params) if self._usage_cells else []
+            usage += sorted(odd_usage.get(day, []))
+            out[day] = hashlib.sha1(marshal.dumps((rows, usage), 2), usedforsecurity=False).hexdigest()[:16]
         return out
+
+    def usage_changes(self, marks: list | None) -> tuple[set[str], list | None]:
+        """Sessions whose ``session_model_usage`` rows were written since ``marks``, and the new marks.
+
+        Hermes writes a usage row (``update_token_counts``, and ``record_auxiliary_usage``,
+        which touches no other table) with ``last_seen`` = its clock, taken inside the
+        write, so rows written after a tick carry a later ``last_seen`` than any it saw.
+        The marks are ``[max rowid, max last_seen, [[rowid, last_seen], ...]]``, the last
+        the rows of the final :data:`USAGE_MARGIN_S` seconds, which the next tick reads
+        again (two writers' clocks are a little apart) and recognizes. A row changed
+        some other way (raw SQL, a clock stepped back) is seen by tier 2. One pass over
+        the table's small rows (~9 ms for 93k rows); joining them to their sessions' days
+        on every tick would cost ~100 ms.
+        """
+        if not self._usage_cells:
+            return set(), None
+        seen = "u.last_seen" if self._usage_seen else "NULL"
+        if marks is None:
+            rows = self.reader.fetch_raw(f"SELECT max(u.rowid), max({seen}) FROM session_model_usage AS u")
+            top, newest = rows[0]
+            recent = self.reader.fetch_raw(
+                f"SELECT u.rowid, {seen} FROM session_model_usage AS u WHERE {seen} > ?",
+                (newest - USAGE_MARGIN_S,)) if isinstance(newest, (int, float)) else []
+            newest = newest if isinstance(newest, (int, float)) else None
+            return set(), [top or 0, newest, sorted([r, t] for r, t in recent)]
+        top, newest, recent = marks
+        known = {(r, t) for r, t in recent}
+        rows = self.reader.fetch_raw(
+            f"SELECT u.rowid, u.session_id, {seen} FROM session_model_usage AS u WHERE u.rowid > ? OR {seen} > ?",
+            (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S))
+        changed = {str(_text(sid)) for rowid, sid, t in rows if (rowid, t) not in known}
+        top = max([top, *(r for r, _, _ in rows)])
+        times = [t for _, _, t in rows if isinstance(t, (int, float))]  # a text cell: raw SQL, tier 2's
+        newest = max([*times, *([newest] if newest is not None else [])], default=None)
+        # every row of the new margin is in ``rows``: the statement's margin starts no later
+        recent = [[r, t] for r, _, t in rows
+                  if newest is not None and isinstance(t, (int, float)) and t > newest - USAGE_MARGIN_S]
+        return changed, [top, newest, sorted(recent)]
 
     def _per_row(self, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
         """``day -> [tier-1 values of each odd session]``, in rowid order."""

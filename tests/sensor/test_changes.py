@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import structlog
 
 from hermes_assets.lib import changes
@@ -105,7 +106,7 @@ def test_cursor_is_compact(fixture_copy):
     db = fixture_copy("small")
     plan = _plan(Store(str(db)), None)
     entry = json.loads(plan.cursor_json)["stores"][str(db)]
-    assert set(entry) == {"label", "files", "max_mid", "seq", "days", "rotation"}
+    assert set(entry) == {"label", "files", "max_mid", "seq", "days", "rotation", "usage"}
     assert entry["rotation"] == {"tick": 1, "hot": changes.ROTATION_TICKS - 1, "share": 1}
     assert len(entry["days"]) == 14
     for tier1, tier2, tick, captured in entry["days"].values():
@@ -114,34 +115,19 @@ def test_cursor_is_compact(fixture_copy):
     assert len(json.dumps(entry, separators=(",", ":"))) < 1800
 
 
-def test_a_version_1_cursor_is_reset_by_requesting_every_day_once(fixture_copy):
-    """Whole-row fingerprints of cursor version 1 cannot be compared with the two tiers:
-    the store is read as new (every day requested once, one warning), pending days are kept."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, version):
+    """Fingerprints of cursor versions 1 and 2 cannot be compared with version 3's (more columns and
+    tables watched): the store is read as new (every day requested once, one warning), pending days
+    are kept."""
     db = fixture_copy("small")
-    v1 = {"version": 1, "stores": {str(db): {"label": "", "files": None, "max_mid": 1, "seq": 1, "days": {}}},
-          "pending": {"2030-01-01": "abcdefabcdef"}}
+    old = {"version": version, "pending": {"2030-01-01": "abcdefabcdef"}, "stores": {str(db): {
+        "label": "", "files": changes.file_identity(str(db)), "max_mid": 1, "seq": 1, "days": {},
+        "rotation": {"tick": 1, "hot": 0, "share": 1}}}}
     with structlog.testing.capture_logs() as events:
-        plan = _plan(Store(str(db)), json.dumps(v1), is_partition=lambda d: d < "2030")
+        plan = _plan(Store(str(db)), json.dumps(old), is_partition=lambda d: d < "2030")
     assert [s.status for s in plan.scans] == [changes.NEW]
     assert len(plan.requests) == 14 and plan.pending == {"2030-01-01": "abcdefabcdef"}
     cursor_events = [(e["event"], e["log_level"]) for e in events if e["event"].startswith("hermes.sensor.cursor")]
     assert cursor_events == [("hermes.sensor.cursor_reset", "warning")]
     assert json.loads(plan.cursor_json)["version"] == CURSOR_VERSION == 3
-
-
-def test_a_version_2_cursor_is_migrated_with_every_day_captured(fixture_copy):
-    """Version 2 (issue 13) counted a day as done when it requested it: after the upgrade its days
-    count as captured; nothing is requested for a store that did not change, one warning says so."""
-    db = fixture_copy("small")
-    store = Store(str(db))
-    v3 = json.loads(_plan(store, None).cursor_json)
-    v2 = {"version": 2, "pending": {}, "stores": {
-        path: {**entry, "days": {d: mark[:3] for d, mark in entry["days"].items()}}
-        for path, entry in v3["stores"].items()}}
-    with structlog.testing.capture_logs() as events:
-        plan = _plan(store, json.dumps(v2))
-    assert plan.requests == [] and [s.status for s in plan.scans] == [changes.ROTATED]
-    assert [e["event"] for e in events if e["event"].startswith("hermes.sensor.cursor")] == [
-        "hermes.sensor.cursor_migrated"]
-    days = plan.cursor.stores[str(db)].days
-    assert all(mark.captured == mark.fingerprint for mark in days.values()) and len(days) == 14
