@@ -193,9 +193,18 @@ class Fingerprinter:
         # tier 2: every cell, and the prompt the hash resolves to (SPEC D19)
         resolved = "(SELECT p.prompt FROM system_prompts AS p WHERE p.hash = s.system_prompt_hash)"
         self._tier2_cells = ", ".join([inactive, *(_q(c) for c in names), *([resolved] if prompts else [])])
-        usage = reader.columns.get("session_model_usage", set())
-        self._usage_cells = ", ".join(_q(c, "u") for c in sorted(usage))
-        self._usage_seen = "last_seen" in usage
+        # a day's usage rows in tier 2, digested in SQL (one row back per day, not one per usage row:
+        # those Python objects cost more than the SQL): count, the weighted sum of the number
+        # cells, the text cells joined
+        usage = reader.fetch_raw("PRAGMA table_info(session_model_usage)") if "session_model_usage" in reader.tables else []
+        kinds = {_text(r[1]): str(_text(r[2]) or "").upper() for r in usage}
+        numbers = [c for c, t in sorted(kinds.items()) if "INT" in t or "REAL" in t]
+        texts = [c for c in sorted(kinds) if c not in numbers]
+        weighted = " + ".join(f"ifnull({_k(i)} * {_q(c, 'u')}, {_NULL})" for i, c in enumerate(numbers)) or "0"
+        joined = " || x'1e' || ".join(f"ifnull({_q(c, 'u')}, x'00')" for c in texts) or "NULL"
+        weight = _WEIGHT.replace("s.rowid", "u.rowid")
+        self._usage_digest = f"count(*), total({weight} * ({weighted})), group_concat({joined}, x'1f')" if usage else ""
+        self._usage_seen = "last_seen" in kinds
         self._by_started = "idx_sessions_started" in indexes
         self._odd: dict[int, tuple[str, str | None]] | None = None
 
@@ -263,9 +272,10 @@ class Fingerprinter:
         """The tier-2 digest of each given day: every cell of its sessions, the prompt each hash
         resolves to, their inactive counts, and every cell of their ``session_model_usage`` rows.
 
-        The rows of a day (a few hundred) come to Python and are hashed whole
+        The sessions rows of a day (a few hundred) come to Python and are hashed whole
         (``marshal``, then SHA-1, the fastest hash here on 400 KB of prompts a day):
-        cheaper than aggregating 45 columns in SQL.
+        cheaper than aggregating 45 columns in SQL (joining long prompts costs more than
+        fetching them). The day's usage rows are small and many: digested in SQL.
         """
         days = sorted(set(days))
         if not days:
@@ -276,25 +286,23 @@ class Fingerprinter:
         select = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s"
         for row in self._where_in(select, "s.rowid", sorted(odd)):
             odd_rows.setdefault(odd[row[0]], []).append(row)
-        odd_usage: dict[str, list[tuple]] = {}
-        if self._usage_cells and odd:
-            select = (f"SELECT s.rowid, u.rowid, {self._usage_cells} FROM session_model_usage AS u "
-                      "JOIN sessions AS s ON s.id = u.session_id")
-            for rowid, *row in self._where_in(select, "s.rowid", sorted(odd)):
-                odd_usage.setdefault(odd[rowid], []).append(tuple(row))
         range_ = f"{self.started} BETWEEN ?4 AND ?5 AND " if self._by_started else ""
         # rows in the order of idx_sessions_started (else of the table): fixed for fixed data
         sql = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s WHERE {range_}{self.day_sql} = ?3"
-        usage_sql = (f"SELECT u.rowid, {self._usage_cells} FROM session_model_usage AS u WHERE u.session_id IN "
-                     f"(SELECT s.id FROM sessions AS s WHERE {range_}{self.day_sql} = ?3) ORDER BY u.rowid")
+        # from the day's sessions to their usage rows (CROSS JOIN keeps that order: the other
+        # way round SQLite scans every usage row of the store once per day)
+        usage_join = "FROM sessions AS s CROSS JOIN session_model_usage AS u ON u.session_id = s.id"
+        usage_sql = f"SELECT {self._usage_digest} {usage_join} WHERE {range_}{self.day_sql} = ?3"
         out = {}
         for day in days:
             start_s = day_start_ms(day) // 1000  # started_at within the day, a second either side
             params = (*self.params, start_s // 86400, start_s - 1, start_s + 86400 + 1)
             rows = self.reader.fetch_raw(sql, params)
             rows += sorted(odd_rows.get(day, []))
-            usage = self.reader.fetch_raw(usage_sql, params) if self._usage_cells else []
-            usage += sorted(odd_usage.get(day, []))
+            usage = self.reader.fetch_raw(usage_sql, params) if self._usage_digest else []
+            odd_ids = sorted(r for r, d in odd.items() if d == day)
+            if self._usage_digest and odd_ids:  # odd sessions: few, each batch one digest row
+                usage += list(self._where_in(f"SELECT {self._usage_digest} {usage_join}", "s.rowid", odd_ids))
             out[day] = hashlib.sha1(marshal.dumps((rows, usage), 2), usedforsecurity=False).hexdigest()[:16]
         return out
 
@@ -311,7 +319,7 @@ class Fingerprinter:
         the table's small rows (~9 ms for 93k rows); joining them to their sessions' days
         on every tick would cost ~100 ms.
         """
-        if not self._usage_cells:
+        if not self._usage_digest:
             return set(), None
         seen = "u.last_seen" if self._usage_seen else "NULL"
         if marks is None:
