@@ -146,6 +146,8 @@ class Cursor:
     pending: dict[str, str] = field(default_factory=dict)
     attempts: dict[str, Attempt] = field(default_factory=dict)
     failing: list[str] = field(default_factory=list)
+    #: not read from a cursor of this version (none yet, reset): to be written out
+    reset: bool = field(default=False, compare=False)
 
     def dump(self) -> str:
         return json.dumps({
@@ -160,7 +162,7 @@ class Cursor:
 def load_cursor(text: str | None) -> Cursor:
     """The cursor of ``text``; an absent one is empty, an old one migrated, a broken one reset."""
     if not text:
-        return Cursor()
+        return Cursor(reset=True)
     try:
         raw = json.loads(text)
     except ValueError:
@@ -178,7 +180,7 @@ def load_cursor(text: str | None) -> Cursor:
             log.warning("hermes.sensor.cursor_reset", from_version=version, stores=len(raw.get("stores") or {}),
                         reason=f"fingerprints of cursor version {version} are not comparable with version "
                         f"{CURSOR_VERSION}'s (more columns and tables watched): every day is requested once")
-            return Cursor(pending=dict(raw.get("pending") or {}))
+            return Cursor(pending=dict(raw.get("pending") or {}), reset=True)
     except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a cursor edited or cut short
         return _reset(f"version {version} but malformed ({type(exc).__name__}: {exc})")
     return _reset(f"unknown cursor version {version!r}")
@@ -186,4 +188,4 @@ def load_cursor(text: str | None) -> Cursor:
 
 def _reset(reason: str) -> Cursor:
     log.warning("hermes.sensor.cursor_reset", reason=f"{reason}: every day of every store is requested once")
-    return Cursor()
+    return Cursor(reset=True)
