@@ -85,8 +85,6 @@ TIER1_NUMBERS = (
 )
 
 _BATCH = 500  # rowids or ids per IN (...) statement
-#: tier 1 sums the sessions of a day in blocks of 2**BLOCK_BITS rowids
-BLOCK_BITS = 12
 #: usage rows of the last seconds before a tick's newest ``last_seen`` are read again by the next
 USAGE_MARGIN_S = 2.0
 #: a NULL in a number column: not 0 and not a value Hermes writes
@@ -253,41 +251,22 @@ class Fingerprinter:
 
     def tier1(self) -> Tier1:
         """Every day's tier-1 digest: one pass over ``sessions``, one row per day back."""
-        return self.tier1_from([self.tier1_rows(None, None)])
-
-    def tier1_rows(self, first: int | None, end: int | None) -> list[tuple]:
-        """Tier 1's aggregates of the sessions with ``first <= rowid < end`` (None: no bound), one
-        row per day and block of :data:`BLOCK_ROWS` rowids: a block is summed whole, in rowid
-        order, however the table is cut, so two connections can take half each
-        (:meth:`tier1_from` gives the same digests either way)."""
-        return self.reader.fetch_raw(
-            f"SELECT d, b, {self._tier1_aggs} FROM (SELECT {self.day_sql} AS d, s.rowid >> {BLOCK_BITS} AS b, "
-            f"{self._row} FROM sessions AS s NOT INDEXED WHERE s.rowid BETWEEN ?3 AND ?4 LIMIT -1) GROUP BY d, b",
-            (*self.params, -(2**63) if first is None else first, 2**63 - 1 if end is None else end - 1),
+        rows = self.reader.fetch_raw(
+            f"SELECT d, {self._tier1_aggs} FROM (SELECT {self.day_sql} AS d, {self._row} "
+            "FROM sessions AS s NOT INDEXED LIMIT -1) GROUP BY d",
+            self.params,
         )
-
-    def tier1_from(self, parts: Iterable[list[tuple]]) -> Tier1:
-        """Every day's tier-1 digest from the :meth:`tier1_rows` of the whole table, in parts."""
-        rows = sorted((r for part in parts for r in part), key=lambda r: (r[0] is None, r[0] or 0, r[1]))
         odd = self.odd_sessions() if any(r[0] is None for r in rows) else {}
         extra = self._per_row(odd)
-        by_day: dict[int, list[tuple]] = {}
+        days: dict[str, str] = {}
         for day_number, *aggs in rows:
             if day_number is not None:
-                by_day.setdefault(day_number, []).append(tuple(aggs))
-        days: dict[str, str] = {}
-        for day_number, aggs in by_day.items():
-            day = day_name(day_number)
-            days[day] = digest([(self.schema,), *aggs, *extra.pop(day, [])])
+                day = day_name(day_number)
+                days[day] = digest([(self.schema,), aggs, *extra.pop(day, [])])
         unplaced = len(extra.pop(None, []))
         for day, per_row in extra.items():
             days[day] = digest([(self.schema,), (0,), *per_row])
-        return Tier1(days, sum(r[2] for r in rows), unplaced)
-
-    def rowid_span(self) -> tuple[int, int]:
-        """``(min, max)`` rowid of ``sessions`` (two b-tree lookups)."""
-        low, high = self.reader.fetch_raw("SELECT min(rowid), max(rowid) FROM sessions")[0]
-        return low or 0, high or 0
+        return Tier1(days, sum(r[1] for r in rows), unplaced)
 
     def tier2(self, days: Iterable[str]) -> dict[str, str]:
         """The tier-2 digest of each given day: every cell of its sessions, the prompt each hash

@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 
 from hermes_assets.lib import errors
 from hermes_assets.lib.cursor import DayMark, Rotation, StoreState
-from hermes_assets.lib.fingerprint import BLOCK_BITS, Fingerprinter
+from hermes_assets.lib.fingerprint import Fingerprinter
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import Store, StoreReader
 
@@ -82,8 +82,6 @@ log = get_logger()
 
 #: a change tier 1 does not compare is requested within this many ticks (SPEC §8 step 2)
 ROTATION_TICKS = 16
-#: from this many rowids of ``sessions`` on, two connections share a tick's reading
-PARALLEL_MIN_ROWS = 4 << BLOCK_BITS
 
 # statuses of a store in one tick
 MISSING = "missing"
@@ -179,24 +177,23 @@ def scan_store(store: Store, old: StoreState | None, busy_timeout_ms: int,
 
 
 class _Aside(threading.Thread):
-    """Half of a tick's reading on a second connection, while the caller's does the other half:
-    tier 1 of the upper blocks of ``sessions``, tier 2 of some of the rotation's days, the usage
-    marks. :meth:`result` joins it and raises what it raised."""
+    """The rotation's next days (tier 2) and the usage marks, read on a second connection while
+    the caller's runs tier 1; :meth:`result` joins it and raises what it raised."""
 
-    def __init__(self, store: Store, busy_timeout_ms: int, now_s: float | None, blocks: tuple[int, int] | None,
-                 days: list[str], usage: list | None):
+    def __init__(self, store: Store, busy_timeout_ms: int, now_s: float | None, days: list[str],
+                 usage: list | None):
         super().__init__(name="hermes-sensor-aside", daemon=True)
-        self.job = (store, busy_timeout_ms, now_s, blocks, days, usage)
+        self.args_ = (store, busy_timeout_ms, now_s, days, usage)
         self.out: tuple | None = None
         self.error: BaseException | None = None
         self.start()
 
     def run(self) -> None:
-        store, busy_timeout_ms, now_s, blocks, days, usage = self.job
+        store, busy_timeout_ms, now_s, days, usage = self.args_
         try:
             with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
                 fp = Fingerprinter(reader)
-                self.out = (fp.tier1_rows(*blocks) if blocks else [], fp.tier2(days), fp.usage_changes(usage))
+                self.out = (fp.tier2(days), fp.usage_changes(usage))
         except BaseException as exc:  # handed to the caller's thread
             self.error = exc
 
@@ -209,41 +206,23 @@ class _Aside(threading.Thread):
 
 def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rotation, busy_timeout_ms: int,
           now_s: float | None) -> StoreState:
-    """Files changed: marks, new messages, tier 1 of every day, usage marks, then the rotation.
-
-    On a store of :data:`PARALLEL_MIN_ROWS` sessions or more, two connections share the
-    reading (:class:`_Aside`): each takes half of tier 1's blocks and half of the days the
-    rotation digests next (the oldest tier 2, known before tier 1); the second also reads
-    the usage marks.
-    """
+    """Files changed: marks, new messages, tier 1 of every day, usage marks, then the rotation."""
     store = scan.store
     old_days = {} if old is None else old.days
-    next_days = _oldest(old_days, set(), _share(len(old_days), rotation))
-    aside = None
+    # the days the rotation will digest (the oldest tier 2 first) are known before tier 1
+    aside = _Aside(store, busy_timeout_ms, now_s, _oldest(old_days, set(), _share(len(old_days), rotation)),
+                   old.usage if old else None)
     try:
         with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
             fp = Fingerprinter(reader)
-            low, high = fp.rowid_span()
-            if high - low >= PARALLEL_MIN_ROWS:
-                cut = ((low + high) // 2 >> BLOCK_BITS) << BLOCK_BITS  # a block boundary
-                aside = _Aside(store, busy_timeout_ms, now_s, (cut, None), next_days[1::2], old.usage if old else None)
-                mine, blocks = next_days[0::2], (None, cut)
-            else:
-                mine, blocks = next_days, (None, None)
             max_mid, seq = reader.message_marks()
             replaced = _replaced(old, identity, seq)
             since = None if old is None or replaced else (old.max_mid or 0)
             new_by_sid = {}
             if since is not None and max_mid is not None and max_mid > since:
                 new_by_sid = reader.sessions_with_messages_after(since)
-            rows = fp.tier1_rows(*blocks)
-            rotated = fp.tier2(mine)
-            if aside is not None:
-                more_rows, more_rotated, (usage_sids, usage) = aside.result()
-                rows, rotated = rows + more_rows, {**rotated, **more_rotated}
-            else:
-                usage_sids, usage = fp.usage_changes(old.usage if old else None)
-            tier1 = fp.tier1_from([rows])
+            tier1 = fp.tier1()
+            rotated, (usage_sids, usage) = aside.result()
             scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
             scan.new_messages = sum(new_by_sid.values())
             if old is None or replaced:
@@ -261,8 +240,7 @@ def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rot
             share = _share(len(tier1.days), rotation)
             days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1, rotated)
     finally:
-        if aside is not None:
-            aside.join()
+        aside.join()
     return StoreState(store.label, identity, max_mid, seq, days,
                       Rotation(tick=rotation.tick + 1, hot=ROTATION_TICKS - 1, share=share), usage)
 

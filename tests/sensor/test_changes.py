@@ -131,32 +131,3 @@ def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, versi
     cursor_events = [(e["event"], e["log_level"]) for e in events if e["event"].startswith("hermes.sensor.cursor")]
     assert cursor_events == [("hermes.sensor.cursor_reset", "warning")]
     assert json.loads(plan.cursor_json)["version"] == CURSOR_VERSION == 3
-
-
-def test_two_connections_read_what_one_reads(fixture_copy, monkeypatch):
-    """A big store's tick is read by two connections, each taking half of tier 1's blocks and of
-    the rotation's days: the fingerprints are those of one connection reading everything, and a
-    change in either half is requested."""
-    from hermes_assets.lib import fingerprint, store_scan
-
-    db = fixture_copy("small")
-    store = Store(str(db))
-    monkeypatch.setattr(fingerprint, "BLOCK_BITS", 3)  # blocks of 8 sessions: the halves cut days apart
-    monkeypatch.setattr(store_scan, "BLOCK_BITS", 3)
-    monkeypatch.setattr(store_scan, "PARALLEL_MIN_ROWS", 10**9)
-    one = _plan(store, None)
-    monkeypatch.setattr(store_scan, "PARALLEL_MIN_ROWS", 0)
-    two = _plan(store, None)
-    assert two.cursor.stores[str(db)].days == one.cursor.stores[str(db)].days
-    with HermesWriter(db, home=db.parent) as w:
-        first, last = (w.query(f"SELECT id FROM sessions ORDER BY rowid {o} LIMIT 1")[0][0] for o in ("ASC", "DESC"))
-        days = _days_of(db, [first, last])
-        w.set_session_title(first, "renamed, low half")
-        w.set_session_title(last, "renamed, high half")
-    changed = _plan(store, two.cursor_json)
-    assert sorted(d for d, _ in changed.requests) == sorted(set(days))
-
-
-def _days_of(db, sids):
-    with StoreReader(Store(str(db))) as reader:
-        return list(Fingerprinter(reader).days_of(sids).values())
