@@ -53,9 +53,7 @@ row per day to Python) plus the new messages (rowid range) plus one pass over
 the small rows of ``session_model_usage`` plus tier 2 of ``ceil(days / 16)``
 days and of the changed ones (their rows). The ``messages`` table is never
 scanned; the cost grows with the sessions table and not with the messages.
-Tier 1 runs on this thread while a second connection, on a second thread,
-digests the rotation's next days and reads the usage marks (SQLite lets go of
-the GIL while a statement runs, so the two use two cores). On the
+On the
 1.07M-message bench store (59k sessions, 330 days, 93k usage rows;
 ``bench/sensor_bench.py``): tier 1 ~100-130 ms, of which ~35-45 ms is
 SQLite reading the table's 46k pages (prompts inline, schema 22) and the rest
@@ -69,7 +67,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from dataclasses import dataclass, field
 
 from hermes_assets.lib import errors
@@ -176,71 +173,42 @@ def scan_store(store: Store, old: StoreState | None, busy_timeout_ms: int,
     return scan, entry
 
 
-class _Aside(threading.Thread):
-    """The rotation's next days (tier 2) and the usage marks, read on a second connection while
-    the caller's runs tier 1; :meth:`result` joins it and raises what it raised."""
-
-    def __init__(self, store: Store, busy_timeout_ms: int, now_s: float | None, days: list[str],
-                 usage: list | None):
-        super().__init__(name="hermes-sensor-aside", daemon=True)
-        self.args_ = (store, busy_timeout_ms, now_s, days, usage)
-        self.out: tuple | None = None
-        self.error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        store, busy_timeout_ms, now_s, days, usage = self.args_
-        try:
-            with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
-                fp = Fingerprinter(reader)
-                self.out = (fp.tier2(days), fp.usage_changes(usage))
-        except BaseException as exc:  # handed to the caller's thread
-            self.error = exc
-
-    def result(self) -> tuple:
-        self.join()
-        if self.error is not None:
-            raise self.error
-        return self.out
-
-
 def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rotation, busy_timeout_ms: int,
           now_s: float | None) -> StoreState:
-    """Files changed: marks, new messages, tier 1 of every day, usage marks, then the rotation."""
+    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation.
+
+    (A second connection on a second thread does not make this faster: two connections of
+    one process reading the same store take turns inside SQLite, measured at 2x the time
+    each, however the work is split.)
+    """
     store = scan.store
     old_days = {} if old is None else old.days
-    # the days the rotation will digest (the oldest tier 2 first) are known before tier 1
-    aside = _Aside(store, busy_timeout_ms, now_s, _oldest(old_days, set(), _share(len(old_days), rotation)),
-                   old.usage if old else None)
-    try:
-        with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
-            fp = Fingerprinter(reader)
-            max_mid, seq = reader.message_marks()
-            replaced = _replaced(old, identity, seq)
-            since = None if old is None or replaced else (old.max_mid or 0)
-            new_by_sid = {}
-            if since is not None and max_mid is not None and max_mid > since:
-                new_by_sid = reader.sessions_with_messages_after(since)
-            tier1 = fp.tier1()
-            rotated, (usage_sids, usage) = aside.result()
-            scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
-            scan.new_messages = sum(new_by_sid.values())
-            if old is None or replaced:
-                scan.status = NEW if old is None else REPLACED
-                changed = set(tier1.days) | set(old_days)
-                if replaced:
-                    log.warning("hermes.sensor.store_replaced", path=store.path, store=store.label, reason=replaced,
-                                days=len(changed), error_kind=errors.StoreReplaced.error_kind)
-            else:
-                scan.status = READ
-                changed = {d for d, h in tier1.days.items() if d not in old_days or old_days[d].tier1 != h}
-                changed |= set(old_days) - set(tier1.days)
-                changed |= {d for d in fp.days_of(set(new_by_sid) | usage_sids).values() if d in tier1.days}
-            # a change of the files restarts the rotation; the share never drops while it runs
-            share = _share(len(tier1.days), rotation)
-            days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1, rotated)
-    finally:
-        aside.join()
+    with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
+        fp = Fingerprinter(reader)
+        max_mid, seq = reader.message_marks()
+        replaced = _replaced(old, identity, seq)
+        since = None if old is None or replaced else (old.max_mid or 0)
+        new_by_sid = {}
+        if since is not None and max_mid is not None and max_mid > since:
+            new_by_sid = reader.sessions_with_messages_after(since)
+        usage_sids, usage = fp.usage_changes(old.usage if old else None)
+        tier1 = fp.tier1()
+        scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
+        scan.new_messages = sum(new_by_sid.values())
+        if old is None or replaced:
+            scan.status = NEW if old is None else REPLACED
+            changed = set(tier1.days) | set(old_days)
+            if replaced:
+                log.warning("hermes.sensor.store_replaced", path=store.path, store=store.label, reason=replaced,
+                            days=len(changed), error_kind=errors.StoreReplaced.error_kind)
+        else:
+            scan.status = READ
+            changed = {d for d, h in tier1.days.items() if d not in old_days or old_days[d].tier1 != h}
+            changed |= set(old_days) - set(tier1.days)
+            changed |= {d for d in fp.days_of(set(new_by_sid) | usage_sids).values() if d in tier1.days}
+        # a change of the files restarts the rotation; the share never drops while it runs
+        share = _share(len(tier1.days), rotation)
+        days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1)
     return StoreState(store.label, identity, max_mid, seq, days,
                       Rotation(tick=rotation.tick + 1, hot=ROTATION_TICKS - 1, share=share), usage)
 
@@ -267,21 +235,16 @@ def _oldest(old_days: dict[str, DayMark], skip: set[str], n: int) -> list[str]:
 
 
 def _digest(scan: StoreScan, fp: Fingerprinter, tier1: dict[str, str], old_days: dict[str, DayMark],
-            changed: set[str], share: int, tick: int, ready: dict[str, str] | None = None) -> dict[str, DayMark]:
+            changed: set[str], share: int, tick: int) -> dict[str, DayMark]:
     """Tier 2 of the changed days and of the rotation's ``share`` oldest others; the new ``days``.
 
-    ``ready``: tier 2 of the days a second connection digested (the oldest of the last
-    tick's days): they are the rotation's days, and a changed day among them needs no
-    second digest. Sets ``scan.changed``: the changed days, and rotation days whose tier
-    2 moved. Each day keeps the fingerprint last captured.
+    Sets ``scan.changed``: the changed days, and rotation days whose tier 2 moved.
+    Each day keeps the fingerprint last captured.
     """
     present = set(tier1)
     now = changed & present
-    tier2 = {d: h for d, h in (ready or {}).items() if d in present}
-    rotation = [d for d in tier2 if d not in now]
-    rotation += [d for d in _oldest({d: old_days[d] for d in present if d in old_days}, now | set(tier2),
-                                    share - len(rotation))]
-    tier2.update(fp.tier2((now | set(rotation)) - set(tier2)))
+    rotation = _oldest({d: old_days[d] for d in present if d in old_days}, now, share)  # new days are changed
+    tier2 = fp.tier2(now | set(rotation))
     scan.tier2_days = len(tier2)
     changed = set(changed) | {d for d in rotation if d not in old_days or old_days[d].tier2 != tier2[d]}
     days = {}
