@@ -120,7 +120,7 @@ def run(source: Path, work: Path, args) -> dict:
 
     import structlog
 
-    from hermes_assets.lib import changes, logs
+    from hermes_assets.lib import attempts, changes, logs
     from hermes_assets.lib.fingerprint import Fingerprinter
     from hermes_assets.lib.state_db import Store, StoreReader
 
@@ -134,9 +134,12 @@ def run(source: Path, work: Path, args) -> dict:
     logs.configure("json", stream=open(os.devnull, "w"))
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
 
+    def succeeded(run_keys):  # every run the bench "requests" succeeds (the daemon's runs do, mostly)
+        return {key: attempts.SUCCEEDED for key in run_keys}
+
     def tick(cursor):
         t0 = time.perf_counter()
-        plan = changes.plan_tick([store], cursor, is_partition=lambda day: True)
+        plan = changes.plan_tick([store], cursor, is_partition=lambda day: True, outcomes=succeeded)
         return plan, (time.perf_counter() - t0) * 1000
 
     def settle(cursor):
