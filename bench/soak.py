@@ -77,18 +77,28 @@ def log(*parts) -> None:
 # --------------------------------------------------------------------------
 
 
-def pids_matching(*words: str) -> list[int]:
+def pids_in_group(pgid: int, *words: str, parent: str = "") -> list[int]:
+    """Processes of the process group ``pgid`` (ours) whose command line holds every word (and whose
+    parent's holds ``parent``): never another user's or another session's processes."""
     out = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
+            if os.getpgid(pid) != pgid:
+                continue
+            cmd = _cmdline(pid)
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if all(w in cmd for w in words) and parent in _cmdline(ppid):
+                out.append(pid)
+        except (OSError, ValueError):
             continue
-        if all(w in cmd for w in words):
-            out.append(int(entry.name))
     return out
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
 
 
 def kill_group(proc: subprocess.Popen | None, grace_s: float = 15) -> None:
@@ -353,16 +363,18 @@ class Soak:
     def fault(self, kind: str) -> dict:
         record = {"kind": kind, "start": time.time()}
         log("fault", kind)
-        if kind == "kill_run_worker":
+        pgid = os.getpgid(self.dagster.proc.pid)
+        if kind == "kill_run_worker":  # the code server starts each run in a spawned process
+            workers = lambda: pids_in_group(pgid, "multiprocessing.spawn", parent="api grpc")  # noqa: E731
             deadline = time.time() + 30
-            while time.time() < deadline and not pids_matching("dagster", "execute_run"):
+            while time.time() < deadline and not workers():
                 time.sleep(0.2)
-            pids = pids_matching("dagster", "execute_run")
-            for pid in pids[:1]:
+            pids = workers()[:1]
+            for pid in pids:
                 os.kill(pid, signal.SIGKILL)
-            record["detail"] = f"killed {pids[:1]}"
+            record["detail"] = f"killed run worker {pids}" if pids else "no run in 30 s"
         elif kind == "kill_daemon":
-            pids = pids_matching("dagster._daemon", "run")
+            pids = pids_in_group(pgid, "dagster._daemon", "run")
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
             try:
@@ -525,6 +537,9 @@ class Soak:
                 trigger = run.tags.get("hermes/trigger", "other") + ("+retry" if "dagster/retry_number" in run.tags else "")
                 by_trigger[trigger] = by_trigger.get(trigger, 0) + 1
             failures = []
+            ok = sorted((r.end_time, _days(r.dagster_run), "dagster/retry_number" in r.dagster_run.tags,
+                         r.dagster_run.tags.get("hermes/trigger")) for r in records
+                        if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS and r.end_time)
             for rec in records:
                 run = rec.dagster_run
                 if run.status not in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
@@ -532,8 +547,14 @@ class Soak:
                 t = (rec.end_time or rec.update_timestamp.timestamp())
                 # a killed worker or daemon is noticed by run monitoring (30 s polls, 180 s start timeout)
                 fault = next((f["kind"] for f in self.faults if f["start"] - 5 <= t <= f.get("end", t) + 240), None)
-                failures.append({"run": run.run_id[:8], "trigger": run.tags.get("hermes/trigger"), "fault": fault,
-                                 "at": round(t - self.faults[0]["start"], 1) if self.faults else None})
+                # healed: the first later success of the same trigger covering its days (a retry or a new request)
+                days, trigger = _days(run), run.tags.get("hermes/trigger")
+                heal = next(((end - t, retry) for end, d, retry, trig in ok
+                             if end > t and trig == trigger and days and days <= d), (None, None))
+                failures.append({"run": run.run_id[:8], "trigger": trigger, "fault": fault,
+                                 "at": round(t - self.faults[0]["start"], 1) if self.faults else None,
+                                 "healed_after_s": None if heal[0] is None else round(heal[0], 1),
+                                 "healed_by": None if heal[0] is None else ("dagster retry" if heal[1] else "new run")})
             lags = self.lags(records)
             check = self.days_captured(inst)
         finally:
@@ -550,6 +571,7 @@ class Soak:
             "faults": len(self.faults), "faults_by_kind": _count(f["kind"] for f in self.faults),
             "runs": len(runs), "runs_by_status": by_status, "runs_by_trigger": by_trigger,
             "runs_failed": len(failures), "failures_unexplained": unexplained,
+            "heal_after_failure_s": _heal(failures),
             "lag_p50_s": lags.get("p50"), "lag_p95_s": lags.get("p95"), "lag_max_s": lags.get("max"),
             "lag_n": lags.get("n"), "tail_failed_runs": tail.get("failed_runs"), "tail_healed_s": tail.get("healed_s"),
             "sessions": len(h["sessions"]), "messages": len(h["messages"]),
@@ -615,6 +637,29 @@ class Soak:
             kill_group(w, 2)
         self.dagster.stop()
         self.disk.close()
+
+
+def _days(run) -> set[str]:
+    """The partitions a run covers (one, or a range's two ends and what lies between)."""
+    from datetime import date, timedelta
+
+    start = run.tags.get("dagster/asset_partition_range_start") or run.tags.get("dagster/partition")
+    end = run.tags.get("dagster/asset_partition_range_end") or start
+    if not start:
+        return set()
+    a, b = date.fromisoformat(start), date.fromisoformat(end)
+    return {(a + timedelta(days=i)).isoformat() for i in range((b - a).days + 1)}
+
+
+def _heal(failures: list[dict]) -> dict:
+    """Failure -> the next success of the same days: p50/max, by what healed it."""
+    out = {}
+    for by in ("dagster retry", "new run"):
+        times = sorted(f["healed_after_s"] for f in failures if f["healed_by"] == by)
+        if times:
+            out[by] = {"n": len(times), "p50": statistics.median(times), "max": times[-1]}
+    out["never"] = sum(1 for f in failures if f["healed_after_s"] is None)
+    return out
 
 
 def _count(items) -> dict:

@@ -41,6 +41,9 @@ _OUTCOMES = {
     dg.DagsterRunStatus.SUCCESS: attempts.SUCCEEDED,
     dg.DagsterRunStatus.FAILURE: attempts.FAILED,
     dg.DagsterRunStatus.CANCELED: attempts.CANCELED,
+    dg.DagsterRunStatus.QUEUED: attempts.WAITING,  # not started: it will read the store as it is then
+    dg.DagsterRunStatus.NOT_STARTED: attempts.WAITING,
+    dg.DagsterRunStatus.STARTING: attempts.WAITING,
 }
 
 

@@ -17,8 +17,11 @@ runs of the open attempts ended:
 - still queued or running (a failed run that Dagster's own run retries will
   run again counts as running): nothing yet.
 
-A new change of a day while its attempt is open replaces the attempt at once
-(no backoff: new data), keeping its count of failures. A day whose runs
+A new change of a day while its run waits in the queue (it has read nothing
+yet, so it will capture the change) requests nothing: the attempt takes the
+day's new fingerprint. A new change while its run runs replaces the attempt
+at once (no backoff: new data), keeping its count of failures. Under a steady
+writer this keeps one run per day in the queue, not one per tick. A day whose runs
 failed :data:`FAILING_AFTER` times in a row is *failing*: named in each
 tick's log and by the ``days_captured`` asset check until a run succeeds.
 
@@ -29,7 +32,7 @@ Backoff, as delay before the n-th request again after n failures:
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from hermes_assets.lib.cursor import Attempt, Cursor
@@ -41,7 +44,8 @@ log = get_logger()
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELED = "canceled"
-RUNNING = "running"  # queued, starting, started, or failed with one of Dagster's own retries to come
+WAITING = "waiting"  # queued or starting: it has read nothing yet
+RUNNING = "running"  # started, or failed with one of Dagster's own retries to come
 
 BACKOFF_FIRST_S = 15.0
 BACKOFF_MAX_S = 600.0
@@ -52,7 +56,7 @@ FAILING_AFTER = 3
 #: so a run is known to the instance from the next tick on.
 LOST_AFTER_S = 300.0
 
-#: ``outcomes(run_keys) -> {run_key: SUCCEEDED | FAILED | CANCELED | RUNNING}`` (unknown keys left out)
+#: ``outcomes(run_keys) -> {run_key: SUCCEEDED | FAILED | CANCELED | WAITING | RUNNING}`` (unknown keys left out)
 Outcomes = Callable[[list[str]], dict[str, str]]
 
 
@@ -72,13 +76,14 @@ class FollowUp:
     due: list[str]  # failed days whose wait is over: to request again now
     waiting: dict[str, float]  # failed days still waiting: day -> when they are requested again
     running: int  # attempts whose run is queued or running
+    queued: set[str] = field(default_factory=set)  # days whose run waits in the queue (has read nothing)
 
 
 def follow(cursor: Cursor, outcomes: Outcomes | None, now_s: float) -> FollowUp:
     """Update ``cursor``'s attempts (and captured fingerprints) from the runs' outcomes."""
     open_keys = sorted({a.run_key for a in cursor.attempts.values() if a.retry_at is None})
     found = outcomes(open_keys) if (outcomes is not None and open_keys) else {}
-    succeeded, failed, running = [], [], 0
+    succeeded, failed, running, queued = [], [], 0, set()
     for day, attempt in sorted(cursor.attempts.items()):
         if attempt.retry_at is not None:
             continue  # failed earlier: waiting for its time to be requested again
@@ -98,9 +103,11 @@ def follow(cursor: Cursor, outcomes: Outcomes | None, now_s: float) -> FollowUp:
                         failures=attempt.failures, retry_in_s=attempt.retry_at - now_s)
         else:
             running += 1
+            if status == WAITING:
+                queued.add(day)
     due = sorted(d for d, a in cursor.attempts.items() if a.retry_at is not None and a.retry_at <= now_s)
     waiting = {d: a.retry_at for d, a in cursor.attempts.items() if a.retry_at is not None and a.retry_at > now_s}
-    return FollowUp(succeeded, failed, due, waiting, running)
+    return FollowUp(succeeded, failed, due, waiting, running, queued)
 
 
 def _captured(cursor: Cursor, day: str, attempt: Attempt) -> None:
@@ -126,6 +133,13 @@ def open_attempts(cursor: Cursor, runs: Iterable[tuple[list[str], str]], now_s: 
             fingerprints = {path: state.days[day].fingerprint for path, state in cursor.stores.items()
                             if day in state.days}
             cursor.attempts[day] = Attempt(run_key, fingerprints, now_s, failures=old.failures if old else 0)
+
+
+def refresh(cursor: Cursor, days: Iterable[str]) -> None:
+    """The runs of ``days`` wait in the queue: they will capture the days as they are now."""
+    for day in days:
+        cursor.attempts[day].fingerprints = {path: state.days[day].fingerprint
+                                             for path, state in cursor.stores.items() if day in state.days}
 
 
 def failing(cursor: Cursor) -> list[str]:

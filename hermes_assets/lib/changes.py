@@ -100,6 +100,7 @@ class TickPlan:
     skip_reason: str | None
     follow: attempts.FollowUp | None = None
     retried: list[str] = field(default_factory=list)  # days requested again after a failed run
+    coalesced: list[str] = field(default_factory=list)  # changed days whose queued run will capture them
     failing: list[str] = field(default_factory=list)  # days whose runs keep failing (attempts.FAILING_AFTER)
     failing_before: list[str] = field(default_factory=list)  # the same, as the last tick left it
     unchanged: str | None = None  # the cursor's text, when the tick changed nothing in it
@@ -132,6 +133,7 @@ class TickPlan:
             "days_changed": len(changed),
             "days_requested": len(self.requests),
             "days_retried": len(self.retried),
+            "days_left_to_queued_runs": len(self.coalesced),
             "days_pending": len(self.pending),
             "days_captured": len(follow.succeeded),
             "days_run_failed": len(follow.failed),
@@ -183,8 +185,13 @@ def plan_tick(
             parts.setdefault(day, []).append((scan.store.label, fp, scan.stamp))
     changed = {day: run_hash(p) for day, p in parts.items()}
 
-    # days done, failed, due again (attempts.py); a day requested for a change needs no retry
+    # days done, failed, due again (attempts.py); a day requested for a change needs no retry; a
+    # change of a day whose run waits in the queue is that run's to capture
     follow = attempts.follow(cursor, outcomes, wall)
+    coalesced = sorted(set(changed) & follow.queued)
+    attempts.refresh(cursor, coalesced)
+    for day in coalesced:
+        del changed[day]
     retried = {day: attempts.retry_hash(cursor.attempts[day]) for day in follow.due if day not in changed}
     for day in attempts.uncaptured(cursor) - set(changed) - set(retried) - set(cursor.pending):
         retried[day] = run_hash([("", day, f"uncaptured at {wall}")])
@@ -215,25 +222,29 @@ def plan_tick(
         skip_reason=None,
         follow=follow,
         retried=sorted(d for d in retried if d in requests),
+        coalesced=coalesced,
         failing=cursor.failing,
         failing_before=failing_before,
     )
     if not plan.requests:
-        plan.skip_reason = _skip_reason(scans, changed, pending) + _waiting_note(follow, wall)
-    if not (read or runs or follow.succeeded or follow.failed or cursor.reset or pending != pending_before
-            or cursor.failing != failing_before):
+        plan.skip_reason = _skip_reason(scans, changed, pending) + _waiting_note(follow, coalesced, wall)
+    if not (read or runs or coalesced or follow.succeeded or follow.failed or cursor.reset
+            or pending != pending_before or cursor.failing != failing_before):
         plan.unchanged = cursor_text  # the same cursor: not written out again (a no-change tick)
     plan.ms = (time.perf_counter() - t0) * 1000
     return plan
 
 
-def _waiting_note(follow: attempts.FollowUp, now_s: float) -> str:
-    """What the skip reason adds about days whose capture failed and waits to be requested again."""
-    if not follow.waiting:
-        return ""
-    day, at = min(follow.waiting.items(), key=lambda item: item[1])
-    return (f"; {len(follow.waiting)} day(s) whose capture failed wait to be requested again "
-            f"(next: {day} in {max(0, round(at - now_s))} s)")
+def _waiting_note(follow: attempts.FollowUp, coalesced: list[str], now_s: float) -> str:
+    """What the skip reason adds about runs in the queue and failed days waiting to be requested again."""
+    note = ""
+    if coalesced:
+        note += f"; {len(coalesced)} changed day(s) ({', '.join(coalesced[:5])}) left to their run waiting in the queue"
+    if follow.waiting:
+        day, at = min(follow.waiting.items(), key=lambda item: item[1])
+        note += (f"; {len(follow.waiting)} day(s) whose capture failed wait to be requested again "
+                 f"(next: {day} in {max(0, round(at - now_s))} s)")
+    return note
 
 
 def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:

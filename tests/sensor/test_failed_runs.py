@@ -213,3 +213,26 @@ def test_a_run_the_instance_does_not_know_is_lost_after_a_while(store):
     assert sorted(d for d, _ in late.requests) == [A, B]
     assert {a.error for a in late.cursor.attempts.values()} == {None}  # new attempts, opened this tick
     assert all(a.failures == 1 for a in late.cursor.attempts.values())
+
+
+def test_a_change_while_the_days_run_waits_in_the_queue_is_left_to_that_run(daemon):
+    """A queued run has read nothing yet: it will capture the new change, so no second run is
+    requested; once it started, a new change gets a run of its own."""
+    (request,) = daemon.tick().run_requests
+    job = definitions().resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(CAPTURE))
+    queued = daemon.instance.create_run_for_job(job, tags={**request.tags, "dagster/run_key": request.run_key,
+                                                           "dagster/partition": A})  # not started
+    home = daemon.hermes.hermes_home
+    with HermesWriter(f"{home}/state.db", home=home, start_s=START_S + 600) as w:
+        w.msg("a1", "user", "while queued")
+    tick = daemon.tick()
+    assert tick.run_requests == [] and "left to their run waiting in the queue" in tick.skip_message
+    fingerprint = daemon.state["attempts"][A]["fingerprints"]
+    day = daemon.state["stores"][next(iter(daemon.state["stores"]))]["days"][A]
+    assert list(fingerprint.values()) == [day[0] + day[1]]  # the queued run will capture the day as it is now
+    daemon.instance.report_dagster_event(dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=queued.job_name),
+                                         run_id=queued.run_id)
+    with HermesWriter(f"{home}/state.db", home=home, start_s=START_S + 700) as w:
+        w.msg("a1", "assistant", "while running")
+    (second,) = daemon.tick().run_requests
+    assert second.partition_key == A and second.run_key != request.run_key
