@@ -166,20 +166,17 @@ class Disk:
         self.ballast = path / "ballast.fill"
 
     def fill(self) -> None:
-        with open(self.ballast, "wb") as f:
-            chunk = b"\0" * (1 << 20)
-            try:
-                while True:
-                    f.write(chunk)
-                    f.flush()
-            except OSError:
-                pass
-            try:  # the last bytes
-                while True:
-                    f.write(b"\0" * 4096)
-                    f.flush()
-            except OSError:
-                pass
+        """Write until the filesystem is full, to the last page (unbuffered: nothing left to flush)."""
+        fd = os.open(self.ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            for size in (1 << 20, 4096, 1):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * size)
+                except OSError:
+                    continue
+        finally:
+            os.close(fd)
 
     def free(self) -> None:
         self.ballast.unlink(missing_ok=True)
