@@ -12,8 +12,9 @@ and a day whose run failed is requested again, with backoff.
 
 Each store is scanned by :mod:`hermes_assets.lib.store_scan` (what changed in
 it since the cursor, and the table of what each Hermes write changes and when
-a tick sees it). Then, for every store together: the runs of the open attempts are looked up;
-a day whose run failed and whose wait is over is requested again.
+a tick sees it). Then, for every store together, the runs of the open attempts
+are looked up: a day whose run failed and whose wait is over is requested
+again, and a changed day whose run still waits in the queue is left to it.
 
 Stores are independent (SPEC D18): a store that is busy, corrupt, replaced by
 something unreadable or not a Hermes store is reported in :attr:`TickPlan.scans`
