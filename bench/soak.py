@@ -386,10 +386,11 @@ class Soak:
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
             holder.stdout.readline()  # "locked": it holds the write lock
             os.kill(holder.pid, signal.SIGSTOP)
-            time.sleep(self.rng.uniform(10, 20))
+            # Hermes's writers wait ~16 s for the lock (15 tries of 1 s) before they give up
+            time.sleep(self.rng.uniform(6, 12))
             os.kill(holder.pid, signal.SIGCONT)
             kill_group(holder, 2)
-            record["detail"] = "a writer stopped 10-20 s inside BEGIN IMMEDIATE"
+            record["detail"] = "a writer stopped 6-12 s inside BEGIN IMMEDIATE"
         elif kind == "disk_full":
             self.disk.fill()
             time.sleep(self.rng.uniform(10, 20))
