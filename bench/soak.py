@@ -430,8 +430,11 @@ class Soak:
                 break
             self.fault(FAULTS[i % len(FAULTS)])
             i += 1
-        for w in self.writers:
-            w.wait()
+        for w in self.writers:  # a writer that died on a lock it waited too long for leaves its parent waiting
+            try:
+                w.wait(max(5.0, t_end - time.time() + 30))
+            except subprocess.TimeoutExpired:
+                kill_group(w, 5)
         log("writers done; waiting for quiet before the tail fault")
         self.wait_quiet(300)
         tail = self.tail_fault()
