@@ -611,7 +611,7 @@ class Soak:
         try:
             for rec in records:
                 run = rec.dagster_run
-                if run.status != dg.DagsterRunStatus.SUCCESS or "hermes_sessions" not in str(run.asset_selection):
+                if run.status != dg.DagsterRunStatus.SUCCESS or run.tags.get("hermes/trigger") != "sensor":
                     continue
                 start = run.tags.get("dagster/asset_partition_range_start") or run.tags.get("dagster/partition")
                 end = run.tags.get("dagster/asset_partition_range_end") or start
