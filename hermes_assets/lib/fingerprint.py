@@ -18,25 +18,39 @@ session. Per day:
   changes every day);
 - the number of sessions;
 - ``group_concat`` of the content of :data:`TIER1_TEXT` (title, model,
-  handoff state: short by nature; a hostile 10 MB title is carried whole, it
-  only costs time);
+  handoff state, and Hermes v0.22's title source and prompt hash: short by
+  nature; a hostile 10 MB title is carried whole, it only costs time), the
+  columns of a row joined into one text first (one ``group_concat``, not one
+  per column: each costs ~10 ms at 59k sessions);
 - ``sum(w * Σ k_i v_i)`` of ``ended_at`` and :data:`TIER1_NUMBERS` (token
   totals, costs in micro-dollars, message, tool call, API call and rewind
-  counts, ``archived``) plus, for a session ever rewound or with no live
+  counts, ``archived``, and v0.22's ``auto_archived``, ``pinned``, ``hidden``)
+  plus, for a session ever rewound or with no live
   message, its count of inactive messages (one seek into
   ``idx_messages_session_active``: the undo of a rewind flips rows and no
-  ``sessions`` column). ``w`` is a weight in [1, 2) drawn from the rowid and
+  ``sessions`` column) and, from schema 25 on, whether its prompt hash has a
+  ``system_prompts`` row (a row appearing for a hash changes what the
+  session's prompt is, SPEC D19, and no ``sessions`` cell). ``w`` is a weight
+  in [1, 2) drawn from the rowid and
   ``k_i`` one per column, so two changes on one day cancel out only if they
   match those weights exactly; NULL counts as an odd constant, never as 0.
   One float sum per day: a change smaller than ~1e-15 of the day's sum (a
   fraction of a millisecond of ``ended_at``) is below its resolution.
 
+``session_model_usage`` feeds the datasets too (``usage_by_model``), and
+Hermes's ``record_auxiliary_usage`` writes only there: tier 1 watches it by
+its marks (:meth:`Fingerprinter.usage_changes`, the rows written since the
+last tick, by rowid and ``last_seen``; one pass over its small rows), and
+tier 2 digests each day's usage rows with the day's sessions.
+
 **Tier 2** (:meth:`Fingerprinter.tier2`), for the days the rotation of
-:mod:`hermes_assets.lib.changes` picks (and the days requested on the tick):
+:mod:`hermes_assets.lib.store_scan` picks (and the days requested on the tick):
 the content of every column of every session of the day (``system_prompt``
 and any long cell, ``model_config``, the billing, gateway, git and
-compression columns ...) and every session's inactive count: anything tier 1
-does not compare. A day's few hundred rows come to Python, hashed whole.
+compression columns, every column of schema 31 and the next ...), the prompt
+its ``system_prompt_hash`` resolves to, every session's inactive count, and
+every cell of the day's ``session_model_usage`` rows: anything tier 1 does
+not compare. A day's few hundred rows come to Python, hashed whole.
 
 **Placement** (SPEC §2) is computed in SQL where it is safe: a ``started_at``
 stored as a number inside the sane window and more than one second from its
