@@ -53,14 +53,15 @@ row per day to Python) plus the new messages (rowid range) plus one pass over
 the small rows of ``session_model_usage`` plus tier 2 of ``ceil(days / 16)``
 days and of the changed ones (their rows). The ``messages`` table is never
 scanned; the cost grows with the sessions table and not with the messages.
-On the
-1.07M-message bench store (59k sessions, 330 days, 93k usage rows;
-``bench/sensor_bench.py``): tier 1 ~100-130 ms, of which ~35-45 ms is
-SQLite reading the table's 46k pages (prompts inline, schema 22) and the rest
-the per-row work (one weighted sum, one joined text and the day of each of
-59k rows, then sorted by day); tier 2 of 21 days ~50 ms and the usage marks
-~10 ms beside it. A tick whose files did not move costs ~1 ms once the
-rotation is idle (the cursor read and compared), ~50 ms while it runs.
+On the 1.07M-message bench store (59k sessions, 330 days, 93k usage rows;
+``bench/sensor_bench.py``, 2 shared cores, load ~1.3): tier 1 ~125-140 ms, of
+which ~35-45 ms is SQLite reading the table's 46k pages (prompts inline,
+schema 22) and the rest the per-row work (the day, one weighted sum of ~17
+numbers, one joined text of the short columns, sorted by day: texts ~40 ms,
+numbers ~35 ms); tier 2 of 21 days ~55 ms (their rows ~37 ms, their usage
+rows ~15 ms); the usage marks ~11 ms. A tick whose files did not move costs
+~0.3 ms once the rotation is idle, ~55 ms while it runs. (Two connections
+on two threads are no faster: in one process they take turns inside SQLite.)
 """
 
 from __future__ import annotations
@@ -176,10 +177,6 @@ def scan_store(store: Store, old: StoreState | None, busy_timeout_ms: int,
 def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rotation, busy_timeout_ms: int,
           now_s: float | None) -> StoreState:
     """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation.
-
-    (A second connection on a second thread does not make this faster: two connections of
-    one process reading the same store take turns inside SQLite, measured at 2x the time
-    each, however the work is split.)
     """
     store = scan.store
     old_days = {} if old is None else old.days
