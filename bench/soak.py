@@ -463,10 +463,11 @@ class Soak:
         t_last = record["last_write"] = time.time()
         log("tail: last write done; waiting for its capture to fail")
         failed = self.wait_for(lambda: self.runs_since(t_last, failed=True), 120)
-        record["failed_runs"] = len(failed or [])
-        time.sleep(20)  # the fault lasts: the sensor's retries fail too
+        time.sleep(self.args.tail_hold)  # the fault lasts: the retries fail too
+        record["failed_runs"] = len(self.runs_since(t_last, failed=True))
         self.disk.free()
         record["end"] = t_clear = time.time()
+        log("tail: fault cleared after", record["failed_runs"], "failed runs")
         deadline = t_clear + TAIL_DEADLINE_S
         while time.time() < deadline:
             if not differences(self.db, self.warehouse):
@@ -583,13 +584,13 @@ class Soak:
                                for k, v in f.items()} for f in self.faults],
         }
 
-    def days_captured(self, inst) -> str:
+    def days_captured(self, inst) -> list[str]:
+        """The days_captured check's results, oldest first (the sensor reports each change)."""
         import dagster as dg
 
         key = dg.AssetCheckKey(dg.AssetKey("ai_gateway_messages_hermes"), "days_captured")
-        record = inst.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key) \
-            if hasattr(inst.event_log_storage, "get_latest_asset_check_execution_by_key") else None
-        return str(getattr(record, "status", "never reported"))
+        history = inst.event_log_storage.get_asset_check_execution_history(key, limit=50)
+        return [str(getattr(r.status, "value", r.status)) for r in reversed(history)]
 
     def lags(self, records) -> dict:
         """Commit -> warehouse of each appended message: the end of the first successful capture
@@ -677,6 +678,9 @@ def main() -> None:
     ap.add_argument("--poll", type=int, default=5, help="HERMES_ASSETS_POLL_SECONDS")
     ap.add_argument("--run-retries", type=int, default=None,
                     help="enable Dagster's run retries with this max_retries (default: dagster.yaml as it is)")
+    ap.add_argument("--tail-hold", type=float, default=20,
+                    help="seconds the tail fault lasts after the last capture failed (90: the day fails 3 times "
+                    "in a row, so the days_captured check fails, then heals)")
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--root", help="work folder (default: a new temp folder)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line last")
