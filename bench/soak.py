@@ -462,7 +462,7 @@ class Soak:
         db.close()
         t_last = record["last_write"] = time.time()
         log("tail: last write done; waiting for its capture to fail")
-        failed = self.wait_for(lambda: self.runs_since(t_last, failed=True), 120)
+        self.wait_for(lambda: self.runs_since(t_last, failed=True), 120)
         time.sleep(self.args.tail_hold)  # the fault lasts: the retries fail too
         record["failed_runs"] = len(self.runs_since(t_last, failed=True))
         self.disk.free()
