@@ -60,13 +60,18 @@ def _copy_store(source: Path, work: Path) -> Path:
 def _facts(db: Path) -> dict:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        prompts = conn.execute(
+            "SELECT total(length(CAST(system_prompt AS BLOB))) + total(length(CAST(model_config AS BLOB))) "
+            "FROM sessions").fetchone()[0]
+        if "system_prompts" in tables:  # schema 25+: prompts stored once, outside the sessions rows
+            prompts += conn.execute("SELECT total(length(CAST(prompt AS BLOB))) FROM system_prompts").fetchone()[0]
         return {
             "sessions": conn.execute("SELECT count(*) FROM sessions").fetchone()[0],
             "messages": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
-            "sessions_mb": round(conn.execute(
-                "SELECT sum(length(CAST(system_prompt AS BLOB))) + sum(length(CAST(model_config AS BLOB))) "
-                "FROM sessions"
-            ).fetchone()[0] / 1e6, 1),
+            "usage_rows": (conn.execute("SELECT count(*) FROM session_model_usage").fetchone()[0]
+                           if "session_model_usage" in tables else 0),
+            "sessions_mb": round(prompts / 1e6, 1),
             "db_mb": round(db.stat().st_size / 1e6),
         }
     finally:
@@ -115,7 +120,7 @@ def run(source: Path, work: Path, args) -> dict:
 
     import structlog
 
-    from hermes_assets.lib import changes, logs
+    from hermes_assets.lib import attempts, changes, logs
     from hermes_assets.lib.fingerprint import Fingerprinter
     from hermes_assets.lib.state_db import Store, StoreReader
 
@@ -129,9 +134,12 @@ def run(source: Path, work: Path, args) -> dict:
     logs.configure("json", stream=open(os.devnull, "w"))
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
 
+    def succeeded(run_keys):  # every run the bench "requests" succeeds (the daemon's runs do, mostly)
+        return {key: attempts.SUCCEEDED for key in run_keys}
+
     def tick(cursor):
         t0 = time.perf_counter()
-        plan = changes.plan_tick([store], cursor, is_partition=lambda day: True)
+        plan = changes.plan_tick([store], cursor, is_partition=lambda day: True, outcomes=succeeded)
         return plan, (time.perf_counter() - t0) * 1000
 
     def settle(cursor):
@@ -146,7 +154,7 @@ def run(source: Path, work: Path, args) -> dict:
 
     plan, figures["first_tick_ms"] = tick(None)
     figures["first_tick_days"] = len(plan.requests)
-    figures["days"] = len(plan.cursor["stores"][str(db)]["days"])
+    figures["days"] = len(plan.cursor.stores[str(db)].days)
     cursor = plan.cursor_json
     figures["cursor_bytes"] = len(cursor)
     cursor, rotation_ticks = settle(cursor)
@@ -245,6 +253,7 @@ def run(source: Path, work: Path, args) -> dict:
             ("schema", lambda: None),
             ("marks", reader.message_marks),
             ("new_messages", lambda: reader.sessions_with_messages_after(since)),
+            ("usage", lambda: fp.usage_changes(state["usage"])),
             ("tier1", fp.tier1),
             ("tier2_share", lambda: fp.tier2(share)),
         ):
@@ -261,7 +270,7 @@ def run(source: Path, work: Path, args) -> dict:
 
 def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
     """Change ticks while tools/live_writer.py writes (real clock, WAL, mutations)."""
-    writer_script = REPO / "tools" / "live_writer.py"
+    writer_script = live_writer_script()
     if not writer_script.is_file():
         figures["live_change_tick"] = f"skipped: {writer_script} not found"
         return cursor
@@ -288,6 +297,11 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
     figures["live_change_tick_days_requested_mean"] = round(sum(days) / len(days), 2)
     figures["live_change_ticks_with_requests"] = sum(1 for d in days if d)
     return cursor
+
+
+def live_writer_script() -> Path:
+    """The project's live Hermes writer (``tools/live_writer.py``)."""
+    return REPO / "tools" / "live_writer.py"
 
 
 def _rotation_bound(figures: dict, db: Path, tick, cursor: str) -> str:
@@ -356,6 +370,8 @@ def _report(figures: dict, as_json: bool) -> None:
         ("breakdown: open + schema probe", figures["breakdown_open_ms"], ""),
         ("breakdown: max mid + sqlite_sequence", figures["breakdown_marks_ms"], ""),
         ("breakdown: new messages (rowid range)", figures["breakdown_new_messages_ms"], ""),
+        ("breakdown: usage rows written (session_model_usage marks)", figures["breakdown_usage_ms"],
+         f"{figures['usage_rows']:,} rows"),
         ("breakdown: tier 1 (every day, one statement)", figures["breakdown_tier1_ms"], ""),
         ("breakdown: tier 2 (the rotation's share)", figures["breakdown_tier2_share_ms"],
          f"{figures['breakdown_tier2_share_days']} of {figures['days']} days"),

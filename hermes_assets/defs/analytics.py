@@ -2,10 +2,10 @@
 
 Built on the captured datasets through the ``hermes_datasets`` IO manager
 (inputs read one day at a time, only the columns they need), on the same
-daily partitions. ``eager()`` without its latest-day restriction keeps them
-current by themselves: after every capture, of any day, the
-``hermes_automation`` sensor (on by default, run by the daemon)
-recomputes the days whose inputs changed. Each day is written as Parquet
+daily partitions. An ``eager()``-like condition (:func:`automation_condition`)
+keeps them current by themselves: after every capture, of any day, the
+``hermes_automation`` sensor (on by default, run by the daemon) recomputes the
+days whose inputs changed, and runs again a day whose analytics run failed. Each day is written as Parquet
 beside the other datasets (``<warehouse>/<asset>/day=YYYY-MM-DD/part-0.parquet``,
 the same file rules) and its totals are numeric metadata, which the asset
 page plots over time.
@@ -29,8 +29,38 @@ from hermes_assets.lib.warehouse import WriteResult
 log = get_logger()
 
 GROUP = "hermes_analytics"
-#: eager() follows only the latest day; captures of older days must reach these assets too
-AUTOMATION = dg.AutomationCondition.eager().without(dg.AutomationCondition.in_latest_time_window())
+#: a day whose analytics run failed is run again at each minute boundary until it succeeds
+RETRY_CRON = "* * * * *"
+
+
+def automation_condition() -> dg.AutomationCondition:
+    """When a day of the analytics is run (by the ``hermes_automation`` sensor).
+
+    ``eager()`` without its latest-day restriction (captures of older days must reach
+    these assets too), with two changes, so that the analytics never fall behind the
+    datasets once nothing moves (issue 23):
+
+    - a capture is *handled* only by an analytics run requested after it: ``eager()``
+      also counts the day's own update as handled, so a capture that lands while the
+      day's analytics run is in flight (that run read the older files) was forgotten
+      when that run ended;
+    - a day whose latest analytics run failed (a full disk, a read-only warehouse)
+      is run again, at the first evaluation after each minute boundary, until it
+      succeeds, without waiting for another capture.
+    """
+    ac = dg.AutomationCondition
+    # A capture and the previous tick's request can be seen on the same tick: their times tell
+    # which came first. Only bare conditions carry a time (not an OR of them, as in
+    # any_deps_updated()); without one the request wins and the capture is forgotten. The
+    # captures are never run with, nor requested by, these assets: newly_updated() is the whole story.
+    updated = (ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated").since(ac.newly_requested())
+               | ac.newly_missing().since(ac.newly_requested()))
+    failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
+    return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress()
+            & ~ac.in_progress()).with_label("eager, any day, retried")
+
+
+AUTOMATION = automation_condition()
 
 
 def _common(dataset: str) -> dict:

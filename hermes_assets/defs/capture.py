@@ -18,23 +18,22 @@ by the run's IO manager, so "re-execute from failure" of the write works.
 
 
 import os
-import shutil
-import time
 
 import dagster as dg
 
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
-from hermes_assets.lib import capture, errors, schemas
+from hermes_assets.lib import capture, errors, schemas, staging
 from hermes_assets.lib.capture import CapturePlan, ProjectedRun
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.warehouse import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult
 
 log = get_logger()
 
-#: a run killed mid-way (kill -9) leaves its staged days: removed after this long
-STALE_STAGING_S = 6 * 3600
+#: Dagster's tags on a failed run that its run retries will run again (dagster.yaml ``run_retries``)
+WILL_RETRY_TAG = "dagster/will_retry"
+AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 RANGE_CHECK = "sessions_within_partition_range"
 STORES_CHECK = "stores_readable"
 
@@ -168,7 +167,7 @@ def project_rows(
         plan,
         usage_policy.projection_context(plan.read_at),
         wh,
-        staging=staging_dir(wh, context.run.run_id),
+        staging=staging_dir(wh, context.run.run_id, context.instance),
         workers=capture_runtime.workers,
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
         busy_timeout_ms=hermes.busy_timeout_ms,
@@ -194,7 +193,14 @@ def project_rows(
 )
 def write_partitions(context: dg.AssetExecutionContext, warehouse: HermesWarehouse,
                      capture_runtime: CaptureRuntime, run: ProjectedRun):
-    written = capture.write_partitions(run, warehouse.open(), workers=max(2, capture_runtime.workers))
+    wh = warehouse.open()
+    if run.days and any(d.staged for staged in run.days for d in staged.datasets.values()) \
+            and not os.path.isdir(run.staging):
+        raise dg.Failure(description=f"the staged days of this run ({run.staging}) were removed: a later run "
+                         "captured these days, or they were left too long. Re-execute all steps, not from failure.")
+    written = capture.write_partitions(run, wh, workers=max(2, capture_runtime.workers))
+    # the write succeeded: staging that failed or killed runs left is not needed any more
+    staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}
     for dataset in CAPTURE_DATASETS:
         for result in written.results[dataset]:
@@ -221,20 +227,31 @@ def day_metadata(result: WriteResult, projected: capture.DatasetDay) -> dict:
     return md
 
 
-def staging_dir(warehouse: Warehouse, run_id: str) -> str:
+def staging_dir(warehouse: Warehouse, run_id: str, instance: dg.DagsterInstance) -> str:
     """Where a run stages its days before putting them in place (removed after).
 
-    A run killed mid-way (kill -9, power loss) leaves its staging folder: any
-    older than ``STALE_STAGING_S`` is removed here. Staged files are never read
-    as data: the datasets' globs only match ``day=*/part-0.parquet``.
+    Staging left by runs that are no longer in progress, with no retry of them
+    coming (failed, canceled, killed mid-way), is removed first
+    (:func:`hermes_assets.lib.staging.sweep`). Staged files are never read as
+    data: the datasets' globs only match ``day=*/part-0.parquet``.
     """
     base = warehouse.staging_root
     warehouse.make_spool_dirs(base)
-    cutoff = time.time() - STALE_STAGING_S
-    for entry in os.scandir(base):
-        if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-            shutil.rmtree(entry.path, ignore_errors=True)
+    staging.sweep(base, lambda other: needs_staging(instance, other), keep=run_id)
     return os.path.join(base, run_id)
+
+
+def needs_staging(instance: dg.DagsterInstance, run_id: str) -> bool | None:
+    """Whether a run may still write its staged days: it runs, or it failed and a run of its group
+    (Dagster's retries re-execute from failure: they write the first run's staged days) runs or is
+    about to; None for a run this instance does not know."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        return None
+    group = instance.get_run_group(run_id)
+    runs = list(group[1]) if group else [run]
+    return any(not r.is_finished or (r.status == dg.DagsterRunStatus.FAILURE and r.tags.get(WILL_RETRY_TAG) == "true"
+                                     and r.tags.get(AUTO_RETRY_RUN_ID_TAG) is None) for r in runs)
 
 
 # --------------------------------------------------------------------------

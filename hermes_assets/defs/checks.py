@@ -8,6 +8,9 @@ are part of the capture graph (``defs/capture.py``): its plan already knows.
 import dagster as dg
 import pyarrow.compute as pc
 
+from hermes_assets.lib import attempts
+from hermes_assets.lib.cursor import load_cursor
+
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import schemas
@@ -82,3 +85,58 @@ def date_matches_message_created_at(
         days = pc.strftime(table.column("message_created_at"), format="%Y-%m-%d")
         mismatched += pc.sum(pc.not_equal(days, table.column("date"))).as_py() or 0
     return dg.AssetCheckResult(passed=mismatched == 0, metadata={"mismatched_rows": mismatched})
+
+
+# --------------------------------------------------------------------------
+# days_captured: reported by the sensor (issue 23)
+# --------------------------------------------------------------------------
+
+DAYS_CAPTURED = "days_captured"
+DAYS_CAPTURED_CHECK = dg.AssetCheckKey(dg.AssetKey(GATEWAY), DAYS_CAPTURED)
+SENSOR_NAME = "hermes_state_sensor"
+
+
+def days_captured_evaluation(failing: list[str], open_attempts: dict) -> dg.AssetCheckEvaluation:
+    """The check's result for the sensor to report: failed while some day's runs keep failing."""
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey(GATEWAY),
+        check_name=DAYS_CAPTURED,
+        passed=not failing,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata=_days_captured_metadata(failing, open_attempts),
+        description=(f"the capture of {', '.join(failing)} failed {attempts.FAILING_AFTER} or more times in a "
+                     "row; the sensor requests it again with backoff") if failing else None,
+    )
+
+
+def _days_captured_metadata(failing: list[str], open_attempts: dict) -> dict:
+    return {
+        "days_failing": failing,
+        "failed_runs_in_a_row": {d: open_attempts[d].failures for d in failing},
+        "last_outcome": {d: open_attempts[d].error or "" for d in failing},
+        "days_in_flight": len(open_attempts),
+    }
+
+
+@dg.asset_check(
+    asset=GATEWAY,
+    name=DAYS_CAPTURED,
+    description="Every day the sensor requested is captured: a day whose capture runs failed "
+    f"{attempts.FAILING_AFTER} or more times in a row (a full disk, a read-only warehouse ...) is named "
+    "here until a run of it succeeds. The sensor reports it whenever that set of days changes; "
+    "executed by hand, it reads the sensor's cursor.",
+)
+def days_captured(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    cursor = load_cursor(_sensor_cursor(context.instance))
+    failing = attempts.failing(cursor)
+    return dg.AssetCheckResult(passed=not failing, severity=dg.AssetCheckSeverity.ERROR,
+                               metadata=_days_captured_metadata(failing, cursor.attempts))
+
+
+def _sensor_cursor(instance: dg.DagsterInstance) -> str | None:
+    if instance.schedule_storage is None:  # an ephemeral instance: no sensor has ever run in it
+        return None
+    for state in instance.all_instigator_state():  # schedules and sensors: few
+        if state.instigator_name == SENSOR_NAME and getattr(state.instigator_data, "cursor", None):
+            return state.instigator_data.cursor
+    return None

@@ -8,23 +8,43 @@ tick finds more changed days than ``HERMES_ASSETS_SENSOR_MAX_RUNS`` (default 14:
 a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
-"""
 
-import hashlib
+A day is done when its run succeeds (issue 23): each tick looks up, by run key,
+how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
+run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.attempts`).
+A day that keeps failing is named in every tick's log and by the
+``days_captured`` asset check, which the sensor reports whenever the set of
+failing days changes.
+"""
 
 import dagster as dg
 
 from hermes_assets.defs import settings
+from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, days_captured_evaluation
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.lib import changes
+from hermes_assets.lib import attempts, changes
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
 
-HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY)
+#: the three datasets; not the days_captured check, which only the sensor reports
+HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY) - dg.AssetSelection.checks(DAYS_CAPTURED_CHECK)
 TRIGGER_TAG = {"hermes/trigger": "sensor"}
+#: Dagster's own tags: the run key of a sensor's run (kept by Dagster's retries of it), and
+#: whether a failed run will be retried by Dagster's run retries (dagster.yaml ``run_retries``)
+RUN_KEY_TAG = "dagster/run_key"
+WILL_RETRY_TAG = "dagster/will_retry"
+
+_OUTCOMES = {
+    dg.DagsterRunStatus.SUCCESS: attempts.SUCCEEDED,
+    dg.DagsterRunStatus.FAILURE: attempts.FAILED,
+    dg.DagsterRunStatus.CANCELED: attempts.CANCELED,
+    dg.DagsterRunStatus.QUEUED: attempts.WAITING,  # not started: it will read the store as it is then
+    dg.DagsterRunStatus.NOT_STARTED: attempts.WAITING,
+    dg.DagsterRunStatus.STARTING: attempts.WAITING,
+}
 
 
 @dg.sensor(
@@ -33,7 +53,8 @@ TRIGGER_TAG = {"hermes/trigger": "sensor"}
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=settings.load().poll_seconds,
     description="Watches the Hermes store(s): a tick whose store files did not change runs no SQL; "
-    "otherwise one run per UTC day whose sessions or messages changed (SPEC §8).",
+    "otherwise one run per UTC day whose sessions or messages changed (SPEC §8). A day whose run "
+    "failed is requested again, with backoff, until a run of it succeeds.",
 )
 def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStores):
     stores = hermes.stores()
@@ -42,8 +63,10 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
         context.cursor,
         is_partition=daily_partitions.has_partition_key,
         busy_timeout_ms=hermes.busy_timeout_ms,
+        outcomes=lambda keys: run_outcomes(context.instance, keys),
+        max_runs=settings.load().sensor_max_runs,
     )
-    requests = run_requests(plan.requests)
+    requests = [_run_request(days, key) for days, key in plan.runs]
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
     failed = [{"store": s.store.label, "path": s.store.path, "error_kind": s.failure.error_kind} for s in plan.failures]
@@ -52,28 +75,54 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
     for scan in plan.failures:  # D18: named in the tick's log, whatever else the tick requests
         context.log.error(f"hermes.sensor.store_failed {scan.store.path} ({scan.failure.error_kind}): {scan.failure.message} "
                           "Its cursor entry is kept; the next tick reads it again.")
+    if plan.retried:
+        context.log.warning(f"hermes.sensor.retry: the capture of {', '.join(plan.retried)} failed; requested again")
+    if plan.failing:  # named on every tick until a run of the day succeeds
+        runs = {d: plan.cursor.attempts[d].failures for d in plan.failing}
+        log.error("hermes.sensor.days_failing", days=plan.failing, failures=runs)
+        context.log.error(f"hermes.sensor.days_failing: the capture of {len(runs)} day(s) failed again and again "
+                          f"(failed runs in a row: {runs}); requested again with backoff until one succeeds")
+    events = []
+    if plan.failing != plan.failing_before:
+        events.append(days_captured_evaluation(plan.failing, plan.cursor.attempts))
     cursor = plan.cursor_json
     reason = plan.skip_reason if stores else _no_store_reason(hermes)
-    if requests:
-        return dg.SensorResult(run_requests=requests, cursor=cursor)
-    if cursor != (context.cursor or ""):
-        return dg.SensorResult(skip_reason=reason, cursor=cursor)
+    if requests or events or cursor != (context.cursor or ""):
+        return dg.SensorResult(run_requests=requests, cursor=cursor, asset_events=events,
+                               skip_reason=None if requests else reason)
     return dg.SkipReason(reason)
+
+
+def run_outcomes(instance: dg.DagsterInstance, run_keys: list[str]) -> dict[str, str]:
+    """How the newest run of each run key ended (Dagster's retries of a run keep its key);
+    keys the instance does not know are left out."""
+    out: dict[str, str] = {}
+    for run in instance.get_runs(filters=dg.RunsFilter(tags={RUN_KEY_TAG: list(run_keys)})):  # newest first
+        key = run.tags.get(RUN_KEY_TAG)
+        if key in out:
+            continue
+        outcome = _OUTCOMES.get(run.status, attempts.RUNNING)
+        if outcome == attempts.FAILED and run.tags.get(WILL_RETRY_TAG) == "true":
+            outcome = attempts.RUNNING  # Dagster's run retries will run it again
+        out[key] = outcome
+    return out
 
 
 def run_requests(requests: list[tuple[str, str]], max_runs: int | None = None) -> list[dg.RunRequest]:
     """One run per changed day, or one ranged run when there are too many days."""
     max_runs = max_runs if max_runs is not None else settings.load().sensor_max_runs
-    if len(requests) <= max_runs:
-        return [dg.RunRequest(partition_key=day, run_key=f"{day}@{h}", tags=TRIGGER_TAG) for day, h in requests]
-    days = sorted(day for day, _ in requests)
-    h = hashlib.sha256("|".join(f"{d}@{x}" for d, x in sorted(requests)).encode()).hexdigest()[:12]
+    return [_run_request(days, key) for days, key in changes.run_groups(requests, max_runs)]
+
+
+def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
+    if len(days) == 1:
+        return dg.RunRequest(partition_key=days[0], run_key=run_key, tags=TRIGGER_TAG)
     tags = {
         **TRIGGER_TAG,
         "dagster/asset_partition_range_start": days[0],
         "dagster/asset_partition_range_end": days[-1],
     }
-    return [dg.RunRequest(run_key=f"{days[0]}...{days[-1]}@{h}", tags=tags)]
+    return dg.RunRequest(run_key=run_key, tags=tags)
 
 
 def _no_store_reason(hermes: HermesStores) -> str:
@@ -82,4 +131,3 @@ def _no_store_reason(hermes: HermesStores) -> str:
     if where:
         return f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
     return "no Hermes store found"
-

@@ -1,72 +1,20 @@
 """Which partitions changed since the last look at the Hermes stores (SPEC §8, D17, D18).
 
-The sensor keeps one cursor (JSON, version 2) with, per store:
+The sensor's cursor (:mod:`hermes_assets.lib.cursor`, typed and versioned)
+keeps, per store: the identity of its files, the ``messages`` marks
+(``max(id)`` and the ``sqlite_sequence`` high-water mark; new messages are the
+rows with ``id > max_mid``, a rowid range scan; a mark that went down, or a new
+inode, means the store was replaced), the tier-2 rotation, and per UTC day the
+two fingerprints of :mod:`hermes_assets.lib.fingerprint` and the one last
+captured. A day is done when its run succeeds, not when it is requested: the
+requests in flight are followed to their end by :mod:`hermes_assets.lib.attempts`,
+and a day whose run failed is requested again, with backoff.
 
-- ``files``: identity of the store files, ``[inode, size, mtime_ns]`` of the
-  db and of its ``-wal`` (``null`` when absent). Unchanged identity means
-  nothing was committed.
-- ``max_mid`` and ``seq``: the highest ``messages.id`` and the
-  ``sqlite_sequence`` high-water mark of ``messages``. New messages are the
-  rows with ``id > max_mid`` (a rowid range scan); a mark that went down, or a
-  new inode, means the store was replaced.
-- ``days``: per UTC day ``[tier 1, tier 2, stamp]``: the two fingerprints of
-  the sessions placed on that day (:mod:`hermes_assets.lib.fingerprint`) and
-  the rotation tick at which tier 2 was last computed.
-- ``rotation``: ``{"tick", "hot", "share"}``: the store's tick counter, how
-  many more ticks the rotation runs, and how many days it digests per tick.
-
-A tick, per store:
-
-1. Files unchanged and the rotation idle: nothing else, no SQL (two ``stat``).
-2. Files changed: new messages by mid, tier 1 of every day, and the days whose
-   tier 1 moved, that lost every session, or that hold a session with new
-   messages are requested; each gets its tier 2 on this tick. The rotation
-   restarts for :data:`ROTATION_TICKS` ticks.
-3. While the rotation runs (files changed or not), tier 2 of the ``share``
-   days whose tier 2 is oldest, ``share = ceil(days / 16)`` (never lowered
-   while the rotation runs); a day whose tier 2 moved is requested. A change
-   that tier 1 does not see is therefore requested within 16 ticks: on the
-   tick it is committed the rotation restarts, and in 16 ticks of ``share``
-   oldest days each, every day present at that tick is digested again (days
-   that appear later are digested the tick they appear).
-
-What each Hermes write (hermes-agent 0.19.0) changes, and when a tick sees it:
-
-=============================  ===============================================  =============
-``append_message``             new mid; ``message_count``                       next tick
-``end_session``, reopen,       ``ended_at`` (with ``end_reason``), token        next tick
-``update_token_counts``,       totals, costs, ``title``, ``model``,
-titles, archive, handoff       ``archived``, ``handoff_state`` (tier 1)
-``rewind_to_message``          ``rewind_count`` + 1 (always); inactive count    next tick
-``restore_rewound``            inactive count of a rewound session (tier 1)     next tick
-``archive_and_compact``        new mids; ``message_count``                      next tick
-``replace_messages``,          new mids (unless replaced by nothing);           next tick
-``clear_messages``             ``message_count``
-``delete_session``, prune      the session's row is gone from its day           next tick
-new session                    its day's session count                          next tick
-store restored or replaced     new inode or ``sqlite_sequence`` went down:      next tick
-                               every day present is requested
-``update_system_prompt``,      other columns (``system_prompt``,                within 16
-``update_session_meta``,       ``model_config``, billing, cwd/git, gateway      ticks
-``update_session_cwd``,        ids, compression state ...): tier 2
-gateway peer, billing route
-inactive rows of a session     inactive count of a never-rewound session with   within 16
-never rewound (no Hermes API)  live messages: tier 2                            ticks
-``set_latest_user_api_content`` NOT seen: it only rewrites ``messages.api_content``  (next change
-                               of the newest user row, right after a compaction  of the day)
-                               inserted that row (whose new mid is seen)
-=============================  ===============================================  =============
-
-Cost of a tick whose files changed: one pass over ``sessions`` (tier 1, one
-row per day to Python) plus the new messages (rowid range) plus tier 2 of
-``ceil(days / 16)`` days and of the changed ones (their rows). The
-``messages`` table is never scanned; the cost grows with the sessions table
-(~1.7-3 us a session: SQLite reads every page of it, prompts included) and not
-with the messages. On the 1.07M-message bench store (59k sessions, 330 days;
-``bench/sensor_bench.py``, a 2-core machine shared with other work, load 2-3):
-tier 1 ~200 ms (of which ~85 ms of CPU is SQLite reading the table's 46k
-pages, prompts included), tier 2 of 21 days ~40 ms. A tick whose files did
-not move costs ~0.1 ms once the rotation is idle, ~40 ms while it runs.
+Each store is scanned by :mod:`hermes_assets.lib.store_scan` (what changed in
+it since the cursor, and the table of what each Hermes write changes and when
+a tick sees it). Then, for every store together, the runs of the open attempts
+are looked up: a day whose run failed and whose wait is over is requested
+again, and a changed day whose run still waits in the queue is left to it.
 
 Stores are independent (SPEC D18): a store that is busy, corrupt, replaced by
 something unreadable or not a Hermes store is reported in :attr:`TickPlan.scans`
@@ -77,7 +25,10 @@ Run keys: ``f"{day}@{h}"`` where ``h`` hashes, for every store in which the
 day changed, its label, the day's new fingerprints and the store files'
 identity. The identity is in there because a fingerprint alone can come back
 (a flag set then cleared): Dagster silently skips a run key it has seen, and
-the partition would keep the intermediate state.
+the partition would keep the intermediate state. A day requested again after
+a failed run gets ``h`` of :func:`~hermes_assets.lib.attempts.retry_hash`.
+More than ``max_runs`` days in one tick make one ranged run
+(:func:`run_groups`).
 
 No Dagster here: the sensor in ``defs/sensors.py`` turns a :class:`TickPlan`
 into run requests.
@@ -86,103 +37,35 @@ into run requests.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.fingerprint import Fingerprinter
+from hermes_assets.lib import attempts
+from hermes_assets.lib.cursor import Cursor, load_cursor
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
+from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store
+from hermes_assets.lib.store_scan import (  # noqa: F401  (statuses and helpers, as callers know them here)
+    _READ_STATUSES,
+    FAILED,
+    MISSING,
+    NEW,
+    READ,
+    REPLACED,
+    ROTATED,
+    ROTATION_TICKS,
+    UNCHANGED,
+    StoreScan,
+    file_identity,
+    scan_store,
+)
 
 log = get_logger()
 
-CURSOR_VERSION = 2
-#: a change tier 1 does not compare is requested within this many ticks (SPEC §8 step 2)
-ROTATION_TICKS = 16
-
-# statuses of a store in one tick
-MISSING = "missing"
-UNCHANGED = "unchanged"  # same file identity, rotation idle: no SQL ran
-READ = "read"  # files changed: read, compared with the cursor
-ROTATED = "rotated"  # files unchanged: only the rotation's tier 2 ran
-NEW = "new"  # not in the cursor: every day present is requested
-REPLACED = "replaced"  # new inode or sqlite_sequence went down: every day requested
-FAILED = "failed"  # could not be read: reported, cursor entry kept (D18)
-
-_READ_STATUSES = (READ, ROTATED, NEW, REPLACED)
-
 
 # --------------------------------------------------------------------------
-# the cursor
+# run keys
 # --------------------------------------------------------------------------
-
-
-def load_cursor(text: str | None) -> dict:
-    """The sensor's cursor as a dict; an absent, foreign or broken cursor is an empty one.
-
-    A version-1 cursor (whole-row fingerprints) cannot be compared with the two
-    tiers: its stores are read as new, so every day present is requested once.
-    """
-    empty = {"version": CURSOR_VERSION, "stores": {}, "pending": {}}
-    if not text:
-        return empty
-    try:
-        cursor = json.loads(text)
-    except ValueError:
-        log.warning("hermes.sensor.cursor_unreadable", reason="not JSON")
-        return empty
-    if isinstance(cursor, dict) and cursor.get("version") == 1:
-        log.info("hermes.sensor.cursor_upgraded", stores=len(cursor.get("stores") or {}),
-                 reason="fingerprints of cursor version 1 are not comparable: every day is requested once")
-        return {**empty, "pending": cursor.get("pending") or {}}
-    if not isinstance(cursor, dict) or cursor.get("version") != CURSOR_VERSION:
-        log.warning("hermes.sensor.cursor_unreadable", reason="unknown cursor version")
-        return empty
-    cursor.setdefault("stores", {})
-    cursor.setdefault("pending", {})
-    return cursor
-
-
-def dump_cursor(cursor: dict) -> str:
-    return json.dumps(cursor, sort_keys=True, separators=(",", ":"))
-
-
-def file_identity(path: str) -> dict | None:
-    """``{"db": [ino, size, mtime_ns], "wal": [...] | None}``; None when the db is absent."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    try:
-        wal = os.stat(path + "-wal")
-        wal_id = [wal.st_ino, wal.st_size, wal.st_mtime_ns]
-    except FileNotFoundError:
-        wal_id = None
-    return {"db": [st.st_ino, st.st_size, st.st_mtime_ns], "wal": wal_id}
-
-
-def _stamp(identity: dict) -> str:
-    db, wal = identity["db"], identity["wal"] or ["-", "-", "-"]
-    return ":".join(str(x) for x in (*db, *wal))
-
-
-def _settled_identity(before: dict, after: dict | None) -> dict:
-    """The identity to remember after a read.
-
-    It must be taken BEFORE reading (a commit during the read then shows as a
-    change next tick). The one difference our own read may cause is SQLite
-    creating an empty ``-wal`` beside a store that had none: remember that one,
-    or the next tick would read again for nothing.
-    """
-    if after is None or after == before:
-        return before
-    if after["db"] == before["db"] and before["wal"] is None and after["wal"] is not None and after["wal"][1] == 0:
-        return after
-    return before
 
 
 def run_hash(parts: list[tuple[str, str | None, str]]) -> str:
@@ -192,41 +75,41 @@ def run_hash(parts: list[tuple[str, str | None, str]]) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=6).hexdigest()
 
 
+def run_groups(requests: list[tuple[str, str]], max_runs: int) -> list[tuple[list[str], str]]:
+    """``(days, run key)`` of each run: one per day, or one ranged run when more than ``max_runs`` days."""
+    if len(requests) <= max_runs:
+        return [([day], f"{day}@{h}") for day, h in requests]
+    days = sorted(day for day, _ in requests)
+    h = hashlib.sha256("|".join(f"{d}@{x}" for d, x in sorted(requests)).encode()).hexdigest()[:12]
+    return [(days, f"{days[0]}...{days[-1]}@{h}")]
+
+
 # --------------------------------------------------------------------------
 # one tick
 # --------------------------------------------------------------------------
 
 
 @dataclass
-class StoreScan:
-    """What one tick found in one store."""
-
-    store: Store
-    status: str
-    #: day -> new fingerprint (None: the day is no longer in the store)
-    changed: dict[str, str | None] = field(default_factory=dict)
-    stamp: str = ""
-    new_messages: int = 0
-    sessions: int = 0
-    unplaced: int = 0
-    tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
-    failure: errors.StoreFailure | None = None  # FAILED: its error_kind (SPEC §9) and what happened
-
-
-@dataclass
 class TickPlan:
-    """The outcome of one tick: days to request (with their run-key hash), the new cursor."""
+    """The outcome of one tick: days to request (with their run-key hash), the runs, the new cursor."""
 
     requests: list[tuple[str, str]]  # (day, h), newest day first
+    runs: list[tuple[list[str], str]]  # (days, run key) of each run to request
     pending: dict[str, str]
-    cursor: dict
+    cursor: Cursor
     scans: list[StoreScan]
     skip_reason: str | None
+    follow: attempts.FollowUp | None = None
+    retried: list[str] = field(default_factory=list)  # days requested again after a failed run
+    coalesced: list[str] = field(default_factory=list)  # changed days whose queued run will capture them
+    failing: list[str] = field(default_factory=list)  # days whose runs keep failing (attempts.FAILING_AFTER)
+    failing_before: list[str] = field(default_factory=list)  # the same, as the last tick left it
+    unchanged: str | None = None  # the cursor's text, when the tick changed nothing in it
     ms: float = 0.0
 
     @property
     def cursor_json(self) -> str:
-        return dump_cursor(self.cursor)
+        return self.unchanged if self.unchanged is not None else self.cursor.dump()
 
     @property
     def failures(self) -> list[StoreScan]:
@@ -239,6 +122,7 @@ class TickPlan:
         for s in self.scans:
             by_status[s.status] = by_status.get(s.status, 0) + 1
         changed = {d for s in self.scans for d in s.changed}
+        follow = self.follow or attempts.FollowUp([], [], [], {}, 0)
         return {
             "stores": len(self.scans),
             "stores_missing": by_status.get(MISSING, 0),
@@ -249,7 +133,14 @@ class TickPlan:
             "stores_failed": by_status.get(FAILED, 0),
             "days_changed": len(changed),
             "days_requested": len(self.requests),
+            "days_retried": len(self.retried),
+            "days_left_to_queued_runs": len(self.coalesced),
             "days_pending": len(self.pending),
+            "days_captured": len(follow.succeeded),
+            "days_run_failed": len(follow.failed),
+            "days_in_flight": follow.running,
+            "days_waiting_retry": len(follow.waiting),
+            "days_failing": len(self.failing),
             "tier2_days": sum(s.tier2_days for s in self.scans),
             "new_messages": sum(s.new_messages for s in self.scans),
             "sessions": sum(s.sessions for s in self.scans),
@@ -264,6 +155,8 @@ def plan_tick(
     is_partition: Callable[[str], bool],
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     now_s: float | None = None,
+    outcomes: attempts.Outcomes | None = None,
+    max_runs: int = 1 << 30,
 ) -> TickPlan:
     """Compare the stores with the cursor; return the days to request and the new cursor.
 
@@ -271,17 +164,20 @@ def plan_tick(
     a changed day it lacks is kept in ``pending`` and requested on the first
     tick where it exists. A store that cannot be read is reported in the
     plan's scans and keeps its cursor entry; it never stops the other stores.
+    ``outcomes`` looks up how the runs of earlier requests ended
+    (:mod:`hermes_assets.lib.attempts`); without it, requests are not followed.
     """
     t0 = time.perf_counter()
+    wall = time.time() if now_s is None else now_s
     cursor = load_cursor(cursor_text)
-    old_stores: dict = cursor["stores"]
-    new_stores = dict(old_stores)  # stores not discovered, missing or failed keep their entry
-    scans = []
-    for store in stores:
-        scan, entry = _scan(store, old_stores.get(store.path), busy_timeout_ms, now_s)
+    pending_before = dict(cursor.pending)
+    scans, read = [], False
+    for store in stores:  # stores not discovered, missing or failed keep their entry
+        scan, entry = scan_store(store, cursor.stores.get(store.path), busy_timeout_ms, now_s)
         scans.append(scan)
         if entry is not None:
-            new_stores[store.path] = entry
+            cursor.stores[store.path] = entry
+            read = True
 
     # one request per day, whatever the number of stores that changed it
     parts: dict[str, list[tuple[str, str | None, str]]] = {}
@@ -290,9 +186,20 @@ def plan_tick(
             parts.setdefault(day, []).append((scan.store.label, fp, scan.stamp))
     changed = {day: run_hash(p) for day, p in parts.items()}
 
-    pending = dict(cursor["pending"])
+    # days done, failed, due again (attempts.py); a day requested for a change needs no retry; a
+    # change of a day whose run waits in the queue is that run's to capture
+    follow = attempts.follow(cursor, outcomes, wall)
+    coalesced = sorted(set(changed) & follow.queued)
+    attempts.refresh(cursor, coalesced)
+    for day in coalesced:
+        del changed[day]
+    retried = {day: attempts.retry_hash(cursor.attempts[day]) for day in follow.due if day not in changed}
+    for day in attempts.uncaptured(cursor) - set(changed) - set(retried) - set(cursor.pending):
+        retried[day] = run_hash([("", day, f"uncaptured at {wall}")])
+
+    pending = cursor.pending
     requests: dict[str, str] = {}
-    for day, h in changed.items():
+    for day, h in (changed | retried).items():
         pending.pop(day, None)
         if is_partition(day):
             requests[day] = h
@@ -303,157 +210,42 @@ def plan_tick(
             requests[day] = h
             del pending[day]
 
-    new_cursor = {"version": CURSOR_VERSION, "stores": new_stores, "pending": pending}
+    ordered = sorted(requests.items(), reverse=True)
+    runs = run_groups(ordered, max_runs)
+    attempts.open_attempts(cursor, runs, wall)
+    failing_before, cursor.failing = cursor.failing, attempts.failing(cursor)
     plan = TickPlan(
-        requests=sorted(requests.items(), reverse=True),
+        requests=ordered,
+        runs=runs,
         pending=pending,
-        cursor=new_cursor,
+        cursor=cursor,
         scans=scans,
         skip_reason=None,
+        follow=follow,
+        retried=sorted(d for d in retried if d in requests),
+        coalesced=coalesced,
+        failing=cursor.failing,
+        failing_before=failing_before,
     )
-    plan.skip_reason = None if plan.requests else _skip_reason(scans, changed, pending)
+    if not plan.requests:
+        plan.skip_reason = _skip_reason(scans, changed, pending) + _waiting_note(follow, coalesced, wall)
+    if not (read or runs or coalesced or follow.succeeded or follow.failed or cursor.reset
+            or pending != pending_before or cursor.failing != failing_before):
+        plan.unchanged = cursor_text  # the same cursor: not written out again (a no-change tick)
     plan.ms = (time.perf_counter() - t0) * 1000
     return plan
 
 
-def _scan(store: Store, old: dict | None, busy_timeout_ms: int, now_s: float | None) -> tuple[StoreScan, dict | None]:
-    """One store's scan and its new cursor entry (None: keep the old one)."""
-    try:
-        identity = file_identity(store.path)
-    except OSError as exc:  # e.g. a folder we may not search
-        return _failed(store, exc), None
-    if identity is None:  # not installed (the idle case), unless HERMES_STATE_DB names it: a typo
-        return (_failed(store, store.missing_error()) if store.explicit else StoreScan(store, MISSING)), None
-    scan = StoreScan(store, UNCHANGED, stamp=_stamp(identity))
-    rotation = {"tick": 0, "hot": 0, "share": 0, **((old or {}).get("rotation") or {})}
-    files_changed = old is None or old.get("files") != identity
-    if not files_changed and rotation["hot"] <= 0:
-        return scan, None  # nothing committed since the last tick, rotation idle: no SQL at all
-
-    try:
-        with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
-            fp = Fingerprinter(reader)
-            if files_changed:
-                entry = _read(scan, old, identity, rotation, reader, fp)
-            else:
-                entry = _rotate(scan, old, rotation, fp)
-    except (FileNotFoundError, errors.StoreMissing):
-        return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
-    except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
-        if isinstance(exc.__cause__, (sqlite3.ProgrammingError, sqlite3.InterfaceError)):
-            raise  # our SQL is wrong: a bug, not a bad store
-        return _failed(store, exc), None
-    entry["files"] = _settled_identity(entry["files"], file_identity(store.path))
-    return scan, entry
-
-
-def _read(scan: StoreScan, old: dict | None, identity: dict, rotation: dict, reader: StoreReader,
-          fp: Fingerprinter) -> dict:
-    """Files changed: marks, new messages, tier 1 of every day, then the rotation."""
-    store = scan.store
-    max_mid, seq = reader.message_marks()
-    replaced = _replaced(old, identity, seq)
-    since = None if old is None or replaced else (old.get("max_mid") or 0)
-    new_by_sid = {}
-    if since is not None and max_mid is not None and max_mid > since:
-        new_by_sid = reader.sessions_with_messages_after(since)
-    tier1 = fp.tier1()
-    old_days = {} if old is None else old.get("days", {})
-    scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
-    scan.new_messages = sum(new_by_sid.values())
-    if old is None or replaced:
-        scan.status = NEW if old is None else REPLACED
-        changed = set(tier1.days) | set(old_days)
-        if replaced:
-            log.warning("hermes.sensor.store_replaced", path=store.path, store=store.label, reason=replaced,
-                        days=len(changed), error_kind=errors.StoreReplaced.error_kind)
-    else:
-        scan.status = READ
-        changed = {d for d, h in tier1.days.items() if _tier1(old_days.get(d)) != h}
-        changed |= set(old_days) - set(tier1.days)
-        changed |= {d for d in fp.days_of(new_by_sid).values() if d in tier1.days}
-    # a change of the files restarts the rotation; the share never drops while it runs
-    share = _share(len(tier1.days), rotation)
-    days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation["tick"] + 1)
-    return {
-        "label": store.label,
-        "files": identity,
-        "max_mid": max_mid,
-        "seq": seq,
-        "days": days,
-        "rotation": {"tick": rotation["tick"] + 1, "hot": ROTATION_TICKS - 1, "share": share},
-    }
-
-
-def _rotate(scan: StoreScan, old: dict, rotation: dict, fp: Fingerprinter) -> dict:
-    """Files unchanged but the rotation still running: tier 2 of the next days only."""
-    scan.status = ROTATED
-    old_days = old.get("days", {})
-    tier1 = {d: v[0] for d, v in old_days.items()}
-    share = _share(len(tier1), rotation)
-    days = _digest(scan, fp, tier1, old_days, set(), share, rotation["tick"] + 1)
-    return {**old, "days": days, "rotation": {"tick": rotation["tick"] + 1, "hot": rotation["hot"] - 1, "share": share}}
-
-
-def _share(n_days: int, rotation: dict) -> int:
-    share = -(-n_days // ROTATION_TICKS)
-    return max(share, rotation["share"]) if rotation["hot"] > 0 else share
-
-
-def _digest(scan: StoreScan, fp: Fingerprinter, tier1: dict[str, str], old_days: dict, changed: set[str],
-            share: int, tick: int) -> dict:
-    """Tier 2 of the changed days and of the rotation's ``share`` oldest others; the new ``days``.
-
-    Sets ``scan.changed``: the changed days, and rotation days whose tier 2 moved.
-    """
-    present = set(tier1)
-    now = changed & present
-    others = sorted(present - now, key=lambda d: (_stamp_of(old_days.get(d)), d))
-    rotation = others[:share]
-    tier2 = fp.tier2(now | set(rotation))
-    scan.tier2_days = len(tier2)
-    changed = set(changed) | {d for d in rotation if _tier2(old_days.get(d)) != tier2[d]}
-    days = {}
-    for d in present:
-        if d in tier2:
-            days[d] = [tier1[d], tier2[d], tick]
-        else:
-            days[d] = [tier1[d], _tier2(old_days.get(d)), _stamp_of(old_days.get(d))]
-    scan.changed = {d: (days[d][0] + days[d][1]) if d in days else None for d in changed}
-    return days
-
-
-def _tier1(entry) -> str | None:
-    return entry[0] if entry else None
-
-
-def _tier2(entry) -> str | None:
-    return entry[1] if entry else None
-
-
-def _stamp_of(entry) -> int:
-    return entry[2] if entry else -1
-
-
-def _failed(store: Store, exc: Exception) -> StoreScan:
-    """A store that cannot be read this tick (SPEC D18): reported, its cursor entry kept."""
-    failure = errors.StoreFailure.of(store.path, store.label, exc)
-    log.error("hermes.sensor.store_failed", path=store.path, store=store.label, error_kind=failure.error_kind,
-              reason=failure.message)
-    return StoreScan(store, FAILED, failure=failure)
-
-
-def _replaced(old: dict | None, identity: dict, seq: int | None) -> str | None:
-    """Why the store counts as replaced since the cursor, or None (SPEC §8)."""
-    if old is None:
-        return None
-    old_files = old.get("files") or {}
-    if old_files.get("db") and old_files["db"][0] != identity["db"][0]:
-        return "inode changed"
-    old_seq = old.get("seq")
-    if old_seq is not None and (seq is None or seq < old_seq):
-        return f"sqlite_sequence of messages went down ({old_seq} -> {seq})"
-    return None
+def _waiting_note(follow: attempts.FollowUp, coalesced: list[str], now_s: float) -> str:
+    """What the skip reason adds about runs in the queue and failed days waiting to be requested again."""
+    note = ""
+    if coalesced:
+        note += f"; {len(coalesced)} changed day(s) ({', '.join(coalesced[:5])}) left to their run waiting in the queue"
+    if follow.waiting:
+        day, at = min(follow.waiting.items(), key=lambda item: item[1])
+        note += (f"; {len(follow.waiting)} day(s) whose capture failed wait to be requested again "
+                 f"(next: {day} in {max(0, round(at - now_s))} s)")
+    return note
 
 
 def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:

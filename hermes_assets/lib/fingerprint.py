@@ -18,25 +18,39 @@ session. Per day:
   changes every day);
 - the number of sessions;
 - ``group_concat`` of the content of :data:`TIER1_TEXT` (title, model,
-  handoff state: short by nature; a hostile 10 MB title is carried whole, it
-  only costs time);
+  handoff state, and Hermes v0.22's title source and prompt hash: short by
+  nature; a hostile 10 MB title is carried whole, it only costs time), the
+  columns of a row joined into one text first (one ``group_concat``, not one
+  per column: each costs ~10 ms at 59k sessions);
 - ``sum(w * Σ k_i v_i)`` of ``ended_at`` and :data:`TIER1_NUMBERS` (token
   totals, costs in micro-dollars, message, tool call, API call and rewind
-  counts, ``archived``) plus, for a session ever rewound or with no live
+  counts, ``archived``, and v0.22's ``auto_archived``, ``pinned``, ``hidden``)
+  plus, for a session ever rewound or with no live
   message, its count of inactive messages (one seek into
   ``idx_messages_session_active``: the undo of a rewind flips rows and no
-  ``sessions`` column). ``w`` is a weight in [1, 2) drawn from the rowid and
+  ``sessions`` column) and, from schema 25 on, whether its prompt hash has a
+  ``system_prompts`` row (a row appearing for a hash changes what the
+  session's prompt is, SPEC D19, and no ``sessions`` cell). ``w`` is a weight
+  in [1, 2) drawn from the rowid and
   ``k_i`` one per column, so two changes on one day cancel out only if they
   match those weights exactly; NULL counts as an odd constant, never as 0.
   One float sum per day: a change smaller than ~1e-15 of the day's sum (a
   fraction of a millisecond of ``ended_at``) is below its resolution.
 
+``session_model_usage`` feeds the datasets too (``usage_by_model``), and
+Hermes's ``record_auxiliary_usage`` writes only there: tier 1 watches it by
+its marks (:meth:`Fingerprinter.usage_changes`, the rows written since the
+last tick, by rowid and ``last_seen``; one pass over its small rows), and
+tier 2 digests each day's usage rows with the day's sessions.
+
 **Tier 2** (:meth:`Fingerprinter.tier2`), for the days the rotation of
-:mod:`hermes_assets.lib.changes` picks (and the days requested on the tick):
+:mod:`hermes_assets.lib.store_scan` picks (and the days requested on the tick):
 the content of every column of every session of the day (``system_prompt``
 and any long cell, ``model_config``, the billing, gateway, git and
-compression columns ...) and every session's inactive count: anything tier 1
-does not compare. A day's few hundred rows come to Python, hashed whole.
+compression columns, every column of schema 31 and the next ...), the prompt
+its ``system_prompt_hash`` resolves to, every session's inactive count, and
+every cell of the day's ``session_model_usage`` rows: anything tier 1 does
+not compare. A day's few hundred rows come to Python, hashed whole.
 
 **Placement** (SPEC §2) is computed in SQL where it is safe: a ``started_at``
 stored as a number inside the sane window and more than one second from its
@@ -61,8 +75,9 @@ from hermes_assets.lib.state_db import StoreReader
 from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day
 
 #: short text columns whose content tier 1 compares on every tick: those Hermes rewrites
-#: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares)
-TIER1_TEXT = ("title", "model", "handoff_state")
+#: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares); the
+#: last two are Hermes v0.22's (schema 31), absent (and skipped) in older stores
+TIER1_TEXT = ("title", "model", "handoff_state", "title_source", "system_prompt_hash")
 #: number columns tier 1 compares on every tick (besides ``ended_at``); costs are
 #: scaled to micro-dollars so that they share one float sum with the counts
 TIER1_NUMBERS = (
@@ -78,9 +93,14 @@ TIER1_NUMBERS = (
     ("api_call_count", 1),
     ("rewind_count", 1),
     ("archived", 1),
+    ("auto_archived", 1),  # the last three: Hermes v0.22 (schema 31)
+    ("pinned", 1),
+    ("hidden", 1),
 )
 
 _BATCH = 500  # rowids or ids per IN (...) statement
+#: usage rows of the last seconds before a tick's newest ``last_seen`` are read again by the next
+USAGE_MARGIN_S = 2.0
 #: a NULL in a number column: not 0 and not a value Hermes writes
 _NULL = "-0.5772156649015329"
 #: the per-row weight, in [1, 2): a multiplicative hash of the rowid
@@ -92,8 +112,8 @@ def _k(i: int) -> str:
     return repr(1.0 + (i * 0.6180339887498949) % 1.0)
 
 
-def _q(name: str) -> str:
-    return 's."' + name.replace('"', '""') + '"'
+def _q(name: str, table: str = "s") -> str:
+    return f'{table}."' + name.replace('"', '""') + '"'
 
 
 def day_name(day_number: int) -> str:
@@ -174,13 +194,31 @@ class Fingerprinter:
         terms = [f"ifnull({t}, {_NULL})" for t in nullable]
         terms.append(f"ifnull({' + '.join(defaulted) or '0'}, {_NULL})")
         terms.append(f"{_k(len(TIER1_NUMBERS) + 1)} * {seldom}")
-        # per row: the weighted number sum and the texts; a co-routine computes them before
-        # the GROUP BY sort, so the sorter carries 6 values a row, not the ~20 columns read
-        self._row = ", ".join([f"{_WEIGHT} * ({' + '.join(terms)}) AS x"]
-                              + [f"ifnull({col(c)}, x'00') AS t{i}" for i, c in enumerate(TIER1_TEXT)])
-        self._tier1_aggs = ", ".join(["count(*)", "total(x)"]
-                                     + [f"group_concat(t{i}, x'1f')" for i in range(len(TIER1_TEXT))])
-        self._tier2_cells = ", ".join([inactive, *(_q(c) for c in names)])
+        prompts = "system_prompts" in reader.tables and "system_prompt_hash" in present
+        if prompts:  # schema 25+: whether the session's prompt hash resolves (a row may appear later)
+            terms.append(f"{_k(len(TIER1_NUMBERS) + 2)} * ifnull(s.system_prompt_hash IN "
+                         f"(SELECT hash FROM system_prompts), {_NULL})")
+        # per row: the weighted number sum and the texts, joined into one; a co-routine computes
+        # them before the GROUP BY sort, so the sorter carries 3 values a row, not the ~25 columns
+        # read (one text, not one per column: each group_concat costs ~10 ms at 59k sessions)
+        texts = " || x'1e' || ".join(f"ifnull({_q(c)}, x'00')" for c in TIER1_TEXT if c in present) or "x'00'"
+        self._row = f"{_WEIGHT} * ({' + '.join(terms)}) AS x, {texts} AS t"
+        self._tier1_aggs = "count(*), total(x), group_concat(t, x'1f')"
+        # tier 2: every cell, and the prompt the hash resolves to (SPEC D19)
+        resolved = "(SELECT p.prompt FROM system_prompts AS p WHERE p.hash = s.system_prompt_hash)"
+        self._tier2_cells = ", ".join([inactive, *(_q(c) for c in names), *([resolved] if prompts else [])])
+        # a day's usage rows in tier 2, digested in SQL (one row back per day, not one per usage row:
+        # those Python objects cost more than the SQL): count, the weighted sum of the number
+        # cells, the text cells joined
+        usage = reader.fetch_raw("PRAGMA table_info(session_model_usage)") if "session_model_usage" in reader.tables else []
+        kinds = {_text(r[1]): str(_text(r[2]) or "").upper() for r in usage}
+        numbers = [c for c, t in sorted(kinds.items()) if "INT" in t or "REAL" in t]
+        texts = [c for c in sorted(kinds) if c not in numbers]
+        weighted = " + ".join(f"ifnull({_k(i)} * {_q(c, 'u')}, {_NULL})" for i, c in enumerate(numbers)) or "0"
+        joined = " || x'1e' || ".join(f"ifnull({_q(c, 'u')}, x'00')" for c in texts) or "NULL"
+        weight = _WEIGHT.replace("s.rowid", "u.rowid")
+        self._usage_digest = f"count(*), total({weight} * ({weighted})), group_concat({joined}, x'1f')" if usage else ""
+        self._usage_seen = "last_seen" in kinds
         self._by_started = "idx_sessions_started" in indexes
         self._odd: dict[int, tuple[str, str | None]] | None = None
 
@@ -245,11 +283,13 @@ class Fingerprinter:
         return Tier1(days, sum(r[1] for r in rows), unplaced)
 
     def tier2(self, days: Iterable[str]) -> dict[str, str]:
-        """The tier-2 digest of each given day: every cell of its sessions, and their inactive counts.
+        """The tier-2 digest of each given day: every cell of its sessions, the prompt each hash
+        resolves to, their inactive counts, and every cell of their ``session_model_usage`` rows.
 
-        The rows of a day (a few hundred) come to Python and are hashed whole
+        The sessions rows of a day (a few hundred) come to Python and are hashed whole
         (``marshal``, then SHA-1, the fastest hash here on 400 KB of prompts a day):
-        cheaper than aggregating 45 columns in SQL.
+        cheaper than aggregating 45 columns in SQL (joining long prompts costs more than
+        fetching them). The day's usage rows are small and many: digested in SQL.
         """
         days = sorted(set(days))
         if not days:
@@ -263,13 +303,60 @@ class Fingerprinter:
         range_ = f"{self.started} BETWEEN ?4 AND ?5 AND " if self._by_started else ""
         # rows in the order of idx_sessions_started (else of the table): fixed for fixed data
         sql = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s WHERE {range_}{self.day_sql} = ?3"
+        # from the day's sessions to their usage rows (CROSS JOIN keeps that order: the other
+        # way round SQLite scans every usage row of the store once per day)
+        usage_join = "FROM sessions AS s CROSS JOIN session_model_usage AS u ON u.session_id = s.id"
+        usage_sql = f"SELECT {self._usage_digest} {usage_join} WHERE {range_}{self.day_sql} = ?3"
         out = {}
         for day in days:
             start_s = day_start_ms(day) // 1000  # started_at within the day, a second either side
-            rows = self.reader.fetch_raw(sql, (*self.params, start_s // 86400, start_s - 1, start_s + 86400 + 1))
+            params = (*self.params, start_s // 86400, start_s - 1, start_s + 86400 + 1)
+            rows = self.reader.fetch_raw(sql, params)
             rows += sorted(odd_rows.get(day, []))
-            out[day] = hashlib.sha1(marshal.dumps(rows, 2), usedforsecurity=False).hexdigest()[:16]
+            usage = self.reader.fetch_raw(usage_sql, params) if self._usage_digest else []
+            odd_ids = sorted(r for r, d in odd.items() if d == day)
+            if self._usage_digest and odd_ids:  # odd sessions: few, each batch one digest row
+                usage += list(self._where_in(f"SELECT {self._usage_digest} {usage_join}", "s.rowid", odd_ids))
+            out[day] = hashlib.sha1(marshal.dumps((rows, usage), 2), usedforsecurity=False).hexdigest()[:16]
         return out
+
+    def usage_changes(self, marks: list | None) -> tuple[set[str], list | None]:
+        """Sessions whose ``session_model_usage`` rows were written since ``marks``, and the new marks.
+
+        Hermes writes a usage row (``update_token_counts``, and ``record_auxiliary_usage``,
+        which touches no other table) with ``last_seen`` = its clock, taken inside the
+        write, so rows written after a tick carry a later ``last_seen`` than any it saw.
+        The marks are ``[max rowid, max last_seen, [[rowid, last_seen], ...]]``, the last
+        the rows of the final :data:`USAGE_MARGIN_S` seconds, which the next tick reads
+        again (two writers' clocks are a little apart) and recognizes. A row changed
+        some other way (raw SQL, a clock stepped back) is seen by tier 2. One pass over
+        the table's small rows (~9 ms for 93k rows); joining them to their sessions' days
+        on every tick would cost ~100 ms.
+        """
+        if not self._usage_digest:
+            return set(), None
+        seen = "u.last_seen" if self._usage_seen else "NULL"
+        if marks is None:
+            rows = self.reader.fetch_raw(f"SELECT max(u.rowid), max({seen}) FROM session_model_usage AS u")
+            top, newest = rows[0]
+            recent = self.reader.fetch_raw(
+                f"SELECT u.rowid, {seen} FROM session_model_usage AS u WHERE {seen} > ?",
+                (newest - USAGE_MARGIN_S,)) if isinstance(newest, (int, float)) else []
+            newest = newest if isinstance(newest, (int, float)) else None
+            return set(), [top or 0, newest, sorted([r, t] for r, t in recent)]
+        top, newest, recent = marks
+        known = {(r, t) for r, t in recent}
+        rows = self.reader.fetch_raw(
+            f"SELECT u.rowid, u.session_id, {seen} FROM session_model_usage AS u WHERE u.rowid > ? OR {seen} > ?",
+            (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S))
+        changed = {str(_text(sid)) for rowid, sid, t in rows if (rowid, t) not in known}
+        top = max([top, *(r for r, _, _ in rows)])
+        times = [t for _, _, t in rows if isinstance(t, (int, float))]  # a text cell: raw SQL, tier 2's
+        newest = max([*times, *([newest] if newest is not None else [])], default=None)
+        # every row of the new margin is in ``rows``: the statement's margin starts no later
+        recent = [[r, t] for r, _, t in rows
+                  if newest is not None and isinstance(t, (int, float)) and t > newest - USAGE_MARGIN_S]
+        return changed, [top, newest, sorted(recent)]
 
     def _per_row(self, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
         """``day -> [tier-1 values of each odd session]``, in rowid order."""

@@ -16,6 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from hermes_assets.defs import capture as capture_defs
@@ -61,7 +62,7 @@ def test_staged_days_are_private_while_they_exist(small, tmp_path, mask, mode):
     with umask(mask):
         plan = capture.plan_capture(discover_stores(None, str(small.home)), SMALL_DAYS[:3], user_home=str(tmp_path))
         plan = capture.apply_usage_policy(plan, PolicyResolver(str(small.policy_list)))
-        staging = capture_defs.staging_dir(wh, "a-run")
+        staging = capture_defs.staging_dir(wh, "a-run", dg.DagsterInstance.ephemeral())
         run = capture.project_rows(plan, ProjectionContext(user_home=str(tmp_path), now_s=plan.read_at), wh,
                                    staging=staging)
         staged = list(Path(staging).iterdir())  # new days: their partition files, encoded once

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import structlog
 
 from hermes_assets.lib import changes
+from hermes_assets.lib.cursor import CURSOR_VERSION
 from hermes_assets.lib.fingerprint import Fingerprinter
 from hermes_assets.lib.state_db import Store, StoreReader
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
@@ -95,33 +97,37 @@ def test_a_broken_cursor_starts_over(tmp_path):
     for cursor in ("not json", json.dumps({"version": 999}), json.dumps([1, 2])):
         plan = _plan(Store(str(db)), cursor)
         assert [d for d, _ in plan.requests] == [A]
-        assert plan.cursor["version"] == changes.CURSOR_VERSION
+        assert json.loads(plan.cursor_json)["version"] == CURSOR_VERSION
 
 
 def test_cursor_is_compact(fixture_copy):
-    """Per store: identity, two marks, the rotation and per day two short fingerprints and a
-    tick; never per session."""
+    """Per store: identity, two marks, the rotation and per day two short fingerprints, a
+    tick and the fingerprint last captured; never per session."""
     db = fixture_copy("small")
     plan = _plan(Store(str(db)), None)
-    entry = plan.cursor["stores"][str(db)]
-    assert set(entry) == {"label", "files", "max_mid", "seq", "days", "rotation"}
+    entry = json.loads(plan.cursor_json)["stores"][str(db)]
+    assert set(entry) == {"label", "files", "max_mid", "seq", "days", "rotation", "usage"}
     assert entry["rotation"] == {"tick": 1, "hot": changes.ROTATION_TICKS - 1, "share": 1}
     assert len(entry["days"]) == 14
-    for tier1, tier2, tick in entry["days"].values():
+    for tier1, tier2, tick, captured in entry["days"].values():
         assert len(tier1) == len(tier2) == 16 and tick == 1
-    assert len(plan.cursor_json) < 1600
+        assert captured is None  # requested, not yet captured
+    assert len(json.dumps(entry, separators=(",", ":"))) < 1800
 
 
-def test_a_version_1_cursor_is_upgraded_by_requesting_every_day_once(fixture_copy):
-    """Whole-row fingerprints of cursor version 1 cannot be compared with the two tiers:
-    the store is read as new (every day requested once, one log line), pending days are kept."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, version):
+    """Fingerprints of cursor versions 1 and 2 cannot be compared with version 3's (more columns and
+    tables watched): the store is read as new (every day requested once, one warning), pending days
+    are kept."""
     db = fixture_copy("small")
-    v1 = {"version": 1, "stores": {str(db): {"label": "", "files": None, "max_mid": 1, "seq": 1, "days": {}}},
-          "pending": {"2030-01-01": "abcdefabcdef"}}
+    old = {"version": version, "pending": {"2030-01-01": "abcdefabcdef"}, "stores": {str(db): {
+        "label": "", "files": changes.file_identity(str(db)), "max_mid": 1, "seq": 1, "days": {},
+        "rotation": {"tick": 1, "hot": 0, "share": 1}}}}
     with structlog.testing.capture_logs() as events:
-        plan = _plan(Store(str(db)), json.dumps(v1), is_partition=lambda d: d < "2030")
+        plan = _plan(Store(str(db)), json.dumps(old), is_partition=lambda d: d < "2030")
     assert [s.status for s in plan.scans] == [changes.NEW]
     assert len(plan.requests) == 14 and plan.pending == {"2030-01-01": "abcdefabcdef"}
-    cursor_events = [e["event"] for e in events if e["event"].startswith("hermes.sensor.cursor")]
-    assert cursor_events == ["hermes.sensor.cursor_upgraded"]
-    assert plan.cursor["version"] == changes.CURSOR_VERSION == 2
+    cursor_events = [(e["event"], e["log_level"]) for e in events if e["event"].startswith("hermes.sensor.cursor")]
+    assert cursor_events == [("hermes.sensor.cursor_reset", "warning")]
+    assert json.loads(plan.cursor_json)["version"] == CURSOR_VERSION == 3
