@@ -12,7 +12,7 @@ PORT   ?= 3000
 
 export DAGSTER_HOME ?= $(CURDIR)
 
-.PHONY: run stop test query install install-test install-query bench clean
+.PHONY: lint run stop test query install install-test install-query bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ run: install
 
 stop:
 	@$(VENV)/bin/python -m hermes_assets.dev --stop
+
+# ruff: lint and format check (configured in pyproject.toml); .ci/run runs it before the tests
+lint: install-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: install-test
 	$(VENV)/bin/pytest

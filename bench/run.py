@@ -42,6 +42,7 @@ SECTIONS = ("core", "floor", "backfill", "empty", "rerun", "incremental", "senso
 #: the three captured datasets (the analytics layer downstream is not part of a capture's figures)
 CAPTURED = "hermes_sessions,hermes_messages,ai_gateway_messages_hermes"
 
+
 def _tree(root: int) -> list[int]:
     """``root`` and every process below it (from /proc)."""
     children: dict[int, list[int]] = {}
@@ -97,8 +98,15 @@ def measure(cmd: list[str], env: dict | None = None) -> dict:
     stdout, stderr = out[0] if out else ("", "")
     if proc.returncode != 0:
         raise SystemExit(f"command failed: {' '.join(cmd)}\n{stderr[-4000:]}")
-    return {"rc": proc.returncode, "wall": wall, "rss_mb": peak_rss / 1024, "pss_mb": peak_pss / 1024,
-            "processes": procs, "stdout": stdout[-4000:], "stderr": stderr[-4000:]}
+    return {
+        "rc": proc.returncode,
+        "wall": wall,
+        "rss_mb": peak_rss / 1024,
+        "pss_mb": peak_pss / 1024,
+        "processes": procs,
+        "stdout": stdout[-4000:],
+        "stderr": stderr[-4000:],
+    }
 
 
 # --------------------------------------------------------------------------
@@ -112,15 +120,28 @@ def ensure_store(kind: str, cache: Path) -> Path:
     medium = cache / "medium" / "state.db"
     if not medium.exists():
         print("generating the medium store (about 2.5 min) ...", file=sys.stderr)
-        subprocess.run([PY, str(TOOLS / "gen_state_db.py"), str(medium.parent),
-                        "--sessions", "4500", "--seed", "42", "--days", "30"], check=True)
+        subprocess.run(
+            [
+                PY,
+                str(TOOLS / "gen_state_db.py"),
+                str(medium.parent),
+                "--sessions",
+                "4500",
+                "--seed",
+                "42",
+                "--days",
+                "30",
+            ],
+            check=True,
+        )
     if kind == "medium":
         return medium
     large = cache / "large" / "state.db"
     if not large.exists():
         print("multiplying it into the large store ...", file=sys.stderr)
-        subprocess.run([PY, str(TOOLS / "multiply_db.py"), str(medium), str(large.parent),
-                        "--copies", "11"], check=True)
+        subprocess.run(
+            [PY, str(TOOLS / "multiply_db.py"), str(medium), str(large.parent), "--copies", "11"], check=True
+        )
     return large
 
 
@@ -198,8 +219,13 @@ print(json.dumps({"rows": rows, "select": select, "write": write, "seconds": sel
 
 
 def run_python(code: str, *args: str) -> dict:
-    out = subprocess.run([PY, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "HERMES_ASSETS_LOG_FORMAT": "json"})
+    out = subprocess.run(
+        [PY, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "HERMES_ASSETS_LOG_FORMAT": "json"},
+    )
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -246,6 +272,7 @@ def materialize(env: dict, *partition: str) -> dict:
 def gateway_rows(warehouse: str) -> tuple[int, int]:
     """Canonical rows and Parquet bytes in the warehouse (a path or a URI)."""
     import pyarrow.parquet as pq
+
     from hermes_assets.lib.warehouse import Warehouse
 
     wh = Warehouse(warehouse)
@@ -266,8 +293,11 @@ def start_s3(work: Path) -> tuple[str, subprocess.Popen]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -278,8 +308,9 @@ def start_s3(work: Path) -> tuple[str, subprocess.Popen]:
     import pyarrow.fs as pafs
 
     endpoint = f"127.0.0.1:{port}"
-    pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
-                      allow_bucket_creation=True).create_dir("bench")
+    pafs.S3FileSystem(
+        endpoint_override=endpoint, scheme="http", region="us-east-1", allow_bucket_creation=True
+    ).create_dir("bench")
     return f"s3://bench/warehouse?endpoint_override={endpoint}&scheme=http&region=us-east-1", proc
 
 
@@ -296,8 +327,13 @@ for i in range(int(sys.argv[2])):
 db.close()
 print(time.strftime("%Y-%m-%d", time.gmtime(started)))
 """
-    out = subprocess.run([PY, "-c", code, str(store), str(n)], capture_output=True, text=True,
-                         env={**os.environ, "HERMES_HOME": str(store.parent)}, check=True)
+    out = subprocess.run(
+        [PY, "-c", code, str(store), str(n)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HERMES_HOME": str(store.parent)},
+        check=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -308,9 +344,13 @@ def main() -> None:
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--workers", type=int, help="HERMES_ASSETS_WORKERS of the runs (default: the CPU count)")
-    ap.add_argument("--warehouse", choices=("local", "file", "s3"), default="local",
-                    help="a local folder, the same folder as a file:/// URI (the object-store code path), "
-                         "or a bucket on moto's S3 server (needs the test extra)")
+    ap.add_argument(
+        "--warehouse",
+        choices=("local", "file", "s3"),
+        default="local",
+        help="a local folder, the same folder as a file:/// URI (the object-store code path), "
+        "or a bucket on moto's S3 server (needs the test extra)",
+    )
     args = ap.parse_args()
     sections = [s for s in args.sections.split(",") if s]
     cache = Path(args.cache_dir)
@@ -338,10 +378,19 @@ def main() -> None:
         if "core" in sections:
             r = measure([PY, "-c", _CORE, str(store)])
             core = json.loads(r["stdout"].strip().splitlines()[-1])
-            figures["core"] = {**core, "rows_per_s": core["rows"] / core["seconds"], "rss_mb": r["rss_mb"],
-                               "pss_mb": r["pss_mb"]}
-            table.append(("core: read + project 3 datasets (no Dagster)", f"{core['seconds']:.2f} s",
-                          f"{core['rows'] / core['seconds']:,.0f} canonical rows/s, tree RSS {r['rss_mb']:.0f} MB"))
+            figures["core"] = {
+                **core,
+                "rows_per_s": core["rows"] / core["seconds"],
+                "rss_mb": r["rss_mb"],
+                "pss_mb": r["pss_mb"],
+            }
+            table.append(
+                (
+                    "core: read + project 3 datasets (no Dagster)",
+                    f"{core['seconds']:.2f} s",
+                    f"{core['rows'] / core['seconds']:,.0f} canonical rows/s, tree RSS {r['rss_mb']:.0f} MB",
+                )
+            )
         if "empty" in sections:
             # First, so the instance's databases exist (as on any machine after the first run):
             # Dagster's fixed cost of a run, subtracted from the backfill to get our compute.
@@ -351,38 +400,68 @@ def main() -> None:
         if {"backfill", "rerun", "floor", "empty"} & set(sections):
             r = materialize(env, "--partition-range", day_range)
             rows, size = gateway_rows(warehouse)
-            figures["backfill"] = {"seconds": r["wall"], "rows": rows, "bytes": size, "rss_mb": r["rss_mb"],
-                                   "pss_mb": r["pss_mb"], "processes": r["processes"],
-                                   "statements": statements(env)}
-            table.append(("full backfill (CLI, one run, 3 assets)", f"{r['wall']:.2f} s",
-                          f"{rows / r['wall']:,.0f} gateway rows/s; process tree peak: RSS {r['rss_mb']:.0f} MB, "
-                          f"PSS {r['pss_mb']:.0f} MB ({r['processes']} processes)"))
+            figures["backfill"] = {
+                "seconds": r["wall"],
+                "rows": rows,
+                "bytes": size,
+                "rss_mb": r["rss_mb"],
+                "pss_mb": r["pss_mb"],
+                "processes": r["processes"],
+                "statements": statements(env),
+            }
+            table.append(
+                (
+                    "full backfill (CLI, one run, 3 assets)",
+                    f"{r['wall']:.2f} s",
+                    f"{rows / r['wall']:,.0f} gateway rows/s; process tree peak: RSS {r['rss_mb']:.0f} MB, "
+                    f"PSS {r['pss_mb']:.0f} MB ({r['processes']} processes)",
+                )
+            )
             table.append(("  SQL statements of the run", "", json.dumps(figures["backfill"]["statements"])))
         if "empty" in sections:
             compute = figures["backfill"]["seconds"] - figures["empty"]["seconds"]
             figures["compute"] = compute
-            table.append(("empty one-day run (Dagster fixed cost)", f"{figures['empty']['seconds']:.2f} s",
-                          f"compute = backfill - empty = {compute:.2f} s"))
+            table.append(
+                (
+                    "empty one-day run (Dagster fixed cost)",
+                    f"{figures['empty']['seconds']:.2f} s",
+                    f"compute = backfill - empty = {compute:.2f} s",
+                )
+            )
         if "floor" in sections:
             floor = run_python(_FLOOR, str(store), str(figures["backfill"]["bytes"]))
             figures["floor"] = floor
             ratio = (figures.get("compute") or figures["backfill"]["seconds"]) / floor["seconds"]
             figures["floor_ratio"] = ratio
-            table.append(("floor: SELECT all into Arrow + write as many Parquet bytes", f"{floor['seconds']:.2f} s",
-                          f"ours / floor = {ratio:.1f}x"))
+            table.append(
+                (
+                    "floor: SELECT all into Arrow + write as many Parquet bytes",
+                    f"{floor['seconds']:.2f} s",
+                    f"ours / floor = {ratio:.1f}x",
+                )
+            )
         if "rerun" in sections:
             r = materialize(env, "--partition-range", day_range)
             figures["rerun"] = {"seconds": r["wall"]}
-            table.append(("re-run of the same backfill (nothing changed)", f"{r['wall']:.2f} s",
-                          f"{r['wall'] / figures['backfill']['seconds']:.0%} of the first run"))
+            table.append(
+                (
+                    "re-run of the same backfill (nothing changed)",
+                    f"{r['wall']:.2f} s",
+                    f"{r['wall'] / figures['backfill']['seconds']:.0%} of the first run",
+                )
+            )
         if "incremental" in sections:
             day = append_messages(store, 100)
             r = materialize(env, "--partition", day)
             figures["incremental"] = {"seconds": r["wall"], "day": day}
             table.append(("one day after 100 new messages (CLI run)", f"{r['wall']:.2f} s", f"day {day}"))
         if "sensor" in sections and (REPO / "bench" / "sensor_bench.py").exists():
-            out = subprocess.run([PY, str(REPO / "bench" / "sensor_bench.py"), "--store", str(source), "--json"],
-                                 capture_output=True, text=True, cwd=REPO)
+            out = subprocess.run(
+                [PY, str(REPO / "bench" / "sensor_bench.py"), "--store", str(source), "--json"],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+            )
             if out.returncode == 0:
                 sensor = json.loads(out.stdout.strip().splitlines()[-1])
                 figures["sensor"] = sensor
@@ -396,8 +475,10 @@ def main() -> None:
             server.terminate()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nstore: {source}  ({facts['sessions']:,} sessions, {facts['messages']:,} messages, "
-          f"{facts['first_day']} .. {facts['last_day']}; {os.cpu_count()} cores; warehouse: {args.warehouse})\n")
+    print(
+        f"\nstore: {source}  ({facts['sessions']:,} sessions, {facts['messages']:,} messages, "
+        f"{facts['first_day']} .. {facts['last_day']}; {os.cpu_count()} cores; warehouse: {args.warehouse})\n"
+    )
     width = max(len(t[0]) for t in table) if table else 10
     for name, value, note in table:
         print(f"  {name:<{width}}  {value:>10}  {note}")

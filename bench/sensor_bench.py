@@ -34,8 +34,8 @@ import os
 import shutil
 import signal
 import sqlite3
-import subprocess
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,14 +63,18 @@ def _facts(db: Path) -> dict:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         prompts = conn.execute(
             "SELECT total(length(CAST(system_prompt AS BLOB))) + total(length(CAST(model_config AS BLOB))) "
-            "FROM sessions").fetchone()[0]
+            "FROM sessions"
+        ).fetchone()[0]
         if "system_prompts" in tables:  # schema 25+: prompts stored once, outside the sessions rows
             prompts += conn.execute("SELECT total(length(CAST(prompt AS BLOB))) FROM system_prompts").fetchone()[0]
         return {
             "sessions": conn.execute("SELECT count(*) FROM sessions").fetchone()[0],
             "messages": conn.execute("SELECT count(*) FROM messages").fetchone()[0],
-            "usage_rows": (conn.execute("SELECT count(*) FROM session_model_usage").fetchone()[0]
-                           if "session_model_usage" in tables else 0),
+            "usage_rows": (
+                conn.execute("SELECT count(*) FROM session_model_usage").fetchone()[0]
+                if "session_model_usage" in tables
+                else 0
+            ),
             "sessions_mb": round(prompts / 1e6, 1),
             "db_mb": round(db.stat().st_size / 1e6),
         }
@@ -126,8 +130,12 @@ def run(source: Path, work: Path, args) -> dict:
 
     t = time.perf_counter()
     db = _copy_store(source, work)
-    figures: dict = {"store": str(source), "copy_s": round(time.perf_counter() - t, 1), **_facts(db),
-                     "load_avg_1m_start": round(os.getloadavg()[0], 2)}
+    figures: dict = {
+        "store": str(source),
+        "copy_s": round(time.perf_counter() - t, 1),
+        **_facts(db),
+        "load_avg_1m_start": round(os.getloadavg()[0], 2),
+    }
     store = Store(str(db))
 
     # the sensor logs one line per tick: keep it, but into /dev/null, so printing is not measured
@@ -179,8 +187,9 @@ def run(source: Path, work: Path, args) -> dict:
     instance = dg.DagsterInstance.ephemeral()  # one, as the daemon has; else each context builds its own
 
     def sensor_tick(cur):
-        ctx = dg.build_sensor_context(cursor=cur, definitions=definitions, resources={"hermes": resource},
-                                      instance=instance)
+        ctx = dg.build_sensor_context(
+            cursor=cur, definitions=definitions, resources={"hermes": resource}, instance=instance
+        )
         t0 = time.perf_counter()
         data = sensor.evaluate_tick(ctx)
         return data, (time.perf_counter() - t0) * 1000
@@ -278,7 +287,10 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
     duration = args.live_ticks * args.live_interval + 30
     proc = subprocess.Popen(
         [sys.executable, str(writer_script), str(db), "--rate", str(args.live_rate), "--duration", str(duration)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     times, days = [], []
     try:
@@ -317,7 +329,8 @@ def _rotation_bound(figures: dict, db: Path, tick, cursor: str) -> str:
     try:
         sid, prompt = conn.execute(
             "SELECT id, system_prompt FROM sessions WHERE started_at >= ? AND started_at < ? AND system_prompt <> '' "
-            "ORDER BY started_at LIMIT 1", (start + 1, start + 86399),
+            "ORDER BY started_at LIMIT 1",
+            (start + 1, start + 86399),
         ).fetchone()
         edited = ("X" if prompt[0] != "X" else "Y") + prompt[1:]
         conn.execute("UPDATE sessions SET system_prompt = ? WHERE id = ?", (edited, sid))
@@ -342,10 +355,12 @@ def _put(figures: dict, name: str, stats: dict) -> None:
 
 
 def _report(figures: dict, as_json: bool) -> None:
-    print(f"\nsensor ticks on a copy of {figures['store']}: {figures['sessions']:,} sessions, "
-          f"{figures['messages']:,} messages, {figures['db_mb']:,} MB file, "
-          f"{figures['sessions_mb']} MB of prompts/configs in sessions, {figures['days']} days; "
-          f"{os.cpu_count()} cores\n")
+    print(
+        f"\nsensor ticks on a copy of {figures['store']}: {figures['sessions']:,} sessions, "
+        f"{figures['messages']:,} messages, {figures['db_mb']:,} MB file, "
+        f"{figures['sessions_mb']} MB of prompts/configs in sessions, {figures['days']} days; "
+        f"{os.cpu_count()} cores\n"
+    )
     rows = [
         ("first tick (no cursor)", figures["first_tick_ms"], f"{figures['first_tick_days']} days requested"),
         ("rotation-only tick p50 (files unchanged)", figures["rotation_only_tick_p50_ms"], ""),
@@ -362,19 +377,28 @@ def _report(figures: dict, as_json: bool) -> None:
     if "live_change_tick_p50_ms" in figures:
         rows += [
             ("live writer: change tick p50 (core)", figures["live_change_tick_p50_ms"], ""),
-            ("live writer: change tick p95 (core)", figures["live_change_tick_p95_ms"],
-             f"target < 200 ms, n={figures['live_change_tick_n']}"),
+            (
+                "live writer: change tick p95 (core)",
+                figures["live_change_tick_p95_ms"],
+                f"target < 200 ms, n={figures['live_change_tick_n']}",
+            ),
         ]
     rows += [
         ("breakdown: stat db + wal", figures["breakdown_stat_ms"], ""),
         ("breakdown: open + schema probe", figures["breakdown_open_ms"], ""),
         ("breakdown: max mid + sqlite_sequence", figures["breakdown_marks_ms"], ""),
         ("breakdown: new messages (rowid range)", figures["breakdown_new_messages_ms"], ""),
-        ("breakdown: usage rows written (session_model_usage marks)", figures["breakdown_usage_ms"],
-         f"{figures['usage_rows']:,} rows"),
+        (
+            "breakdown: usage rows written (session_model_usage marks)",
+            figures["breakdown_usage_ms"],
+            f"{figures['usage_rows']:,} rows",
+        ),
         ("breakdown: tier 1 (every day, one statement)", figures["breakdown_tier1_ms"], ""),
-        ("breakdown: tier 2 (the rotation's share)", figures["breakdown_tier2_share_ms"],
-         f"{figures['breakdown_tier2_share_days']} of {figures['days']} days"),
+        (
+            "breakdown: tier 2 (the rotation's share)",
+            figures["breakdown_tier2_share_ms"],
+            f"{figures['breakdown_tier2_share_days']} of {figures['days']} days",
+        ),
         ("change tick per 1,000 sessions", figures["per_1000_sessions_change_ms"], ""),
     ]
     width = max(len(r[0]) for r in rows)

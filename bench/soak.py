@@ -127,9 +127,15 @@ class Dagster:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         out = open(self.logs / f"dagster-dev.{self.starts}.log", "ab")
-        self.proc = subprocess.Popen([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-                                     cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
@@ -156,8 +162,9 @@ class Disk:
     def __init__(self, path: Path):
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={WAREHOUSE_MB}m,mode=0700", "tmpfs", str(path)],
-                       check=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={WAREHOUSE_MB}m,mode=0700", "tmpfs", str(path)], check=True
+        )
         self.ballast = path / "ballast.fill"
 
     def fill(self) -> None:
@@ -231,12 +238,21 @@ def hermes_reading(db: Path) -> dict:
     """The store as Hermes keeps it (plain SQL, no project code)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        sessions = {r[0]: (r[1], None if r[2] is None else int(r[2] * 1000 + 0.5), *r[3:]) for r in conn.execute(
-            "SELECT id, title, ended_at, message_count, input_tokens, output_tokens, archived FROM sessions")}
-        messages = {(r[0], r[1]): r[2:] for r in conn.execute(
-            "SELECT session_id, id, role, active, compacted FROM messages")}
-        usage = {r[0]: r[1:] for r in conn.execute(
-            "SELECT session_id, count(*), sum(input_tokens), sum(output_tokens) FROM session_model_usage GROUP BY 1")}
+        sessions = {
+            r[0]: (r[1], None if r[2] is None else int(r[2] * 1000 + 0.5), *r[3:])
+            for r in conn.execute(
+                "SELECT id, title, ended_at, message_count, input_tokens, output_tokens, archived FROM sessions"
+            )
+        }
+        messages = {
+            (r[0], r[1]): r[2:] for r in conn.execute("SELECT session_id, id, role, active, compacted FROM messages")
+        }
+        usage = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                "SELECT session_id, count(*), sum(input_tokens), sum(output_tokens) FROM session_model_usage GROUP BY 1"
+            )
+        }
         return {"sessions": sessions, "messages": messages, "usage": usage}
     finally:
         conn.close()
@@ -253,20 +269,43 @@ def warehouse_reading(warehouse: Path) -> dict:
         return ds.dataset(files, format="parquet").to_table(columns=columns).to_pylist() if files else []
 
     sessions, usage = {}, {}
-    for r in rows("hermes_sessions", ["id", "title", "ended_at", "message_count", "input_tokens", "output_tokens",
-                                      "archived", "usage_by_model", "source_deleted"]):
+    for r in rows(
+        "hermes_sessions",
+        [
+            "id",
+            "title",
+            "ended_at",
+            "message_count",
+            "input_tokens",
+            "output_tokens",
+            "archived",
+            "usage_by_model",
+            "source_deleted",
+        ],
+    ):
         if r["source_deleted"]:
             continue
         ended = round(r["ended_at"].timestamp() * 1000) if r["ended_at"] is not None else None
-        sessions[r["id"]] = (r["title"], ended, r["message_count"], r["input_tokens"], r["output_tokens"],
-                             r["archived"])
+        sessions[r["id"]] = (
+            r["title"],
+            ended,
+            r["message_count"],
+            r["input_tokens"],
+            r["output_tokens"],
+            r["archived"],
+        )
         entries = json.loads(r["usage_by_model"]) if r["usage_by_model"] else []
         if entries:
-            usage[r["id"]] = (len(entries), sum(int(e.get("input_tokens") or 0) for e in entries),
-                              sum(int(e.get("output_tokens") or 0) for e in entries))
-    messages = {(r["session_id"], r["id"]): (r["role"], r["active"], r["compacted"])
-                for r in rows("hermes_messages", ["session_id", "id", "role", "active", "compacted", "source_deleted"])
-                if not r["source_deleted"]}
+            usage[r["id"]] = (
+                len(entries),
+                sum(int(e.get("input_tokens") or 0) for e in entries),
+                sum(int(e.get("output_tokens") or 0) for e in entries),
+            )
+    messages = {
+        (r["session_id"], r["id"]): (r["role"], r["active"], r["compacted"])
+        for r in rows("hermes_messages", ["session_id", "id", "role", "active", "compacted", "source_deleted"])
+        if not r["source_deleted"]
+    }
     return {"sessions": sessions, "messages": messages, "usage": usage}
 
 
@@ -280,8 +319,10 @@ def differences(db: Path, warehouse: Path) -> list[str]:
         extra = set(b) - set(a)
         changed = [k for k in set(a) & set(b) if _norm(a[k]) != _norm(b[k])]
         if missing or extra or changed:
-            out.append(f"{what}: {len(missing)} missing, {len(extra)} extra, {len(changed)} stale "
-                       f"(e.g. {sorted(map(str, missing or extra or changed))[:3]})")
+            out.append(
+                f"{what}: {len(missing)} missing, {len(extra)} extra, {len(changed)} stale "
+                f"(e.g. {sorted(map(str, missing or extra or changed))[:3]})"
+            )
     return out
 
 
@@ -340,10 +381,17 @@ class Soak:
         (self.dagster_home / "dagster.yaml").write_text(config)
         shutil.copyfile(small_fixture(), self.db)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
-        env.update({"DAGSTER_HOME": str(self.dagster_home), "HERMES_HOME": str(self.home),
-                    "HERMES_ASSETS_WAREHOUSE": str(self.warehouse), "HERMES_ASSETS_POLL_SECONDS": str(args.poll),
-                    "HERMES_ASSETS_START_DATE": "2026-05-25", "HERMES_ASSETS_LOG_FORMAT": "json",
-                    "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "DAGSTER_HOME": str(self.dagster_home),
+                "HERMES_HOME": str(self.home),
+                "HERMES_ASSETS_WAREHOUSE": str(self.warehouse),
+                "HERMES_ASSETS_POLL_SECONDS": str(args.poll),
+                "HERMES_ASSETS_START_DATE": "2026-05-25",
+                "HERMES_ASSETS_LOG_FORMAT": "json",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         self.env = env
         self.dagster = Dagster(env, self.logs)
         self.faults: list[dict] = []
@@ -377,8 +425,13 @@ class Soak:
             self.dagster.start()
             record["detail"] = f"killed daemon {pids}, dagster dev restarted"
         elif kind == "stop_writer":
-            holder = subprocess.Popen([PY, "-c", LOCK_HOLDER, str(self.db), str(self.home), "60"], env=self.env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+            holder = subprocess.Popen(
+                [PY, "-c", LOCK_HOLDER, str(self.db), str(self.home), "60"],
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             holder.stdout.readline()  # "locked": it holds the write lock
             os.kill(holder.pid, signal.SIGSTOP)
             # Hermes's writers wait ~16 s for the lock (15 tries of 1 s) before they give up
@@ -408,14 +461,36 @@ class Soak:
         self.wait_quiet(300)
         seconds = args.minutes * 60
         self.writers = [
-            subprocess.Popen([PY, str(live_writer()), str(self.db), "--processes", "2", "--rate", str(args.rate),
-                              "--duration", str(seconds), "--mutate-prob", "0.03", "--seed", str(args.seed),
-                              "--log", str(self.logs / "ops.jsonl")], env={**self.env, "HERMES_HOME": str(self.home)},
-                             stdout=open(self.logs / "writer.out", "wb"), stderr=subprocess.STDOUT,
-                             start_new_session=True),
-            subprocess.Popen([PY, "-c", AUX_WRITER, str(self.db), str(self.home), str(seconds),
-                              str(self.logs / "aux.jsonl")], env=self.env, stdout=subprocess.DEVNULL,
-                             stderr=open(self.logs / "aux.err", "wb"), start_new_session=True),
+            subprocess.Popen(
+                [
+                    PY,
+                    str(live_writer()),
+                    str(self.db),
+                    "--processes",
+                    "2",
+                    "--rate",
+                    str(args.rate),
+                    "--duration",
+                    str(seconds),
+                    "--mutate-prob",
+                    "0.03",
+                    "--seed",
+                    str(args.seed),
+                    "--log",
+                    str(self.logs / "ops.jsonl"),
+                ],
+                env={**self.env, "HERMES_HOME": str(self.home)},
+                stdout=open(self.logs / "writer.out", "wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            ),
+            subprocess.Popen(
+                [PY, "-c", AUX_WRITER, str(self.db), str(self.home), str(seconds), str(self.logs / "aux.jsonl")],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(self.logs / "aux.err", "wb"),
+                start_new_session=True,
+            ),
         ]
         t_end = time.time() + seconds
         i = 0
@@ -494,8 +569,12 @@ class Soak:
 
         inst = self.instance()
         try:
-            return [r.dagster_run for r in inst.get_run_records() if r.create_timestamp.timestamp() > t
-                    and (not failed or r.dagster_run.status == dg.DagsterRunStatus.FAILURE)]
+            return [
+                r.dagster_run
+                for r in inst.get_run_records()
+                if r.create_timestamp.timestamp() > t
+                and (not failed or r.dagster_run.status == dg.DagsterRunStatus.FAILURE)
+            ]
         finally:
             inst.dispose()
 
@@ -531,27 +610,48 @@ class Soak:
             by_trigger: dict[str, int] = {}
             for run in runs:
                 by_status[run.status.value] = by_status.get(run.status.value, 0) + 1
-                trigger = run.tags.get("hermes/trigger", "other") + ("+retry" if "dagster/retry_number" in run.tags else "")
+                trigger = run.tags.get("hermes/trigger", "other") + (
+                    "+retry" if "dagster/retry_number" in run.tags else ""
+                )
                 by_trigger[trigger] = by_trigger.get(trigger, 0) + 1
             failures = []
-            ok = sorted((r.end_time, _days(r.dagster_run), "dagster/retry_number" in r.dagster_run.tags,
-                         r.dagster_run.tags.get("hermes/trigger")) for r in records
-                        if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS and r.end_time)
+            ok = sorted(
+                (
+                    r.end_time,
+                    _days(r.dagster_run),
+                    "dagster/retry_number" in r.dagster_run.tags,
+                    r.dagster_run.tags.get("hermes/trigger"),
+                )
+                for r in records
+                if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS and r.end_time
+            )
             for rec in records:
                 run = rec.dagster_run
                 if run.status not in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
                     continue
-                t = (rec.end_time or rec.update_timestamp.timestamp())
+                t = rec.end_time or rec.update_timestamp.timestamp()
                 # a killed worker or daemon is noticed by run monitoring (30 s polls, 180 s start timeout)
                 fault = next((f["kind"] for f in self.faults if f["start"] - 5 <= t <= f.get("end", t) + 240), None)
                 # healed: the first later success of the same trigger covering its days (a retry or a new request)
                 days, trigger = _days(run), run.tags.get("hermes/trigger")
-                heal = next(((end - t, retry) for end, d, retry, trig in ok
-                             if end > t and trig == trigger and days and days <= d), (None, None))
-                failures.append({"run": run.run_id[:8], "trigger": trigger, "fault": fault,
-                                 "at": round(t - self.faults[0]["start"], 1) if self.faults else None,
-                                 "healed_after_s": None if heal[0] is None else round(heal[0], 1),
-                                 "healed_by": None if heal[0] is None else ("dagster retry" if heal[1] else "new run")})
+                heal = next(
+                    (
+                        (end - t, retry)
+                        for end, d, retry, trig in ok
+                        if end > t and trig == trigger and days and days <= d
+                    ),
+                    (None, None),
+                )
+                failures.append(
+                    {
+                        "run": run.run_id[:8],
+                        "trigger": trigger,
+                        "fault": fault,
+                        "at": round(t - self.faults[0]["start"], 1) if self.faults else None,
+                        "healed_after_s": None if heal[0] is None else round(heal[0], 1),
+                        "healed_by": None if heal[0] is None else ("dagster retry" if heal[1] else "new run"),
+                    }
+                )
             lags = self.lags(records)
             check = self.days_captured(inst)
         finally:
@@ -562,21 +662,45 @@ class Soak:
         adiffs = analytics_differences(self.warehouse)
         h = hermes_reading(self.db)
         unexplained = [f for f in failures if f["fault"] is None]
-        verdict = (not diffs and not adiffs and not left and tail.get("healed_s") is not None
-                   and tail["healed_s"] <= TAIL_DEADLINE_S and not unexplained)
+        verdict = (
+            not diffs
+            and not adiffs
+            and not left
+            and tail.get("healed_s") is not None
+            and tail["healed_s"] <= TAIL_DEADLINE_S
+            and not unexplained
+        )
         return {
-            "faults": len(self.faults), "faults_by_kind": _count(f["kind"] for f in self.faults),
-            "runs": len(runs), "runs_by_status": by_status, "runs_by_trigger": by_trigger,
-            "runs_failed": len(failures), "failures_unexplained": unexplained,
+            "faults": len(self.faults),
+            "faults_by_kind": _count(f["kind"] for f in self.faults),
+            "runs": len(runs),
+            "runs_by_status": by_status,
+            "runs_by_trigger": by_trigger,
+            "runs_failed": len(failures),
+            "failures_unexplained": unexplained,
             "heal_after_failure_s": _heal(failures),
-            "lag_p50_s": lags.get("p50"), "lag_p95_s": lags.get("p95"), "lag_max_s": lags.get("max"),
-            "lag_n": lags.get("n"), "tail_failed_runs": tail.get("failed_runs"), "tail_healed_s": tail.get("healed_s"),
-            "sessions": len(h["sessions"]), "messages": len(h["messages"]),
-            "differences": diffs, "analytics_differences": adiffs, "staging_left": left,
-            "days_captured_check": check, "dagster_dev_starts": self.dagster.starts,
-            "run_retries": self.args.run_retries, "verdict": "PASS" if verdict else "FAIL",
-            "faults_detail": [{k: (round(v - self.faults[0]["start"], 1) if k in ("start", "end", "last_write") else v)
-                               for k, v in f.items()} for f in self.faults],
+            "lag_p50_s": lags.get("p50"),
+            "lag_p95_s": lags.get("p95"),
+            "lag_max_s": lags.get("max"),
+            "lag_n": lags.get("n"),
+            "tail_failed_runs": tail.get("failed_runs"),
+            "tail_healed_s": tail.get("healed_s"),
+            "sessions": len(h["sessions"]),
+            "messages": len(h["messages"]),
+            "differences": diffs,
+            "analytics_differences": adiffs,
+            "staging_left": left,
+            "days_captured_check": check,
+            "dagster_dev_starts": self.dagster.starts,
+            "run_retries": self.args.run_retries,
+            "verdict": "PASS" if verdict else "FAIL",
+            "faults_detail": [
+                {
+                    k: (round(v - self.faults[0]["start"], 1) if k in ("start", "end", "last_write") else v)
+                    for k, v in f.items()
+                }
+                for f in self.faults
+            ],
         }
 
     def days_captured(self, inst) -> list[str]:
@@ -599,8 +723,10 @@ class Soak:
                 if op["op"] == "append_message":
                     ops.append(op)
         conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
-        day_of = {sid: time.strftime("%Y-%m-%d", time.gmtime(t)) for sid, t in
-                  conn.execute("SELECT id, started_at FROM sessions")}
+        day_of = {
+            sid: time.strftime("%Y-%m-%d", time.gmtime(t))
+            for sid, t in conn.execute("SELECT id, started_at FROM sessions")
+        }
         conn.close()
         inst = self.instance()
         captures = []
@@ -626,8 +752,12 @@ class Soak:
         if not lags:
             return {}
         lags.sort()
-        return {"p50": round(statistics.median(lags), 1), "p95": round(lags[int(0.95 * (len(lags) - 1))], 1),
-                "max": round(lags[-1], 1), "n": len(lags)}
+        return {
+            "p50": round(statistics.median(lags), 1),
+            "p95": round(lags[int(0.95 * (len(lags) - 1))], 1),
+            "max": round(lags[-1], 1),
+            "n": len(lags),
+        }
 
     def close(self) -> None:
         for w in self.writers:
@@ -671,11 +801,19 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=9, help="minutes of live writing and faults before the tail")
     ap.add_argument("--rate", type=float, default=5.5, help="operations per second of each of the 2 writers")
     ap.add_argument("--poll", type=int, default=5, help="HERMES_ASSETS_POLL_SECONDS")
-    ap.add_argument("--run-retries", type=int, default=None,
-                    help="enable Dagster's run retries with this max_retries (default: dagster.yaml as it is)")
-    ap.add_argument("--tail-hold", type=float, default=20,
-                    help="seconds the tail fault lasts after the last capture failed (90: the day fails 3 times "
-                    "in a row, so the days_captured check fails, then heals)")
+    ap.add_argument(
+        "--run-retries",
+        type=int,
+        default=None,
+        help="enable Dagster's run retries with this max_retries (default: dagster.yaml as it is)",
+    )
+    ap.add_argument(
+        "--tail-hold",
+        type=float,
+        default=20,
+        help="seconds the tail fault lasts after the last capture failed (90: the day fails 3 times "
+        "in a row, so the days_captured check fails, then heals)",
+    )
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--root", help="work folder (default: a new temp folder)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line last")

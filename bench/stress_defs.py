@@ -47,23 +47,36 @@ def main() -> None:
     try:
         for i in range(args.runs):
             t = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "pytest", "tests/defs", "-q", "-p", "no:cacheprovider"],
-                                  cwd=REPO, capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "tests/defs", "-q", "-p", "no:cacheprovider"],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+            )
             seconds = time.perf_counter() - t
             out = done.stdout + done.stderr
             summary = re.findall(r"^=* ?(\d+ (?:passed|failed).*?) in [\d.]+s", out, re.M)
             crashed = "Segmentation fault" in out or "BrokenProcessPool" in out
-            results.append({"run": i + 1, "rc": done.returncode, "seconds": round(seconds, 1),
-                            "load": round(os.getloadavg()[0], 2), "summary": summary[-1] if summary else "",
-                            "crashed": crashed})
+            results.append(
+                {
+                    "run": i + 1,
+                    "rc": done.returncode,
+                    "seconds": round(seconds, 1),
+                    "load": round(os.getloadavg()[0], 2),
+                    "summary": summary[-1] if summary else "",
+                    "crashed": crashed,
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
     finally:
         stop.set()
         for b in burners:
             b.join(timeout=5)
     ok = sum(r["rc"] == 0 for r in results)
-    print(f"\n{ok} of {len(results)} runs passed; crashes: {sum(r['crashed'] for r in results)}; "
-          f"{args.load} busy processes on {os.cpu_count()} cores")
+    print(
+        f"\n{ok} of {len(results)} runs passed; crashes: {sum(r['crashed'] for r in results)}; "
+        f"{args.load} busy processes on {os.cpu_count()} cores"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -93,8 +93,9 @@ def unwritable_folder(tmp_path):
         yield folder
         folder.chmod(0o700)
         return
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0755", "tmpfs", str(folder)],
-                           capture_output=True, text=True)
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0755", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mount.returncode != 0:
         unavailable(f"root cannot mount a read-only tmpfs here ({mount.stderr.strip()})")
     try:

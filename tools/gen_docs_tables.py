@@ -52,8 +52,9 @@ def hermes_table(columns) -> str:
 def arrow_table(schema) -> str:
     """A dataset's columns as written: name, Arrow type, whether it can be NULL."""
     rows = ["| # | column | type | null |", "|---|---|---|---|"]
-    rows += [f"| {i} | `{f.name}` | {_type(f.type)} | {'yes' if f.nullable else 'never'} |"
-             for i, f in enumerate(schema, 1)]
+    rows += [
+        f"| {i} | `{f.name}` | {_type(f.type)} | {'yes' if f.nullable else 'never'} |" for i, f in enumerate(schema, 1)
+    ]
     return "\n".join(rows)
 
 

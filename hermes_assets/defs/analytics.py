@@ -11,8 +11,6 @@ the same file rules) and its totals are numeric metadata, which the asset
 page plots over time.
 """
 
-
-
 import dagster as dg
 
 from hermes_assets.defs import settings
@@ -53,11 +51,13 @@ def automation_condition() -> dg.AutomationCondition:
     # which came first. Only bare conditions carry a time (not an OR of them, as in
     # any_deps_updated()); without one the request wins and the capture is forgotten. The
     # captures are never run with, nor requested by, these assets: newly_updated() is the whole story.
-    updated = (ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated").since(ac.newly_requested())
-               | ac.newly_missing().since(ac.newly_requested()))
+    updated = ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated").since(
+        ac.newly_requested()
+    ) | ac.newly_missing().since(ac.newly_requested())
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
-    return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress()
-            & ~ac.in_progress()).with_label("eager, any day, retried")
+    return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
+        "eager, any day, retried"
+    )
 
 
 AUTOMATION = automation_condition()
@@ -85,8 +85,9 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
-def _materialize(context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str,
-                 inputs: dict[str, DatasetDays]) -> dg.MaterializeResult:
+def _materialize(
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str, inputs: dict[str, DatasetDays]
+) -> dg.MaterializeResult:
     """Each day of the run: compute, replace the day's file, attach the day's totals."""
     wh = warehouse.open()
     files_changed = rows = 0
@@ -95,8 +96,13 @@ def _materialize(context: dg.AssetExecutionContext, warehouse: HermesWarehouse, 
         context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
         files_changed += result.changed
         rows += result.rows
-    log.info("hermes.analytics.written", dataset=dataset, days=len(context.partition_keys), rows=rows,
-             files_changed=files_changed)
+    log.info(
+        "hermes.analytics.written",
+        dataset=dataset,
+        days=len(context.partition_keys),
+        rows=rows,
+        files_changed=files_changed,
+    )
     return dg.MaterializeResult()
 
 
@@ -130,8 +136,8 @@ def hermes_daily_usage(
     "`source_deleted` and copies, `copy_of`, left out). An error result is one whose `is_error` is true or, as Hermes leaves "
     "`is_error` NULL, one Hermes itself shows as failed (hermes-agent's `_detect_tool_failure`): a terminal "
     "result with a non-zero `exit_code`; a JSON result with a truthy `error` (or `message`) and "
-    "`\"success\": false` or an `error` key; a memory result over its limit; else text whose first 500 "
-    "characters hold `\"error\"` or `\"failed\"` or that starts with `Error` (file writes that landed never "
+    '`"success": false` or an `error` key; a memory result over its limit; else text whose first 500 '
+    'characters hold `"error"` or `"failed"` or that starts with `Error` (file writes that landed never '
     "count).",
     ins=_ins(analytics.TOOLS_INPUTS),
     **_common(TOOLS),

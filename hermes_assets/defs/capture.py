@@ -16,7 +16,6 @@ Ops hand each other small typed values (a plan, paths of staged days), kept
 by the run's IO manager, so "re-execute from failure" of the write works.
 """
 
-
 import os
 
 import dagster as dg
@@ -68,8 +67,7 @@ def column_schema(dataset: str) -> dg.TableSchema:
 @dg.op(
     description="Place every Hermes session on its UTC day (one pass over each store's sessions table) "
     "and keep those of the run's days.",
-    out={"plan": dg.Out(CapturePlan), RANGE_CHECK: dg.Out(is_required=False),
-         STORES_CHECK: dg.Out(is_required=False)},
+    out={"plan": dg.Out(CapturePlan), RANGE_CHECK: dg.Out(is_required=False), STORES_CHECK: dg.Out(is_required=False)},
 )
 def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy):
     days = list(context.partition_keys)
@@ -138,22 +136,27 @@ def apply_usage_policy(usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Outpu
         ) from exc
     classified = capture.apply_usage_policy(plan, resolver)
     counts = classified.policy
-    return dg.Output(classified, metadata={
-        "sessions": counts.sessions,
-        "kept": counts.kept,
-        "full": counts.full,
-        "local_only": counts.local_only,
-        "ignored": counts.ignored,
-        "errors": counts.errors,
-        "errors_by_kind": counts.errors_by_kind,
-        "warnings_by_kind": counts.warnings_by_kind,
-        "samples": list(counts.samples),
-    })
+    return dg.Output(
+        classified,
+        metadata={
+            "sessions": counts.sessions,
+            "kept": counts.kept,
+            "full": counts.full,
+            "local_only": counts.local_only,
+            "ignored": counts.ignored,
+            "errors": counts.errors,
+            "errors_by_kind": counts.errors_by_kind,
+            "warnings_by_kind": counts.warnings_by_kind,
+            "samples": list(counts.samples),
+        },
+    )
 
 
-@dg.op(description="Read each day of each store once (one short read transaction) and build all three "
-       "datasets from that read; stage each day as Arrow IPC (days in parallel). Nothing is in place "
-       "until write_partitions.")
+@dg.op(
+    description="Read each day of each store once (one short read transaction) and build all three "
+    "datasets from that read; stage each day as Arrow IPC (days in parallel). Nothing is in place "
+    "until write_partitions."
+)
 def project_rows(
     context: dg.AssetExecutionContext,
     hermes: HermesStores,
@@ -191,30 +194,40 @@ def project_rows(
     "each day's lock; rows whose source vanished are kept, flagged source_deleted.",
     out={dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
 )
-def write_partitions(context: dg.AssetExecutionContext, warehouse: HermesWarehouse,
-                     capture_runtime: CaptureRuntime, run: ProjectedRun):
+def write_partitions(
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, capture_runtime: CaptureRuntime, run: ProjectedRun
+):
     wh = warehouse.open()
-    if run.days and any(d.staged for staged in run.days for d in staged.datasets.values()) \
-            and not os.path.isdir(run.staging):
-        raise dg.Failure(description=f"the staged days of this run ({run.staging}) were removed: a later run "
-                         "captured these days, or they were left too long. Re-execute all steps, not from failure.")
+    if (
+        run.days
+        and any(d.staged for staged in run.days for d in staged.datasets.values())
+        and not os.path.isdir(run.staging)
+    ):
+        raise dg.Failure(
+            description=f"the staged days of this run ({run.staging}) were removed: a later run "
+            "captured these days, or they were left too long. Re-execute all steps, not from failure."
+        )
     written = capture.write_partitions(run, wh, workers=max(2, capture_runtime.workers))
     # the write succeeded: staging that failed or killed runs left is not needed any more
     staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}
     for dataset in CAPTURE_DATASETS:
         for result in written.results[dataset]:
-            context.add_asset_metadata(day_metadata(result, projected[result.day][dataset]),
-                                       asset_key=dataset, partition_key=result.day)
+            context.add_asset_metadata(
+                day_metadata(result, projected[result.day][dataset]), asset_key=dataset, partition_key=result.day
+            )
         totals = written.totals(dataset)
         yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
     try:
         written.raise_for_failures()
     except errors.HermesAssetsError as exc:  # one line naming the store(s); the typed error is its cause
-        raise dg.Failure(description=str(exc), metadata={
-            "error_kind": exc.error_kind,
-            "stores_failed": failed_stores(written.failures),
-        }) from exc
+        raise dg.Failure(
+            description=str(exc),
+            metadata={
+                "error_kind": exc.error_kind,
+                "stores_failed": failed_stores(written.failures),
+            },
+        ) from exc
 
 
 def day_metadata(result: WriteResult, projected: capture.DatasetDay) -> dict:
@@ -250,8 +263,15 @@ def needs_staging(instance: dg.DagsterInstance, run_id: str) -> bool | None:
         return None
     group = instance.get_run_group(run_id)
     runs = list(group[1]) if group else [run]
-    return any(not r.is_finished or (r.status == dg.DagsterRunStatus.FAILURE and r.tags.get(WILL_RETRY_TAG) == "true"
-                                     and r.tags.get(AUTO_RETRY_RUN_ID_TAG) is None) for r in runs)
+    return any(
+        not r.is_finished
+        or (
+            r.status == dg.DagsterRunStatus.FAILURE
+            and r.tags.get(WILL_RETRY_TAG) == "true"
+            and r.tags.get(AUTO_RETRY_RUN_ID_TAG) is None
+        )
+        for r in runs
+    )
 
 
 # --------------------------------------------------------------------------
@@ -276,12 +296,18 @@ COMMON = dict(kinds={"sqlite", "parquet", "python"}, owners=["team:hermes-assets
     partitions_def=daily_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
     check_specs=[
-        dg.AssetCheckSpec(RANGE_CHECK, asset=GATEWAY,
-                          description="Sessions whose day lies outside the partition range (or that have no "
-                          "sane time) are not written: reported here, never silently dropped (SPEC §2)."),
-        dg.AssetCheckSpec(STORES_CHECK, asset=GATEWAY,
-                          description="Every Hermes store of the run could be read; a store that cannot "
-                          "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18)."),
+        dg.AssetCheckSpec(
+            RANGE_CHECK,
+            asset=GATEWAY,
+            description="Sessions whose day lies outside the partition range (or that have no "
+            "sane time) are not written: reported here, never silently dropped (SPEC §2).",
+        ),
+        dg.AssetCheckSpec(
+            STORES_CHECK,
+            asset=GATEWAY,
+            description="Every Hermes store of the run could be read; a store that cannot "
+            "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18).",
+        ),
     ],
 )
 def hermes_capture():

@@ -8,12 +8,10 @@ are part of the capture graph (``defs/capture.py``): its plan already knows.
 import dagster as dg
 import pyarrow.compute as pc
 
-from hermes_assets.lib import attempts
-from hermes_assets.lib.cursor import load_cursor
-
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib import schemas
+from hermes_assets.lib import attempts, schemas
+from hermes_assets.lib.cursor import load_cursor
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
 
@@ -104,8 +102,12 @@ def days_captured_evaluation(failing: list[str], open_attempts: dict) -> dg.Asse
         passed=not failing,
         severity=dg.AssetCheckSeverity.ERROR,
         metadata=_days_captured_metadata(failing, open_attempts),
-        description=(f"the capture of {', '.join(failing)} failed {attempts.FAILING_AFTER} or more times in a "
-                     "row; the sensor requests it again with backoff") if failing else None,
+        description=(
+            f"the capture of {', '.join(failing)} failed {attempts.FAILING_AFTER} or more times in a "
+            "row; the sensor requests it again with backoff"
+        )
+        if failing
+        else None,
     )
 
 
@@ -129,8 +131,11 @@ def _days_captured_metadata(failing: list[str], open_attempts: dict) -> dict:
 def days_captured(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     cursor = load_cursor(_sensor_cursor(context.instance))
     failing = attempts.failing(cursor)
-    return dg.AssetCheckResult(passed=not failing, severity=dg.AssetCheckSeverity.ERROR,
-                               metadata=_days_captured_metadata(failing, cursor.attempts))
+    return dg.AssetCheckResult(
+        passed=not failing,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata=_days_captured_metadata(failing, cursor.attempts),
+    )
 
 
 def _sensor_cursor(instance: dg.DagsterInstance) -> str | None:

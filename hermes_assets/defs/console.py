@@ -58,8 +58,9 @@ def typed_command() -> bool:
     materialize`` ...), as opposed to a server or a run worker that Dagster started
     (those run as ``python -m dagster ...``, or as ``dagster api``/``code-server``)."""
     argv = sys.argv
-    return (bool(argv) and os.path.basename(argv[0]) in COMMANDS
-            and not (len(argv) > 1 and argv[1] in SERVER_SUBCOMMANDS))
+    return (
+        bool(argv) and os.path.basename(argv[0]) in COMMANDS and not (len(argv) > 1 and argv[1] in SERVER_SUBCOMMANDS)
+    )
 
 
 def setting_error(exc: BaseException) -> ConfigurationError | None:
@@ -119,16 +120,24 @@ def _partition_line(exc: BaseException) -> str | None:
         return None
     from hermes_assets.defs.partitions import daily_partitions
 
-    key, first, last = match.group(1), daily_partitions.get_first_partition_key(), \
-        daily_partitions.get_last_partition_key()
+    key, first, last = (
+        match.group(1),
+        daily_partitions.get_first_partition_key(),
+        daily_partitions.get_last_partition_key(),
+    )
     start = settings.load().start_day
-    why = (f"HERMES_ASSETS_START_DATE={start}" if start else
-           "HERMES_ASSETS_START_DATE is unset, so they start on the day of the earliest Hermes session")
+    why = (
+        f"HERMES_ASSETS_START_DATE={start}"
+        if start
+        else "HERMES_ASSETS_START_DATE is unset, so they start on the day of the earliest Hermes session"
+    )
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", key):
         return f"partition {key!r} is not a day: partitions are UTC days, YYYY-MM-DD ({first} to {last})"
     if key < first:
-        return (f"partition {key} is before the first partition, {first} ({why}): "
-                f"set HERMES_ASSETS_START_DATE={key} or earlier to capture it")
+        return (
+            f"partition {key} is before the first partition, {first} ({why}): "
+            f"set HERMES_ASSETS_START_DATE={key} or earlier to capture it"
+        )
     if key > last:
         return f"partition {key} is after the last partition, {last} (today, UTC, is the last)"
     return None
@@ -151,6 +160,6 @@ def quiet_dagster_warnings() -> None:
     tree = logging.getLogger("dagster.components.core.component_tree")
     if not any(isinstance(f, _NotOurLocationName) for f in tree.filters):
         tree.addFilter(_NotOurLocationName())
-    warnings.filterwarnings("ignore", message=r"Parameter `include_sources` of function `AssetSelection.all`",
-                            category=dg.BetaWarning)
-
+    warnings.filterwarnings(
+        "ignore", message=r"Parameter `include_sources` of function `AssetSelection.all`", category=dg.BetaWarning
+    )

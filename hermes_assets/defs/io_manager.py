@@ -20,10 +20,8 @@ values ops hand each other inside the capture stay on Dagster's default IO
 manager, which persists them ("re-execute from failure" needs that).
 """
 
-
-import pyarrow as pa
-
 import dagster as dg
+import pyarrow as pa
 
 from hermes_assets.defs.resources import HermesWarehouse, default_warehouse
 from hermes_assets.lib import schemas

@@ -15,8 +15,10 @@ class PurgeConfig(dg.Config):
     """A Hermes session id (raw, `label:sid`, or `hermes-...`)."""
 
 
-@dg.op(description="Remove matching rows from every partition of the three datasets, atomically per file, "
-       "and recompute the analytics days they fed.")
+@dg.op(
+    description="Remove matching rows from every partition of the three datasets, atomically per file, "
+    "and recompute the analytics days they fed."
+)
 def purge_scope(context: dg.OpExecutionContext, config: PurgeConfig, warehouse: HermesWarehouse):
     if not config.scope and not config.session_id:
         raise dg.Failure("purge_scope needs `scope` or `session_id` in its config")
@@ -31,8 +33,11 @@ def purge_scope(context: dg.OpExecutionContext, config: PurgeConfig, warehouse: 
     days = sorted({day for per_dataset in result.days.values() for day in per_dataset})
     for dataset, written in analytics.rebuild_days(wh, days).items():
         for write, figures in written:
-            yield dg.AssetMaterialization(asset_key=dataset, partition=write.day,
-                                          metadata={**day_metadata(write, figures), "rebuilt_by": "purge_job"})
+            yield dg.AssetMaterialization(
+                asset_key=dataset,
+                partition=write.day,
+                metadata={**day_metadata(write, figures), "rebuilt_by": "purge_job"},
+            )
     yield dg.Output(summary, metadata={**summary, "days": result.days, "analytics_days_rebuilt": len(days)})
 
 

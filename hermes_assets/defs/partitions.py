@@ -26,9 +26,10 @@ def first_day(s: settings.Settings | None = None) -> str:
     s = s or settings.load()
     if s.start_day:
         return s.start_day
-    found = history.first_day(discover_stores(s.state_db, s.hermes_home), default_warehouse(s).open(),
-                              busy_timeout_ms=s.busy_timeout_ms)
-    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    found = history.first_day(
+        discover_stores(s.state_db, s.hermes_home), default_warehouse(s).open(), busy_timeout_ms=s.busy_timeout_ms
+    )
+    today = dt.datetime.now(dt.UTC).date().isoformat()
     return min(found or today, today)  # a session a writer's fast clock put in tomorrow starts nothing later
 
 

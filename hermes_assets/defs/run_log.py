@@ -37,8 +37,15 @@ import dagster as dg
 
 from hermes_assets.lib import logs
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
-           "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
 _NOT_FORWARDED = ("run_id", "op", "timestamp")
 
 
@@ -75,16 +82,18 @@ def forward_to_run_log(level: str, event: str, fields: dict) -> None:
         return
     shown = {k: v for k, v in fields.items() if k not in _NOT_FORWARDED}
     message = f"{event} {json.dumps(shown, ensure_ascii=False, default=str, sort_keys=True)}"
-    ctx.instance.handle_new_event(dg.EventLogEntry(
-        error_info=None,
-        level=_LEVELS.get(level, logging.INFO),
-        user_message=message,
-        run_id=ctx.run_id,
-        timestamp=time.time(),
-        step_key=str(ctx.op_handle),
-        job_name=ctx.job_name,
-        dagster_event=None,
-    ))
+    ctx.instance.handle_new_event(
+        dg.EventLogEntry(
+            error_info=None,
+            level=_LEVELS.get(level, logging.INFO),
+            user_message=message,
+            run_id=ctx.run_id,
+            timestamp=time.time(),
+            step_key=str(ctx.op_handle),
+            job_name=ctx.job_name,
+            dagster_event=None,
+        )
+    )
 
 
 def install() -> None:

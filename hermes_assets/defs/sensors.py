@@ -73,23 +73,28 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
     log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **counts, **({"failed": failed} if failed else {}))
     context.log.info(f"hermes.sensor.tick {counts}")
     for scan in plan.failures:  # D18: named in the tick's log, whatever else the tick requests
-        context.log.error(f"hermes.sensor.store_failed {scan.store.path} ({scan.failure.error_kind}): {scan.failure.message} "
-                          "Its cursor entry is kept; the next tick reads it again.")
+        context.log.error(
+            f"hermes.sensor.store_failed {scan.store.path} ({scan.failure.error_kind}): {scan.failure.message} "
+            "Its cursor entry is kept; the next tick reads it again."
+        )
     if plan.retried:
         context.log.warning(f"hermes.sensor.retry: the capture of {', '.join(plan.retried)} failed; requested again")
     if plan.failing:  # named on every tick until a run of the day succeeds
         runs = {d: plan.cursor.attempts[d].failures for d in plan.failing}
         log.error("hermes.sensor.days_failing", days=plan.failing, failures=runs)
-        context.log.error(f"hermes.sensor.days_failing: the capture of {len(runs)} day(s) failed again and again "
-                          f"(failed runs in a row: {runs}); requested again with backoff until one succeeds")
+        context.log.error(
+            f"hermes.sensor.days_failing: the capture of {len(runs)} day(s) failed again and again "
+            f"(failed runs in a row: {runs}); requested again with backoff until one succeeds"
+        )
     events = []
     if plan.failing != plan.failing_before:
         events.append(days_captured_evaluation(plan.failing, plan.cursor.attempts))
     cursor = plan.cursor_json
     reason = plan.skip_reason if stores else _no_store_reason(hermes)
     if requests or events or cursor != (context.cursor or ""):
-        return dg.SensorResult(run_requests=requests, cursor=cursor, asset_events=events,
-                               skip_reason=None if requests else reason)
+        return dg.SensorResult(
+            run_requests=requests, cursor=cursor, asset_events=events, skip_reason=None if requests else reason
+        )
     return dg.SkipReason(reason)
 
 
@@ -129,5 +134,7 @@ def _no_store_reason(hermes: HermesStores) -> str:
     """Skip reason when discovery found no store at all (e.g. an empty HERMES_STATE_DB folder)."""
     where = hermes.state_db
     if where:
-        return f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
+        return (
+            f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
+        )
     return "no Hermes store found"

@@ -24,15 +24,16 @@ import os
 import re
 import sys
 import tempfile
-from typing import Annotated, Literal, Mapping
+from collections.abc import Mapping
+from typing import Annotated, Literal
 from urllib.parse import urlparse
 
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from hermes_assets.lib import logs, policy
-from hermes_assets.lib import warehouse as warehouse_modes
 from hermes_assets.lib import state_db as store_discovery
+from hermes_assets.lib import warehouse as warehouse_modes
 from hermes_assets.lib.errors import ConfigurationError
 
 EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")

@@ -42,8 +42,18 @@ COST_DIGITS = 6
 
 #: the columns each asset reads (the IO manager reads nothing else)
 USAGE_INPUTS = {
-    SESSIONS: ["store", "store_label", "id", "generation", "model", "usage_by_model", "api_call_count", *TOKENS, *COSTS,
-               "source_deleted"],
+    SESSIONS: [
+        "store",
+        "store_label",
+        "id",
+        "generation",
+        "model",
+        "usage_by_model",
+        "api_call_count",
+        *TOKENS,
+        *COSTS,
+        "source_deleted",
+    ],
     MESSAGES: ["store", "session_id", "role", "source_deleted", "copy_of"],
     GATEWAY: ["session_id", "part_type", "attributes"],
 }
@@ -145,10 +155,16 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
       provider reported no cost, so a day's ``actual_cost_usd`` is usually 0.0).
     """
     sessions, messages, gateway = live(sessions, SESSIONS), live(messages, MESSAGES), live(gateway, GATEWAY)
-    acc: dict[str | None, dict] = defaultdict(lambda: {
-        "sessions": set(), "messages": 0, "tool_calls": 0, "api_calls": 0,
-        **{t: 0 for t in TOKENS}, **{c: None for c in COSTS},
-    })
+    acc: dict[str | None, dict] = defaultdict(
+        lambda: {
+            "sessions": set(),
+            "messages": 0,
+            "tool_calls": 0,
+            "api_calls": 0,
+            **{t: 0 for t in TOKENS},
+            **{c: None for c in COSTS},
+        }
+    )
     own_model: dict[tuple[str, str], str | None] = {}
     canonical: dict[str, tuple[str, str]] = {}
     for s in sessions.to_pylist():
@@ -177,13 +193,19 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
     rows = []
     for model in sorted(acc, key=lambda m: (m is None, m or "")):
         row = acc[model]
-        rows.append({
-            "day": day, "model": model, "sessions": len(row["sessions"]),
-            **{k: row[k] for k in ("messages", "tool_calls", "api_calls", *TOKENS)},
-            "total_tokens": row["input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"]
-            + row["output_tokens"],
-            **{c: None if row[c] is None else round(row[c], COST_DIGITS) for c in COSTS},
-        })
+        rows.append(
+            {
+                "day": day,
+                "model": model,
+                "sessions": len(row["sessions"]),
+                **{k: row[k] for k in ("messages", "tool_calls", "api_calls", *TOKENS)},
+                "total_tokens": row["input_tokens"]
+                + row["cache_read_tokens"]
+                + row["cache_write_tokens"]
+                + row["output_tokens"],
+                **{c: None if row[c] is None else round(row[c], COST_DIGITS) for c in COSTS},
+            }
+        )
     table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_USAGE)
     totals: dict[str, int | float] = {"models": table.num_rows, "sessions": len(own_model)}
     for name in ("messages", "tool_calls", "api_calls", *TOKENS, "total_tokens"):
@@ -257,9 +279,10 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
     error results (:func:`is_error_result`) and the sessions that used the tool."""
     gateway = live(gateway, GATEWAY)
     parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
-    acc: dict[str | None, dict] = defaultdict(lambda: {"calls": 0, "results": 0, "error_results": 0,
-                                                        "sessions": set()})
-    columns = [parts.column(c).to_pylist() for c in ("session_id", "part_type", "tool_name", "is_error", "content_text")]
+    acc: dict[str | None, dict] = defaultdict(lambda: {"calls": 0, "results": 0, "error_results": 0, "sessions": set()})
+    columns = [
+        parts.column(c).to_pylist() for c in ("session_id", "part_type", "tool_name", "is_error", "content_text")
+    ]
     for session_id, part_type, tool_name, is_error, content in zip(*columns):
         row = acc[tool_name]
         row["sessions"].add(session_id)
@@ -269,8 +292,12 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
             row["results"] += 1
             row["error_results"] += is_error_result(is_error, tool_name, content)
     rows = [
-        {"day": day, "tool_name": name, **{k: acc[name][k] for k in ("calls", "results", "error_results")},
-         "sessions": len(acc[name]["sessions"])}
+        {
+            "day": day,
+            "tool_name": name,
+            **{k: acc[name][k] for k in ("calls", "results", "error_results")},
+            "sessions": len(acc[name]["sessions"]),
+        }
         for name in sorted(acc, key=lambda n: (n is None, n or ""))
     ]
     table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_TOOLS)
@@ -292,8 +319,10 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
 
 
 #: every column an analytics day reads, per captured dataset (both datasets of a day from one read)
-INPUTS = {name: sorted(set(USAGE_INPUTS.get(name, [])) | set(TOOLS_INPUTS.get(name, [])))
-          for name in (*USAGE_INPUTS, *TOOLS_INPUTS)}
+INPUTS = {
+    name: sorted(set(USAGE_INPUTS.get(name, [])) | set(TOOLS_INPUTS.get(name, [])))
+    for name in (*USAGE_INPUTS, *TOOLS_INPUTS)
+}
 
 
 def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigures:
@@ -305,7 +334,9 @@ def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigur
     raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
 
 
-def write_day(warehouse: Warehouse, dataset: str, day: str, tables: dict[str, pa.Table]) -> tuple[WriteResult, DayFigures]:
+def write_day(
+    warehouse: Warehouse, dataset: str, day: str, tables: dict[str, pa.Table]
+) -> tuple[WriteResult, DayFigures]:
     """Compute one analytics day and replace its file (no rows: no file)."""
     figures = compute_day(dataset, day, tables)
     return warehouse.replace_day(dataset, day, figures.table), figures

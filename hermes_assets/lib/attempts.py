@@ -32,8 +32,8 @@ Backoff, as delay before the n-th request again after n failures:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from hermes_assets.lib.cursor import Attempt, Cursor
 from hermes_assets.lib.logs import get_logger
@@ -99,8 +99,14 @@ def follow(cursor: Cursor, outcomes: Outcomes | None, now_s: float) -> FollowUp:
             attempt.error = status
             attempt.retry_at = now_s + backoff_s(attempt.failures)
             failed.append(day)
-            log.warning("hermes.sensor.capture_failed", day=day, run_key=attempt.run_key, outcome=status,
-                        failures=attempt.failures, retry_in_s=attempt.retry_at - now_s)
+            log.warning(
+                "hermes.sensor.capture_failed",
+                day=day,
+                run_key=attempt.run_key,
+                outcome=status,
+                failures=attempt.failures,
+                retry_in_s=attempt.retry_at - now_s,
+            )
         else:
             running += 1
             if status == WAITING:
@@ -121,8 +127,12 @@ def _captured(cursor: Cursor, day: str, attempt: Attempt) -> None:
 def uncaptured(cursor: Cursor) -> set[str]:
     """Days of some store whose fingerprint is not the one captured, with no attempt open:
     a state no tick should leave (a cursor restored from elsewhere); they are requested."""
-    return {d for state in cursor.stores.values() for d, mark in state.days.items()
-            if mark.captured != mark.fingerprint and d not in cursor.attempts}
+    return {
+        d
+        for state in cursor.stores.values()
+        for d, mark in state.days.items()
+        if mark.captured != mark.fingerprint and d not in cursor.attempts
+    }
 
 
 def open_attempts(cursor: Cursor, runs: Iterable[tuple[list[str], str]], now_s: float) -> None:
@@ -130,16 +140,18 @@ def open_attempts(cursor: Cursor, runs: Iterable[tuple[list[str], str]], now_s: 
     for days, run_key in runs:
         for day in days:
             old = cursor.attempts.get(day)
-            fingerprints = {path: state.days[day].fingerprint for path, state in cursor.stores.items()
-                            if day in state.days}
+            fingerprints = {
+                path: state.days[day].fingerprint for path, state in cursor.stores.items() if day in state.days
+            }
             cursor.attempts[day] = Attempt(run_key, fingerprints, now_s, failures=old.failures if old else 0)
 
 
 def refresh(cursor: Cursor, days: Iterable[str]) -> None:
     """The runs of ``days`` wait in the queue: they will capture the days as they are now."""
     for day in days:
-        cursor.attempts[day].fingerprints = {path: state.days[day].fingerprint
-                                             for path, state in cursor.stores.items() if day in state.days}
+        cursor.attempts[day].fingerprints = {
+            path: state.days[day].fingerprint for path, state in cursor.stores.items() if day in state.days
+        }
 
 
 def failing(cursor: Cursor) -> list[str]:

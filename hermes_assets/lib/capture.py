@@ -81,8 +81,13 @@ MISSING = "missing"  # not installed (discovery): nothing to read, its rows unto
 FAILED = "failed"  # a store-level error: its rows untouched, the run fails naming it
 
 #: what a failed store's error says (the exception of its ``error_kind`` is raised at the end)
-_STORE_ERRORS = (errors.StoreBusy, errors.StoreCorrupt, errors.StoreReplaced, errors.NotAHermesStore,
-                 errors.StoreMissing)
+_STORE_ERRORS = (
+    errors.StoreBusy,
+    errors.StoreCorrupt,
+    errors.StoreReplaced,
+    errors.NotAHermesStore,
+    errors.StoreMissing,
+)
 
 
 @dataclass
@@ -205,11 +210,16 @@ class CapturePlan:
         every store read (and not in ``skip``)."""
         empty = Generations()
         return [
-            StoreFacts(sp.store.path, sp.store.path_hash, sp.days,
-                       sessions_now=generations.get(sp.store.path, empty).sessions,
-                       messages_now=generations.get(sp.store.path, empty).messages,
-                       ignored=sp.ignored_on(day))
-            for sp in self.readable() if sp.store.path not in skip
+            StoreFacts(
+                sp.store.path,
+                sp.store.path_hash,
+                sp.days,
+                sessions_now=generations.get(sp.store.path, empty).sessions,
+                messages_now=generations.get(sp.store.path, empty).messages,
+                ignored=sp.ignored_on(day),
+            )
+            for sp in self.readable()
+            if sp.store.path not in skip
         ]
 
 
@@ -245,16 +255,25 @@ def plan_capture(
                 _fail(sp, store.missing_error())
             else:
                 sp.status = MISSING
-                log.info("hermes.store.missing", path=store.path, store=store.label,
-                         reason=str(exc) if isinstance(exc, errors.StoreMissing) else "no file")
+                log.info(
+                    "hermes.store.missing",
+                    path=store.path,
+                    store=store.label,
+                    reason=str(exc) if isinstance(exc, errors.StoreMissing) else "no file",
+                )
             continue
         except _STORE_ERRORS as exc:
             _fail(sp, exc)
             continue
         if unknown:  # D22: once per store and run; the cells are kept in extra_columns
             plan.unknown_columns[store.path] = unknown
-            log.warning("hermes.store.unknown_columns", path=store.path, store=store.label,
-                        error_kind=errors.UNKNOWN_COLUMNS, **{f"{table}_columns": names for table, names in unknown.items()})
+            log.warning(
+                "hermes.store.unknown_columns",
+                path=store.path,
+                store=store.label,
+                error_kind=errors.UNKNOWN_COLUMNS,
+                **{f"{table}_columns": names for table, names in unknown.items()},
+            )
         for sid, entry in index.items():
             sp.days[sid] = entry.day
             if entry.raw_id != sid:
@@ -273,11 +292,21 @@ def plan_capture(
                 todo.append(entry.parent)
     plan.statements = dict(statements)
     for label, sid, day in plan.out_of_range:
-        log.warning("hermes.capture.out_of_range_session", store=label, session_id=sid, day=day,
-                    error_kind=errors.OUT_OF_RANGE_SESSION)
-    log.info("hermes.capture.plan", days=len(plan.days), stores=len(plan.stores),
-             stores_failed=len(plan.failures()), sessions=plan.sessions_in_range(),
-             out_of_range=len(plan.out_of_range))
+        log.warning(
+            "hermes.capture.out_of_range_session",
+            store=label,
+            session_id=sid,
+            day=day,
+            error_kind=errors.OUT_OF_RANGE_SESSION,
+        )
+    log.info(
+        "hermes.capture.plan",
+        days=len(plan.days),
+        stores=len(plan.stores),
+        stores_failed=len(plan.failures()),
+        sessions=plan.sessions_in_range(),
+        out_of_range=len(plan.out_of_range),
+    )
     reason = plan.nothing_to_capture()
     if reason:
         log.warning("hermes.capture.nothing_to_capture", days=len(plan.days), reason=reason)
@@ -314,8 +343,14 @@ def apply_usage_policy(plan: CapturePlan, resolver: policy.PolicyResolver) -> Ca
         warnings_by_kind={k: n for k, n in sorted(problems.items()) if k in errors.WARNING_KINDS},
         samples=tuple(resolver.warnings[:10]),
     )
-    log.info("hermes.capture.policy", sessions=result.sessions, kept=result.kept, local_only=result.local_only,
-             ignored=result.ignored, errors=result.errors)
+    log.info(
+        "hermes.capture.policy",
+        sessions=result.sessions,
+        kept=result.kept,
+        local_only=result.local_only,
+        ignored=result.ignored,
+        errors=result.errors,
+    )
     return replace(plan, stores=stores, policy=result)
 
 
@@ -376,8 +411,14 @@ class DayRows:
         return pa.concat_tables(tables) if tables else schemas.DATASETS[dataset][0].empty_table()
 
 
-def project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, *,
-                busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, births: dict[str, Births] | None = None) -> DayRows:
+def project_day(
+    plan: CapturePlan,
+    day: str,
+    ctx: projection.ProjectionContext,
+    *,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    births: dict[str, Births] | None = None,
+) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store) and
     build the rows of all three datasets from that read.
 
@@ -402,8 +443,9 @@ def _gc_paused():
             gc.enable()
 
 
-def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int,
-                 births: dict[str, Births]) -> DayRows:
+def _project_day(
+    plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int, births: dict[str, Births]
+) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
@@ -417,38 +459,68 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
         ancestors = sp.ancestors_off(kept)
         try:
             with StoreReader(sp.store, busy_timeout_ms=busy_timeout_ms, now_s=plan.read_at) as reader:
-                read = reader.read_day_lineage(day, [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
-                                               [(sid, sp.raw_ids.get(sid, sid)) for sid in ancestors])
+                read = reader.read_day_lineage(
+                    day,
+                    [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
+                    [(sid, sp.raw_ids.get(sid, sid)) for sid in ancestors],
+                )
                 unknown, selected = reader.unknown_columns(), reader.selected["messages"]
                 statements.update(reader.statements)
         except (FileNotFoundError, *_STORE_ERRORS) as exc:
             if isinstance(exc, FileNotFoundError):
-                exc = sp.store.missing_error() if sp.store.explicit else errors.StoreMissing(
-                    f"{sp.store.path} vanished during the run; its rows are kept as they are.", path=sp.store.path)
+                exc = (
+                    sp.store.missing_error()
+                    if sp.store.explicit
+                    else errors.StoreMissing(
+                        f"{sp.store.path} vanished during the run; its rows are kept as they are.", path=sp.store.path
+                    )
+                )
             failures.append(StoreFailure.of(sp.store.path, sp.store.label, exc))
-            log.error("hermes.store.unreadable", path=sp.store.path, store=sp.store.label, day=day,
-                      error_kind=failures[-1].error_kind)
+            log.error(
+                "hermes.store.unreadable",
+                path=sp.store.path,
+                store=sp.store.label,
+                day=day,
+                error_kind=failures[-1].error_kind,
+            )
             continue
         bundles = read.bundles
-        marks = copies.mark(((b.sid, b.messages) for b in bundles), read.ancestors, sp.parents(),
-                            sp.store.scoped) if read.grouped else {}
+        marks = (
+            copies.mark(((b.sid, b.messages) for b in bundles), read.ancestors, sp.parents(), sp.store.scoped)
+            if read.grouped
+            else {}
+        )
         gateway = projection.GatewayColumns()
         sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", ()))
-        messages = projection.messages_columns(plan.read_at, tallies[MESSAGES], unknown.get("messages", ()),
-                                               grouped=read.grouped, names=selected)
+        messages = projection.messages_columns(
+            plan.read_at, tallies[MESSAGES], unknown.get("messages", ()), grouped=read.grouped, names=selected
+        )
         gens, store_births = Generations(), births.get(sp.store.path) or Births()
         for bundle in bundles:
             cls = sp.classes.get(bundle.sid, policy.FULL)
             session_gen, message_gens = gens.assign(store_births, bundle)
             decoded: dict = {}  # each content cell decoded once, for both datasets that hold its text
             copied = marks.get(bundle.sid)
-            projection.project_session(bundle, gateway, ctx, tallies[GATEWAY], policy_class=cls,
-                                       session_generation=session_gen, message_generations=message_gens,
-                                       decoded=decoded, marks=copied)
-            projection.session_row(bundle, sessions, day=day, scope_path=sp.scopes.get(bundle.sid, (None,))[0],
-                                   policy_class=cls, generation=session_gen)
-            projection.message_rows(bundle, messages, day=day, generations=message_gens, decoded=decoded,
-                                    marks=copied)
+            projection.project_session(
+                bundle,
+                gateway,
+                ctx,
+                tallies[GATEWAY],
+                policy_class=cls,
+                session_generation=session_gen,
+                message_generations=message_gens,
+                decoded=decoded,
+                marks=copied,
+            )
+            projection.session_row(
+                bundle,
+                sessions,
+                day=day,
+                scope_path=sp.scopes.get(bundle.sid, (None,))[0],
+                policy_class=cls,
+                generation=session_gen,
+            )
+            projection.message_rows(bundle, messages, day=day, generations=message_gens, decoded=decoded, marks=copied)
         for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens
@@ -458,10 +530,8 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
 def read_births(warehouse: Warehouse, day: str, stores: list[str], existing: dict[str, set[str]]) -> dict[str, Births]:
     """Per store, the births of what the day's ``hermes_sessions``/``hermes_messages`` files
     hold already (D15); nothing when the day has no file."""
-    sessions = (warehouse.read(SESSIONS, day, columns=SESSION_BIRTH_COLUMNS)
-                if day in existing[SESSIONS] else None)
-    messages = (warehouse.read(MESSAGES, day, columns=MESSAGE_BIRTH_COLUMNS)
-                if day in existing[MESSAGES] else None)
+    sessions = warehouse.read(SESSIONS, day, columns=SESSION_BIRTH_COLUMNS) if day in existing[SESSIONS] else None
+    messages = warehouse.read(MESSAGES, day, columns=MESSAGE_BIRTH_COLUMNS) if day in existing[MESSAGES] else None
     if sessions is None and messages is None:
         return {}
     return {path: Births.from_tables(sessions, messages, path) for path in stores}
@@ -504,9 +574,17 @@ class ProjectedRun:
         return total
 
 
-def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse: Warehouse, *, staging: str,
-                 workers: int = 1, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, log_format: str | None = None,
-                 parallel_min_sessions: int = PARALLEL_MIN_SESSIONS) -> ProjectedRun:
+def project_rows(
+    plan: CapturePlan,
+    ctx: projection.ProjectionContext,
+    warehouse: Warehouse,
+    *,
+    staging: str,
+    workers: int = 1,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    log_format: str | None = None,
+    parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
+) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
     until :func:`write_partitions`; on an error the staging folder is removed. Staged
     folders and files get the warehouse's modes (SPEC §2, D16), whatever the umask.
@@ -519,9 +597,16 @@ def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse
     warehouse.make_dirs(staging, os.path.dirname(os.path.abspath(staging)))
     ctx = replace(ctx, now_s=plan.read_at)  # one clock for the sanity window of the whole run
     existing = {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS}
-    state = {"plan": plan, "ctx": ctx, "staging": staging, "busy_timeout_ms": busy_timeout_ms,
-             "log_format": log_format, "existing": existing, "file_mode": warehouse.modes.file,
-             "warehouse": (warehouse.uri, warehouse.spool_setting, warehouse.modes)}
+    state = {
+        "plan": plan,
+        "ctx": ctx,
+        "staging": staging,
+        "busy_timeout_ms": busy_timeout_ms,
+        "log_format": log_format,
+        "existing": existing,
+        "file_mode": warehouse.modes.file,
+        "warehouse": (warehouse.uri, warehouse.spool_setting, warehouse.modes),
+    }
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
     try:
@@ -532,8 +617,9 @@ def project_rows(plan: CapturePlan, ctx: projection.ProjectionContext, warehouse
     run = ProjectedRun(plan, staging, days)
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
-        log.info("hermes.capture.project", dataset=dataset, days=len(days), rows=rows,
-                 errors=errors.error_count(by_kind))
+        log.info(
+            "hermes.capture.project", dataset=dataset, days=len(days), rows=rows, errors=errors.error_count(by_kind)
+        )
     return run
 
 
@@ -559,14 +645,16 @@ def stage_day(state: dict, day: str) -> StagedDay:
                 else:
                     _write_ipc(staged[path], table, state["file_mode"])
         tally = rows.tallies[dataset]
-        datasets[dataset] = DatasetDay(sum(t.num_rows for t in by_store.values()), tally.as_dict(),
-                                       tuple(tally.sample_dicts()[:10]), staged)
+        datasets[dataset] = DatasetDay(
+            sum(t.num_rows for t in by_store.values()), tally.as_dict(), tuple(tally.sample_dicts()[:10]), staged
+        )
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in state["existing"][ds])
     pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
     # retention judges the rows of a file that exists; a new day's generations are not needed
     # (and for a long first backfill they would be every message id, held until the write)
-    generations = rows.generations if existing else {
-        path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
+    generations = (
+        rows.generations if existing else {path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
+    )
     return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing)
 
 
@@ -590,8 +678,10 @@ def _staging(path: str):
         yield
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a failed write() names no file: say which
-            raise OSError(exc.errno, f"{exc.strerror} while staging {path}: no partition file was changed; "
-                          "free some space and re-run") from exc
+            raise OSError(
+                exc.errno,
+                f"{exc.strerror} while staging {path}: no partition file was changed; free some space and re-run",
+            ) from exc
         raise
 
 
@@ -645,11 +735,14 @@ class WrittenRun:
             return
         first = self.failures[0]
         # one line: each store's error_kind and message (which names its path)
-        message = "; ".join(f"{f.error_kind}: {f.message if f.path in f.message else f'{f.path}: {f.message}'}"
-                            for f in self.failures)
+        message = "; ".join(
+            f"{f.error_kind}: {f.message if f.path in f.message else f'{f.path}: {f.message}'}" for f in self.failures
+        )
         if self.stores_written:
-            message += (f" (captured rows of the failed store(s) are untouched; the days of the "
-                        f"{self.stores_written} other store(s) were written)")
+            message += (
+                f" (captured rows of the failed store(s) are untouched; the days of the "
+                f"{self.stores_written} other store(s) were written)"
+            )
         raise errors.by_kind(first.error_kind)(" ".join(message.split()), path=first.path)
 
 
@@ -666,7 +759,7 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     else:  # no store read: nothing to merge, every day's files stay as they are
         write = functools.partial(_current_day, warehouse)
     if not warehouse.posix:
-        warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+        _ = warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as pool:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [pool.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
@@ -677,12 +770,22 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
-        log.info("hermes.capture.write", dataset=dataset, days=len(results[dataset]), rows=totals["rows_written"],
-                 retained=totals["rows_retained_source_deleted"], files_changed=totals["files_changed"])
+        log.info(
+            "hermes.capture.write",
+            dataset=dataset,
+            days=len(results[dataset]),
+            rows=totals["rows_written"],
+            retained=totals["rows_retained_source_deleted"],
+            files_changed=totals["files_changed"],
+        )
     replaced = {ds: written.totals(ds)["rows_replaced"] for ds in CAPTURE_DATASETS}
     if any(replaced.values()):  # SPEC D15: seen by every run, reported as a warning
-        log.warning("hermes.capture.store_replaced", error_kind=errors.StoreReplaced.error_kind,
-                    ids_reused=run.reborn(), **{f"{ds}_rows_replaced": n for ds, n in replaced.items()})
+        log.warning(
+            "hermes.capture.store_replaced",
+            error_kind=errors.StoreReplaced.error_kind,
+            ids_reused=run.reborn(),
+            **{f"{ds}_rows_replaced": n for ds, n in replaced.items()},
+        )
     return written
 
 
@@ -695,8 +798,11 @@ def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged
     out = {}
     for dataset in CAPTURE_DATASETS:
         files = staged.datasets[dataset].staged
-        new = {path: file if file.endswith(ENCODED_SUFFIX) else read_staged(dataset, file)
-               for path, file in files.items() if path not in failed}
+        new = {
+            path: file if file.endswith(ENCODED_SUFFIX) else read_staged(dataset, file)
+            for path, file in files.items()
+            if path not in failed
+        }
         if not new and dataset not in staged.existing:  # no rows, no file: nothing to write or merge
             out[dataset] = WriteResult(dataset, staged.day, warehouse.location(dataset, staged.day), 0, 0, 0, 0, False)
             continue

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from hermes_assets.lib import attempts
 from hermes_assets.lib.cursor import Cursor, load_cursor
@@ -229,8 +229,16 @@ def plan_tick(
     )
     if not plan.requests:
         plan.skip_reason = _skip_reason(scans, changed, pending) + _waiting_note(follow, coalesced, wall)
-    if not (read or runs or coalesced or follow.succeeded or follow.failed or cursor.reset
-            or pending != pending_before or cursor.failing != failing_before):
+    if not (
+        read
+        or runs
+        or coalesced
+        or follow.succeeded
+        or follow.failed
+        or cursor.reset
+        or pending != pending_before
+        or cursor.failing != failing_before
+    ):
         plan.unchanged = cursor_text  # the same cursor: not written out again (a no-change tick)
     plan.ms = (time.perf_counter() - t0) * 1000
     return plan
@@ -243,8 +251,10 @@ def _waiting_note(follow: attempts.FollowUp, coalesced: list[str], now_s: float)
         note += f"; {len(coalesced)} changed day(s) ({', '.join(coalesced[:5])}) left to their run waiting in the queue"
     if follow.waiting:
         day, at = min(follow.waiting.items(), key=lambda item: item[1])
-        note += (f"; {len(follow.waiting)} day(s) whose capture failed wait to be requested again "
-                 f"(next: {day} in {max(0, round(at - now_s))} s)")
+        note += (
+            f"; {len(follow.waiting)} day(s) whose capture failed wait to be requested again "
+            f"(next: {day} in {max(0, round(at - now_s))} s)"
+        )
     return note
 
 
@@ -254,10 +264,13 @@ def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
     reason = _healthy_reason(healthy, changed, pending) if healthy else ""
     if not failed:
         return reason
-    failures = "; ".join(f"{s.store.path} could not be read ({s.failure.error_kind}): {s.failure.message}"
-                         for s in failed)
-    text = (f"{_count(len(failed), 'store')} could not be read; the next check reads "
-            f"{'it' if len(failed) == 1 else 'them'} again (their cursor entries are kept): {failures}")
+    failures = "; ".join(
+        f"{s.store.path} could not be read ({s.failure.error_kind}): {s.failure.message}" for s in failed
+    )
+    text = (
+        f"{_count(len(failed), 'store')} could not be read; the next check reads "
+        f"{'it' if len(failed) == 1 else 'them'} again (their cursor entries are kept): {failures}"
+    )
     return f"{text} | the other stores: {reason}" if reason else text
 
 
@@ -284,6 +297,8 @@ def _healthy_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str
     watched = len(scans) - len(missing)
     store = "the Hermes store" if watched == 1 else f"the {watched} Hermes stores"
     if read:
-        return (f"no change: Hermes wrote to {store} (a checkpoint, or tables this project does not capture) "
-                f"but no session or message changed{tail}")
+        return (
+            f"no change: Hermes wrote to {store} (a checkpoint, or tables this project does not capture) "
+            f"but no session or message changed{tail}"
+        )
     return f"no change: nothing new in {store} since the last check{tail}"

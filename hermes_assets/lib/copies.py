@@ -40,8 +40,19 @@ from collections.abc import Callable, Collection, Iterable
 from hermes_assets.lib.schemas import V23_MESSAGE_COLUMNS
 
 #: the ``messages`` columns the grouping reads, in the order of an ancestor row
-IDENTITY_COLUMNS = ("id", "session_id", "role", "content", "timestamp", "tool_call_id", "tool_calls", "tool_name",
-                    "active", "message_uid", "display_identity")
+IDENTITY_COLUMNS = (
+    "id",
+    "session_id",
+    "role",
+    "content",
+    "timestamp",
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "active",
+    "message_uid",
+    "display_identity",
+)
 
 #: mid -> (copy_of, superseded), for the rows that are a copy or superseded
 Marks = dict[int, tuple[str | None, bool]]
@@ -56,8 +67,12 @@ def _active(value) -> bool:
     return value is None or bool(value)  # ``active IS NULL`` means active (SPEC §1)
 
 
-def mark(sessions: Iterable[tuple[str, list[dict]]], ancestors: Iterable[tuple], parents: dict[str, str | None],
-         scoped: Callable[[str], str]) -> dict[str, Marks]:
+def mark(
+    sessions: Iterable[tuple[str, list[dict]]],
+    ancestors: Iterable[tuple],
+    parents: dict[str, str | None],
+    scoped: Callable[[str], str],
+) -> dict[str, Marks]:
     """The copies among the day's rows.
 
     ``sessions``: the day's sessions, ``(sid, messages as dicts)``; ``ancestors``: the
@@ -72,8 +87,21 @@ def mark(sessions: Iterable[tuple[str, list[dict]]], ancestors: Iterable[tuple],
         start = len(rows)
         for m in messages:
             sids.append(sid)
-            rows.append((m["id"], sid, m["role"], m["content"], m["timestamp"], m["tool_call_id"], m["tool_calls"],
-                         m["tool_name"], m["active"], m.get("message_uid"), m.get("display_identity")))
+            rows.append(
+                (
+                    m["id"],
+                    sid,
+                    m["role"],
+                    m["content"],
+                    m["timestamp"],
+                    m["tool_call_id"],
+                    m["tool_calls"],
+                    m["tool_name"],
+                    m["active"],
+                    m.get("message_uid"),
+                    m.get("display_identity"),
+                )
+            )
         day[sid] = range(start, len(rows))
     for row in ancestors:
         sids.append(str(row[1]))

@@ -63,7 +63,7 @@ class DayMark:
         return [self.tier1, self.tier2, self.stamp, self.captured]
 
     @classmethod
-    def from_json(cls, value: list) -> "DayMark":
+    def from_json(cls, value: list) -> DayMark:
         tier1, tier2, stamp, *rest = value
         return cls(tier1, tier2, stamp, rest[0] if rest else None)
 
@@ -103,7 +103,7 @@ class StoreState:
         }
 
     @classmethod
-    def from_json(cls, value: dict) -> "StoreState":
+    def from_json(cls, value: dict) -> StoreState:
         return cls(
             label=value.get("label", ""),
             files=value.get("files"),
@@ -134,7 +134,7 @@ class Attempt:
         return dict(self.__dict__)
 
     @classmethod
-    def from_json(cls, value: dict) -> "Attempt":
+    def from_json(cls, value: dict) -> Attempt:
         return cls(**value)
 
 
@@ -150,13 +150,17 @@ class Cursor:
     reset: bool = field(default=False, compare=False)
 
     def dump(self) -> str:
-        return json.dumps({
-            "version": CURSOR_VERSION,
-            "stores": {p: s.to_json() for p, s in self.stores.items()},
-            "pending": self.pending,
-            "attempts": {d: a.to_json() for d, a in self.attempts.items()},
-            "failing": self.failing,
-        }, sort_keys=True, separators=(",", ":"))
+        return json.dumps(
+            {
+                "version": CURSOR_VERSION,
+                "stores": {p: s.to_json() for p, s in self.stores.items()},
+                "pending": self.pending,
+                "attempts": {d: a.to_json() for d, a in self.attempts.items()},
+                "failing": self.failing,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
 
 def load_cursor(text: str | None) -> Cursor:
@@ -177,9 +181,13 @@ def load_cursor(text: str | None) -> Cursor:
                 failing=list(raw.get("failing") or []),
             )
         if version in (1, 2):
-            log.warning("hermes.sensor.cursor_reset", from_version=version, stores=len(raw.get("stores") or {}),
-                        reason=f"fingerprints of cursor version {version} are not comparable with version "
-                        f"{CURSOR_VERSION}'s (more columns and tables watched): every day is requested once")
+            log.warning(
+                "hermes.sensor.cursor_reset",
+                from_version=version,
+                stores=len(raw.get("stores") or {}),
+                reason=f"fingerprints of cursor version {version} are not comparable with version "
+                f"{CURSOR_VERSION}'s (more columns and tables watched): every day is requested once",
+            )
             return Cursor(pending=dict(raw.get("pending") or {}), reset=True)
     except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a cursor edited or cut short
         return _reset(f"version {version} but malformed ({type(exc).__name__}: {exc})")

@@ -100,7 +100,7 @@ class StoreFailure:
     message: str
 
     @classmethod
-    def of(cls, path: str, label: str, exc: Exception) -> "StoreFailure":
+    def of(cls, path: str, label: str, exc: Exception) -> StoreFailure:
         if isinstance(exc, HermesAssetsError):
             return cls(path, label, exc.error_kind, str(exc))
         return cls(path, label, StoreCorrupt.error_kind, f"{path} cannot be read: {exc}")
@@ -108,8 +108,15 @@ class StoreFailure:
 
 def by_kind(error_kind: str) -> type[HermesAssetsError]:
     """The exception class of a store- or configuration-level ``error_kind``."""
-    for cls in (StoreMissing, StoreBusy, StoreCorrupt, StoreReplaced, NotAHermesStore, PolicyListUnreadable,
-                ConfigurationError):
+    for cls in (
+        StoreMissing,
+        StoreBusy,
+        StoreCorrupt,
+        StoreReplaced,
+        NotAHermesStore,
+        PolicyListUnreadable,
+        ConfigurationError,
+    ):
         if cls.error_kind == error_kind:
             return cls
     return HermesAssetsError
@@ -144,15 +151,16 @@ class ErrorTally:
         if self.logged is None or key not in self.logged:
             from hermes_assets.lib.logs import get_logger
 
-            get_logger().warning("hermes.project.bad_cell", error_kind=error_kind, session_id=session_id,
-                                 mid=mid, column=column)
+            get_logger().warning(
+                "hermes.project.bad_cell", error_kind=error_kind, session_id=session_id, mid=mid, column=column
+            )
             if self.logged is not None:
                 self.logged.add(key)
         self.counts[error_kind] += 1
         if len(self.samples) < self.max_samples:
             self.samples.append(CellError(error_kind, session_id, mid, column))
 
-    def merge(self, other: "ErrorTally") -> None:
+    def merge(self, other: ErrorTally) -> None:
         self.counts.update(other.counts)
         room = self.max_samples - len(self.samples)
         if room > 0:
@@ -171,6 +179,4 @@ class ErrorTally:
         return dict(sorted(self.counts.items()))
 
     def sample_dicts(self) -> list[dict]:
-        return [
-            {k: v for k, v in vars(s).items() if v is not None} for s in self.samples
-        ]
+        return [{k: v for k, v in vars(s).items() if v is not None} for s in self.samples]

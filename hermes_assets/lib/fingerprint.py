@@ -68,8 +68,8 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from hermes_assets.lib.state_db import StoreReader
 from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day
@@ -196,8 +196,10 @@ class Fingerprinter:
         terms.append(f"{_k(len(TIER1_NUMBERS) + 1)} * {seldom}")
         prompts = "system_prompts" in reader.tables and "system_prompt_hash" in present
         if prompts:  # schema 25+: whether the session's prompt hash resolves (a row may appear later)
-            terms.append(f"{_k(len(TIER1_NUMBERS) + 2)} * ifnull(s.system_prompt_hash IN "
-                         f"(SELECT hash FROM system_prompts), {_NULL})")
+            terms.append(
+                f"{_k(len(TIER1_NUMBERS) + 2)} * ifnull(s.system_prompt_hash IN "
+                f"(SELECT hash FROM system_prompts), {_NULL})"
+            )
         # per row: the weighted number sum and the texts, joined into one; a co-routine computes
         # them before the GROUP BY sort, so the sorter carries 3 values a row, not the ~25 columns
         # read (one text, not one per column: each group_concat costs ~10 ms at 59k sessions)
@@ -210,7 +212,9 @@ class Fingerprinter:
         # a day's usage rows in tier 2, digested in SQL (one row back per day, not one per usage row:
         # those Python objects cost more than the SQL): count, the weighted sum of the number
         # cells, the text cells joined
-        usage = reader.fetch_raw("PRAGMA table_info(session_model_usage)") if "session_model_usage" in reader.tables else []
+        usage = (
+            reader.fetch_raw("PRAGMA table_info(session_model_usage)") if "session_model_usage" in reader.tables else []
+        )
         kinds = {_text(r[1]): str(_text(r[2]) or "").upper() for r in usage}
         numbers = [c for c, t in sorted(kinds.items()) if "INT" in t or "REAL" in t]
         texts = [c for c in sorted(kinds) if c not in numbers]
@@ -231,9 +235,11 @@ class Fingerprinter:
             if self.started != "NULL":
                 # three index searches (an OR of them would scan the table: ~100 ms on a big store);
                 # text and blobs sort after every number, so "> ?2" finds them too
-                where = ("s.rowid IN (SELECT rowid FROM sessions WHERE started_at IS NULL UNION ALL "
-                         "SELECT rowid FROM sessions WHERE started_at < ?1 UNION ALL "
-                         "SELECT rowid FROM sessions WHERE started_at > ?2)")
+                where = (
+                    "s.rowid IN (SELECT rowid FROM sessions WHERE started_at IS NULL UNION ALL "
+                    "SELECT rowid FROM sessions WHERE started_at < ?1 UNION ALL "
+                    "SELECT rowid FROM sessions WHERE started_at > ?2)"
+                )
             rows = self.reader.fetch_raw(
                 f"SELECT s.rowid, s.id, {self.started}, {self.ended} FROM sessions AS s WHERE {where}", self.params
             )
@@ -339,23 +345,31 @@ class Fingerprinter:
         if marks is None:
             rows = self.reader.fetch_raw(f"SELECT max(u.rowid), max({seen}) FROM session_model_usage AS u")
             top, newest = rows[0]
-            recent = self.reader.fetch_raw(
-                f"SELECT u.rowid, {seen} FROM session_model_usage AS u WHERE {seen} > ?",
-                (newest - USAGE_MARGIN_S,)) if isinstance(newest, (int, float)) else []
+            recent = (
+                self.reader.fetch_raw(
+                    f"SELECT u.rowid, {seen} FROM session_model_usage AS u WHERE {seen} > ?", (newest - USAGE_MARGIN_S,)
+                )
+                if isinstance(newest, (int, float))
+                else []
+            )
             newest = newest if isinstance(newest, (int, float)) else None
             return set(), [top or 0, newest, sorted([r, t] for r, t in recent)]
         top, newest, recent = marks
         known = {(r, t) for r, t in recent}
         rows = self.reader.fetch_raw(
             f"SELECT u.rowid, u.session_id, {seen} FROM session_model_usage AS u WHERE u.rowid > ? OR {seen} > ?",
-            (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S))
+            (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S),
+        )
         changed = {str(_text(sid)) for rowid, sid, t in rows if (rowid, t) not in known}
         top = max([top, *(r for r, _, _ in rows)])
         times = [t for _, _, t in rows if isinstance(t, (int, float))]  # a text cell: raw SQL, tier 2's
         newest = max([*times, *([newest] if newest is not None else [])], default=None)
         # every row of the new margin is in ``rows``: the statement's margin starts no later
-        recent = [[r, t] for r, _, t in rows
-                  if newest is not None and isinstance(t, (int, float)) and t > newest - USAGE_MARGIN_S]
+        recent = [
+            [r, t]
+            for r, _, t in rows
+            if newest is not None and isinstance(t, (int, float)) and t > newest - USAGE_MARGIN_S
+        ]
         return changed, [top, newest, sorted(recent)]
 
     def _per_row(self, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:

@@ -39,20 +39,25 @@ class Births:
     messages: MessageBirths = field(default_factory=dict)
 
     @classmethod
-    def from_tables(cls, sessions: pa.Table | None, messages: pa.Table | None, store_path: str) -> "Births":
+    def from_tables(cls, sessions: pa.Table | None, messages: pa.Table | None, store_path: str) -> Births:
         """From the day's ``hermes_sessions`` (id, generation, started_at) and ``hermes_messages``
         (session_id, id, generation, role, timestamp) rows of one store."""
         births = cls()
         if sessions is not None and sessions.num_rows:
             rows = sessions.filter(pc.equal(sessions.column("store"), store_path))
-            for sid, gen, started in zip(rows.column("id").to_pylist(), _generations(rows),
-                                         _ms(rows.column("started_at"))):
+            for sid, gen, started in zip(
+                rows.column("id").to_pylist(), _generations(rows), _ms(rows.column("started_at"))
+            ):
                 births.sessions.setdefault(sid, []).append((gen, started))
         if messages is not None and messages.num_rows:
             rows = messages.filter(pc.equal(messages.column("store"), store_path))
-            for sid, mid, gen, role, ts in zip(rows.column("session_id").to_pylist(), rows.column("id").to_pylist(),
-                                               _generations(rows), rows.column("role").to_pylist(),
-                                               _ms(rows.column("timestamp"))):
+            for sid, mid, gen, role, ts in zip(
+                rows.column("session_id").to_pylist(),
+                rows.column("id").to_pylist(),
+                _generations(rows),
+                rows.column("role").to_pylist(),
+                _ms(rows.column("timestamp")),
+            ):
                 births.messages.setdefault((sid, mid), []).append((gen, role, ts))
         return births
 

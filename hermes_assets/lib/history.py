@@ -47,8 +47,13 @@ def earliest_session_ms(store: Store, now_s: float, busy_timeout_ms: int = DEFAU
     return min(instants, default=None)
 
 
-def first_day(stores: list[Store], warehouse: Warehouse | None = None, *, now_s: float | None = None,
-              busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> str | None:
+def first_day(
+    stores: list[Store],
+    warehouse: Warehouse | None = None,
+    *,
+    now_s: float | None = None,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+) -> str | None:
     """The UTC day of the earliest session of ``stores``, or of the earliest day captured in a
     local ``warehouse`` if that is earlier; None when there is neither (no history yet)."""
     now_s = time.time() if now_s is None else now_s
@@ -58,8 +63,13 @@ def first_day(stores: list[Store], warehouse: Warehouse | None = None, *, now_s:
             ms = earliest_session_ms(store, now_s, busy_timeout_ms)
         except (errors.HermesAssetsError, OSError) as exc:
             failure = errors.StoreFailure.of(store.path, store.label, exc)
-            log.warning("hermes.history.store_unreadable", path=store.path, store=store.label,
-                        error_kind=failure.error_kind, reason=failure.message)
+            log.warning(
+                "hermes.history.store_unreadable",
+                path=store.path,
+                store=store.label,
+                error_kind=failure.error_kind,
+                reason=failure.message,
+            )
             continue
         if ms is not None:
             days.append(ms_day(ms))

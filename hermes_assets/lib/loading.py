@@ -10,8 +10,8 @@ same schema (and, in pandas, the same dtypes).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -72,8 +72,9 @@ class DatasetDays:
 
     def __iter__(self) -> Iterator[tuple[str, pa.Table]]:
         # on an object store a long range (mostly empty days) is one listing, not one open per day
-        present = None if self.warehouse.posix or len(self.days) < 2 else self.warehouse.existing(self.dataset,
-                                                                                                  self.days)
+        present = (
+            None if self.warehouse.posix or len(self.days) < 2 else self.warehouse.existing(self.dataset, self.days)
+        )
         for day in self.days:
             yield day, (self.read(day) if present is None or day in present else self.schema.empty_table())
 

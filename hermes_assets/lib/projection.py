@@ -30,7 +30,6 @@ from hermes_assets.lib.timestamps import (
     SANE_AHEAD_S,
     SANE_MIN_S,
     DayNames,
-    epoch_ms,
     sane_instant,
     session_start_ms,
     upper_ms,
@@ -185,7 +184,10 @@ class GitResolver:
             return None
         try:
             done = subprocess.run(
-                ["git", "-C", cwd, *args], capture_output=True, text=True, timeout=self.timeout_s,
+                ["git", "-C", cwd, *args],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
                 stdin=subprocess.DEVNULL,  # local look-ups only: nothing to prompt for
             )
         except (OSError, subprocess.SubprocessError):
@@ -227,7 +229,10 @@ def usage_by_model(usage: list[dict]) -> list[dict] | None:
         return None
 
     def key(u):
-        return tuple("" if u.get(k) is None else str(u.get(k)) for k in ("model", "billing_provider", "billing_base_url", "billing_mode", "task"))
+        return tuple(
+            "" if u.get(k) is None else str(u.get(k))
+            for k in ("model", "billing_provider", "billing_base_url", "billing_mode", "task")
+        )
 
     rows = sorted(usage, key=lambda u: ((u.get("first_seen") is None, u.get("first_seen") or 0), key(u)))
     return [{k: _normalize(v) for k, v in u.items() if k != "session_id"} for u in rows]
@@ -269,7 +274,7 @@ def _decode(content: str) -> tuple[str, object, tuple[str, ...]]:
     text = content
     if content.startswith(ENVELOPE):
         try:
-            decoded = loads(content[len(ENVELOPE):])
+            decoded = loads(content[len(ENVELOPE) :])
             text = _envelope_text(decoded)
         except (ValueError, RecursionError):
             decoded, problems = None, (errors.BAD_ENVELOPE,)
@@ -304,7 +309,7 @@ def is_compact_summary(content) -> bool:
         return False
     if content.startswith(ENVELOPE):
         try:
-            content = _envelope_text(loads(content[len(ENVELOPE):]))
+            content = _envelope_text(loads(content[len(ENVELOPE) :]))
         except (ValueError, RecursionError):
             pass  # a malformed envelope is read as its raw text, as content_text is (§5.4)
     _, merged, summary = content.partition(MERGED_SUMMARY_DELIMITER)
@@ -377,14 +382,38 @@ def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
 
 #: columns that vary per row, in the order of a row tuple
 _ROW_COLUMNS = (
-    "message_id", "previous_message_id", "provider_uuid", "message_index", "message_created_at",
-    "role", "part_id", "part_type", "provider_subtype", "content_text", "tool_name", "tool_call_id",
-    "tool_args", "tool_result_for", "is_compact_summary", "status", "attributes", "date",
+    "message_id",
+    "previous_message_id",
+    "provider_uuid",
+    "message_index",
+    "message_created_at",
+    "role",
+    "part_id",
+    "part_type",
+    "provider_subtype",
+    "content_text",
+    "tool_name",
+    "tool_call_id",
+    "tool_args",
+    "tool_result_for",
+    "is_compact_summary",
+    "status",
+    "attributes",
+    "date",
 )
 #: columns constant over a session (one value per session, repeated at build time)
 _SESSION_COLUMNS = (
-    "session_id", "provider", "model", "system_text", "conversation_started_at", "cwd",
-    "git_branch", "git_remote", "repo_root", "entrypoint", "parent_thread_id",
+    "session_id",
+    "provider",
+    "model",
+    "system_text",
+    "conversation_started_at",
+    "cwd",
+    "git_branch",
+    "git_remote",
+    "repo_root",
+    "entrypoint",
+    "parent_thread_id",
 )
 _CONSTANTS = {
     "gateway_id": "hypaware-local",
@@ -418,7 +447,9 @@ class GatewayColumns:
         n = len(self.rows)
         schema = schemas.AI_GATEWAY_MESSAGES
         row_cols = dict(zip(_ROW_COLUMNS, zip(*self.rows))) if n else {c: () for c in _ROW_COLUMNS}
-        sess_cols = dict(zip(_SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in _SESSION_COLUMNS}
+        sess_cols = (
+            dict(zip(_SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in _SESSION_COLUMNS}
+        )
         session_of_row = pa.array([i for i, count in enumerate(self.session_rows) for _ in range(count)], pa.int32())
         fields, arrays = [], []
         for f in schema:
@@ -440,8 +471,19 @@ class GatewayColumns:
 
 
 #: session-constant text columns kept as dictionaries (one value per session)
-_DICTIONARY_COLUMNS = frozenset({"provider", "model", "system_text", "cwd", "git_branch", "git_remote", "repo_root",
-                                 "entrypoint", "parent_thread_id"})
+_DICTIONARY_COLUMNS = frozenset(
+    {
+        "provider",
+        "model",
+        "system_text",
+        "cwd",
+        "git_branch",
+        "git_remote",
+        "repo_root",
+        "entrypoint",
+        "parent_thread_id",
+    }
+)
 
 
 def _session_dictionary(values, session_of_row: pa.Array) -> pa.DictionaryArray:
@@ -521,19 +563,21 @@ def project_session(
     plain_attrs = dumps(base_attrs)
     parent = s.get("parent_session_id")
     parent = str(parent) if isinstance(parent, int) else _nonempty(parent)
-    out.sessions.append((
-        session_id,
-        normalize_provider(s.get("billing_base_url"), s.get("billing_provider")),
-        _nonempty(s.get("model")),
-        _nonempty(s.get("system_prompt")),
-        start_ms,
-        cwd,
-        _nonempty(s.get("git_branch")),
-        git_remote,
-        repo_root,
-        source,
-        "hermes-" + store.scoped(parent) if parent else None,
-    ))
+    out.sessions.append(
+        (
+            session_id,
+            normalize_provider(s.get("billing_base_url"), s.get("billing_provider")),
+            _nonempty(s.get("model")),
+            _nonempty(s.get("system_prompt")),
+            start_ms,
+            cwd,
+            _nonempty(s.get("git_branch")),
+            git_remote,
+            repo_root,
+            source,
+            "hermes-" + store.scoped(parent) if parent else None,
+        )
+    )
 
     append = out.rows.append
     id_prefix = session_id + "-"
@@ -601,10 +645,28 @@ def project_session(
                     attrs = attrs_cache[key] = dumps(value)
             if own:
                 attrs = display.with_fragment(attrs, own)
-            append((
-                message_id, prev, uuid, index, ts_ms, role, message_id + "#0", ptype, subtype, text,
-                tool_name, call_id, args, result_for, summary, status, attrs, day,
-            ))
+            append(
+                (
+                    message_id,
+                    prev,
+                    uuid,
+                    index,
+                    ts_ms,
+                    role,
+                    message_id + "#0",
+                    ptype,
+                    subtype,
+                    text,
+                    tool_name,
+                    call_id,
+                    args,
+                    result_for,
+                    summary,
+                    status,
+                    attrs,
+                    day,
+                )
+            )
             prev = f'[{esc_prefix}{mid_part}-{k}"]'
             index += 1
 
@@ -623,14 +685,40 @@ def project_session(
         end_attrs = {
             **base_attrs,
             "hermes": {**end_hermes, **hermes_attrs},
-            "usage": {k: _normalize(s.get(k)) for k in ("input_tokens", "output_tokens", "cache_read_tokens",
-                                                         "cache_write_tokens", "reasoning_tokens")},
+            "usage": {
+                k: _normalize(s.get(k))
+                for k in (
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_read_tokens",
+                    "cache_write_tokens",
+                    "reasoning_tokens",
+                )
+            },
         }
         message_id = id_prefix + "session_end"
-        append((
-            message_id, prev, None, index, ended_ms, "system", message_id + "#0", "status", "status", None,
-            None, None, None, None, None, None, dumps(end_attrs, normalized=True), day_of(ended_ms),
-        ))
+        append(
+            (
+                message_id,
+                prev,
+                None,
+                index,
+                ended_ms,
+                "system",
+                message_id + "#0",
+                "status",
+                "status",
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                dumps(end_attrs, normalized=True),
+                day_of(ended_ms),
+            )
+        )
         index += 1
     out.session_rows.append(index)
     return index
@@ -648,8 +736,9 @@ def _finish_status(finish: str) -> str:
     return text
 
 
-def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str,
-                   decoded: dict | None) -> list[tuple]:
+def _message_parts(
+    msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str, decoded: dict | None
+) -> list[tuple]:
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body."""
     parts = []
     reasoning = msg["reasoning"]
@@ -674,8 +763,17 @@ def _message_parts(msg: dict, role: str, call_names: dict, tally: ErrorTally, sc
         text, _ = content_text(content, tally, scoped, msg["id"], decoded)
         call_id = _nonempty(msg["tool_call_id"])
         name = call_names.get(call_id) if call_id else None
-        parts.append(("tool_result", "tool_result", "" if text is None else text,
-                      name or _nonempty(msg["tool_name"]), call_id, None, call_id))
+        parts.append(
+            (
+                "tool_result",
+                "tool_result",
+                "" if text is None else text,
+                name or _nonempty(msg["tool_name"]),
+                call_id,
+                None,
+                call_id,
+            )
+        )
     elif content and isinstance(content, str):
         content, _ = content_text(content, tally, scoped, msg["id"], decoded)
         parts.append(("text", "text", content, None, None, None, None))
@@ -696,8 +794,16 @@ class RawColumns:
     ``tally`` when the table is built (SPEC §9: raw datasets count too).
     """
 
-    def __init__(self, schema: pa.Schema, source_columns, derived: tuple[str, ...], *, now_s: float,
-                 tally: ErrorTally, messages: bool):
+    def __init__(
+        self,
+        schema: pa.Schema,
+        source_columns,
+        derived: tuple[str, ...],
+        *,
+        now_s: float,
+        tally: ErrorTally,
+        messages: bool,
+    ):
         self.schema = schema
         #: the cells of a row tuple, in order (a column the store lacks and reads as NULL may be
         #: left out: it becomes an all-NULL column)
@@ -792,7 +898,13 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
     if arrow_type == schemas.TS:
         return sane_instant(value, now_s)
     if arrow_type == pa.string():
-        return value if isinstance(value, str) else str(value) if not isinstance(value, bytes) else value.decode("utf-8", "replace")
+        return (
+            value
+            if isinstance(value, str)
+            else str(value)
+            if not isinstance(value, bytes)
+            else value.decode("utf-8", "replace")
+        )
     if arrow_type == pa.int64():
         return value if type(value) is int and -(2**63) <= value < 2**63 else None
     if arrow_type == pa.float64():
@@ -804,21 +916,32 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
 
 def sessions_columns(now_s: float, tally: ErrorTally, unknown: list[str] = ()) -> RawColumns:
     """``unknown``: the store's ``sessions`` columns this contract does not name (D22)."""
-    out = RawColumns(schemas.HERMES_SESSIONS, _SESSION_NAMES,
-                     ("scope_path", "policy_class", "usage_by_model", "generation", "extra_columns"),
-                     now_s=now_s, tally=tally, messages=False)
+    out = RawColumns(
+        schemas.HERMES_SESSIONS,
+        _SESSION_NAMES,
+        ("scope_path", "policy_class", "usage_by_model", "generation", "extra_columns"),
+        now_s=now_s,
+        tally=tally,
+        messages=False,
+    )
     out.unknown = list(unknown)
     return out
 
 
-def messages_columns(now_s: float, tally: ErrorTally, unknown: list[str] = (), *, grouped: bool = False,
-                     names: list[str] | None = None) -> RawColumns:
+def messages_columns(
+    now_s: float, tally: ErrorTally, unknown: list[str] = (), *, grouped: bool = False, names: list[str] | None = None
+) -> RawColumns:
     """``unknown``: as :func:`sessions_columns`; ``grouped``: the store's rows can be copies
     (schema 23+, D20), so ``superseded`` is true or false (NULL before); ``names``: the
     ``messages`` columns the reader selected (the keys of each message, in order)."""
-    out = RawColumns(schemas.HERMES_MESSAGES, names or [name for name, _, _ in schemas.MESSAGE_COLUMNS],
-                     ("content_text", "content_json", "generation", "copy_of", "superseded", "extra_columns"),
-                     now_s=now_s, tally=tally, messages=True)
+    out = RawColumns(
+        schemas.HERMES_MESSAGES,
+        names or [name for name, _, _ in schemas.MESSAGE_COLUMNS],
+        ("content_text", "content_json", "generation", "copy_of", "superseded", "extra_columns"),
+        now_s=now_s,
+        tally=tally,
+        messages=True,
+    )
     out.unknown = list(unknown)
     out.grouped = grouped
     return out
@@ -827,8 +950,9 @@ def messages_columns(now_s: float, tally: ErrorTally, unknown: list[str] = (), *
 _SESSION_NAMES = tuple(name for name, _, _ in schemas.SESSION_COLUMNS)
 
 
-def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str,
-                generation: int = 1) -> None:
+def session_row(
+    bundle: SessionBundle, out: RawColumns, *, day: str, scope_path: str | None, policy_class: str, generation: int = 1
+) -> None:
     session = bundle.session
     out.rows.append(tuple(session.get(name) for name in _SESSION_NAMES))
     out.runs.append((bundle, day, 1))
@@ -845,9 +969,15 @@ def session_row(bundle: SessionBundle, out: RawColumns, *, day: str, scope_path:
         out.tally.add(errors.SYSTEM_PROMPT_MISSING, bundle.store.scoped(bundle.sid), None, "system_prompt_hash")
 
 
-def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
-                 generations: dict[int, int] | None = None, decoded: dict | None = None,
-                 marks: Marks | None = None) -> None:
+def message_rows(
+    bundle: SessionBundle,
+    out: RawColumns,
+    *,
+    day: str,
+    generations: dict[int, int] | None = None,
+    decoded: dict | None = None,
+    marks: Marks | None = None,
+) -> None:
     """Every stored message of the session (inactive ones too), cells as stored
     (``decoded``: the session's decoded content cells, shared with :func:`project_session`;
     ``marks``: the copies among them, D20)."""
@@ -865,8 +995,9 @@ def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
     out.derived["superseded"] += superseded
     if out.unknown:
         extras = bundle.message_extras or {}
-        out.derived["extra_columns"] += [extra_columns.encode(out.unknown, extras.get(msg["id"], ()))
-                                         for msg in bundle.messages]
+        out.derived["extra_columns"] += [
+            extra_columns.encode(out.unknown, extras.get(msg["id"], ())) for msg in bundle.messages
+        ]
     else:
         out.derived["extra_columns"] += [None] * n
     for msg in bundle.messages:
@@ -882,15 +1013,53 @@ def message_rows(bundle: SessionBundle, out: RawColumns, *, day: str,
 
 
 #: the ``sessions`` columns the canonical rows are built from (a bad cell among them reaches them)
-_GATEWAY_SESSION_READS = frozenset({
-    "id", "source", "system_prompt_hash", "model", "system_prompt", "started_at", "ended_at", "cwd", "git_branch", "git_repo_root",
-    "billing_provider", "billing_base_url", "parent_session_id", "end_reason", "estimated_cost_usd",
-    "actual_cost_usd", "api_call_count", "input_tokens", "output_tokens", "cache_read_tokens",
-    "cache_write_tokens", "reasoning_tokens",
-})
+_GATEWAY_SESSION_READS = frozenset(
+    {
+        "id",
+        "source",
+        "system_prompt_hash",
+        "model",
+        "system_prompt",
+        "started_at",
+        "ended_at",
+        "cwd",
+        "git_branch",
+        "git_repo_root",
+        "billing_provider",
+        "billing_base_url",
+        "parent_session_id",
+        "end_reason",
+        "estimated_cost_usd",
+        "actual_cost_usd",
+        "api_call_count",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+    }
+)
 #: the ``messages`` columns the canonical rows are built from
-_GATEWAY_MESSAGE_READS = frozenset({
-    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count",
-    "finish_reason", "reasoning", "reasoning_content", "observed", "active", "compacted", "_compressed_summary",
-    "message_uid", "display_kind", "display_metadata",
-})
+_GATEWAY_MESSAGE_READS = frozenset(
+    {
+        "id",
+        "session_id",
+        "role",
+        "content",
+        "tool_call_id",
+        "tool_calls",
+        "tool_name",
+        "timestamp",
+        "token_count",
+        "finish_reason",
+        "reasoning",
+        "reasoning_content",
+        "observed",
+        "active",
+        "compacted",
+        "_compressed_summary",
+        "message_uid",
+        "display_kind",
+        "display_metadata",
+    }
+)

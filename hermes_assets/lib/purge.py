@@ -50,8 +50,10 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
         # scopes are stored absolute (a channel's under the user's home): `~/...` must match them
         scope = os.path.normpath(os.path.expanduser(scope))
         if not os.path.isabs(scope):
-            raise ValueError(f"purge scope {scope!r} is not an absolute path: give the directory "
-                             "(or ~/.hermes/channels/<source> for a channel)")
+            raise ValueError(
+                f"purge scope {scope!r} is not an absolute path: give the directory "
+                "(or ~/.hermes/channels/<source> for a channel)"
+            )
     canonical: set[str] = set()
     raw: set[tuple[str, str]] = set()  # (store, sid)
     if session_id:
@@ -60,12 +62,16 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     staged = _staged_files(warehouse)
     columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
     session_tables = [warehouse.read(SESSIONS, day, columns=columns) for day in warehouse.days(SESSIONS)]
-    session_tables += [t for t in (_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS) if t is not None]
+    session_tables += [
+        t for t in (_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS) if t is not None
+    ]
     for table in session_tables:
         for row in table.to_pylist():
             scoped = f"{row['store_label']}:{row['id']}" if row["store_label"] else row["id"]
             if row["parent_session_id"]:
-                children.setdefault((row["store"], row["parent_session_id"]), []).append((row["store"], row["id"], scoped))
+                children.setdefault((row["store"], row["parent_session_id"]), []).append(
+                    (row["store"], row["id"], scoped)
+                )
             hit = ("hermes-" + scoped) in canonical or (session_id in (row["id"], scoped))
             if scope and row["scope_path"] is not None:
                 hit = hit or is_under(row["scope_path"], scope)
@@ -99,7 +105,9 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
         keys = pa.array(sorted(f"{s}\x1f{i}" for s, i in raw), pa.string())
 
         def keep(table: pa.Table):
-            joined = pc.binary_join_element_wise(table.column("store"), pc.cast(table.column(sid_column), pa.string()), "\x1f")
+            joined = pc.binary_join_element_wise(
+                table.column("store"), pc.cast(table.column(sid_column), pa.string()), "\x1f"
+            )
             return pc.invert(pc.is_in(joined, value_set=keys))
 
         return keep
@@ -115,8 +123,14 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
         result.staged += _scrub_staged(dataset, path, keeps[dataset])
     warehouse.fix_all_modes()  # every file, rewritten or not, private again (SPEC §2, D16)
     result.sessions = len(canonical)
-    log.info("hermes.purge.done", scope_given=bool(scope), session_given=bool(session_id),
-             rows=sum(result.removed.values()), staged_rows=result.staged, sessions=result.sessions)
+    log.info(
+        "hermes.purge.done",
+        scope_given=bool(scope),
+        session_given=bool(session_id),
+        rows=sum(result.removed.values()),
+        staged_rows=result.staged,
+        sessions=result.sessions,
+    )
     return result
 
 

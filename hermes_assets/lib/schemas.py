@@ -117,16 +117,39 @@ MESSAGE_COLUMNS: tuple[tuple[str, str, object], ...] = (
 )
 
 #: the columns schema 23-31 added (hermes-agent 0.19.0 is schema 22)
-V23_SESSION_COLUMNS = frozenset({
-    "created_source", "system_prompt_hash", "git_metadata_generation", "title_source", "last_activity_at",
-    "last_activity_description", "last_activity_provenance", "compression_ineffective_count",
-    "compression_recovery_deadline", "compression_overload_streak", "transport_profile", "auto_archived",
-    "pinned", "hidden", "last_read_at", "tool_names",
-})
-V23_MESSAGE_COLUMNS = frozenset({
-    "_compressed_summary", "display_kind", "display_metadata", "display_identity", "display_order", "message_uid",
-    "absorbed_message_uids", "tool_call_uids", "tool_call_uid",
-})
+V23_SESSION_COLUMNS = frozenset(
+    {
+        "created_source",
+        "system_prompt_hash",
+        "git_metadata_generation",
+        "title_source",
+        "last_activity_at",
+        "last_activity_description",
+        "last_activity_provenance",
+        "compression_ineffective_count",
+        "compression_recovery_deadline",
+        "compression_overload_streak",
+        "transport_profile",
+        "auto_archived",
+        "pinned",
+        "hidden",
+        "last_read_at",
+        "tool_names",
+    }
+)
+V23_MESSAGE_COLUMNS = frozenset(
+    {
+        "_compressed_summary",
+        "display_kind",
+        "display_metadata",
+        "display_identity",
+        "display_order",
+        "message_uid",
+        "absorbed_message_uids",
+        "tool_call_uids",
+        "tool_call_uid",
+    }
+)
 #: TEXT columns of Hermes that hold JSON, kept as the JSON type (SPEC §4)
 JSON_TEXT_COLUMNS = frozenset({"display_metadata", "absorbed_message_uids", "tool_call_uids"})
 
@@ -159,7 +182,9 @@ _REQUIRED_RAW = {"id"}
 def _raw_fields(columns) -> list[pa.Field]:
     fields = []
     for name, sql_type, _ in columns:
-        arrow_type = TS if name in _TIMESTAMP_COLUMNS else JSON if name in JSON_TEXT_COLUMNS else _SQL_TO_ARROW[sql_type]
+        arrow_type = (
+            TS if name in _TIMESTAMP_COLUMNS else JSON if name in JSON_TEXT_COLUMNS else _SQL_TO_ARROW[sql_type]
+        )
         fields.append(pa.field(name, arrow_type, nullable=name not in _REQUIRED_RAW))
     return fields
 
@@ -277,9 +302,7 @@ GATEWAY_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("date", S, True),
 )
 
-AI_GATEWAY_MESSAGES = pa.schema(
-    [pa.field(name, typ, nullable=not required) for name, typ, required in GATEWAY_COLUMNS]
-)
+AI_GATEWAY_MESSAGES = pa.schema([pa.field(name, typ, nullable=not required) for name, typ, required in GATEWAY_COLUMNS])
 
 REQUIRED_GATEWAY_COLUMNS = tuple(name for name, _, required in GATEWAY_COLUMNS if required)
 

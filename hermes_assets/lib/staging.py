@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from hermes_assets.lib.logs import get_logger
 
@@ -30,8 +30,9 @@ log = get_logger()
 STALE_STAGING_S = 6 * 3600
 
 
-def sweep(root: str, needs: Callable[[str], bool | None], *, keep: str | None = None,
-          now_s: float | None = None) -> list[str]:
+def sweep(
+    root: str, needs: Callable[[str], bool | None], *, keep: str | None = None, now_s: float | None = None
+) -> list[str]:
     """Remove the staging folders under ``root`` that no run needs; the run ids removed.
 
     ``keep``: the caller's own run id (its folder is never removed here).
@@ -55,6 +56,10 @@ def sweep(root: str, needs: Callable[[str], bool | None], *, keep: str | None = 
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.name)
     if removed:
-        log.info("hermes.capture.staging_removed", runs=len(removed), run_ids=removed[:10],
-                 reason="runs no longer in progress, with no retry coming")
+        log.info(
+            "hermes.capture.staging_removed",
+            runs=len(removed),
+            run_ids=removed[:10],
+            reason="runs no longer in progress, with no retry coming",
+        )
     return removed

@@ -18,9 +18,9 @@ import tempfile
 import time
 import urllib.parse
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from hermes_assets.lib import copies, errors, extra_columns, prompts
 from hermes_assets.lib.logs import get_logger
@@ -243,7 +243,7 @@ class StoreReader:
 
     # -- opening ------------------------------------------------------------
 
-    def __enter__(self) -> "StoreReader":
+    def __enter__(self) -> StoreReader:
         self.open()
         return self
 
@@ -337,8 +337,10 @@ class StoreReader:
         # NULL): a store of 0.19 or older is read exactly as before, no wider per row.
         self.selected = {
             table: [name for name, _, _ in columns if name in self.columns[table] or name not in added]
-            for table, columns, added in (("sessions", SESSION_COLUMNS, V23_SESSION_COLUMNS),
-                                          ("messages", MESSAGE_COLUMNS, V23_MESSAGE_COLUMNS))
+            for table, columns, added in (
+                ("sessions", SESSION_COLUMNS, V23_SESSION_COLUMNS),
+                ("messages", MESSAGE_COLUMNS, V23_MESSAGE_COLUMNS),
+            )
         }
 
     def unknown_columns(self) -> dict[str, list[str]]:
@@ -392,7 +394,11 @@ class StoreReader:
             try:
                 return self._conn.execute(sql, tuple(params)).fetchall()
             except sqlite3.Error as exc:
-                if isinstance(exc, sqlite3.OperationalError) and "decode" in str(exc) and self._conn.text_factory is str:
+                if (
+                    isinstance(exc, sqlite3.OperationalError)
+                    and "decode" in str(exc)
+                    and self._conn.text_factory is str
+                ):
                     raise _Undecodable() from exc
                 code = getattr(exc, "sqlite_errorcode", 0) or 0
                 if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and time.monotonic() < deadline:
@@ -458,7 +464,10 @@ class StoreReader:
         rows = self._query(f"SELECT id, started_at, {extra} FROM sessions", what="sessions_scan")
         for raw_id, started, ended_at, source, cwd, parent in rows:
             index[str(raw_id)] = SessionIndexEntry(
-                raw_id, self.place_session(raw_id, started, ended_at), _text_or_none(source), _text_or_none(cwd),
+                raw_id,
+                self.place_session(raw_id, started, ended_at),
+                _text_or_none(source),
+                _text_or_none(cwd),
                 None if parent is None else str(parent) or None,
             )
         self._index = index
@@ -466,8 +475,9 @@ class StoreReader:
 
     def _fallback_day(self, raw_id, ended_at) -> str | None:
         """SPEC §2 for a session whose ``started_at`` is not sane (rare: one statement each)."""
-        times = self._query("SELECT timestamp FROM messages WHERE session_id = ?", (raw_id,),
-                            what="message_times_by_session")
+        times = self._query(
+            "SELECT timestamp FROM messages WHERE session_id = ?", (raw_id,), what="message_times_by_session"
+        )
         ms = session_start_ms(None, (t for (t,) in times), ended_at, self.now_s)
         return None if ms is None else ms_day(ms)
 
@@ -481,8 +491,9 @@ class StoreReader:
         """
         return self.read_day_lineage(day, sessions).bundles
 
-    def read_day_lineage(self, day: str, sessions: list[tuple[str, object]],
-                         ancestors: list[tuple[str, object]] = ()) -> DayRead:
+    def read_day_lineage(
+        self, day: str, sessions: list[tuple[str, object]], ancestors: list[tuple[str, object]] = ()
+    ) -> DayRead:
         """:meth:`read_day`, and in the same read transaction, when the store's rows can
         be copies (schema 23+, D20), the identity columns of the rows of ``ancestors``
         (``(sid, raw id)`` of the sessions' ancestors on other days): one statement per
@@ -501,7 +512,8 @@ class StoreReader:
                     read.ancestors += self._query(
                         f"SELECT {self._select_list('messages', names)} FROM messages "
                         f"WHERE session_id IN ({','.join('?' * len(raw_ids))}) ORDER BY id",
-                        raw_ids, what="ancestor_identities",
+                        raw_ids,
+                        what="ancestor_identities",
                     )
         return read
 
@@ -511,27 +523,29 @@ class StoreReader:
         sessions = self._query(
             f"SELECT {self._select_list('sessions', SESSION_COLUMNS, extras=True, skip=V23_SESSION_COLUMNS)} "
             f"FROM sessions WHERE id IN ({marks})",
-            raw_ids, what="sessions_by_id",
+            raw_ids,
+            what="sessions_by_id",
         )
         messages = self._query(
             f"SELECT {self._select_list('messages', MESSAGE_COLUMNS, extras=True, skip=V23_MESSAGE_COLUMNS)} "
             f"FROM messages "
             f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
-            raw_ids, what="messages_by_session",
+            raw_ids,
+            what="messages_by_session",
         )
         usage = []
         if "session_model_usage" in self.columns:
             usage = self._query(
                 f"SELECT {self._select_list('session_model_usage', USAGE_COLUMNS)} "
                 f"FROM session_model_usage WHERE session_id IN ({marks})",
-                raw_ids, what="usage_by_session",
+                raw_ids,
+                what="usage_by_session",
             )
         s_names, m_names = self.selected["sessions"], self.selected["messages"]
         u_names = [c[0] for c in USAGE_COLUMNS]
         rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}  # zip stops before the unknown columns
         missing = self._resolve_prompts(list(rows.values()))
-        bad = (_bad_cells(sessions, messages, rows, self.selected, self._unknown)
-               if _bad_text_count() != before else {})
+        bad = _bad_cells(sessions, messages, rows, self.selected, self._unknown) if _bad_text_count() != before else {}
         msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
         for row in messages:
             msg = dict(zip(m_names, row))
@@ -540,12 +554,12 @@ class StoreReader:
         for row in usage:
             u = dict(zip(u_names, row))
             usage_by_sid[str(u["session_id"])].append(u)
-        s_extras = {str(r[0]): r[len(s_names):] for r in sessions} if self._unknown["sessions"] else None
+        s_extras = {str(r[0]): r[len(s_names) :] for r in sessions} if self._unknown["sessions"] else None
         m_extras: dict[str, dict] | None = None
         if self._unknown["messages"]:
             m_extras = defaultdict(dict)
             for row in messages:
-                m_extras[str(row[1])][row[0]] = row[len(m_names):]
+                m_extras[str(row[1])][row[0]] = row[len(m_names) :]
         out = []
         for sid in sids:
             session = rows.get(sid)
@@ -554,19 +568,31 @@ class StoreReader:
             session["id"] = sid
             msgs = msgs_by_sid.get(sid, [])
             msgs.sort(key=_mid_key)
-            out.append(SessionBundle(
-                self.store, sid, day, session, msgs, usage_by_sid.get(sid, []), bad.get(sid, []),
-                prompt_missing=sid in missing, extras=None if s_extras is None else s_extras[sid],
-                message_extras=None if m_extras is None else m_extras.get(sid, {}),
-            ))
+            out.append(
+                SessionBundle(
+                    self.store,
+                    sid,
+                    day,
+                    session,
+                    msgs,
+                    usage_by_sid.get(sid, []),
+                    bad.get(sid, []),
+                    prompt_missing=sid in missing,
+                    extras=None if s_extras is None else s_extras[sid],
+                    message_extras=None if m_extras is None else m_extras.get(sid, {}),
+                )
+            )
         return out
 
     def _resolve_prompts(self, sessions: list[dict]) -> set[str]:
         """Each session's prompt (D19), from one statement over ``system_prompts`` per chunk."""
         if prompts.HASH_COLUMN not in self.columns["sessions"]:
             return set()  # before schema 25: every prompt is inline
-        return prompts.resolve_from(sessions, lambda sql, hashes: self._query(sql, hashes, what="system_prompts_by_hash"),
-                                    has_table=prompts.TABLE in self.tables)
+        return prompts.resolve_from(
+            sessions,
+            lambda sql, hashes: self._query(sql, hashes, what="system_prompts_by_hash"),
+            has_table=prompts.TABLE in self.tables,
+        )
 
     # -- change detection (SPEC §8): marks, new messages, raw statements --------
     #
@@ -623,13 +649,17 @@ def _mid_key(msg: dict):
     return (0, mid) if isinstance(mid, int) else (1, str(mid))
 
 
-
 def _bad_text_count() -> int:
     return _BAD_TEXT_SEEN[0]
 
 
-def _bad_cells(sessions: list[tuple], messages: list[tuple], resolved: dict[str, dict],
-               selected: dict[str, list[str]], unknown: dict[str, list[str]]) -> dict[str, list]:
+def _bad_cells(
+    sessions: list[tuple],
+    messages: list[tuple],
+    resolved: dict[str, dict],
+    selected: dict[str, list[str]],
+    unknown: dict[str, list[str]],
+) -> dict[str, list]:
     """``sid -> [(table, column, mid)]`` of the cells :func:`_decode_text` had to repair
     (``resolved``: the session rows with their prompts in place, D19)."""
     out: dict[str, list] = defaultdict(list)

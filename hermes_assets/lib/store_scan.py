@@ -143,8 +143,9 @@ def _settled_identity(before: dict, after: dict | None) -> dict:
     return before
 
 
-def scan_store(store: Store, old: StoreState | None, busy_timeout_ms: int,
-               now_s: float | None) -> tuple[StoreScan, StoreState | None]:
+def scan_store(
+    store: Store, old: StoreState | None, busy_timeout_ms: int, now_s: float | None
+) -> tuple[StoreScan, StoreState | None]:
     """One store's scan and its new cursor entry (None: keep the old one)."""
     try:
         identity = file_identity(store.path)
@@ -174,10 +175,15 @@ def scan_store(store: Store, old: StoreState | None, busy_timeout_ms: int,
     return scan, entry
 
 
-def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rotation, busy_timeout_ms: int,
-          now_s: float | None) -> StoreState:
-    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation.
-    """
+def _read(
+    scan: StoreScan,
+    old: StoreState | None,
+    identity: dict,
+    rotation: Rotation,
+    busy_timeout_ms: int,
+    now_s: float | None,
+) -> StoreState:
+    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation."""
     store = scan.store
     old_days = {} if old is None else old.days
     with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
@@ -196,8 +202,14 @@ def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rot
             scan.status = NEW if old is None else REPLACED
             changed = set(tier1.days) | set(old_days)
             if replaced:
-                log.warning("hermes.sensor.store_replaced", path=store.path, store=store.label, reason=replaced,
-                            days=len(changed), error_kind=errors.StoreReplaced.error_kind)
+                log.warning(
+                    "hermes.sensor.store_replaced",
+                    path=store.path,
+                    store=store.label,
+                    reason=replaced,
+                    days=len(changed),
+                    error_kind=errors.StoreReplaced.error_kind,
+                )
         else:
             scan.status = READ
             changed = {d for d, h in tier1.days.items() if d not in old_days or old_days[d].tier1 != h}
@@ -206,8 +218,15 @@ def _read(scan: StoreScan, old: StoreState | None, identity: dict, rotation: Rot
         # a change of the files restarts the rotation; the share never drops while it runs
         share = _share(len(tier1.days), rotation)
         days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1)
-    return StoreState(store.label, identity, max_mid, seq, days,
-                      Rotation(tick=rotation.tick + 1, hot=ROTATION_TICKS - 1, share=share), usage)
+    return StoreState(
+        store.label,
+        identity,
+        max_mid,
+        seq,
+        days,
+        Rotation(tick=rotation.tick + 1, hot=ROTATION_TICKS - 1, share=share),
+        usage,
+    )
 
 
 def _rotate(scan: StoreScan, old: StoreState, rotation: Rotation, fp: Fingerprinter) -> StoreState:
@@ -216,8 +235,15 @@ def _rotate(scan: StoreScan, old: StoreState, rotation: Rotation, fp: Fingerprin
     tier1 = {d: m.tier1 for d, m in old.days.items()}
     share = _share(len(tier1), rotation)
     days = _digest(scan, fp, tier1, old.days, set(), share, rotation.tick + 1)
-    return StoreState(old.label, old.files, old.max_mid, old.seq, days,
-                      Rotation(tick=rotation.tick + 1, hot=rotation.hot - 1, share=share), old.usage)
+    return StoreState(
+        old.label,
+        old.files,
+        old.max_mid,
+        old.seq,
+        days,
+        Rotation(tick=rotation.tick + 1, hot=rotation.hot - 1, share=share),
+        old.usage,
+    )
 
 
 def _share(n_days: int, rotation: Rotation) -> int:
@@ -231,8 +257,15 @@ def _oldest(old_days: dict[str, DayMark], skip: set[str], n: int) -> list[str]:
     return others[:n]
 
 
-def _digest(scan: StoreScan, fp: Fingerprinter, tier1: dict[str, str], old_days: dict[str, DayMark],
-            changed: set[str], share: int, tick: int) -> dict[str, DayMark]:
+def _digest(
+    scan: StoreScan,
+    fp: Fingerprinter,
+    tier1: dict[str, str],
+    old_days: dict[str, DayMark],
+    changed: set[str],
+    share: int,
+    tick: int,
+) -> dict[str, DayMark]:
     """Tier 2 of the changed days and of the rotation's ``share`` oldest others; the new ``days``.
 
     Sets ``scan.changed``: the changed days, and rotation days whose tier 2 moved.
@@ -259,8 +292,13 @@ def _digest(scan: StoreScan, fp: Fingerprinter, tier1: dict[str, str], old_days:
 def _failed(store: Store, exc: Exception) -> StoreScan:
     """A store that cannot be read this tick (SPEC D18): reported, its cursor entry kept."""
     failure = errors.StoreFailure.of(store.path, store.label, exc)
-    log.error("hermes.sensor.store_failed", path=store.path, store=store.label, error_kind=failure.error_kind,
-              reason=failure.message)
+    log.error(
+        "hermes.sensor.store_failed",
+        path=store.path,
+        store=store.label,
+        error_kind=failure.error_kind,
+        reason=failure.message,
+    )
     return StoreScan(store, FAILED, failure=failure)
 
 
@@ -275,5 +313,3 @@ def _replaced(old: StoreState | None, identity: dict, seq: int | None) -> str | 
     if old_seq is not None and (seq is None or seq < old_seq):
         return f"sqlite_sequence of messages went down ({old_seq} -> {seq})"
     return None
-
-

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 DAY_MS = 86_400_000
 #: the earliest sane instant: 2000-01-01T00:00:00Z, in seconds
@@ -31,7 +31,7 @@ _ISO = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
     r"(Z|[+-]\d{2}:\d{2})?"
 )
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def epoch_ms(value) -> int | None:
@@ -60,8 +60,7 @@ def _text_ms(text: str) -> int | None:
         return None
     year, month, day, hour, minute, second, fraction, zone = match.groups()
     try:
-        base = dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
-                           tzinfo=dt.timezone.utc)
+        base = dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=dt.UTC)
     except ValueError:  # 2026-02-30, 25:00 ...
         return None
     if zone and zone != "Z":
@@ -96,7 +95,7 @@ def ms_day(ms: int) -> str:
 
 
 def day_start_ms(day: str) -> int:
-    return int(dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp()) * 1000
+    return int(dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.UTC).timestamp()) * 1000
 
 
 def session_start_ms(started_at, message_times: Iterable, ended_at, now_s: float) -> int | None:

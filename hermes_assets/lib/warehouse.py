@@ -23,8 +23,8 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 from urllib.parse import parse_qs, urlparse, urlunparse
 
 import pyarrow as pa
@@ -62,7 +62,7 @@ class FileModes:
     file: int = 0o600
 
     @classmethod
-    def named(cls, name: str) -> "FileModes":
+    def named(cls, name: str) -> FileModes:
         """``private`` (0700/0600) or ``group`` (0750/0640)."""
         if name not in FILE_MODES:
             raise ValueError(f"file mode {name!r} is not one of {', '.join(FILE_MODES)}")
@@ -173,8 +173,9 @@ class Warehouse:
             try:
                 self._fs, self.root = pafs.FileSystem.from_uri(_with_defaults(self.uri))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
-                raise ValueError(f"HERMES_ASSETS_WAREHOUSE={self.uri!r} is not a filesystem pyarrow can open: "
-                                 f"{exc}") from exc
+                raise ValueError(
+                    f"HERMES_ASSETS_WAREHOUSE={self.uri!r} is not a filesystem pyarrow can open: {exc}"
+                ) from exc
             self.root = self.root.rstrip("/")
         return self._fs
 
@@ -243,7 +244,8 @@ class Warehouse:
             if not os.path.isdir(base):
                 return []
             return sorted(
-                d[4:] for d in os.listdir(base)
+                d[4:]
+                for d in os.listdir(base)
                 if d.startswith("day=") and os.path.exists(os.path.join(base, d, PART_FILE))
             )
         fs = self.fs
@@ -262,15 +264,17 @@ class Warehouse:
             return {day for day in days if os.path.exists(self.path(dataset, day))}
         return set(self.days(dataset)) & set(days)
 
-    def read(self, dataset: str, day: str, columns: list[str] | None = None, *,
-             read_dictionary: list[str] | None = None) -> pa.Table | None:
+    def read(
+        self, dataset: str, day: str, columns: list[str] | None = None, *, read_dictionary: list[str] | None = None
+    ) -> pa.Table | None:
         """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
         those columns dictionary-encoded (checks over long repeated strings)."""
         path = self.path(dataset, day)
         schema = schemas.schema_of(dataset)
         if read_dictionary:  # the same schema (a column older files lack still reads as its default)
-            schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in read_dictionary else f
-                                for f in schema])
+            schema = pa.schema(
+                [f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in read_dictionary else f for f in schema]
+            )
         if self.posix:
             return with_defaults(pq.read_table(path, columns=columns, schema=schema)) if os.path.exists(path) else None
         try:  # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
@@ -388,8 +392,13 @@ class Warehouse:
             fresh = [f for f in facts if read_at is None or marks.get(f.path, marks.get("*", 0.0)) <= read_at]
             if not fresh:  # no store read (all missing or failed), or all read later already
                 if facts:
-                    log.warning("hermes.warehouse.superseded", dataset=dataset, day=day, read_at=read_at,
-                                newest=max(marks.values(), default=None))
+                    log.warning(
+                        "hermes.warehouse.superseded",
+                        dataset=dataset,
+                        day=day,
+                        read_at=read_at,
+                        newest=max(marks.values(), default=None),
+                    )
                 self.fix_modes(dataset, day)
                 return self.current(dataset, day, superseded=bool(facts))
             schema = schemas.DATASETS[dataset][0]
@@ -451,8 +460,15 @@ class Warehouse:
         if changed:
             self._put(path, data)
         retained = _count_source_deleted(dataset, table)
-        log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows,
-                 retained=retained, dropped=dropped, changed=changed)
+        log.info(
+            "hermes.warehouse.day_written",
+            dataset=dataset,
+            day=day,
+            rows=table.num_rows,
+            retained=retained,
+            dropped=dropped,
+            changed=changed,
+        )
         return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
 
     def _put_encoded(self, dataset: str, day: str, encoded: str) -> WriteResult:
@@ -480,8 +496,9 @@ class Warehouse:
         else:
             with open(encoded, "rb") as f:
                 self._put(path, pa.py_buffer(f.read()))
-        log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0,
-                 changed=True)
+        log.info(
+            "hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0, changed=True
+        )
         return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, True)
 
     def current(self, dataset: str, day: str, *, superseded: bool = False) -> WriteResult:
@@ -566,8 +583,9 @@ class Warehouse:
                 with contextlib.suppress(OSError):
                     fs.delete_file(tmp)
             if isinstance(exc, OSError):
-                raise OSError(exc.errno, f"{exc} (while writing {self._uri(path)}: the previous file is "
-                              "unchanged; re-run)") from exc
+                raise OSError(
+                    exc.errno, f"{exc} (while writing {self._uri(path)}: the previous file is unchanged; re-run)"
+                ) from exc
             raise
 
     def _delete(self, path: str) -> None:
@@ -703,8 +721,10 @@ def _atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool 
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             # a failed write() names no file: say which partition, and that it is intact
-            raise OSError(exc.errno, f"{exc.strerror} while writing {path}: the previous file is "
-                          "unchanged; free some space and re-run") from exc
+            raise OSError(
+                exc.errno,
+                f"{exc.strerror} while writing {path}: the previous file is unchanged; free some space and re-run",
+            ) from exc
         raise
     if fsync:
         _fsync_dir(folder)
@@ -824,13 +844,13 @@ def _gateway_generations(row: dict, attrs: dict) -> tuple[int, int | None, int]:
     """``(session generation, mid, message generation)`` of a canonical row, from its ids:
     ``hermes-<scoped sid>[.g<n>]-<mid>[.g<n>]-<k>`` (SPEC D15)."""
     base = canonical_session_id(attrs.get("hermes", {}).get("store"), attrs["gateway"]["native_id"])
-    session_gen = of_suffix(row["session_id"][len(base):]) if row["session_id"].startswith(base) else 1
+    session_gen = of_suffix(row["session_id"][len(base) :]) if row["session_id"].startswith(base) else 1
     mid = row["provider_uuid"]
     mid = int(mid) if mid is not None and mid.isdigit() else None
     if mid is None:
         return session_gen, None, 1
-    mid_part = row["message_id"][len(row["session_id"]) + 1:].rpartition("-")[0]
-    return session_gen, mid, of_suffix(mid_part[len(str(mid)):])
+    mid_part = row["message_id"][len(row["session_id"]) + 1 :].rpartition("-")[0]
+    return session_gen, mid, of_suffix(mid_part[len(str(mid)) :])
 
 
 def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list[dict | None]) -> pa.Table:
@@ -856,7 +876,9 @@ def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list[dict | No
             text = dumps(value, normalized=True)
         out.append(text)
     typ = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
-    return table.set_column(idx, table.schema.field(idx), pa.ExtensionArray.from_storage(typ, pa.array(out, pa.string())))
+    return table.set_column(
+        idx, table.schema.field(idx), pa.ExtensionArray.from_storage(typ, pa.array(out, pa.string()))
+    )
 
 
 def source_deleted_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
@@ -872,8 +894,13 @@ def source_deleted_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.A
     maybe = pc.fill_null(pc.match_substring(text, '"source_deleted":true'), False)
     if not pc.any(maybe).as_py():
         return maybe
-    return pa.array([bool(m) and bool((loads(t).get("hermes") or {}).get("source_deleted"))
-                     for m, t in zip(maybe.to_pylist(), text.to_pylist())], pa.bool_())
+    return pa.array(
+        [
+            bool(m) and bool((loads(t).get("hermes") or {}).get("source_deleted"))
+            for m, t in zip(maybe.to_pylist(), text.to_pylist())
+        ],
+        pa.bool_(),
+    )
 
 
 def _count_source_deleted(dataset: str, table: pa.Table) -> int:

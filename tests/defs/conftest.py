@@ -5,10 +5,9 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from tests.support.environ import use_environment
 from tests.defs.harness import Capture, copy_small, new_capture
+from tests.support.environ import use_environment
 from tests.support.hermes_writer import HermesWriter
-
 
 
 @pytest.fixture

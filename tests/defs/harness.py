@@ -237,8 +237,9 @@ class Capture:
         job = defs.resolve_implicit_global_asset_job_def()
         if instance is None:
             with dg.DagsterInstance.ephemeral() as own:
-                return self.materialize(start, end, instance=own, defs=defs, raise_on_error=raise_on_error,
-                                        select=select)
+                return self.materialize(
+                    start, end, instance=own, defs=defs, raise_on_error=raise_on_error, select=select
+                )
         return job.execute_in_process(
             instance=instance,
             tags={RANGE_START: start, RANGE_END: end or start},

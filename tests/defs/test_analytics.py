@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 from tests.defs.harness import (
     ANALYTICS,
     DATASETS,
@@ -141,8 +140,10 @@ def expected(con, sql: str) -> list[dict]:
 def written(con, warehouse, dataset: str) -> list[dict]:
     """The analytics files as DuckDB reads them (the way a user queries them)."""
     order = "day, model NULLS LAST" if dataset == USAGE else "day, tool_name NULLS LAST"
-    return expected(con, f"SELECT * FROM read_parquet('{warehouse}/{dataset}/*/*.parquet', hive_partitioning=false) "
-                         f"ORDER BY {order}")
+    return expected(
+        con,
+        f"SELECT * FROM read_parquet('{warehouse}/{dataset}/*/*.parquet', hive_partitioning=false) ORDER BY {order}",
+    )
 
 
 def assert_agree(got: list[dict], want: list[dict]) -> None:
@@ -186,13 +187,17 @@ def test_both_agree_with_duckdb_over_the_small_fixture(small_everything):
     cap, _ = small_everything
     con, usage, tools = agree_with_duckdb(cap.warehouse)
     assert [list(r) for r in usage[:1]] == [USAGE_COLUMNS] and [list(r) for r in tools[:1]] == [TOOLS_COLUMNS]
-    per_day = {name: {d: sum(1 for r in rows if r["day"] == d) for d in SMALL_DAYS}
-               for name, rows in ((USAGE, usage), (TOOLS, tools))}
+    per_day = {
+        name: {d: sum(1 for r in rows if r["day"] == d) for d in SMALL_DAYS}
+        for name, rows in ((USAGE, usage), (TOOLS, tools))
+    }
     print("\nrows per day (= DuckDB):", json.dumps(per_day))
     assert [d for d, n in per_day[USAGE].items() if n] == days_on_disk(cap.warehouse, USAGE) == SMALL_DAYS
     # the fixture holds both kinds of session: with usage_by_model (some with 2-3 models) and without
-    counts = con.execute("SELECT count(*) FILTER (WHERE usage_by_model IS NULL), count(*) FILTER "
-                         "(WHERE json_array_length(usage_by_model) > 1) FROM hermes_sessions").fetchone()
+    counts = con.execute(
+        "SELECT count(*) FILTER (WHERE usage_by_model IS NULL), count(*) FILTER "
+        "(WHERE json_array_length(usage_by_model) > 1) FROM hermes_sessions"
+    ).fetchone()
     assert counts[0] > 0 and counts[1] > 0
     # every message but Hermes's session_meta rows, every tool call: nothing lost, nothing counted twice
     totals = con.execute("SELECT count(*) FILTER (WHERE role <> 'session_meta') FROM hermes_messages").fetchone()[0]
@@ -201,9 +206,11 @@ def test_both_agree_with_duckdb_over_the_small_fixture(small_everything):
     assert sum(r["tool_calls"] for r in usage) == sum(r["calls"] for r in tools) == calls
     # tool errors, as Hermes itself judges them (DuckDB calls hermes-agent's own check)
     errors = sum(r["error_results"] for r in tools)
-    print(f"hermes_daily_usage: {len(usage)} rows, {sum(r['total_tokens'] for r in usage)} tokens, "
-          f"{sum(r['messages'] for r in usage)} messages; hermes_daily_tools: {len(tools)} rows, {calls} calls, "
-          f"{sum(r['results'] for r in tools)} results, {errors} errors (= DuckDB)")
+    print(
+        f"hermes_daily_usage: {len(usage)} rows, {sum(r['total_tokens'] for r in usage)} tokens, "
+        f"{sum(r['messages'] for r in usage)} messages; hermes_daily_tools: {len(tools)} rows, {calls} calls, "
+        f"{sum(r['results'] for r in tools)} results, {errors} errors (= DuckDB)"
+    )
     assert errors > 0  # the fixture has failed terminal commands: the rule is exercised
     assert con.execute("SELECT count(*) FROM ai_gateway_messages_hermes WHERE is_error IS NOT NULL").fetchone()[0] == 0
 
@@ -223,8 +230,11 @@ def test_each_day_carries_its_totals_as_numeric_metadata(small_everything):
         assert usage["estimated_cost_usd"] == pytest.approx(sum(r["estimated_cost_usd"] or 0 for r in rows))
         assert isinstance(usage["estimated_cost_usd"], float)
         # money to the micro-dollar, in the files and the metadata alike (no 0.19228399999999998)
-        for value in [usage["estimated_cost_usd"], usage["actual_cost_usd"],
-                      *(r[c] for r in rows for c in ("estimated_cost_usd", "actual_cost_usd") if r[c] is not None)]:
+        for value in [
+            usage["estimated_cost_usd"],
+            usage["actual_cost_usd"],
+            *(r[c] for r in rows for c in ("estimated_cost_usd", "actual_cost_usd") if r[c] is not None),
+        ]:
             assert value == round(value, 6) and len(repr(value).partition(".")[2]) <= 6, (day, value)
         sessions = con.execute("SELECT count(*) FROM hermes_sessions WHERE partition_day = ?", [day]).fetchone()[0]
         assert usage["sessions"] == sessions, day
@@ -279,24 +289,57 @@ def _usage_scenario(w) -> None:
     Day 2: one more session."""
     s1 = w.session("s-switch", "cli", model="model-a", cwd="/work/a")
     w.msg(s1, "user", "run the tests")
-    w.msg(s1, "assistant", None, tool_calls=[openai_call("c1", "terminal", {"command": "pytest"}),
-                                             openai_call("c2", "read_file", {"path": "x.py"})],
-          finish_reason="tool_calls")
-    w.msg(s1, "tool", json.dumps({"output": "1 failed", "exit_code": 1, "error": None}), tool_call_id="c1",
-          tool_name="terminal")
+    w.msg(
+        s1,
+        "assistant",
+        None,
+        tool_calls=[
+            openai_call("c1", "terminal", {"command": "pytest"}),
+            openai_call("c2", "read_file", {"path": "x.py"}),
+        ],
+        finish_reason="tool_calls",
+    )
+    w.msg(
+        s1,
+        "tool",
+        json.dumps({"output": "1 failed", "exit_code": 1, "error": None}),
+        tool_call_id="c1",
+        tool_name="terminal",
+    )
     w.msg(s1, "tool", json.dumps({"error": "File not found: x.py"}), tool_call_id="c2", tool_name="read_file")
-    w.update_token_counts(s1, input_tokens=100, output_tokens=20, model="model-a", cache_read_tokens=5,
-                          estimated_cost_usd=0.5, api_call_count=1)
+    w.update_token_counts(
+        s1,
+        input_tokens=100,
+        output_tokens=20,
+        model="model-a",
+        cache_read_tokens=5,
+        estimated_cost_usd=0.5,
+        api_call_count=1,
+    )
     w.update_session_model(s1, "model-b")
-    w.update_token_counts(s1, input_tokens=300, output_tokens=40, model="model-b", reasoning_tokens=7,
-                          estimated_cost_usd=1.25, actual_cost_usd=1.0, api_call_count=2)
+    w.update_token_counts(
+        s1,
+        input_tokens=300,
+        output_tokens=40,
+        model="model-b",
+        reasoning_tokens=7,
+        estimated_cost_usd=1.25,
+        actual_cost_usd=1.0,
+        api_call_count=2,
+    )
     w.msg(s1, "assistant", "one test fails", finish_reason="stop")
     s2 = w.session("s-old", "cli", model="model-b", cwd="/work/b")
     w.msg(s2, "user", "hello")
-    w.msg(s2, "assistant", None, tool_calls=[openai_call("c3", "terminal", {"command": "ls"})],
-          finish_reason="tool_calls")
-    w.msg(s2, "tool", json.dumps({"output": "a b", "exit_code": 0, "error": None}), tool_call_id="c3",
-          tool_name="terminal")
+    w.msg(
+        s2, "assistant", None, tool_calls=[openai_call("c3", "terminal", {"command": "ls"})], finish_reason="tool_calls"
+    )
+    w.msg(
+        s2,
+        "tool",
+        json.dumps({"output": "a b", "exit_code": 0, "error": None}),
+        tool_call_id="c3",
+        tool_name="terminal",
+    )
     w.update_token_counts(s2, input_tokens=50, output_tokens=5, model="model-b", api_call_count=1)
     w.raw_sql("DELETE FROM session_model_usage WHERE session_id = 's-old'")
     w.at(START_S + DAY_S)
@@ -355,8 +398,9 @@ def test_the_purge_job_takes_purged_sessions_out_of_the_analytics(capture, write
     _usage_scenario(writer)
     materialize_everything(capture, DAY1, DAY2, instance)
     job = capture.defs().resolve_job_def("purge_job")
-    result = job.execute_in_process(run_config={"ops": {"purge_scope": {"config": {"scope": "/work/b"}}}},
-                                    instance=instance)
+    result = job.execute_in_process(
+        run_config={"ops": {"purge_scope": {"config": {"scope": "/work/b"}}}}, instance=instance
+    )
     assert result.success
     (md,) = step_output_metadata(result, "purge_scope")
     assert md["analytics_days_rebuilt"] == 1

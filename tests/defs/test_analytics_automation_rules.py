@@ -50,8 +50,12 @@ def world(tmp_path, monkeypatch):
 
 def _analytics(defs, instance, raise_on_error=True):
     job = defs.resolve_implicit_global_asset_job_def()
-    return job.execute_in_process(instance=instance, partition_key=DAY, raise_on_error=raise_on_error,
-                                  asset_selection=[dg.AssetKey(a) for a in ANALYTICS])
+    return job.execute_in_process(
+        instance=instance,
+        partition_key=DAY,
+        raise_on_error=raise_on_error,
+        asset_selection=[dg.AssetKey(a) for a in ANALYTICS],
+    )
 
 
 def _messages(cap) -> int:
@@ -68,15 +72,19 @@ class _Evaluator:
 
     def __init__(self, defs, instance):
         self.defs, self.instance, self.cursor = defs, instance, None
-        self.now = dt.datetime.now(dt.timezone.utc)
+        self.now = dt.datetime.now(dt.UTC)
 
     def tick(self, seconds: float = 0.0):
         """One evaluation, ``seconds`` after the last one, never before the wall clock: the
         runs' events carry real times, and an evaluation must not look older than them."""
-        self.now = max(self.now + dt.timedelta(seconds=seconds), dt.datetime.now(dt.timezone.utc))
+        self.now = max(self.now + dt.timedelta(seconds=seconds), dt.datetime.now(dt.UTC))
         result = dg.evaluate_automation_conditions(
-            defs=self.defs, instance=self.instance, cursor=self.cursor, evaluation_time=self.now,
-            asset_selection=dg.AssetSelection.assets(*ANALYTICS))
+            defs=self.defs,
+            instance=self.instance,
+            cursor=self.cursor,
+            evaluation_time=self.now,
+            asset_selection=dg.AssetSelection.assets(*ANALYTICS),
+        )
         self.cursor = result.cursor
         return result
 
@@ -124,7 +132,7 @@ def test_a_capture_landing_while_the_days_analytics_run_is_in_flight_leads_to_a_
 
 
 def test_a_failed_analytics_run_is_run_again_without_a_new_capture(world):
-    cap, writer, sid, instance = world
+    cap, _writer, _sid, instance = world
     defs = cap.defs()
     ticks = _Evaluator(defs, instance)
     ticks.tick()

@@ -85,7 +85,7 @@ def test_all_assets_share_one_daily_utc_partitions_def_with_today_included(captu
     assert first.end_offset == 1
     assert first.fmt == "%Y-%m-%d"
     assert first.get_first_partition_key() == _configured_start()
-    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    today = dt.datetime.now(dt.UTC).date().isoformat()
     assert first.get_last_partition_key() in {today, (dt.date.fromisoformat(today) + dt.timedelta(days=1)).isoformat()}
     assert today in first.get_partition_keys()
 
@@ -103,12 +103,17 @@ def test_start_date_comes_from_the_environment(tmp_path):
         "    out[name] = [p.get_first_partition_key(), p.timezone, p.end_offset]\n"
         "print('RESULT=' + json.dumps(out))\n"
     )
-    env = {**os.environ, "HERMES_ASSETS_START_DATE": "2026-06-01", "HERMES_HOME": str(tmp_path),
-           "DAGSTER_HOME": str(tmp_path), "HERMES_ASSETS_LOG_FORMAT": "json"}
+    env = {
+        **os.environ,
+        "HERMES_ASSETS_START_DATE": "2026-06-01",
+        "HERMES_HOME": str(tmp_path),
+        "DAGSTER_HOME": str(tmp_path),
+        "HERMES_ASSETS_LOG_FORMAT": "json",
+    }
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT="))
-    got = json.loads(line[len("RESULT="):])
+    got = json.loads(line[len("RESULT=") :])
     assert got == {name: ["2026-06-01", "UTC", 1] for name in DATASETS}
 
 
@@ -154,17 +159,43 @@ def test_gateway_schema_has_the_56_canonical_columns_in_order(capture):
     assert names[-1] == "date" and names[53] == "attributes"
     required = {c.name for c in table_schema.columns if not c.constraints.nullable}
     assert required == {
-        "gateway_id", "schema_version", "session_id", "provider", "conversation_started_at", "message_id",
-        "message_index", "message_created_at", "role", "part_id", "part_index", "part_type", "date",
+        "gateway_id",
+        "schema_version",
+        "session_id",
+        "provider",
+        "conversation_started_at",
+        "message_id",
+        "message_index",
+        "message_created_at",
+        "role",
+        "part_id",
+        "part_index",
+        "part_type",
+        "date",
     }
 
 
 def test_raw_schemas_carry_provenance_columns(capture):
     specs = _specs(capture.defs())
-    for dataset, extra in (("hermes_sessions", {"store", "store_label", "profile", "scope_path", "policy_class",
-                                                "usage_by_model", "source_deleted", "day"}),
-                           ("hermes_messages", {"store", "store_label", "profile", "source_deleted", "day",
-                                                "content_text", "content_json"})):
+    for dataset, extra in (
+        (
+            "hermes_sessions",
+            {
+                "store",
+                "store_label",
+                "profile",
+                "scope_path",
+                "policy_class",
+                "usage_by_model",
+                "source_deleted",
+                "day",
+            },
+        ),
+        (
+            "hermes_messages",
+            {"store", "store_label", "profile", "source_deleted", "day", "content_text", "content_json"},
+        ),
+    ):
         ts = specs[dataset].metadata["dagster/column_schema"]
         names = {c.name for c in getattr(ts, "value", ts).columns}
         assert extra <= names, extra - names
@@ -207,7 +238,11 @@ def test_unknown_executor_error_reaches_the_cli_user(capture, monkeypatch):
     env = {**os.environ, "HERMES_ASSETS_EXECUTOR": "bogus"}
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-m", "hermes_assets.definitions"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "HERMES_ASSETS_EXECUTOR='bogus' is not one of in_process, multiprocess, k8s, celery" in (
@@ -237,7 +272,8 @@ def _snapshot(defs: dg.Definitions) -> dict:
             "upstream": sorted(k.to_user_string() for k in node.parent_keys),
             "partitions": {
                 "type": type(parts).__name__,
-                "start": "<HERMES_ASSETS_START_DATE>" if parts.get_first_partition_key() == _configured_start()
+                "start": "<HERMES_ASSETS_START_DATE>"
+                if parts.get_first_partition_key() == _configured_start()
                 else parts.get_first_partition_key(),
                 "timezone": parts.timezone,
                 "end_offset": parts.end_offset,
@@ -256,7 +292,9 @@ def _snapshot(defs: dg.Definitions) -> dict:
             "default_status": s.default_status.value,
             "targets": sorted(
                 k.to_user_string() for k in defs.resolve_job_def(s.job_name).asset_layer.selected_asset_keys
-            ) if s.has_jobs else [],
+            )
+            if s.has_jobs
+            else [],
         }
         for s in sorted(defs.sensors or [], key=lambda s: s.name)
     }

@@ -7,10 +7,10 @@ filesystem path every object store takes). What is loaded is compared with
 the partition files read directly with pyarrow.
 """
 
-
 import datetime as dt
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -62,8 +62,11 @@ def load(defs: dg.Definitions, instance, dataset: str, **kwargs):
 def on_disk(captured, dataset: str, days: list[str], columns: list[str] | None = None) -> pa.Table:
     """The days' files read directly (no project code): the reference."""
     schema = schemas.DATASETS[dataset][0]
-    tables = [pq.read_table(day_path(captured.warehouse, dataset, d), schema=schema, columns=columns)
-              for d in days if day_path(captured.warehouse, dataset, d).exists()]
+    tables = [
+        pq.read_table(day_path(captured.warehouse, dataset, d), schema=schema, columns=columns)
+        for d in days
+        if day_path(captured.warehouse, dataset, d).exists()
+    ]
     full = pa.concat_tables(tables) if tables else schema.empty_table()
     return full.select(columns) if columns else full
 
@@ -76,14 +79,14 @@ def assert_pandas_types(frame: pd.DataFrame, dataset: str) -> None:
         dtype = frame[name].dtype
         if arrow == schemas.TS:
             assert str(dtype) == "datetime64[ms, UTC]", name
-        elif arrow == schemas.JSON or arrow == pa.string():
-            assert pd.api.types.is_string_dtype(dtype) and dtype != object, (name, dtype)
+        elif arrow in (schemas.JSON, pa.string()):
+            assert pd.api.types.is_string_dtype(dtype) and dtype is not np.dtype(object), (name, dtype)
         elif arrow in (pa.int64(), pa.int32()):
             assert str(dtype) == ("Int64" if arrow == pa.int64() else "Int32"), (name, dtype)
         elif arrow == pa.bool_():
             assert str(dtype) == "boolean", name
         elif arrow == pa.binary():
-            assert dtype == object, name  # bytes (display_identity), pandas' own binary type
+            assert dtype is np.dtype(object), name  # bytes (display_identity), pandas' own binary type
         else:
             assert str(dtype) == "float64", name
 
@@ -164,7 +167,10 @@ def _run(defs: dg.Definitions, instance, assets: list, partition_key: str | None
     with_tests = dg.Definitions(assets=[*defs.assets, *assets], resources=defs.resources)
     job = with_tests.resolve_implicit_global_asset_job_def()
     return job.execute_in_process(
-        instance=instance, partition_key=partition_key, asset_selection=[a.key for a in assets], raise_on_error=False,
+        instance=instance,
+        partition_key=partition_key,
+        asset_selection=[a.key for a in assets],
+        raise_on_error=False,
     )
 
 
@@ -223,8 +229,13 @@ def test_day_by_day_reading_with_dataset_days(defs, instance, captured):
 
     @dg.asset(
         partitions_def=daily_partitions,
-        ins={"messages": dg.AssetIn(MESSAGES, partition_mapping=dg.TimeWindowPartitionMapping(start_offset=-20),
-                                    metadata={"columns": ["id", "session_id"]})},
+        ins={
+            "messages": dg.AssetIn(
+                MESSAGES,
+                partition_mapping=dg.TimeWindowPartitionMapping(start_offset=-20),
+                metadata={"columns": ["id", "session_id"]},
+            )
+        },
     )
     def per_day(messages: DatasetDays) -> None:
         seen["days"] = {day: table.num_rows for day, table in messages}
@@ -233,7 +244,8 @@ def test_day_by_day_reading_with_dataset_days(defs, instance, captured):
     assert _run(defs, instance, [per_day], LAST).success
     assert len(seen["days"]) == 21
     assert {d: n for d, n in seen["days"].items() if n} == {
-        d: pq.read_metadata(day_path(captured.warehouse, MESSAGES, d)).num_rows for d in SMALL_DAYS}
+        d: pq.read_metadata(day_path(captured.warehouse, MESSAGES, d)).num_rows for d in SMALL_DAYS
+    }
     assert seen["schema"].names == ["id", "session_id"]
 
 

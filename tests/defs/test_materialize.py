@@ -15,7 +15,6 @@ import sqlite3
 import dagster as dg
 import duckdb
 import pyarrow.parquet as pq
-import pytest
 
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
@@ -150,7 +149,10 @@ def test_rows_are_sorted_and_readable_with_duckdb(small):
         for day in SMALL_DAYS:
             table = read_day(small.warehouse, dataset, day)
             assert table.equals(table.sort_by([(c, "ascending") for c in sort])), (dataset, day)
-            assert pq.ParquetFile(day_path(small.warehouse, dataset, day)).metadata.row_group(0).column(0).compression == "ZSTD"
+            assert (
+                pq.ParquetFile(day_path(small.warehouse, dataset, day)).metadata.row_group(0).column(0).compression
+                == "ZSTD"
+            )
     con = duckdb.connect()
     n, days = con.execute(
         f"SELECT count(*), count(DISTINCT day) FROM read_parquet('{small.warehouse}/{GATEWAY}/*/*.parquet', hive_partitioning=true)"
@@ -190,7 +192,11 @@ def test_op_metadata_reports_plan_policy_projection_and_write_counts(small):
 
     counts = _policy_md(result)
     assert {k: counts[k] for k in ("sessions", "kept", "ignored", "local_only", "errors")} == {
-        "sessions": SMALL_SESSIONS, "kept": SMALL_SESSIONS, "ignored": 0, "local_only": 0, "errors": 0,
+        "sessions": SMALL_SESSIONS,
+        "kept": SMALL_SESSIONS,
+        "ignored": 0,
+        "local_only": 0,
+        "errors": 0,
     }
 
     (proj,) = step_output_metadata(result, PROJECT_STEP)
@@ -226,7 +232,7 @@ def test_a_bad_cell_is_counted_in_each_dataset_it_touches(capture, writer):
     writer.session("t", "cli", cwd="/work/x")
     writer.msg("t", "user", "a clean day")
     writer.raw_sql("UPDATE messages SET timestamp = 'not a time' WHERE id = ?", (late,))
-    writer.raw_sql("UPDATE messages SET content = ? WHERE id = ?", ("\x00json:[{\"type\": \"text\", \"te", env))
+    writer.raw_sql("UPDATE messages SET content = ? WHERE id = ?", ('\x00json:[{"type": "text", "te', env))
     result = capture.materialize(DAY1, "2026-06-02")
     assert result.success
     (proj,) = step_output_metadata(result, PROJECT_STEP)
@@ -273,8 +279,10 @@ def test_days_without_sessions_get_no_file(small):
 def test_parallel_days_write_the_same_bytes_as_one_worker(small, tmp_path):
     assert small.materialize(FIRST, LAST, defs=small.defs(capture_runtime=CaptureRuntime(workers=1))).success
     serial = small.files()
-    parallel = small.defs(capture_runtime=CaptureRuntime(workers=2, parallel_min_sessions=0),
-                          warehouse=HermesWarehouse(root=str(tmp_path / "parallel")))
+    parallel = small.defs(
+        capture_runtime=CaptureRuntime(workers=2, parallel_min_sessions=0),
+        warehouse=HermesWarehouse(root=str(tmp_path / "parallel")),
+    )
     result = small.materialize(FIRST, LAST, defs=parallel)
     assert result.success
     assert part_files(tmp_path / "parallel") == serial
@@ -300,8 +308,11 @@ def test_files_written_before_generations_existed_pass_the_checks_and_merge(smal
         old = pq.read_table(path).drop_columns(list(schemas.ADDED_COLUMNS))
         pq.write_table(old, path)
     keys = {dg.AssetCheckKey(dg.AssetKey(ds), "key_unique") for ds in (SESSIONS, MESSAGES)}
-    job = small.defs().resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(),
-                                                                          asset_check_selection=keys)
+    job = (
+        small.defs()
+        .resolve_implicit_global_asset_job_def()
+        .get_subset(asset_selection=set(), asset_check_selection=keys)
+    )
     with dg.DagsterInstance.ephemeral() as instance:
         result = job.execute_in_process(instance=instance, partition_key=FIRST)
     checks = check_results(result)
@@ -334,7 +345,10 @@ def test_policy_list_ignores_a_channel_and_marks_local_only(small):
     assert result.success
     counts = _policy_md(result)
     assert (counts["sessions"], counts["ignored"], counts["local_only"], counts["kept"]) == (
-        SMALL_SESSIONS, len(ignored), len(local), SMALL_SESSIONS - len(ignored),
+        SMALL_SESSIONS,
+        len(ignored),
+        len(local),
+        SMALL_SESSIONS - len(ignored),
     )
 
     # ignore: nothing of those sessions in any dataset
@@ -428,9 +442,15 @@ def test_configured_user_home_is_the_channel_scope_home(small, tmp_path):
     defs = small.defs(usage_policy=UsagePolicy(list_path=str(small.policy_list), user_home=alice))
     result = small.materialize(FIRST, LAST, defs=defs)
     assert result.success
-    channel_cwds = {r["cwd"] for r in read_all(small.warehouse, GATEWAY) if r["cwd"] and "/.hermes/channels/" in r["cwd"]}
+    channel_cwds = {
+        r["cwd"] for r in read_all(small.warehouse, GATEWAY) if r["cwd"] and "/.hermes/channels/" in r["cwd"]
+    }
     assert channel_cwds and all(c.startswith(alice + "/") for c in channel_cwds)  # the projection uses alice's home
-    scopes = {r["scope_path"] for r in read_all(small.warehouse, SESSIONS) if r["scope_path"] and "/.hermes/channels/" in r["scope_path"]}
+    scopes = {
+        r["scope_path"]
+        for r in read_all(small.warehouse, SESSIONS)
+        if r["scope_path"] and "/.hermes/channels/" in r["scope_path"]
+    }
     assert scopes and all(p.startswith(alice + "/") for p in scopes), (
         f"hermes_sessions.scope_path of channel sessions is not under the configured user_home {alice}: {sorted(scopes)[:3]}"
     )
@@ -469,10 +489,13 @@ def test_rows_whose_source_vanished_are_kept_flagged_source_deleted(capture, wri
 
     writer.delete_session("s-del")
     writer.tick(60)
-    writer.replace_messages("s-retry", [
-        {"role": "user", "content": "question s-retry (again)"},
-        {"role": "assistant", "content": "a better answer", "finish_reason": "stop"},
-    ])
+    writer.replace_messages(
+        "s-retry",
+        [
+            {"role": "user", "content": "question s-retry (again)"},
+            {"role": "assistant", "content": "a better answer", "finish_reason": "stop"},
+        ],
+    )
     new_retry_mids = set(writer.mids("s-retry"))
     assert new_retry_mids and not new_retry_mids & old_retry_mids
 
@@ -548,7 +571,7 @@ def test_missing_store_materializes_empty_partitions(capture):
 
 
 def test_session_before_the_start_date_is_reported_not_written(capture, writer):
-    first = dt.datetime.fromisoformat(daily_partitions.get_first_partition_key()).replace(tzinfo=dt.timezone.utc)
+    first = dt.datetime.fromisoformat(daily_partitions.get_first_partition_key()).replace(tzinfo=dt.UTC)
     writer.at(first.timestamp() - 30 * DAY_S)
     writer.session("s-old", "cli", cwd="/work/old")
     writer.msg("s-old", "user", "long ago")
@@ -619,11 +642,15 @@ def test_purge_job_removes_a_scope_and_a_session_everywhere(small, instance):
 
 def test_purge_job_without_scope_or_session_fails_clearly(small, instance):
     job = small.defs().resolve_job_def("purge_job")
-    result = job.execute_in_process(run_config={"ops": {"purge_scope": {"config": {}}}}, raise_on_error=False,
-                                    instance=instance)
+    result = job.execute_in_process(
+        run_config={"ops": {"purge_scope": {"config": {}}}}, raise_on_error=False, instance=instance
+    )
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert "scope" in failure.event_specific_data.error.message and "session_id" in failure.event_specific_data.error.message
+    assert (
+        "scope" in failure.event_specific_data.error.message
+        and "session_id" in failure.event_specific_data.error.message
+    )
 
 
 def test_purge_of_a_scope_matches_what_policy_ignore_leaves(small, tmp_path, instance):

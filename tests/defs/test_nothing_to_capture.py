@@ -49,8 +49,10 @@ def test_a_store_named_but_missing_fails_the_run_naming_it(small, monkeypatch, t
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failure.step_key == WRITE_STEP
     data = failure.event_specific_data.user_failure_data
-    assert data.description == (f"store_missing: HERMES_STATE_DB names {typo}, which does not exist: check the path "
-                                "(unset HERMES_STATE_DB to use the Hermes home's own store).")
+    assert data.description == (
+        f"store_missing: HERMES_STATE_DB names {typo}, which does not exist: check the path "
+        "(unset HERMES_STATE_DB to use the Hermes home's own store)."
+    )
     assert data.metadata["error_kind"].value == "store_missing"
     assert _plan_md(result)["stores_failed"] == [{"path": str(typo), "error_kind": "store_missing"}]
     assert _not_info(events) == [("error", "hermes.store.unreadable")]  # and no "nothing to capture" beside it

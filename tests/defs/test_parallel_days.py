@@ -81,8 +81,10 @@ def test_a_ranged_capture_with_workers_survives_a_process_full_of_threads(small,
                 path.unlink()  # every round writes every file again, from staged days
             result = small.materialize(FIRST, LAST, instance=instance, defs=two, raise_on_error=False)
             assert result.success, f"round {round_}: " + "; ".join(
-                str(e.event_specific_data.error.message)[:300] for e in result.all_events
-                if e.event_type_value == "STEP_FAILURE")
+                str(e.event_specific_data.error.message)[:300]
+                for e in result.all_events
+                if e.event_type_value == "STEP_FAILURE"
+            )
             assert small.files() == serial, f"round {round_}: the files differ from a one-worker run"
     finally:
         stop.set()

@@ -81,7 +81,7 @@ def test_the_notebook_example_runs_in_a_fresh_interpreter(small, instance):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT="))
-    got = json.loads(line[len("RESULT="):])
+    got = json.loads(line[len("RESULT=") :])
     wh = small.warehouse
     assert got["parts"] == [pq.read_metadata(day_path(wh, "ai_gateway_messages_hermes", DAY)).num_rows, "str"]
     usage = pq.read_table(day_path(wh, "hermes_daily_usage", DAY))

@@ -25,8 +25,9 @@ def capture_job() -> dg.JobDefinition:
     named job (reconstructable: a module-level function; the implicit job's name is reserved)."""
     d = defs()
     job = dg.define_asset_job("capture_everything", selection=dg.AssetSelection.assets(*DATASETS))
-    return dg.Definitions(assets=d.assets, asset_checks=d.asset_checks, resources=d.resources,
-                          executor=d.executor, jobs=[job]).resolve_job_def("capture_everything")
+    return dg.Definitions(
+        assets=d.assets, asset_checks=d.asset_checks, resources=d.resources, executor=d.executor, jobs=[job]
+    ).resolve_job_def("capture_everything")
 
 
 def _steps(result, event: str) -> set[str]:

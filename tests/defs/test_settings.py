@@ -6,7 +6,6 @@ form; the core library reads no environment variable.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -59,12 +58,27 @@ def test_defaults_and_types(tmp_path, monkeypatch):
     assert s.hermes_home == str(tmp_path / ".hermes") and s.state_db is None
     assert s.policy_list == str(tmp_path / ".hyp" / "hypaware" / "usage-policy" / "local-only.json")
     assert (s.poll_seconds, s.executor, s.busy_timeout_ms, s.file_mode, s.sensor_max_runs) == (
-        30, "in_process", 2000, "private", 14)
+        30,
+        "in_process",
+        2000,
+        "private",
+        14,
+    )
     assert s.workers == (os.cpu_count() or 1) and s.log_format is None and s.spool is None
-    s = settings.load({"HERMES_ASSETS_WORKERS": " 3 ", "HERMES_ASSETS_WAREHOUSE": "s3://b/p?endpoint_override=x",
-                       "HERMES_ASSETS_START_DATE": "2026-06-01", "HERMES_ASSETS_SPOOL": "~/spool"})
-    assert (s.workers, s.warehouse, s.start_day, s.spool) == (3, "s3://b/p?endpoint_override=x", "2026-06-01",
-                                                             str(tmp_path / "spool"))
+    s = settings.load(
+        {
+            "HERMES_ASSETS_WORKERS": " 3 ",
+            "HERMES_ASSETS_WAREHOUSE": "s3://b/p?endpoint_override=x",
+            "HERMES_ASSETS_START_DATE": "2026-06-01",
+            "HERMES_ASSETS_SPOOL": "~/spool",
+        }
+    )
+    assert (s.workers, s.warehouse, s.start_day, s.spool) == (
+        3,
+        "s3://b/p?endpoint_override=x",
+        "2026-06-01",
+        str(tmp_path / "spool"),
+    )
 
 
 def test_the_policy_list_comes_from_the_setting_then_the_users_home(tmp_path, monkeypatch):
@@ -73,8 +87,10 @@ def test_the_policy_list_comes_from_the_setting_then_the_users_home(tmp_path, mo
     doc = json.dumps({"version": 1, "dirs": [str(a)]})
     explicit = tmp_path / "explicit.json"
     explicit.write_text(doc)
-    assert PolicyResolver(settings.load({"HERMES_ASSETS_POLICY_LIST": str(explicit)}).policy_list).classify_scope(
-        str(a)) == LOCAL_ONLY
+    assert (
+        PolicyResolver(settings.load({"HERMES_ASSETS_POLICY_LIST": str(explicit)}).policy_list).classify_scope(str(a))
+        == LOCAL_ONLY
+    )
     default = tmp_path / "home" / ".hyp" / "hypaware" / "usage-policy" / "local-only.json"
     default.parent.mkdir(parents=True)
     default.write_text(doc)
@@ -101,9 +117,11 @@ def test_a_setting_a_definitions_module_cannot_honour_is_one_line_too(capture, m
 
 
 def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, unwritable_folder):
-    for warehouse, why in ((unwritable_folder, "cannot be written"),
-                           (unwritable_folder / "new" / "warehouse", "cannot be written"),
-                           (tmp_path / "a-file" / "warehouse", "is not a folder")):
+    for warehouse, why in (
+        (unwritable_folder, "cannot be written"),
+        (unwritable_folder / "new" / "warehouse", "cannot be written"),
+        (tmp_path / "a-file" / "warehouse", "is not a folder"),
+    ):
         (tmp_path / "a-file").write_text("")
         with pytest.raises(ConfigurationError) as info:
             settings.check({"HERMES_ASSETS_WAREHOUSE": str(warehouse)})
@@ -126,7 +144,11 @@ def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path):
     env = {**os.environ, "HERMES_ASSETS_START_DATE": "2026/11/01", "DAGSTER_HOME": str(tmp_path)}
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-m", "hermes_assets.definitions"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -138,6 +160,10 @@ def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path):
 def test_the_core_library_reads_no_environment_variable():
     """SPEC §10: ``lib/`` receives settings as arguments (only the shell reads the environment)."""
     pattern = re.compile(r"os\.environ|os\.getenv|getenv\(")
-    offenders = [f"{p.name}:{i}" for p in sorted((REPO / "hermes_assets" / "lib").glob("*.py"))
-                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    offenders = [
+        f"{p.name}:{i}"
+        for p in sorted((REPO / "hermes_assets" / "lib").glob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert offenders == []

@@ -30,8 +30,10 @@ def generator():
 def test_the_generated_tables_match_the_code():
     text = CONTRACT.read_text(encoding="utf-8")
     rendered, changed = generator().render(text)
-    assert changed == [], (f"docs/contract.md is out of date for {changed}: run "
-                           "`.venv/bin/python tools/gen_docs_tables.py` and commit the result")
+    assert changed == [], (
+        f"docs/contract.md is out of date for {changed}: run "
+        "`.venv/bin/python tools/gen_docs_tables.py` and commit the result"
+    )
     assert rendered == text
     # every dataset the warehouse writes has its table (render refuses a missing block)
     for name in (*schemas.DATASETS, *schemas.ANALYTICS):
@@ -40,16 +42,17 @@ def test_the_generated_tables_match_the_code():
 
 def test_the_canonical_table_names_every_column_in_order():
     text = CONTRACT.read_text(encoding="utf-8")
-    section = text[text.index("### §5.1"):text.index("### §5.2")]
+    section = text[text.index("### §5.1") : text.index("### §5.2")]
     rows = re.findall(r"^\| (\d+) \| (\w+)(\*?) \| (\w+) \|", section, re.M)
     assert [(int(n), name, bool(star)) for n, name, star, _ in rows] == [
-        (i, name, required) for i, (name, _type, required) in enumerate(schemas.GATEWAY_COLUMNS, 1)]
+        (i, name, required) for i, (name, _type, required) in enumerate(schemas.GATEWAY_COLUMNS, 1)
+    ]
 
 
 def test_the_readme_settings_table_names_each_setting_once():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Settings"):]
-    section = section[:section.index("\n## ", 1)]
+    section = readme[readme.index("## Settings") :]
+    section = section[: section.index("\n## ", 1)]
     named = re.findall(r"^\| `([A-Z_]+)`", section, re.M)
     assert len(named) == len(set(named)), f"a setting is listed twice: {named}"
     assert set(named) == {name for name, _ in settings.VARIABLES.values()} | {"DAGSTER_HOME"}
@@ -61,9 +64,10 @@ def test_the_readme_points_at_the_contract():
 
 def test_the_readme_layout_names_every_module():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    layout = readme[readme.index("## Layout"):]
-    layout = layout[:layout.index("\n## ", 1)]
-    modules = sorted(p.relative_to(REPO / "hermes_assets") for p in (REPO / "hermes_assets").rglob("*.py")
-                     if p.name != "__init__.py")
+    layout = readme[readme.index("## Layout") :]
+    layout = layout[: layout.index("\n## ", 1)]
+    modules = sorted(
+        p.relative_to(REPO / "hermes_assets") for p in (REPO / "hermes_assets").rglob("*.py") if p.name != "__init__.py"
+    )
     missing = [str(m) for m in modules if m.name not in layout]
     assert missing == [], f"README's Layout section leaves out {missing}"

@@ -16,15 +16,33 @@ from tests.conftest import REPO
 
 SIBLING = "shared"
 #: a path to the sibling folder, its override variable, or code that builds either
-FORBIDDEN = re.compile("|".join([
-    re.escape("../" + SIBLING),
-    re.escape("HERMES_ASSETS_" + SIBLING.upper()),
-    re.escape("/work/" + SIBLING),
-    r"parents?(\[\d\])?(\.parent)*\s*/\s*[\"']" + SIBLING + r"[\"']",
-]))
+FORBIDDEN = re.compile(
+    "|".join(
+        [
+            re.escape("../" + SIBLING),
+            re.escape("HERMES_ASSETS_" + SIBLING.upper()),
+            re.escape("/work/" + SIBLING),
+            r"parents?(\[\d\])?(\.parent)*\s*/\s*[\"']" + SIBLING + r"[\"']",
+        ]
+    )
+)
 #: folders a checkout may hold that are not the project's files
-NOT_OURS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "warehouse", "storage", "history",
-            "logs", "schedules", ".logs_queue", ".nux", ".telemetry", "node_modules"}
+NOT_OURS = {
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    "warehouse",
+    "storage",
+    "history",
+    "logs",
+    "schedules",
+    ".logs_queue",
+    ".nux",
+    ".telemetry",
+    "node_modules",
+}
 
 
 def repository_files() -> list[str]:
@@ -53,7 +71,11 @@ def test_nothing_refers_to_a_folder_beside_the_clone():
 
 
 def test_the_pattern_catches_what_it_should():
-    for line in ('SPEC = "../' + SIBLING + '/SPEC.md"', "os.environ['HERMES_ASSETS_" + SIBLING.upper() + "']",
-                 'REPO.parent / "' + SIBLING + '" / "tools"', "Path(__file__).parents[2].parent / '" + SIBLING + "'"):
+    for line in (
+        'SPEC = "../' + SIBLING + '/SPEC.md"',
+        "os.environ['HERMES_ASSETS_" + SIBLING.upper() + "']",
+        'REPO.parent / "' + SIBLING + '" / "tools"',
+        "Path(__file__).parents[2].parent / '" + SIBLING + "'",
+    ):
         assert FORBIDDEN.search(line), line
     assert not FORBIDDEN.search('w.msg("b", "tool", "x", tool_call_id="' + SIBLING + '")')

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.environ import LEAKY
 from tests.defs.harness import Capture, copy_small, new_capture
+from tests.support.environ import LEAKY
 
 REPO = Path(__file__).resolve().parents[2]
 #: variables of a developer's own setup that must not reach the subprocesses
@@ -34,12 +34,14 @@ def installation(tmp_path) -> Capture:
 def dagster_env(installation) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
     env.update(installation.environ())
-    env.update({
-        # a short partition set: the fixture's days, plus Dagster's bookkeeping kept small
-        "HERMES_ASSETS_START_DATE": "2026-05-01",
-        "HERMES_ASSETS_LOG_FORMAT": "json",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            # a short partition set: the fixture's days, plus Dagster's bookkeeping kept small
+            "HERMES_ASSETS_START_DATE": "2026-05-01",
+            "HERMES_ASSETS_LOG_FORMAT": "json",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 

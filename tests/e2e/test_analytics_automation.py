@@ -64,10 +64,20 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
     try:
         sid = writer.session("s-e2e", "cli", model="model-e2e", cwd="/work/e2e")
         writer.msg(sid, "user", "list the files")
-        writer.msg(sid, "assistant", None, tool_calls=[openai_call("c1", "terminal", {"command": "ls"})],
-                   finish_reason="tool_calls")
-        writer.msg(sid, "tool", json.dumps({"output": "a b", "exit_code": 0, "error": None}), tool_call_id="c1",
-                   tool_name="terminal")
+        writer.msg(
+            sid,
+            "assistant",
+            None,
+            tool_calls=[openai_call("c1", "terminal", {"command": "ls"})],
+            finish_reason="tool_calls",
+        )
+        writer.msg(
+            sid,
+            "tool",
+            json.dumps({"output": "a b", "exit_code": 0, "error": None}),
+            tool_call_id="c1",
+            tool_name="terminal",
+        )
         writer.update_token_counts(sid, input_tokens=120, output_tokens=30, model="model-e2e", api_call_count=1)
 
         env = {**dagster_env, "HERMES_ASSETS_POLL_SECONDS": "5"}
@@ -85,8 +95,11 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
             writer.msg(sid, "assistant", "two files: a and b", finish_reason="stop")
             writer.update_token_counts(sid, input_tokens=80, output_tokens=10, model="model-e2e", api_call_count=1)
             t1 = time.monotonic()
-            second = _wait_for(dev, "hermes_daily_usage to count the new message",
-                               lambda: (u := _usage(installation.warehouse)) and u["messages"] == 4 and u)
+            second = _wait_for(
+                dev,
+                "hermes_daily_usage to count the new message",
+                lambda: (u := _usage(installation.warehouse)) and u["messages"] == 4 and u,
+            )
             second_s = time.monotonic() - t1
             assert (second["input_tokens"], second["output_tokens"], second["api_calls"]) == (200, 40, 2), second
             tools = pq.read_table(day_path(installation.warehouse, "hermes_daily_tools", DAY)).to_pylist()
@@ -108,7 +121,14 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
         assert run.tags.get("dagster/partition") == DAY
         assert run.asset_selection <= {dg.AssetKey(a) for a in ANALYTICS}
     assert len(by_trigger["sensor"]) >= 2 and len(by_trigger["automation"]) >= 2
-    print("\nE2E analytics automation:", json.dumps({
-        "sensor_runs": len(by_trigger["sensor"]), "automation_runs": len(by_trigger["automation"]),
-        "first_capture_to_daily_usage_s": round(first_s, 1), "new_message_to_daily_usage_s": round(second_s, 1),
-    }))
+    print(
+        "\nE2E analytics automation:",
+        json.dumps(
+            {
+                "sensor_runs": len(by_trigger["sensor"]),
+                "automation_runs": len(by_trigger["automation"]),
+                "first_capture_to_daily_usage_s": round(first_s, 1),
+                "new_message_to_daily_usage_s": round(second_s, 1),
+            }
+        ),
+    )

@@ -133,11 +133,16 @@ class DagsterDev:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        command = ([str(Path(dagster_bin()).with_name("dg")), "dev"] if dg
-                   else [dagster_bin(), "dev", "-w", "workspace.yaml"])
+        command = (
+            [str(Path(dagster_bin()).with_name("dg")), "dev"] if dg else [dagster_bin(), "dev", "-w", "workspace.yaml"]
+        )
         self.proc = subprocess.Popen(
             [*command, "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: webserver, daemon, code server, runs
         )
 
@@ -298,8 +303,9 @@ def test_backfill_launched_through_graphql_writes_every_day(dagster_dev, install
         if backfill["status"] in DONE_BAD:
             pytest.fail(f"backfill ended {backfill['status']}: {backfill}\n{dagster_dev.log_tail()}")
         if time.monotonic() > deadline:
-            pytest.fail(f"backfill still {backfill['status']} after {BACKFILL_TIMEOUT_S}s: {backfill}\n"
-                        f"{dagster_dev.log_tail()}")
+            pytest.fail(
+                f"backfill still {backfill['status']} after {BACKFILL_TIMEOUT_S}s: {backfill}\n{dagster_dev.log_tail()}"
+            )
         time.sleep(1)
 
     assert sorted(backfill["partitionNames"]) == SMALL_DAYS
@@ -310,7 +316,9 @@ def test_backfill_launched_through_graphql_writes_every_day(dagster_dev, install
     tags = {t["key"]: t["value"] for t in run["tags"]}
     assert tags.get("dagster/backfill") == backfill_id
     assert (tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")) == (
-        SMALL_DAYS[0], SMALL_DAYS[-1])
+        SMALL_DAYS[0],
+        SMALL_DAYS[-1],
+    )
 
     # rows on disk for every day, in all three datasets
     wh = installation.warehouse

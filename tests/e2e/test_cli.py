@@ -35,7 +35,11 @@ SESSIONS, MESSAGES = "hermes_sessions", "hermes_messages"
 def materialize(env: dict, *partition_args: str) -> str:
     proc = subprocess.run(
         [dagster_bin(), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", *partition_args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -51,12 +55,14 @@ def runs(installation) -> list:
 
 
 def rows(installation, dataset: str) -> int:
-    return sum(pq.read_metadata(day_path(installation.warehouse, dataset, d)).num_rows
-               for d in days_on_disk(installation.warehouse, dataset))
+    return sum(
+        pq.read_metadata(day_path(installation.warehouse, dataset, d)).num_rows
+        for d in days_on_disk(installation.warehouse, dataset)
+    )
 
 
 def test_materialize_one_partition(installation, dagster_env):
-    out = materialize(dagster_env, "--partition", DAY)
+    materialize(dagster_env, "--partition", DAY)
     (run,) = runs(installation)
     assert run.status == dg.DagsterRunStatus.SUCCESS
     assert run.tags.get("dagster/partition") == DAY

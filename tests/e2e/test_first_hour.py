@@ -29,7 +29,7 @@ import pytest
 
 from tests.defs.harness import DATASETS, SMALL_DAYS, days_on_disk, new_capture
 from tests.e2e.conftest import REPO, dagster_bin
-from tests.e2e.test_backfill_graphql import DagsterDev, _free_port
+from tests.e2e.test_backfill_graphql import _free_port
 from tests.support.environ import LEAKY
 from tests.support.hermes_writer import HermesWriter
 
@@ -43,8 +43,11 @@ CAPTURE_TIMEOUT_S = 240
 
 #: each bad setting of the issue, and the line a person must see
 BAD = {
-    "start_date": ("HERMES_ASSETS_START_DATE", "2026/11/01",
-                   "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)"),
+    "start_date": (
+        "HERMES_ASSETS_START_DATE",
+        "2026/11/01",
+        "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)",
+    ),
     "workers": ("HERMES_ASSETS_WORKERS", "0", "HERMES_ASSETS_WORKERS='0' is not a positive integer"),
     "warehouse": ("HERMES_ASSETS_WAREHOUSE", None, "is not a folder this user can write: it cannot be written"),
 }
@@ -78,8 +81,9 @@ def install(tmp_path):
 
 
 def run(args: list[str], env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 # --------------------------------------------------------------------------
@@ -91,10 +95,24 @@ COMMANDS = {
     "dg check defs": lambda: [DG, "check", "defs"],
     "dg list defs": lambda: [DG, "list", "defs"],
     "dg launch": lambda: [DG, "launch", "--assets", ASSETS, "--partition", "2026-06-01"],
-    "dagster asset materialize": lambda: [dagster_bin(), "asset", "materialize", "-m", "hermes_assets.definitions",
-                                          "--select", ASSETS, "--partition", "2026-06-01"],
-    "dagster definitions validate": lambda: [dagster_bin(), "definitions", "validate", "-m",
-                                             "hermes_assets.definitions"],
+    "dagster asset materialize": lambda: [
+        dagster_bin(),
+        "asset",
+        "materialize",
+        "-m",
+        "hermes_assets.definitions",
+        "--select",
+        ASSETS,
+        "--partition",
+        "2026-06-01",
+    ],
+    "dagster definitions validate": lambda: [
+        dagster_bin(),
+        "definitions",
+        "validate",
+        "-m",
+        "hermes_assets.definitions",
+    ],
 }
 MATRIX = [("make run", c) for c in BAD] + [(cmd, c) for cmd in COMMANDS if cmd != "make run" for c in BAD]
 
@@ -103,9 +121,14 @@ MATRIX = [("make run", c) for c in BAD] + [(cmd, c) for cmd in COMMANDS if cmd !
 def test_a_bad_setting_is_one_line_naming_it(command, case, install, unwritable_folder):
     env, line = bad_env(case, install, unwritable_folder)
     proc = run(COMMANDS[command](), env)
-    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines()
-             if ln.strip() and ln != "All component YAML validated successfully."  # dg check's own first line
-             and "SupersessionWarning" not in ln and ln.strip() != "return callback(*args, **kwargs)"]
+    lines = [
+        ln
+        for ln in (proc.stdout + proc.stderr).splitlines()
+        if ln.strip()
+        and ln != "All component YAML validated successfully."  # dg check's own first line
+        and "SupersessionWarning" not in ln
+        and ln.strip() != "return callback(*args, **kwargs)"
+    ]
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert len(lines) == 1, lines
     assert line in lines[0], lines[0]
@@ -131,8 +154,7 @@ def small_install(install):
 
 
 def small_env(install, **extra) -> dict:
-    return clean_env(**install.environ(), HERMES_ASSETS_LOG_FORMAT="json",
-                     **extra)
+    return clean_env(**install.environ(), HERMES_ASSETS_LOG_FORMAT="json", **extra)
 
 
 def test_dg_check_defs_and_dg_list_defs(small_install):
@@ -163,8 +185,10 @@ def test_dg_launch_a_partition_range_is_one_run(small_install):
     instance = dg.DagsterInstance.from_config(str(small_install.dagster_home))
     try:
         (only,) = instance.get_runs()
-        assert (only.tags["dagster/asset_partition_range_start"], only.tags["dagster/asset_partition_range_end"]) \
-            == (SMALL_DAYS[0], SMALL_DAYS[-1])
+        assert (only.tags["dagster/asset_partition_range_start"], only.tags["dagster/asset_partition_range_end"]) == (
+            SMALL_DAYS[0],
+            SMALL_DAYS[-1],
+        )
     finally:
         instance.dispose()
 
@@ -176,12 +200,17 @@ def test_a_partition_before_the_first_names_the_start_date(command, small_instal
     args = COMMANDS[command]()
     args[args.index("2026-06-01")] = "2026-05-20"
     proc = run(args, env)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "SupersessionWarning" not in ln
-             and ln.strip() != "return callback(*args, **kwargs)"]
+    lines = [
+        ln
+        for ln in proc.stderr.splitlines()
+        if ln.strip() and "SupersessionWarning" not in ln and ln.strip() != "return callback(*args, **kwargs)"
+    ]
     assert proc.returncode != 0
-    assert lines == ["partition 2026-05-20 is before the first partition, 2026-06-01 (HERMES_ASSETS_START_DATE is "
-                     "unset, so they start on the day of the earliest Hermes session): set "
-                     "HERMES_ASSETS_START_DATE=2026-05-20 or earlier to capture it"], proc.stderr
+    assert lines == [
+        "partition 2026-05-20 is before the first partition, 2026-06-01 (HERMES_ASSETS_START_DATE is "
+        "unset, so they start on the day of the earliest Hermes session): set "
+        "HERMES_ASSETS_START_DATE=2026-05-20 or earlier to capture it"
+    ], proc.stderr
     assert not small_install.warehouse.exists() or not any(small_install.warehouse.rglob("*.parquet"))
 
 
@@ -192,7 +221,7 @@ def test_a_partition_before_the_first_names_the_start_date(command, small_instal
 
 def write_five_days(install) -> list[str]:
     """One session a day, the last four days and today (UTC), with the real writer."""
-    today = dt.datetime.now(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     days = []
     writer = HermesWriter(install.store, home=install.home)
     try:
@@ -237,8 +266,11 @@ query {
 def _graphql(port: int, query: str) -> dict:
     import urllib.request
 
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())["data"]
 
@@ -251,9 +283,16 @@ def test_make_run_five_days_five_partitions_all_filled_then_make_stop(install, t
     console = tmp_path / "console.txt"
     # started the way a script starts it: in the background, Ctrl-C (SIGINT) ignored
     with open(console, "wb") as out:
-        proc = subprocess.Popen(make("run", env, port=port), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        proc = subprocess.Popen(
+            make("run", env, port=port),
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
     try:
         deadline = time.monotonic() + CAPTURE_TIMEOUT_S
         stats = None

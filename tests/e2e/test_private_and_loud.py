@@ -35,7 +35,12 @@ RANGE = f"{SMALL_DAYS[0]}...{SMALL_DAYS[2]}"
 def materialize(env: dict, *args: str, mask: int | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [dagster_bin(), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", SELECT, *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240, umask=-1 if mask is None else mask,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        umask=-1 if mask is None else mask,
     )
 
 
@@ -99,7 +104,7 @@ def test_a_mistyped_state_db_fails_in_one_line_naming_the_path(installation, dag
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     message = f"store_missing: HERMES_STATE_DB names {typo}, which does not exist"
-    said = {line[line.index(message):] for line in out.splitlines() if message in line}
+    said = {line[line.index(message) :] for line in out.splitlines() if message in line}
     assert len(said) == 1, said  # one line (Dagster repeats it, behind the exception's class name)
     (line,) = said
     assert "check the path" in line

@@ -26,8 +26,14 @@ from tests.e2e.conftest import REPO, dagster_bin
 from tests.sensor.harness import project_env
 
 #: variables of a developer's own setup that must not leak into these tests
-CLEARED = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS", "HERMES_ASSETS_WORKERS",
-           "DAGSTER_PG_URL", "HERMES_ASSETS_LOG_FORMAT")
+CLEARED = (
+    "HERMES_STATE_DB",
+    "HERMES_ASSETS_EXECUTOR",
+    "HERMES_ASSETS_BUSY_TIMEOUT_MS",
+    "HERMES_ASSETS_WORKERS",
+    "DAGSTER_PG_URL",
+    "HERMES_ASSETS_LOG_FORMAT",
+)
 
 
 @dataclass
@@ -96,12 +102,12 @@ def cli_installation(root: Path, **settings: str) -> tuple[Capture, dict[str, st
     cap = new_capture(root)
     copy_small(cap.home)
     shutil.copyfile(REPO / "dagster.yaml", cap.dagster_home / "dagster.yaml")
-    env = project_env(**cap.environ(), HERMES_ASSETS_START_DATE="2026-05-01", HERMES_ASSETS_LOG_FORMAT="json",
-                      **settings)
+    env = project_env(
+        **cap.environ(), HERMES_ASSETS_START_DATE="2026-05-01", HERMES_ASSETS_LOG_FORMAT="json", **settings
+    )
     return cap, env
 
 
 def dagster_cli(env: dict[str, str], *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     """``dagster <args>`` from the repo root; output captured as text."""
-    return subprocess.run([dagster_bin(), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([dagster_bin(), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

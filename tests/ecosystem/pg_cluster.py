@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from tests.support.skips import unavailable
 
 
@@ -60,14 +61,25 @@ class PgCluster:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def start(self) -> "PgCluster":
+    def start(self) -> PgCluster:
         os.chmod(self.root, 0o755)
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off -c full_page_writes=off"
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"), "-w", "-t", "60",
-                  "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
         return self
 

@@ -68,8 +68,9 @@ def test_multiprocess_executor_runs_a_partition_step_by_step(tmp_path):
     assert validate.returncode == 0, validate.stdout + validate.stderr
 
     day = SMALL_DAYS[1]
-    run = dagster_cli(env, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
-                      "--partition", day)
+    run = dagster_cli(
+        env, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", "--partition", day
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-4000:]
     assert "Executing steps using multiprocess executor" in out

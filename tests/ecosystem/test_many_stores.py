@@ -67,8 +67,10 @@ def test_colliding_session_ids_stay_unique_and_say_their_store(capture, fleet):
     per_label = Counter(r["attributes"]["hermes"]["store"] for r in rows)
     assert per_label == {label: len(rows) // 3 for label in LABELS}
     # the very same sids in each store
-    native = {label: {r["attributes"]["gateway"]["native_id"] for r in rows if r["attributes"]["hermes"]["store"] == label}
-              for label in LABELS}
+    native = {
+        label: {r["attributes"]["gateway"]["native_id"] for r in rows if r["attributes"]["hermes"]["store"] == label}
+        for label in LABELS
+    }
     assert native["machine-a"] == native["machine-b"] == native["machine-c"]
 
 
@@ -104,8 +106,11 @@ def test_each_store_keeps_its_own_sensor_cursor(capture, fleet):
     rows = read_all(capture.warehouse, "hermes_messages")
     new = [r for r in rows if r["id"] == after[b]["max_mid"]]
     assert [(r["store_label"], r["session_id"]) for r in new] == [("machine-b", sid)]
-    gateway = [r for r in read_all(capture.warehouse, "ai_gateway_messages_hermes")
-               if r["provider_uuid"] == str(after[b]["max_mid"])]
+    gateway = [
+        r
+        for r in read_all(capture.warehouse, "ai_gateway_messages_hermes")
+        if r["provider_uuid"] == str(after[b]["max_mid"])
+    ]
     assert {r["session_id"] for r in gateway} == {f"hermes-machine-b:{sid}"}
 
 
@@ -116,5 +121,6 @@ def test_an_empty_folder_skips_saying_no_store_was_found(capture, tmp_path):
     driver.resource = HermesStores(state_db=str(empty))
     tick = driver.tick()
     assert not tick.run_requests
-    assert tick.skip == (f"no Hermes store found: HERMES_STATE_DB={empty} holds no state.db "
-                         "(folders are searched for **/state.db)")
+    assert tick.skip == (
+        f"no Hermes store found: HERMES_STATE_DB={empty} holds no state.db (folders are searched for **/state.db)"
+    )

@@ -30,7 +30,6 @@ import pyarrow.fs as pafs
 import pytest
 
 from hermes_assets.lib.errors import ConfigurationError
-
 from hermes_assets.lib.purge import purge
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, READ_AT_FILE, SESSIONS, Warehouse
 from tests.defs.conftest import instance, small  # noqa: F401  (fixtures: the small store in an isolated installation)
@@ -58,7 +57,7 @@ def contents(wh: Warehouse) -> dict[tuple[str, str], list[dict]]:
 def object_names(wh: Warehouse) -> list[str]:
     """Every file under the warehouse root, relative to it."""
     infos = wh.fs.get_file_info(pafs.FileSelector(wh.root, recursive=True, allow_not_found=True))
-    return sorted(i.path[len(wh.root) + 1:] for i in infos if i.type == pafs.FileType.File)
+    return sorted(i.path[len(wh.root) + 1 :] for i in infos if i.type == pafs.FileType.File)
 
 
 def assert_only_data_files(wh: Warehouse) -> None:
@@ -103,8 +102,9 @@ def s3_endpoint(tmp_path_factory):
     """``host:port`` of moto's S3 server, run as its own process for this module."""
     port = _free_port()
     log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -129,8 +129,7 @@ def s3_uri(s3_endpoint, monkeypatch, request) -> str:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     bucket = "hermes-" + request.node.name.replace("_", "-").lower()[:40].strip("-")
-    fs = pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http", region="us-east-1",
-                           allow_bucket_creation=True)
+    fs = pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http", region="us-east-1", allow_bucket_creation=True)
     fs.create_dir(bucket)
     return f"s3://{bucket}/team/warehouse?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
 
@@ -171,8 +170,7 @@ def test_file_uri_warehouse_keeps_rows_whose_source_vanished(small, monkeypatch,
     day = DAYS[1]
     assert small.materialize(day).success
     before = {ds: wh.read(ds, day).num_rows for ds in DATASETS}
-    gone = sorted(sid for sid, s in store_sessions(small.store).items()
-                  if s["day"] == day and s["parent"] is None)[0]
+    gone = sorted(sid for sid, s in store_sessions(small.store).items() if s["day"] == day and s["parent"] is None)[0]
 
     with HermesWriter(small.store, home=small.home) as w:
         w.delete_session(gone)
@@ -243,7 +241,8 @@ def test_definitions_with_an_s3_warehouse_load_without_touching_the_network(capt
     defs.validate_loadable(defs)
     assert defs.resources["warehouse"].root.startswith("s3://no-such-bucket/")
     assert Warehouse(defs.resources["warehouse"].root).path(GATEWAY, "2026-06-01") == (
-        f"no-such-bucket/wh/{GATEWAY}/day=2026-06-01/{PART_FILE}")
+        f"no-such-bucket/wh/{GATEWAY}/day=2026-06-01/{PART_FILE}"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -271,8 +270,9 @@ def test_s3_warehouse_end_to_end(small, monkeypatch, tmp_path, s3_uri):
 
     # what a user does with it: one hive-partitioned dataset over the bucket
     fs, root = pafs.FileSystem.from_uri(s3_uri)
-    table = pads.dataset(f"{root}/{GATEWAY}", filesystem=fs, format="parquet", partitioning="hive",
-                         exclude_invalid_files=False).to_table()
+    table = pads.dataset(
+        f"{root}/{GATEWAY}", filesystem=fs, format="parquet", partitioning="hive", exclude_invalid_files=False
+    ).to_table()
     assert table.num_rows == sum(len(rows) for (ds, _), rows in expected.items() if ds == GATEWAY)
     assert sorted({str(d) for d in table.column("day").to_pylist()}) == DAYS
 
@@ -304,9 +304,11 @@ def test_the_analytics_layer_and_loading_on_an_s3_warehouse(small, monkeypatch, 
         mp.setenv("HERMES_ASSETS_WAREHOUSE", str(local))
         assert small.materialize(DAYS[0], DAYS[-1], select=everything).success
         local_defs = small.defs()
-        expected = {(name, day): local_defs.load_asset_value(name, partition_key=day, python_type=pa.Table,
-                                                             instance=instance)
-                    for name in everything for day in (DAYS[1], SMALL_DAYS[-1])}
+        expected = {
+            (name, day): local_defs.load_asset_value(name, partition_key=day, python_type=pa.Table, instance=instance)
+            for name in everything
+            for day in (DAYS[1], SMALL_DAYS[-1])
+        }
     wh = use_warehouse(monkeypatch, s3_uri, tmp_path / "spool")
     assert small.materialize(DAYS[0], DAYS[-1], select=everything).success
     assert_only_data_files(wh)
@@ -321,6 +323,7 @@ def test_the_analytics_layer_and_loading_on_an_s3_warehouse(small, monkeypatch, 
         assert got.equals(table), (name, day)
         if day == SMALL_DAYS[-1]:  # not captured into the bucket: an empty day, typed all the same
             assert got.num_rows == 0 and got.schema == table.schema
-    frame = defs.load_asset_value(GATEWAY, partition_key=DAYS[1], instance=instance,
-                                  metadata={"columns": ["session_id", "attributes"]})
+    frame = defs.load_asset_value(
+        GATEWAY, partition_key=DAYS[1], instance=instance, metadata={"columns": ["session_id", "attributes"]}
+    )
     assert list(frame.columns) == ["session_id", "attributes"] and str(frame["attributes"].dtype) == "str"

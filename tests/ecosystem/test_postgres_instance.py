@@ -59,12 +59,16 @@ def _wait(what: str, probe, dev: DagsterDev, timeout_s: float = TIMEOUT_S):
         time.sleep(1)
 
 
-def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tmp_path):  # noqa: F811
+def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tmp_path):
     cap = new_capture(tmp_path / "install")
     copy_small(cap.home)
     shutil.copyfile(REPO / "deploy" / "postgres" / "dagster.yaml", cap.dagster_home / "dagster.yaml")
-    env = project_env(**cap.environ(), DAGSTER_PG_URL=pg_cluster.url, HERMES_ASSETS_START_DATE=DAYS[0],
-                      HERMES_ASSETS_POLL_SECONDS="3600")
+    env = project_env(
+        **cap.environ(),
+        DAGSTER_PG_URL=pg_cluster.url,
+        HERMES_ASSETS_START_DATE=DAYS[0],
+        HERMES_ASSETS_POLL_SECONDS="3600",
+    )
     dev = DagsterDev(env, tmp_path / "dagster-dev.log")
     try:
         dev.wait_ready()
@@ -84,8 +88,13 @@ def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tm
             assert days_on_disk(cap.warehouse, dataset) == DAYS, dataset
 
         # 2. a ranged backfill of the same days: one run
-        params = {"assetSelection": [{"path": [n]} for n in DATASETS], "partitionNames": DAYS,
-                  "fromFailure": False, "tags": [], "title": "history import on Postgres"}
+        params = {
+            "assetSelection": [{"path": [n]} for n in DATASETS],
+            "partitionNames": DAYS,
+            "fromFailure": False,
+            "tags": [],
+            "title": "history import on Postgres",
+        }
         launched = dev.graphql(LAUNCH_M, {"params": params})["launchPartitionBackfill"]
         assert launched["__typename"] == "LaunchBackfillSuccess", launched
 
@@ -108,22 +117,30 @@ def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tm
             for day, mat in latest.items():
                 assert mat["runId"] == run["runId"]
                 md = _metadata(mat["metadataEntries"])
-                assert md["dagster/row_count"] == md["rows_written"] == pq.read_metadata(
-                    day_path(cap.warehouse, dataset, day)).num_rows
+                assert (
+                    md["dagster/row_count"]
+                    == md["rows_written"]
+                    == pq.read_metadata(day_path(cap.warehouse, dataset, day)).num_rows
+                )
     finally:
         dev.stop()
 
     # 3. what Postgres holds: 4 runs, their events, the sensor's cursor, our log lines
-    (n_runs,), = pg_cluster.query("SELECT count(*) FROM runs")
+    ((n_runs,),) = pg_cluster.query("SELECT count(*) FROM runs")
     assert n_runs == len(DAYS) + 1
-    (n_mats,), = pg_cluster.query(
-        "SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'")
+    ((n_mats,),) = pg_cluster.query(
+        "SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'"
+    )
     assert n_mats == 2 * len(DAYS) * len(DATASETS)
-    (n_logs,), = pg_cluster.query("SELECT count(*) FROM event_logs WHERE event LIKE '%hermes.capture.plan {%'")
+    ((n_logs,),) = pg_cluster.query("SELECT count(*) FROM event_logs WHERE event LIKE '%hermes.capture.plan {%'")
     assert n_logs == len(DAYS) + 1  # one per run: the plan op's
-    bodies = [json.loads(body) for (body,) in pg_cluster.query(
-        "SELECT instigator_body FROM instigators WHERE instigator_type = 'SENSOR' "
-        "AND instigator_body LIKE '%\"hermes_state_sensor\"%'")]
+    bodies = [
+        json.loads(body)
+        for (body,) in pg_cluster.query(
+            "SELECT instigator_body FROM instigators WHERE instigator_type = 'SENSOR' "
+            "AND instigator_body LIKE '%\"hermes_state_sensor\"%'"
+        )
+    ]
     assert len(bodies) == 1
     cursor = json.loads(bodies[0]["job_specific_data"]["cursor"])  # InstigatorState.instigator_data, as stored
     assert list(cursor["stores"]) == [str(cap.store)]

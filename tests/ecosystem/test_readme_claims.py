@@ -66,7 +66,12 @@ def test_the_hermes_versions_table_names_stores_that_exist():
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Hermes")]
     assert [row.split("|")[2].strip() for row in rows] == ["11", "12-21", "22", "31"]
     named = set(re.findall(r"`((?:tests/fixtures|tests/lib)/[\w./]+)`", table))
-    assert {"tests/fixtures/oldest", "tests/fixtures/small", "tests/fixtures/hermes_v022", "tests/fixtures/upgrade",
-            "tests/lib/test_schema31.py"} <= named
+    assert {
+        "tests/fixtures/oldest",
+        "tests/fixtures/small",
+        "tests/fixtures/hermes_v022",
+        "tests/fixtures/upgrade",
+        "tests/lib/test_schema31.py",
+    } <= named
     for path in named:
         assert (REPO / path).exists(), path

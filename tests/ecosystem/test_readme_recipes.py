@@ -35,8 +35,14 @@ from tests.support.v022 import capture_fixture
 from tests.support.v022 import oracle as v022_oracle
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-RECIPES = ("tokens_and_cost_per_day", "tokens_and_cost_per_model_per_day", "tool_calls_by_tool_name",
-           "sessions_per_channel", "transcript_of_one_session", "transcript_as_hermes_shows_it")
+RECIPES = (
+    "tokens_and_cost_per_day",
+    "tokens_and_cost_per_model_per_day",
+    "tool_calls_by_tool_name",
+    "sessions_per_channel",
+    "transcript_of_one_session",
+    "transcript_as_hermes_shows_it",
+)
 _BLOCK = re.compile(r"<!-- recipe: (\w+) -->\s*```sql\n(.*?)```", re.S)
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -91,7 +97,8 @@ def test_tool_calls_by_tool_name(small_capture):
         calls[r["tool_name"]] += 1
         sessions[r["tool_name"]].add(r["session_id"])
     assert {r["tool_name"]: (r["calls"], r["sessions"]) for r in got} == {
-        t: (n, len(sessions[t])) for t, n in calls.items()}
+        t: (n, len(sessions[t])) for t, n in calls.items()
+    }
     assert [r["calls"] for r in got] == sorted((r["calls"] for r in got), reverse=True)
     assert len(got) > 5 and None not in calls  # D1: every call has its name
 
@@ -100,8 +107,10 @@ def test_sessions_per_channel_match_the_store(small_capture):
     got = run("sessions_per_channel", small_capture.warehouse)
     conn = sqlite3.connect(f"file:{small_capture.capture.store}?mode=ro", uri=True)
     try:
-        store = {src: (n, m) for src, n, m in conn.execute(
-            "SELECT source, count(*), sum(message_count) FROM sessions GROUP BY source")}
+        store = {
+            src: (n, m)
+            for src, n, m in conn.execute("SELECT source, count(*), sum(message_count) FROM sessions GROUP BY source")
+        }
     finally:
         conn.close()
     assert {r["channel"]: (r["sessions"], r["messages"]) for r in got} == store
@@ -128,7 +137,7 @@ def test_transcript_of_one_session_in_order(small_capture):
             assert r["text"] == want["content_text"]
         elif want["part_type"] == "tool_call":
             assert r["text"].startswith(want["tool_name"] + "(")
-            assert json.loads(r["text"][len(want["tool_name"]) + 1:-1]) == json.loads(want["tool_args"])
+            assert json.loads(r["text"][len(want["tool_name"]) + 1 : -1]) == json.loads(want["tool_args"])
     # Hermes's own order: message ids never go back along the transcript
     mids = [int(by_index[i]["provider_uuid"]) for i in range(len(got)) if by_index[i]["provider_uuid"]]
     assert mids == sorted(mids)
@@ -247,37 +256,79 @@ def test_both_usage_recipes_agree_on_a_model_switch_and_an_open_session(capture,
     try:
         w.session("switch", "cli", model="model-a")
         w.msg("switch", "user", "q")
-        w.db.update_token_counts("switch", input_tokens=100, output_tokens=20, cache_read_tokens=5,
-                                 api_call_count=1, estimated_cost_usd=0.5, model="model-a", billing_provider="openrouter")
+        w.db.update_token_counts(
+            "switch",
+            input_tokens=100,
+            output_tokens=20,
+            cache_read_tokens=5,
+            api_call_count=1,
+            estimated_cost_usd=0.5,
+            model="model-a",
+            billing_provider="openrouter",
+        )
         w.tick()
         w.db.update_session_model("switch", "model-b")
         w.msg("switch", "user", "again, with the other model")
-        w.db.update_token_counts("switch", input_tokens=300, output_tokens=40, reasoning_tokens=4,
-                                 api_call_count=1, estimated_cost_usd=1.25, model="model-b", billing_provider="anthropic")
-        w.db.record_auxiliary_usage("switch", "title_generation", model="model-small", billing_provider="openrouter",
-                                    input_tokens=7, output_tokens=3, estimated_cost_usd=0.01)
+        w.db.update_token_counts(
+            "switch",
+            input_tokens=300,
+            output_tokens=40,
+            reasoning_tokens=4,
+            api_call_count=1,
+            estimated_cost_usd=1.25,
+            model="model-b",
+            billing_provider="anthropic",
+        )
+        w.db.record_auxiliary_usage(
+            "switch",
+            "title_generation",
+            model="model-small",
+            billing_provider="openrouter",
+            input_tokens=7,
+            output_tokens=3,
+            estimated_cost_usd=0.01,
+        )
         w.session("plain", "cli", model="model-a")
         w.msg("plain", "user", "q")
-        w.db.update_token_counts("plain", input_tokens=50, output_tokens=10, api_call_count=1, estimated_cost_usd=0.2,
-                                 model="model-a", billing_provider="openrouter")
+        w.db.update_token_counts(
+            "plain",
+            input_tokens=50,
+            output_tokens=10,
+            api_call_count=1,
+            estimated_cost_usd=0.2,
+            model="model-a",
+            billing_provider="openrouter",
+        )
         w.end("plain")
         w.at(START_S + 16 * 3600)  # 2026-06-02T01:00Z: the switching session ends the next day
         w.end("switch")
         w.at(START_S + DAY_S + 3600)
         w.session("open", "tui", model="model-b")
         w.msg("open", "user", "q")
-        w.db.update_token_counts("open", input_tokens=70, output_tokens=9, api_call_count=1, estimated_cost_usd=0.3,
-                                 model="model-b", billing_provider="anthropic")
+        w.db.update_token_counts(
+            "open",
+            input_tokens=70,
+            output_tokens=9,
+            api_call_count=1,
+            estimated_cost_usd=0.3,
+            model="model-b",
+            billing_provider="anthropic",
+        )
     finally:
         w.close()
     assert capture.materialize("2026-06-01", "2026-06-02").success
 
     per_model = run("tokens_and_cost_per_model_per_day", capture.warehouse)
     store = _store_usage(capture.store)
-    assert sorted(store) == [("2026-06-01", "model-a"), ("2026-06-01", "model-b"), ("2026-06-01", "model-small"),
-                             ("2026-06-02", "model-b")]
+    assert sorted(store) == [
+        ("2026-06-01", "model-a"),
+        ("2026-06-01", "model-b"),
+        ("2026-06-01", "model-small"),
+        ("2026-06-02", "model-b"),
+    ]
     assert {(str(r["day"]), r["model"]): {k: r[k] or 0 for k in USAGE} for r in per_model} == {
-        key: {k: v[k] for k in USAGE} for key, v in store.items()}
+        key: {k: v[k] for k in USAGE} for key, v in store.items()
+    }
     per_day = run("tokens_and_cost_per_day", capture.warehouse)
     assert_same_totals(per_day, per_model)
     assert [(str(r["day"]), r["sessions"], r["input_tokens"], r["output_tokens"]) for r in per_day] == [
@@ -302,10 +353,14 @@ def test_make_query_opens_duckdb_where_the_recipes_paths_resolve(small_capture):
     proc = subprocess.run(
         ["make", "-s", "-C", str(README.parent), *stamps, "query", f"VENV={venv}", f"DAGSTER_HOME={home}"],
         input=recipes()["sessions_per_channel"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"DuckDB in {home}" in proc.stdout
     want = {r["channel"]: r["sessions"] for r in run("sessions_per_channel", small_capture.warehouse)}
-    assert all(any(f" {channel} " in line and f" {n} " in line for line in proc.stdout.splitlines())
-               for channel, n in want.items()), proc.stdout
+    assert all(
+        any(f" {channel} " in line and f" {n} " in line for line in proc.stdout.splitlines())
+        for channel, n in want.items()
+    ), proc.stdout

@@ -78,7 +78,8 @@ def test_one_event_per_op_carrying_its_run_and_op(small_capture):
     for op, datasets in PER_DAY.items():
         written = [e for e in in_run if e["op"] == op and e["event"] == "hermes.warehouse.day_written"]
         assert sorted((e["dataset"], e["day"]) for e in written) == sorted(
-            (d, day) for d in datasets for day in SMALL_DAYS)
+            (d, day) for d in datasets for day in SMALL_DAYS
+        )
         for e in written:
             path = day_path(small_capture.warehouse, e["dataset"], e["day"])
             assert e["rows"] == pq.read_metadata(path).num_rows, e
@@ -162,8 +163,17 @@ def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
     README's command. Each of our events is one JSON line on the console and one entry in the
     run log; no line says it again; no warning our set-up triggers is printed."""
     cap, env = cli_installation(tmp_path / "install")
-    proc = dagster_cli(env, "asset", "materialize", "-m", "hermes_assets.definitions", "--select",
-                       ",".join(DATASETS), "--partition", SMALL_DAYS[2])
+    proc = dagster_cli(
+        env,
+        "asset",
+        "materialize",
+        "-m",
+        "hermes_assets.definitions",
+        "--select",
+        ",".join(DATASETS),
+        "--partition",
+        SMALL_DAYS[2],
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     ours = [json.loads(line) for line in out.splitlines() if line.startswith('{"')]
@@ -171,8 +181,9 @@ def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
     assert (names["hermes.capture.plan"], names["hermes.capture.policy"]) == (1, 1), names
     assert (names["hermes.capture.project"], names["hermes.capture.write"]) == (len(DATASETS), len(DATASETS))
     assert names["hermes.warehouse.day_written"] == len(DATASETS), names
-    assert all(e.get("run_id") and e.get("op") for e in ours
-               if e["event"].startswith(("hermes.capture.", "hermes.warehouse.")))
+    assert all(
+        e.get("run_id") and e.get("op") for e in ours if e["event"].startswith(("hermes.capture.", "hermes.warehouse."))
+    )
     # printed once: no other line of the output names an event
     for name in names:
         assert sum(name in line for line in out.splitlines()) == names[name], name
@@ -180,8 +191,11 @@ def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
     instance = dg.DagsterInstance.from_config(str(cap.dagster_home))
     try:
         (run,) = instance.get_runs()
-        stored = Counter(x.user_message.split(" ", 1)[0] for x in instance.all_logs(run.run_id)
-                         if (x.user_message or "").startswith("hermes."))
+        stored = Counter(
+            x.user_message.split(" ", 1)[0]
+            for x in instance.all_logs(run.run_id)
+            if (x.user_message or "").startswith("hermes.")
+        )
     finally:
         instance.dispose()
     assert stored == Counter({name: n for name, n in names.items() if name not in PER_PARTITION})

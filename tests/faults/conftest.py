@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.environ import use_environment
 from tests.faults.helpers import Install, new_install
+from tests.support.environ import use_environment
 
 #: variables of a developer's own setup that would leak into a test
 #: the retry budget of busy stores in this suite: short, so store_busy cases stay fast

@@ -19,7 +19,7 @@ import select
 import signal
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 NOBODY = 65534
 
@@ -124,9 +124,13 @@ def fork(fn: Callable[[], object], *, nobody: bool = False) -> Child:
             os.setgid(NOBODY)
             os.setuid(NOBODY)
         payload = {"ok": True, "value": fn()}
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "kind": getattr(exc, "error_kind", None),
-                   "traceback": traceback.format_exc()[-3000:]}
+    except BaseException as exc:
+        payload = {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "kind": getattr(exc, "error_kind", None),
+            "traceback": traceback.format_exc()[-3000:],
+        }
     try:
         os.write(write_fd, ("RESULT " + json.dumps(payload, default=str) + "\n").encode())
     finally:

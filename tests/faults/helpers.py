@@ -99,7 +99,7 @@ class Outcome:
             out.append(Failure(event.step_key, err.cls_name, err.message))
         return out
 
-    def ok(self) -> "Outcome":
+    def ok(self) -> Outcome:
         assert self.success, "run failed: " + "; ".join(f"{f.step}: {f.message[:400]}" for f in self.failures)
         return self
 
@@ -126,7 +126,9 @@ def assert_failed_with(outcome: Outcome, error_kind: str, *, path: str | None = 
     failures = outcome.failures
     assert failures, "the run failed without a step failure"
     for f in failures:
-        assert f.error_kind == error_kind, f"{f.step}: {f.cls_name} ({f.error_kind}) instead of {error_kind}: {f.message}"
+        assert f.error_kind == error_kind, (
+            f"{f.step}: {f.cls_name} ({f.error_kind}) instead of {error_kind}: {f.message}"
+        )
         if path is not None:
             assert path in f.message, f"{f.step}: the error does not name {path}: {f.message}"
     return failures
@@ -215,8 +217,7 @@ def assert_nothing_lost(before: WarehouseState, after: WarehouseState, *, datase
         lost = before.keys(dataset) - after.keys(dataset)
         assert not lost, f"{dataset}: {len(lost)} captured rows lost: {sorted(map(str, lost))[:10]}"
         column = {GATEWAY: "content_text", MESSAGES: "content", SESSIONS: "title"}[dataset]
-        changed = [k for k in before.keys(dataset)
-                   if before.rows[dataset][k][column] != after.rows[dataset][k][column]]
+        changed = [k for k in before.keys(dataset) if before.rows[dataset][k][column] != after.rows[dataset][k][column]]
         assert not changed, f"{dataset}: {len(changed)} captured rows now hold other {column}: {changed[:5]}"
 
 
@@ -275,7 +276,9 @@ class Install(Capture):
     @property
     def sensor(self) -> SensorDriver:
         if self._sensor is None:
-            self._sensor = SensorDriver(self.home, busy_timeout_ms=int(os.environ.get("HERMES_ASSETS_BUSY_TIMEOUT_MS", "2000")))
+            self._sensor = SensorDriver(
+                self.home, busy_timeout_ms=int(os.environ.get("HERMES_ASSETS_BUSY_TIMEOUT_MS", "2000"))
+            )
         return self._sensor
 
     def state(self) -> WarehouseState:
@@ -316,16 +319,32 @@ def write_scenario(w: HermesWriter, days: int = 2, *, text: str = "") -> dict[st
     for d in range(days):
         w.at(START_S + d * DAY_S)
         day = f"2026-06-{d + 1:02d}"
-        cli = w.session(f"cli-{d}", "cli", cwd=f"/work/repo-{d}", model="anthropic/claude-sonnet-4.6",
-                        system_prompt="You are Hermes.")
+        cli = w.session(
+            f"cli-{d}",
+            "cli",
+            cwd=f"/work/repo-{d}",
+            model="anthropic/claude-sonnet-4.6",
+            system_prompt="You are Hermes.",
+        )
         w.msg(cli, "user", f"list the files {d} {text}")
-        w.msg(cli, "assistant", "", tool_calls=[openai_call(f"call-{d}", "terminal", {"command": "ls"})],
-              finish_reason="tool_calls")
+        w.msg(
+            cli,
+            "assistant",
+            "",
+            tool_calls=[openai_call(f"call-{d}", "terminal", {"command": "ls"})],
+            finish_reason="tool_calls",
+        )
         w.msg(cli, "tool", f"README.md\nsrc/ {text}", tool_call_id=f"call-{d}", tool_name="terminal")
         w.msg(cli, "assistant", f"two entries {d} {text}", finish_reason="stop")
-        w.update_token_counts(cli, input_tokens=120, output_tokens=30, model="anthropic/claude-sonnet-4.6",
-                              billing_provider="openrouter", billing_base_url="https://openrouter.ai/api/v1",
-                              api_call_count=1)
+        w.update_token_counts(
+            cli,
+            input_tokens=120,
+            output_tokens=30,
+            model="anthropic/claude-sonnet-4.6",
+            billing_provider="openrouter",
+            billing_base_url="https://openrouter.ai/api/v1",
+            api_call_count=1,
+        )
         w.end(cli, "cli_close")
         chat = w.session(f"tg-{d}", "telegram")
         w.msg(chat, "user", f"ping {d} {text}")
@@ -385,7 +404,11 @@ class HermesProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.faults.hermes_process", mode, str(db)],
-            cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
         line = self.proc.stdout.readline()
@@ -404,7 +427,7 @@ class HermesProcess:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
-    def __enter__(self) -> "HermesProcess":
+    def __enter__(self) -> HermesProcess:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -18,10 +18,9 @@ import sys
 def main(steps: list[str]) -> int:
     import dagster as dg
 
+    from hermes_assets.definitions import defs as lazy_defs
     from tests.defs.harness import RANGE_END, RANGE_START
     from tests.sensor.harness import SensorDriver
-
-    from hermes_assets.definitions import defs as lazy_defs
 
     defs = lazy_defs()
     instance = dg.DagsterInstance.ephemeral()

@@ -116,8 +116,10 @@ def _syscalls_on(trace_dir: Path, home: Path) -> list[str]:
 
 
 _WRITE_FLAGS = re.compile(r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND")
-_MUTATING = re.compile(r"^(unlink|unlinkat|rename|renameat2?|mkdir|mkdirat|rmdir|chmod|fchmod|fchmodat|chown|"
-                       r"fchownat|utimensat|truncate|link|linkat|symlink|symlinkat)\(")
+_MUTATING = re.compile(
+    r"^(unlink|unlinkat|rename|renameat2?|mkdir|mkdirat|rmdir|chmod|fchmod|fchmodat|chown|"
+    r"fchownat|utimensat|truncate|link|linkat|symlink|symlinkat)\("
+)
 _FD_WRITE = re.compile(r"^(write|pwrite64|pwritev2?|writev|ftruncate|fallocate)\(\d+<([^>]*)>")
 #: SQLite running as root gives a -wal/-shm it creates the db file's owner (robust_fchown)
 _FD_CHOWN = re.compile(r"^fchown\(\d+<([^>]*)>")
@@ -139,11 +141,25 @@ def test_every_syscall_on_the_hermes_home_is_a_read(install, tmp_path):
     trace_dir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
     env.update(install.environ(), HERMES_ASSETS_LOG_FORMAT="json", PYTHONUNBUFFERED="1")
-    cmd = ["strace", "-f", "-ff", "-y", "-qq", "-o", str(trace_dir / "trace"),
-           "-e", "trace=open,openat,creat,truncate,ftruncate,fallocate,write,pwrite64,pwritev,pwritev2,writev,"
-                 "unlink,unlinkat,rename,renameat,renameat2,mkdir,mkdirat,rmdir,chmod,fchmod,fchmodat,"
-                 "chown,fchown,fchownat,utimensat,link,linkat,symlink,symlinkat",
-           sys.executable, "-m", "tests.faults.run_script", f"run:{DAY1}:{DAY2}", "tick", "tick"]
+    cmd = [
+        "strace",
+        "-f",
+        "-ff",
+        "-y",
+        "-qq",
+        "-o",
+        str(trace_dir / "trace"),
+        "-e",
+        "trace=open,openat,creat,truncate,ftruncate,fallocate,write,pwrite64,pwritev,pwritev2,writev,"
+        "unlink,unlinkat,rename,renameat,renameat2,mkdir,mkdirat,rmdir,chmod,fchmod,fchmodat,"
+        "chown,fchown,fchownat,utimensat,link,linkat,symlink,symlinkat",
+        sys.executable,
+        "-m",
+        "tests.faults.run_script",
+        f"run:{DAY1}:{DAY2}",
+        "tick",
+        "tick",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     if proc.returncode != 0 and "ptrace" in proc.stderr:
         unavailable(f"strace cannot trace here: {proc.stderr[-300:]}")
@@ -248,8 +264,11 @@ def _run_in_child(defs: dg.Definitions) -> dict:
         raise_on_error=False,
     )
     outcome = Outcome(result, 0.0)
-    return {"uid": os.getuid(), "success": result.success,
-            "failures": [[f.cls_name, f.error_kind, f.message] for f in outcome.failures]}
+    return {
+        "uid": os.getuid(),
+        "success": result.success,
+        "failures": [[f.cls_name, f.error_kind, f.message] for f in outcome.failures],
+    }
 
 
 @pytest.mark.parametrize("case", ["no_wal", "wal_frames", "hot_journal"])

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.skips import unavailable
 from tests.faults.helpers import (
     DAY1,
     DAY2,
@@ -27,7 +26,7 @@ from tests.faults.helpers import (
     tick_failure,
     write_scenario,
 )
-
+from tests.support.skips import unavailable
 
 #: message bodies of ~1.5 kB: a leaf page of ``messages`` then holds two or three rows
 PAD = "lorem ipsum " * 125
@@ -71,7 +70,9 @@ def corrupt(db: Path, how: str, day1_sids: list[str], day2_sids: list[str], scra
     elif how == "zeroed_leaf_of_a_later_day":
         # the last leaf of `messages` in b-tree order holds the highest ids: the second
         # day's newest messages only; the first day's messages stay readable
-        leaves = _pages(db, "SELECT path, pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' ORDER BY path")
+        leaves = _pages(
+            db, "SELECT path, pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' ORDER BY path"
+        )
         assert len(leaves) > 3, leaves
         pageno = leaves[-1][1]
         probe = scratch / "probe.db"

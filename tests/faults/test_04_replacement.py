@@ -198,8 +198,11 @@ def test_same_session_reuse_after_hermes_restores_its_snapshot(install):
     assert set(parts) == {f"hermes-tui-0-{lost[0]}-0", f"hermes-tui-0-{lost[0]}.g2-0"}
     assert _replaced(GATEWAY, parts[f"hermes-tui-0-{lost[0]}-0"])
     assert not is_flagged(GATEWAY, parts[f"hermes-tui-0-{lost[0]}.g2-0"])
-    live = sorted((r["message_index"], r["message_id"]) for r in after.rows[GATEWAY].values()
-                  if r["session_id"] == "hermes-tui-0" and not is_flagged(GATEWAY, r))
+    live = sorted(
+        (r["message_index"], r["message_id"])
+        for r in after.rows[GATEWAY].values()
+        if r["session_id"] == "hermes-tui-0" and not is_flagged(GATEWAY, r)
+    )
     assert [i for i, _ in live] == list(range(len(live)))  # the 0..n-1 rule holds for live rows
     md = out.materializations()
     assert md[(MESSAGES, DAY1)]["rows_replaced"] == 3 and md[(GATEWAY, DAY1)]["rows_replaced"] == 3
@@ -228,7 +231,7 @@ def test_cross_session_reuse_keeps_the_other_sessions_rows(install, tmp_path):
     reused = {(r["session_id"], r["id"]) for r in after.rows[MESSAGES].values() if r["session_id"] == "after-0"}
     captured_mids = {r["id"] for r in before.rows[MESSAGES].values()}
     assert {mid for _, mid in reused} & captured_mids, "no id was reused (the test proves nothing)"
-    for (sid, mid) in reused:
+    for sid, mid in reused:
         others = [r for r in after.rows[MESSAGES].values() if r["id"] == mid and r["session_id"] != sid]
         assert others and all(r["source_deleted"] for r in others)
 
@@ -253,18 +256,24 @@ def test_a_fresh_store_that_reuses_every_id_keeps_both_generations(install):
     install.run(DAY1).ok()
     after = install.state()
     reused = {r["id"] for r in after.rows[MESSAGES].values()} & {r["id"] for r in before.rows[MESSAGES].values()}
-    assert len(reused) == len({r["id"] for r in before.rows[MESSAGES].values()}) == 7, "no id reused (the test proves nothing)"
+    assert len(reused) == len({r["id"] for r in before.rows[MESSAGES].values()}) == 7, (
+        "no id reused (the test proves nothing)"
+    )
     _assert_all_kept(before, after)
     sessions = {(r["id"], r["generation"]): r for r in after.rows[SESSIONS].values()}
     for sid in ("cli-0", "tg-0", "tui-0"):
         assert sessions[(sid, 1)]["replaced"] and not sessions[(sid, 2)]["replaced"]
     assert {r["session_id"] for r in after.rows[GATEWAY].values() if not is_flagged(GATEWAY, r)} == {
-        "hermes-cli-0.g2", "hermes-tg-0.g2", "hermes-tui-0.g2"}
+        "hermes-cli-0.g2",
+        "hermes-tg-0.g2",
+        "hermes-tui-0.g2",
+    }
     assert install.run(DAY1).ok() and install.state().files == after.files
     # a purge of the session takes both generations (``hermes-tui-0`` and ``hermes-tui-0.g2``)
     job = install.definitions().resolve_job_def("purge_job")
-    assert job.execute_in_process(instance=instance(), run_config={
-        "ops": {"purge_scope": {"config": {"session_id": "tui-0"}}}}).success
+    assert job.execute_in_process(
+        instance=instance(), run_config={"ops": {"purge_scope": {"config": {"session_id": "tui-0"}}}}
+    ).success
     purged = install.state()
     assert not [r for r in purged.rows[GATEWAY].values() if r["session_id"].startswith("hermes-tui-0")]
     assert not [r for r in purged.rows[SESSIONS].values() if r["id"] == "tui-0"]
@@ -290,7 +299,8 @@ def test_two_restores_in_a_row_make_three_generations(install):
         assert [rows[(mid, g)]["replaced"] for g in (1, 2, 3)] == [True, True, False]
         assert [rows[(mid, g)]["content"][:7] for g in (1, 2, 3)] == ["round 0", "round 1", "round 2"]
     assert {f"hermes-tui-0-{mids[0]}{s}-0" for s in ("", ".g2", ".g3")} <= {
-        r["message_id"] for r in state.rows[GATEWAY].values()}
+        r["message_id"] for r in state.rows[GATEWAY].values()
+    }
 
 
 def test_a_restore_between_the_sensors_tick_and_its_run_loses_nothing(install):
@@ -343,8 +353,9 @@ def test_a_purge_removes_every_generation_of_the_purged_session(install):
     state = install.state()
     assert any(r["session_id"] == "hermes-tui-0" and ".g2" in r["message_id"] for r in state.rows[GATEWAY].values())
     job = install.definitions().resolve_job_def("purge_job")
-    result = job.execute_in_process(instance=instance(), run_config={
-        "ops": {"purge_scope": {"config": {"session_id": "tui-0"}}}})
+    result = job.execute_in_process(
+        instance=instance(), run_config={"ops": {"purge_scope": {"config": {"session_id": "tui-0"}}}}
+    )
     assert result.success
     after = install.state()
     for dataset in (GATEWAY, MESSAGES):

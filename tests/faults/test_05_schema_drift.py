@@ -12,8 +12,6 @@ import json
 import shutil
 import sqlite3
 
-import pytest
-
 from tests.conftest import fixture_store
 from tests.faults.helpers import (
     DAY1,
@@ -81,21 +79,25 @@ def test_columns_and_tables_of_a_newer_hermes_are_kept_in_extra_columns(install)
     install.run(DAY1, DAY2).ok()
     install.sensor.tick()
     before = install.state()
-    _sql(install.store,
-         "ALTER TABLE sessions ADD COLUMN future_flag INTEGER DEFAULT 7",
-         "ALTER TABLE messages ADD COLUMN future_payload BLOB",
-         ("UPDATE messages SET future_payload = ?", (b"\x00\xff binary",)),
-         "CREATE TABLE future_things (id INTEGER PRIMARY KEY, session_id TEXT, body TEXT)",
-         "INSERT INTO future_things (session_id, body) VALUES ('cli-0', 'not ours')")
+    _sql(
+        install.store,
+        "ALTER TABLE sessions ADD COLUMN future_flag INTEGER DEFAULT 7",
+        "ALTER TABLE messages ADD COLUMN future_payload BLOB",
+        ("UPDATE messages SET future_payload = ?", (b"\x00\xff binary",)),
+        "CREATE TABLE future_things (id INTEGER PRIMARY KEY, session_id TEXT, body TEXT)",
+        "INSERT INTO future_things (session_id, body) VALUES ('cli-0', 'not ours')",
+    )
     assert install.sensor.tick().days == [DAY1, DAY2]
     run = install.run(DAY1, DAY2).ok()
     plan = run.metadata("hermes_capture.plan")
     assert plan["warnings_by_kind"] == {"unknown_columns": 1}
-    assert plan["unknown_columns"] == [{"path": str(install.store), "sessions": ["future_flag"],
-                                        "messages": ["future_payload"]}]
+    assert plan["unknown_columns"] == [
+        {"path": str(install.store), "sessions": ["future_flag"], "messages": ["future_payload"]}
+    ]
     after = install.state()
     assert {f: h for f, h in after.files.items() if f.startswith(GATEWAY)} == {
-        f: h for f, h in before.files.items() if f.startswith(GATEWAY)}
+        f: h for f, h in before.files.items() if f.startswith(GATEWAY)
+    }
     payload = base64.b64encode(b"\x00\xff binary").decode()
     for dataset, extra in ((SESSIONS, {"future_flag": 7}), (MESSAGES, {"future_payload": payload})):
         assert after.keys(dataset) == before.keys(dataset)
@@ -119,7 +121,9 @@ def test_store_without_session_model_usage(install):
     after = install.state()
     assert_nothing_lost(before, after)
     assert all(r["usage_by_model"] is None for r in after.rows[SESSIONS].values())
-    ends = [json.loads(r["attributes"]) for r in after.rows[GATEWAY].values() if r["message_id"].endswith("session_end")]
+    ends = [
+        json.loads(r["attributes"]) for r in after.rows[GATEWAY].values() if r["message_id"].endswith("session_end")
+    ]
     assert ends and all("usage_by_model" not in a.get("hermes", {}) for a in ends)
 
 
@@ -137,7 +141,9 @@ def test_a_sqlite_file_that_is_not_hermes_is_not_a_hermes_store(install, tmp_pat
     kept = tmp_path / "kept-state.db"
     shutil.move(install.store, kept)
     remove_sqlite_sidecars(install.store)
-    _sql(install.store, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)", "INSERT INTO notes (body) VALUES ('x')")
+    _sql(
+        install.store, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)", "INSERT INTO notes (body) VALUES ('x')"
+    )
 
     assert_failed_with(install.run(DAY1, DAY2), "not_a_hermes_store", path=str(install.store))
     assert tick_failure(install.sensor, install.store) == "not_a_hermes_store"

@@ -58,8 +58,16 @@ def _hypignore_scopes(base) -> dict[str, str]:
 
 
 #: the class each hostile .hypignore yields for root (chmod 000 does not stop root: local-only)
-HYPIGNORE_CLASS = {"empty": "ignore", "binary": "ignore", "huge": "local-only", "loop": "ignore",
-                   "dangling": "ignore", "fifo": "ignore", "directory": "ignore", "chmod000": "local-only"}
+HYPIGNORE_CLASS = {
+    "empty": "ignore",
+    "binary": "ignore",
+    "huge": "local-only",
+    "loop": "ignore",
+    "dangling": "ignore",
+    "fifo": "ignore",
+    "directory": "ignore",
+    "chmod000": "local-only",
+}
 
 
 class Hostile:
@@ -90,16 +98,24 @@ class Hostile:
     def _through_the_writer(self, w) -> None:
         m = self.mids
         s = w.session("tools", "cli", cwd="/work/hostile")
-        m["malformed_calls"] = w.msg(s, "assistant", "malformed calls follow",
-                                     tool_calls=[openai_call("c0", "terminal", {"cmd": "ls"})])
-        m["deep_calls"] = w.msg(s, "assistant", "deeply nested calls follow",
-                                tool_calls=[openai_call("c1", "terminal", {"cmd": "ls"})])
+        m["malformed_calls"] = w.msg(
+            s, "assistant", "malformed calls follow", tool_calls=[openai_call("c0", "terminal", {"cmd": "ls"})]
+        )
+        m["deep_calls"] = w.msg(
+            s, "assistant", "deeply nested calls follow", tool_calls=[openai_call("c1", "terminal", {"cmd": "ls"})]
+        )
         m["args_not_json"] = w.msg(s, "assistant", "", tool_calls=[openai_call("c2", "terminal", "ls -la {not json")])
-        m["args_deep"] = w.msg(s, "assistant", "", tool_calls=[openai_call("c3", "terminal", "[" * 50000 + "]" * 50000)])
+        m["args_deep"] = w.msg(
+            s, "assistant", "", tool_calls=[openai_call("c3", "terminal", "[" * 50000 + "]" * 50000)]
+        )
         m["surrogate_args"] = w.msg(s, "assistant", "", tool_calls=[openai_call("c4", "terminal", {"q": "x\udc00y"})])
         s = w.session("many-calls", "cli", cwd="/work/hostile")
-        m["many_calls"] = w.msg(s, "assistant", "", tool_calls=[
-            openai_call(f"call-{i:05d}", "read_file", {"path": f"/src/{i}.py"}) for i in range(10_000)])
+        m["many_calls"] = w.msg(
+            s,
+            "assistant",
+            "",
+            tool_calls=[openai_call(f"call-{i:05d}", "read_file", {"path": f"/src/{i}.py"}) for i in range(10_000)],
+        )
         s = w.session("times", "cli", cwd="/work/hostile")
         for name in ("ts_null", "ts_negative", "ts_1e20", "ts_text"):
             m[name] = w.msg(s, "user", f"timestamp {name}")
@@ -121,12 +137,21 @@ class Hostile:
         m = self.mids
         w.allow_nulls("messages", "timestamp")
         raw = w.raw_sql
-        raw("UPDATE messages SET tool_calls = ? WHERE id = ?", ('[{"id": "c0", "function": {"name": "terminal", "argu', m["malformed_calls"]))
+        raw(
+            "UPDATE messages SET tool_calls = ? WHERE id = ?",
+            ('[{"id": "c0", "function": {"name": "terminal", "argu', m["malformed_calls"]),
+        )
         raw("UPDATE messages SET tool_calls = ? WHERE id = ?", ("[" * 100_000 + "]" * 100_000, m["deep_calls"]))
         for name, value in (("ts_null", None), ("ts_negative", -5.0), ("ts_1e20", 1e20), ("ts_text", "ten o'clock")):
             raw("UPDATE messages SET timestamp = ? WHERE id = ?", (value, m[name]))
-        raw("UPDATE messages SET content = CAST(? AS TEXT) WHERE id = ?", (b"lone \xed\xa0\x80 surrogate", m["surrogate_bytes"]))
-        raw("UPDATE messages SET content = CAST(? AS TEXT) WHERE id = ?", (b"bad \xf0\x28\x8c\x28 utf8", m["invalid_utf8"]))
+        raw(
+            "UPDATE messages SET content = CAST(? AS TEXT) WHERE id = ?",
+            (b"lone \xed\xa0\x80 surrogate", m["surrogate_bytes"]),
+        )
+        raw(
+            "UPDATE messages SET content = CAST(? AS TEXT) WHERE id = ?",
+            (b"bad \xf0\x28\x8c\x28 utf8", m["invalid_utf8"]),
+        )
         raw("UPDATE sessions SET title = CAST(? AS TEXT) WHERE id = 'text'", (b"title \xff\xfe",))
         self.ten_mb = ("0123456789abcdef" * (TEN_MB // 16))[:TEN_MB]
         raw("UPDATE messages SET content = ? WHERE id = ?", (self.ten_mb, m["ten_mb"]))

@@ -250,9 +250,22 @@ def _kill_the_cli_after(world, after_writes: int, settings: dict | None = None) 
     env.update(install.environ(), HERMES_ASSETS_LOG_FORMAT="json", PYTHONUNBUFFERED="1", **(settings or {}))
     dagster = str(Path(sys.executable).with_name("dagster"))
     proc = subprocess.Popen(
-        [dagster, "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
-         "--partition-range", f"{DAY1}...{DAY4}"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            dagster,
+            "asset",
+            "materialize",
+            "-m",
+            "hermes_assets.definitions",
+            "--select",
+            "*",
+            "--partition-range",
+            f"{DAY1}...{DAY4}",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     writes, started, deadline = 0, False, time.monotonic() + 120
     try:

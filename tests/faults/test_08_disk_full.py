@@ -38,7 +38,7 @@ LIMIT = 1024 * 1024
 class _QuotaFile(FileProxy):
     """A file opened for writing under the quota: past the limit, write what fits and raise ENOSPC."""
 
-    def __init__(self, f, disk: "SmallDisk"):
+    def __init__(self, f, disk: SmallDisk):
         super().__init__(f)
         self._disk = disk
 
@@ -129,15 +129,20 @@ def test_disk_full_fails_clearly_and_leaves_the_old_file(install, small_disk, tm
     out = install.run(DAY1, DAY2)
     assert not out.success
     failures = out.failures
-    assert failures and all(f.cls_name == "OSError" and "No space left on device" in f.message for f in failures), failures
+    assert failures and all(f.cls_name == "OSError" and "No space left on device" in f.message for f in failures), (
+        failures
+    )
     if when == "while_staging":
-        assert any("while staging" in f.message and "no partition file was changed" in f.message
-                   for f in failures), failures
+        assert any("while staging" in f.message and "no partition file was changed" in f.message for f in failures), (
+            failures
+        )
         assert_untouched(install.warehouse, before)
     else:
         messages = f"{MESSAGES}/day={DAY1}/part-0.parquet"
-        assert any(str(install.warehouse / messages) in f.message and "previous file is unchanged" in f.message
-                   for f in failures), failures
+        assert any(
+            str(install.warehouse / messages) in f.message and "previous file is unchanged" in f.message
+            for f in failures
+        ), failures
         now = install.state()
         assert now.files[messages] == before.files[messages]
         for rel, digest in now.files.items():

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
 from hermes_assets.defs.resources import HermesWarehouse
 from tests.faults import forking, helpers
@@ -70,8 +69,10 @@ def _lock_hooks(who: str, log: Path, work: Path, *, hold: float = 0.0, contend: 
         if operation == fcntl.LOCK_UN and fd in held:
             path, asked, got = held.pop(fd)
             with open(log, "a") as f:
-                f.write(json.dumps({"who": who, "path": path, "asked": asked, "got": got,
-                                    "released": time.monotonic()}) + "\n")
+                f.write(
+                    json.dumps({"who": who, "path": path, "asked": asked, "got": got, "released": time.monotonic()})
+                    + "\n"
+                )
         return real_flock(fd, operation)
 
     fcntl.flock = hooked
@@ -91,8 +92,12 @@ def _in_child(install, who: str, log: Path, work: Path, run, **hooks):
         _lock_hooks(who, log, work, **hooks)
         t0 = time.monotonic()
         outcome = run()
-        return {"success": outcome.success, "start": t0, "end": time.monotonic(),
-                "failures": [f.message[:500] for f in outcome.failures]}
+        return {
+            "success": outcome.success,
+            "start": t0,
+            "end": time.monotonic(),
+            "failures": [f.message[:500] for f in outcome.failures],
+        }
 
     return forking.fork(body)
 
@@ -101,8 +106,9 @@ def _sensor_run(install, request: dg.RunRequest) -> helpers.Outcome:
     """The run the daemon launches for the sensor's request: its partition, its tags."""
     job = install.definitions().resolve_implicit_global_asset_job_def()
     t0 = time.monotonic()
-    result = job.execute_in_process(instance=helpers.instance(), partition_key=request.partition_key,
-                                    tags=dict(request.tags), raise_on_error=False)
+    result = job.execute_in_process(
+        instance=helpers.instance(), partition_key=request.partition_key, tags=dict(request.tags), raise_on_error=False
+    )
     return helpers.Outcome(result, time.monotonic() - t0)
 
 
@@ -175,7 +181,7 @@ def test_a_backfill_that_read_before_the_sensor_run_does_not_undo_it(install, tm
     install.run(DAY1, DAY1).ok()
     install.sensor.tick()
     install.definitions()
-    log, work = tmp_path / "locks.jsonl", tmp_path / "gate"
+    work = tmp_path / "gate"
     work.mkdir()
 
     def gate_hooks():

@@ -33,12 +33,25 @@ PURGED = "PURGED-7d1a-MARKER"
 
 def _plant(w, sid: str, marker: str, **session) -> None:
     """A session whose every text field carries ``marker``."""
-    w.session(sid, session.pop("source", "cli"), system_prompt=f"You are Hermes. {marker}",
-              model=f"model-{marker}", user_id=f"user-{marker}", chat_id=f"chat-{marker}", **session)
+    w.session(
+        sid,
+        session.pop("source", "cli"),
+        system_prompt=f"You are Hermes. {marker}",
+        model=f"model-{marker}",
+        user_id=f"user-{marker}",
+        chat_id=f"chat-{marker}",
+        **session,
+    )
     w.set_session_title(sid, f"{marker} title {sid}")
     w.msg(sid, "user", f"my secret is {marker}")
-    w.msg(sid, "assistant", f"noted {marker}", reasoning=f"thinking about {marker}",
-          tool_calls=[openai_call(f"call-{sid}", "terminal", {"cmd": f"echo {marker}"})], finish_reason="tool_calls")
+    w.msg(
+        sid,
+        "assistant",
+        f"noted {marker}",
+        reasoning=f"thinking about {marker}",
+        tool_calls=[openai_call(f"call-{sid}", "terminal", {"cmd": f"echo {marker}"})],
+        finish_reason="tool_calls",
+    )
     w.msg(sid, "tool", f"{marker}\n", tool_call_id=f"call-{sid}", tool_name="terminal")
     w.msg(sid, "user", [{"type": "text", "text": f"structured {marker}"}])
 
@@ -57,10 +70,14 @@ def _store(install, scopes: Path) -> dict[str, str]:
         _plant(w, "client-sub", PURGED, source="subagent", cwd="/tmp/elsewhere", parent_session_id="client-1")
         w.msg(w.session("normal-1", "cli", cwd="/work/repo"), "user", "an ordinary question")
         # hostile cells in an ignored session: were it ever read, they would be counted and logged
-        w.raw_sql("UPDATE messages SET tool_calls = ? WHERE session_id = 'secret-hyp' AND role = 'assistant'",
-                  (f'[{{"function": "{IGNORED}',))
-        w.raw_sql("UPDATE messages SET content = CAST(? AS TEXT) WHERE session_id = 'secret-hyp' AND role = 'tool'",
-                  (f"{IGNORED} \xff".encode("latin-1"),))
+        w.raw_sql(
+            "UPDATE messages SET tool_calls = ? WHERE session_id = 'secret-hyp' AND role = 'assistant'",
+            (f'[{{"function": "{IGNORED}',),
+        )
+        w.raw_sql(
+            "UPDATE messages SET content = CAST(? AS TEXT) WHERE session_id = 'secret-hyp' AND role = 'tool'",
+            (f"{IGNORED} \xff".encode("latin-1"),),
+        )
         w.at(START_S + DAY_S)
         _plant(w, "client-2", PURGED, cwd=str(client))
         w.msg(w.session("normal-2", "tui", cwd="/work/repo"), "user", "another ordinary question")
@@ -115,8 +132,16 @@ def test_ignored_data_never_reaches_disk_and_purge_removes_a_scope_everywhere(in
     scopes = _store(install, tmp_path / "scopes")
     hermes_before = tree_state(install.home)
     everywhere = [install.warehouse, install.dagster_home, logs]
-    materialize = ["asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*",
-                   "--partition-range", f"{DAY1}...{DAY2}"]
+    materialize = [
+        "asset",
+        "materialize",
+        "-m",
+        "hermes_assets.definitions",
+        "--select",
+        "*",
+        "--partition-range",
+        f"{DAY1}...{DAY2}",
+    ]
 
     _cli(install, logs, "materialize-1", *materialize)
     _cli(install, logs, "sensor-preview", "sensor", "preview", "-m", "hermes_assets.definitions", "hermes_state_sensor")
@@ -124,14 +149,28 @@ def test_ignored_data_never_reaches_disk_and_purge_removes_a_scope_everywhere(in
     decoded = _found(PURGED, [install.warehouse])
     datasets = {Path(h.split(" ")[0]).parent.parent.name for h in decoded}
     # the three datasets, and the daily usage per model (the planted model name is a marker too)
-    assert datasets == {"ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages", "hermes_daily_usage"}, decoded
+    assert datasets == {"ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages", "hermes_daily_usage"}, (
+        decoded
+    )
     assert {Path(h.split(" ")[0]).parent.name for h in decoded} == {f"day={DAY1}", f"day={DAY2}"}
     assert _found(PURGED, [install.dagster_home, logs]) == [], "captured content reached logs or Dagster storage"
 
     install.write_policy([(f"{Path.home()}/.hermes/channels/telegram", "ignore"), (scopes["client"], "ignore")])
     config = tmp_path / "purge.yaml"
     config.write_text(json.dumps({"ops": {"purge_scope": {"config": {"scope": scopes["client"]}}}}))
-    _cli(install, logs, "purge", "job", "execute", "-m", "hermes_assets.definitions", "-j", "purge_job", "-c", str(config))
+    _cli(
+        install,
+        logs,
+        "purge",
+        "job",
+        "execute",
+        "-m",
+        "hermes_assets.definitions",
+        "-j",
+        "purge_job",
+        "-c",
+        str(config),
+    )
     assert _found(PURGED, everywhere) == []
     assert _found(IGNORED, everywhere) == []
     # the ordinary sessions were not purged
@@ -146,8 +185,9 @@ def test_ignored_data_never_reaches_disk_and_purge_removes_a_scope_everywhere(in
 def _purge(install, **config) -> dict:
     """The purge job, in process, as its config says."""
     job = install.definitions().resolve_job_def("purge_job")
-    result = job.execute_in_process(instance=helpers.instance(), raise_on_error=False,
-                                    run_config={"ops": {"purge_scope": {"config": config}}})
+    result = job.execute_in_process(
+        instance=helpers.instance(), raise_on_error=False, run_config={"ops": {"purge_scope": {"config": config}}}
+    )
     assert result.success, [e.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     return result.output_for_node("purge_scope")
 
@@ -206,8 +246,14 @@ def test_purge_of_a_channel_scope_given_with_a_tilde(install):
     assert summary["rows_removed"][GATEWAY] > 0
     assert telegram() == []
     job = install.definitions().resolve_job_def("purge_job")
-    result = job.execute_in_process(instance=helpers.instance(), raise_on_error=False,
-                                    run_config={"ops": {"purge_scope": {"config": {"scope": "relative/dir"}}}})
+    result = job.execute_in_process(
+        instance=helpers.instance(),
+        raise_on_error=False,
+        run_config={"ops": {"purge_scope": {"config": {"scope": "relative/dir"}}}},
+    )
     assert not result.success
-    assert any("not an absolute path" in str(e.event_specific_data.error.cause or e.event_specific_data.error)
-               for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert any(
+        "not an absolute path" in str(e.event_specific_data.error.cause or e.event_specific_data.error)
+        for e in result.all_events
+        if e.event_type_value == "STEP_FAILURE"
+    )

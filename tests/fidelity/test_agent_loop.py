@@ -63,8 +63,11 @@ def text_of(content) -> str | None:
     if isinstance(content, str) or content is None:
         return content
     items = content if isinstance(content, list) else [content]
-    return "\n".join(i if isinstance(i, str) else i["text"] for i in items
-                     if isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("text"), str)))
+    return "\n".join(
+        i if isinstance(i, str) else i["text"]
+        for i in items
+        if isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("text"), str))
+    )
 
 
 def expected_parts(msg: dict, call_names: dict) -> list[dict]:
@@ -87,14 +90,28 @@ def expected_parts(msg: dict, call_names: dict) -> list[dict]:
                 pass
         call_id = call.get("id") or call.get("call_id")
         call_names[call_id] = name
-        parts.append({"part_type": "tool_call", "content_text": None, "tool_name": name, "tool_call_id": call_id,
-                      "tool_args": args})
+        parts.append(
+            {
+                "part_type": "tool_call",
+                "content_text": None,
+                "tool_name": name,
+                "tool_call_id": call_id,
+                "tool_args": args,
+            }
+        )
     text = text_of(msg["content"])
     if msg["role"] == "tool":
         call_id = msg["tool_call_id"]
-        parts.append({"part_type": "tool_result", "content_text": text or "", "tool_call_id": call_id,
-                      "tool_result_for": call_id, "tool_name": call_names.get(call_id) or msg["tool_name"],
-                      "status": {"tool_status": "success"}})
+        parts.append(
+            {
+                "part_type": "tool_result",
+                "content_text": text or "",
+                "tool_call_id": call_id,
+                "tool_result_for": call_id,
+                "tool_name": call_names.get(call_id) or msg["tool_name"],
+                "status": {"tool_status": "success"},
+            }
+        )
     elif text:
         parts.append({"part_type": "text", "content_text": text})
     finish = msg.get("finish_reason") if msg["role"] == "assistant" else None
@@ -106,18 +123,39 @@ def expected_parts(msg: dict, call_names: dict) -> list[dict]:
         part.setdefault("tool_result_for", None)
         if "status" not in part:
             part["status"] = {"finish_reason": FINISH.get(finish, finish)} if finish and k == len(parts) - 1 else None
-        part.update(provider_uuid=str(msg["id"]), role=msg["role"], is_compact_summary=summary,
-                    active=False if msg["active"] == 0 else None, compacted=True if msg["compacted"] else None)
+        part.update(
+            provider_uuid=str(msg["id"]),
+            role=msg["role"],
+            is_compact_summary=summary,
+            active=False if msg["active"] == 0 else None,
+            compacted=True if msg["compacted"] else None,
+        )
     return parts
 
 
-PART_KEYS = ("provider_uuid", "role", "part_type", "content_text", "tool_name", "tool_call_id", "tool_args",
-             "tool_result_for", "status", "is_compact_summary", "active", "compacted")
+PART_KEYS = (
+    "provider_uuid",
+    "role",
+    "part_type",
+    "content_text",
+    "tool_name",
+    "tool_call_id",
+    "tool_args",
+    "tool_result_for",
+    "status",
+    "is_compact_summary",
+    "active",
+    "compacted",
+)
 
 
 def our_part(row: dict) -> dict:
     flags = row["attributes"]["hermes"]
-    return {**{k: row.get(k) for k in PART_KEYS[:-2]}, "active": flags.get("active"), "compacted": flags.get("compacted")}
+    return {
+        **{k: row.get(k) for k in PART_KEYS[:-2]},
+        "active": flags.get("active"),
+        "compacted": flags.get("compacted"),
+    }
 
 
 def by_session(table) -> dict[str, list[dict]]:

@@ -46,12 +46,19 @@ def hermes():
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
     cap = capture_fixture(tmp_path_factory.mktemp("v022"))
-    out = {name: [{k: epoch_ms(v) if isinstance(v, dt.datetime) else v for k, v in row.items()}
-                  for row in read_all(cap.warehouse, name)] for name in schemas.DATASETS}
+    out = {
+        name: [
+            {k: epoch_ms(v) if isinstance(v, dt.datetime) else v for k, v in row.items()}
+            for row in read_all(cap.warehouse, name)
+        ]
+        for name in schemas.DATASETS
+    }
     for name in schemas.ANALYTICS:
-        out[name] = [{**row, "_day": path.parent.name[4:]}
-                     for path in sorted((cap.warehouse / name).glob("day=*/part-0.parquet"))
-                     for row in pq.read_table(path).to_pylist()]
+        out[name] = [
+            {**row, "_day": path.parent.name[4:]}
+            for path in sorted((cap.warehouse / name).glob("day=*/part-0.parquet"))
+            for row in pq.read_table(path).to_pylist()
+        ]
     return out
 
 
@@ -60,8 +67,10 @@ def stored():
     """The cells Hermes's readers do not return, straight from the fixture (read-only)."""
     conn = sqlite3.connect(f"file:{store()}?mode=ro&immutable=1", uri=True)
     try:
-        return {(sid, mid): dict(zip(UNREAD_COLUMNS, rest)) for sid, mid, *rest in conn.execute(
-            f"SELECT session_id, id, {', '.join(UNREAD_COLUMNS)} FROM messages")}
+        return {
+            (sid, mid): dict(zip(UNREAD_COLUMNS, rest))
+            for sid, mid, *rest in conn.execute(f"SELECT session_id, id, {', '.join(UNREAD_COLUMNS)} FROM messages")
+        }
     finally:
         conn.close()
 
@@ -80,11 +89,30 @@ def by_session(rows: list[dict]) -> dict[str, list[dict]]:
 
 def test_fixture_holds_every_v022_case(hermes):
     features = manifest()["features"]
-    for needed in ("compaction_in_place_loop", "compaction_rotation_loop", "carried_tail_clone_api",
-                   "handoff_copy_in_child", "publish_compression_child", "archive_and_compact", "undo", "retry",
-                   "rewind_user_turn", "model_only_scaffold", "reaction", "oneshot_z", "oneshot_chat_q", "subagent",
-                   "system_prompt_missing", "system_prompt_shared", "pinned", "hidden", "open_session",
-                   "across_utc_midnight", "parallel_tool_calls", "compressed_summary_flag"):
+    for needed in (
+        "compaction_in_place_loop",
+        "compaction_rotation_loop",
+        "carried_tail_clone_api",
+        "handoff_copy_in_child",
+        "publish_compression_child",
+        "archive_and_compact",
+        "undo",
+        "retry",
+        "rewind_user_turn",
+        "model_only_scaffold",
+        "reaction",
+        "oneshot_z",
+        "oneshot_chat_q",
+        "subagent",
+        "system_prompt_missing",
+        "system_prompt_shared",
+        "pinned",
+        "hidden",
+        "open_session",
+        "across_utc_midnight",
+        "parallel_tool_calls",
+        "compressed_summary_flag",
+    ):
         assert features[needed]["sessions"], needed
     exports = hermes["export_session"]
     rows = [m for e in exports.values() for m in e["messages"]]
@@ -105,7 +133,7 @@ def test_hermes_messages_equal_hermes_export(hermes, captured, stored):
         for msg in export["messages"]:
             row = got.pop((sid, msg["id"]))
             for name, _, _ in schemas.MESSAGE_COLUMNS:
-                want = stored[(sid, msg["id"])][name] if name in UNREAD_COLUMNS else msg[name] if name in msg else None
+                want = stored[(sid, msg["id"])][name] if name in UNREAD_COLUMNS else msg.get(name)
                 if name == "timestamp":
                     want = ms(want)
                 elif name == "_compressed_summary":  # Hermes's reader keeps the flag only when set
@@ -152,8 +180,9 @@ def test_system_prompts_n_of_n(hermes, captured):
 
 
 def test_the_missing_prompt_is_one_counted_warning(tmp_path):
-    from tests.support.project import project_store
     import shutil
+
+    from tests.support.project import project_store
 
     copy = tmp_path / "state.db"
     shutil.copyfile(store(), copy)
@@ -191,8 +220,14 @@ def test_canonical_parts_equal_hermes_export(hermes, captured):
                     part["is_compact_summary"] = True
             want += parts
         rows = [r for r in got.pop(f"hermes-{sid}", []) if r["part_type"] != "status"]
-        ours = [{**{k: r.get(k) for k in PART_KEYS[:-2]}, "active": r["attributes"]["hermes"].get("active"),
-                 "compacted": r["attributes"]["hermes"].get("compacted")} for r in rows]
+        ours = [
+            {
+                **{k: r.get(k) for k in PART_KEYS[:-2]},
+                "active": r["attributes"]["hermes"].get("active"),
+                "compacted": r["attributes"]["hermes"].get("compacted"),
+            }
+            for r in rows
+        ]
         assert ours == want, sid
     assert not got, f"sessions Hermes does not export: {sorted(got)}"
 
@@ -211,13 +246,19 @@ def test_copies_are_generations_of_one_message_as_hermes_identifies_them(hermes,
         head_sid, _, head_mid = row["copy_of"].rpartition("-")
         head = rows[(head_sid, int(head_mid))]
         assert head["copy_of"] is None and head["id"] < mid, (sid, mid)
-        assert (head["message_uid"] == row["message_uid"]
-                or (head["display_identity"] == row["display_identity"] and head_sid in (sid, parents[sid]))
-                or any(r["copy_of"] == row["copy_of"] for r in rows.values() if r is not row)), (sid, mid)
+        assert (
+            head["message_uid"] == row["message_uid"]
+            or (head["display_identity"] == row["display_identity"] and head_sid in (sid, parents[sid]))
+            or any(r["copy_of"] == row["copy_of"] for r in rows.values() if r is not row)
+        ), (sid, mid)
     assert copies >= 20
     for (sid, mid), row in rows.items():
-        later_live = any(r["active"] and r["id"] > mid and (r["copy_of"] or f"{r['session_id']}-{r['id']}") ==
-                         (row["copy_of"] or f"{sid}-{mid}") for r in rows.values())
+        later_live = any(
+            r["active"]
+            and r["id"] > mid
+            and (r["copy_of"] or f"{r['session_id']}-{r['id']}") == (row["copy_of"] or f"{sid}-{mid}")
+            for r in rows.values()
+        )
         assert row["superseded"] == (row["active"] == 0 and later_live), (sid, mid)
     undone = manifest()["features"]["undo"]["messages"]
     assert undone and all(rows_by_mid(rows)[m]["superseded"] is False for m in undone)
@@ -277,7 +318,9 @@ def test_daily_analytics_equal_hermes_count_of_logical_messages_and_tool_calls(h
     for row in captured["hermes_daily_tools"]:
         tools[row["_day"]]["tool_calls"] += row["calls"]
         tools[row["_day"]]["tool_results"] += row["results"]
-    assert {d: v["tool_calls"] for d, v in tools.items()} == {d: v["tool_calls"] for d, v in want.items() if v["tool_calls"]}
+    assert {d: v["tool_calls"] for d, v in tools.items()} == {
+        d: v["tool_calls"] for d, v in want.items() if v["tool_calls"]
+    }
     assert sum(v["tool_results"] for v in tools.values()) == hermes["counts"]["total"]["new_tool_results"]
 
 

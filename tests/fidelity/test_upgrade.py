@@ -32,9 +32,24 @@ from tests.support.skips import unavailable
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "upgrade"
 DAYS = ("2026-06-01", "2026-06-03")
 #: what each dataset's rows are compared on besides their key: the captured content
-GATEWAY_CONTENT = ("session_id", "message_id", "message_index", "message_created_at", "role", "part_type",
-                   "content_text", "tool_name", "tool_call_id", "tool_args", "tool_result_for", "system_text",
-                   "model", "cwd", "provider", "date")
+GATEWAY_CONTENT = (
+    "session_id",
+    "message_id",
+    "message_index",
+    "message_created_at",
+    "role",
+    "part_type",
+    "content_text",
+    "tool_name",
+    "tool_call_id",
+    "tool_args",
+    "tool_result_for",
+    "system_text",
+    "model",
+    "cwd",
+    "provider",
+    "date",
+)
 #: D20 and D21 attributes a schema-31 store adds to a row captured before (nothing else may change)
 ADDED_ATTRIBUTES = {"message_uid", "copy_of", "superseded", "display_kind", "model_only"}
 
@@ -70,8 +85,11 @@ def test_no_row_is_lost_and_no_id_changes(captured):
     before, after, *_ = captured
     for dataset in (SESSIONS, MESSAGES, GATEWAY):
         assert before.keys(dataset) <= after.keys(dataset), dataset
-        flagged = [k for k, r in after.rows[dataset].items()
-                   if (r.get("source_deleted") or '"source_deleted":true' in (r.get("attributes") or ""))]
+        flagged = [
+            k
+            for k, r in after.rows[dataset].items()
+            if (r.get("source_deleted") or '"source_deleted":true' in (r.get("attributes") or ""))
+        ]
         assert flagged == [], f"{dataset}: the upgrade deleted nothing, yet rows are flagged {flagged[:5]}"
     for key, old in before.rows[GATEWAY].items():
         new = after.rows[GATEWAY][key]
@@ -107,7 +125,8 @@ def test_old_sessions_keep_their_prompt_text(captured):
     # Hermes reads the same prompt for every session, old and new
     hermes = oracle("v022", "get_session.json.gz")
     assert {r["id"]: r["system_prompt"] for r in after.rows[SESSIONS].values()} == {
-        sid: s["system_prompt"] for sid, s in hermes.items()}
+        sid: s["system_prompt"] for sid, s in hermes.items()
+    }
     texts = {r["session_id"]: r["system_text"] for r in after.rows[GATEWAY].values()}
     assert texts == {f"hermes-{sid}": s["system_prompt"] for sid, s in hermes.items()}
 
@@ -119,7 +138,8 @@ def test_the_upgraded_stores_rows_are_all_there_as_hermes_counts_them(captured):
     assert len(after.rows[SESSIONS]) == counts["total"]["sessions"] == 10
     # every row Hermes exports (include_inactive: every stored row), each once
     assert sorted((r["session_id"], r["id"]) for r in after.rows[MESSAGES].values()) == sorted(
-        (sid, m["id"]) for sid, e in exports.items() for m in e["messages"])
+        (sid, m["id"]) for sid, e in exports.items() for m in e["messages"]
+    )
     assert len(after.rows[MESSAGES]) == counts["total"]["export_rows"] == 57
     for day, figures in counts["by_day"].items():
         assert sum(r["_day"] == day for r in after.rows[SESSIONS].values()) == figures["sessions"], day
@@ -131,8 +151,9 @@ def test_the_daily_analytics_count_each_logical_message_once(captured):
     """SPEC §11, D20: the 0.19 in-place compaction's re-inserted tail, v0.22's carried tail and
     the rotation's hand-off copies count once; a rewound turn counts (it happened)."""
     *_, warehouse = captured
-    want = logical_counts(oracle("v022", "counts.json"), oracle("v022", "export_session.json.gz"),
-                          oracle("v022", "display.json.gz"))
+    want = logical_counts(
+        oracle("v022", "counts.json"), oracle("v022", "export_session.json.gz"), oracle("v022", "display.json.gz")
+    )
     got = {}
     for path in sorted((warehouse / "hermes_daily_usage").glob("day=*/part-0.parquet")):
         table = pq.read_table(path)

@@ -48,7 +48,7 @@ SHAPES = [
     ("patch", '{"success": true, "diff": "- raise \\"error\\"\\n+ pass"}'),
     ("patch", '{"success": false, "error": "hunk failed"}'),
     ("web_search", '<untrusted_tool_result source="web_search">{"results": []}</untrusted_tool_result>'),
-    ("web_search", 'Error fetching https://example.com'),
+    ("web_search", "Error fetching https://example.com"),
     ("web_extract", '{"status": "failed"}'),
     ("delegate_task", '[{"error": 1}]'),
     (None, '{"output": "x", "exit_code": 1, "error": null}'),
@@ -73,15 +73,22 @@ def test_the_error_rule_is_hermes_own_on_every_tool_result_of_the_small_fixture(
     assert len(results) == 381 and sum(verdicts) == 31  # failed terminal commands, mostly
 
 
-_values = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from(["", "x", "error", "failed"]),
-                    st.text(max_size=8))
-_objects = st.dictionaries(st.sampled_from(["error", "success", "message", "exit_code", "bytes_written", "output",
-                                            "status"]), _values, max_size=4)
+_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from(["", "x", "error", "failed"]), st.text(max_size=8)
+)
+_objects = st.dictionaries(
+    st.sampled_from(["error", "success", "message", "exit_code", "bytes_written", "output", "status"]),
+    _values,
+    max_size=4,
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(tool_name=st.sampled_from(TOOLS), body=st.one_of(_objects.map(json.dumps), st.text(max_size=40)),
-       prefix=st.sampled_from(["", " ", "Error", "\n"]))
+@given(
+    tool_name=st.sampled_from(TOOLS),
+    body=st.one_of(_objects.map(json.dumps), st.text(max_size=40)),
+    prefix=st.sampled_from(["", " ", "Error", "\n"]),
+)
 def test_the_error_rule_is_hermes_own_on_random_results(tool_name, body, prefix):
     content = prefix + body
     try:
@@ -104,11 +111,13 @@ def _gateway(rows):
     from hermes_assets.lib import schemas
 
     attrs_type = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
-    return pa.table({
-        "session_id": pa.array([r[0] for r in rows], pa.string()),
-        "part_type": pa.array([r[1] for r in rows], pa.string()),
-        "attributes": pa.ExtensionArray.from_storage(attrs_type, pa.array([r[2] for r in rows], pa.string())),
-    })
+    return pa.table(
+        {
+            "session_id": pa.array([r[0] for r in rows], pa.string()),
+            "part_type": pa.array([r[1] for r in rows], pa.string()),
+            "attributes": pa.ExtensionArray.from_storage(attrs_type, pa.array([r[2] for r in rows], pa.string())),
+        }
+    )
 
 
 def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_model():
@@ -119,17 +128,38 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     from hermes_assets.lib.analytics import USAGE_INPUTS, daily_usage
     from hermes_assets.lib.warehouse import MESSAGES, SESSIONS
 
-    session = {"store": "/h/state.db", "store_label": None, "id": "s1", "generation": 2, "model": "m",
-               "usage_by_model": None, "api_call_count": 1, "input_tokens": 10, "output_tokens": 2,
-               "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0,
-               "estimated_cost_usd": None, "actual_cost_usd": None, "source_deleted": False}
+    session = {
+        "store": "/h/state.db",
+        "store_label": None,
+        "id": "s1",
+        "generation": 2,
+        "model": "m",
+        "usage_by_model": None,
+        "api_call_count": 1,
+        "input_tokens": 10,
+        "output_tokens": 2,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 0,
+        "estimated_cost_usd": None,
+        "actual_cost_usd": None,
+        "source_deleted": False,
+    }
     sessions = pa.Table.from_pylist([session])
     assert set(sessions.column_names) == set(USAGE_INPUTS[SESSIONS])
-    messages = pa.table({"store": ["/h/state.db"], "session_id": ["s1"], "role": ["assistant"],
-                         "source_deleted": [False], "copy_of": pa.array([None], pa.string())})
+    messages = pa.table(
+        {
+            "store": ["/h/state.db"],
+            "session_id": ["s1"],
+            "role": ["assistant"],
+            "source_deleted": [False],
+            "copy_of": pa.array([None], pa.string()),
+        }
+    )
     assert set(messages.column_names) == set(USAGE_INPUTS[MESSAGES])
-    gateway = _gateway([("hermes-s1.g2", "tool_call", "{}"), ("hermes-s1.g2", "tool_call", "{}"),
-                        ("hermes-s1.g2", "text", "{}")])
+    gateway = _gateway(
+        [("hermes-s1.g2", "tool_call", "{}"), ("hermes-s1.g2", "tool_call", "{}"), ("hermes-s1.g2", "text", "{}")]
+    )
     figures = daily_usage("2026-06-01", sessions, messages, gateway)
     assert figures.table.to_pylist()[0]["tool_calls"] == 2
     assert figures.totals["tool_calls"] == 2 and figures.totals["messages"] == 1

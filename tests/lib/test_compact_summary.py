@@ -75,7 +75,10 @@ CASES = {
     "delimiter alone": _MERGED_SUMMARY_DELIMITER,
     "end marker alone": _SUMMARY_END_MARKER,
     "envelope, multimodal, no summary": MULTIMODAL,
-    "envelope, summary quoted in a second part": [{"type": "text", "text": "see:"}, {"type": "text", "text": standalone()}],
+    "envelope, summary quoted in a second part": [
+        {"type": "text", "text": "see:"},
+        {"type": "text", "text": standalone()},
+    ],
     "envelope, delimiter then plain text": merged(MULTIMODAL, "plain"),
     "malformed envelope": SessionDB._CONTENT_JSON_PREFIX + "[" + standalone(),
     "empty": "",
@@ -92,7 +95,9 @@ def test_flag_agrees_with_hermes_detector(name):
 
 def test_cases_cover_both_answers_and_every_shape():
     stored = {n: SessionDB._encode_content(c) for n, c in CASES.items()}
-    answers = {n: ContextCompressor._is_context_summary_content(SessionDB._decode_content(s)) for n, s in stored.items()}
+    answers = {
+        n: ContextCompressor._is_context_summary_content(SessionDB._decode_content(s)) for n, s in stored.items()
+    }
     assert sum(answers.values()) >= 10 and sum(not a for a in answers.values()) >= 10
     envelopes = [n for n, s in stored.items() if isinstance(s, str) and s.startswith(SessionDB._CONTENT_JSON_PREFIX)]
     assert any(answers[n] for n in envelopes) and any(not answers[n] for n in envelopes)
@@ -103,7 +108,9 @@ def test_our_delimiter_is_hermes_delimiter():
     assert MERGED_SUMMARY_DELIMITER == _MERGED_SUMMARY_DELIMITER
 
 
-@pytest.mark.parametrize("content", ["[CONTEXT COMPACTION] earlier turns were summarised", "[CONTEXT COMPACTION — an older wording"])
+@pytest.mark.parametrize(
+    "content", ["[CONTEXT COMPACTION] earlier turns were summarised", "[CONTEXT COMPACTION — an older wording"]
+)
 def test_spec_prefix_is_wider_than_hermes_0_19_own_list(content):
     """D2 flags any ``[CONTEXT COMPACTION`` start, so summaries of wordings Hermes no
     longer lists (it only knows the current and three historical ones) stay flagged."""
@@ -123,14 +130,19 @@ def test_merged_summary_of_an_in_place_compaction_is_flagged(hermes_db):
     w.msg("s", "assistant", "second answer")
     w.tick()
     summary_row = merged("third question", SUMMARY_PREFIX + "\n" + BODY)
-    w.db.archive_and_compact("s", [
-        {"role": "user", "content": "first question"},
-        {"role": "assistant", "content": "first answer"},
-        {"role": "user", "content": summary_row},
-    ])
+    w.db.archive_and_compact(
+        "s",
+        [
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": summary_row},
+        ],
+    )
     w.msg("s", "assistant", "third answer")
     got = project_store(w.path).session_rows("s")
-    assert [(r["content_text"], r["is_compact_summary"]) for r in got if r["attributes"]["hermes"].get("active") is None] == [
+    assert [
+        (r["content_text"], r["is_compact_summary"]) for r in got if r["attributes"]["hermes"].get("active") is None
+    ] == [
         ("first question", None),
         ("first answer", None),
         (summary_row, True),

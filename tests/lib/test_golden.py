@@ -26,7 +26,7 @@ from tests.support.project import CANONICAL_STORE_PATH
 LOOPBACK = {"localhost", "127.0.0.1", "[::1]"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rendered(fixture: str) -> dict[str, list[str]]:
     store = fixture_store(fixture)
     assert store.is_file(), f"fixture store {store} is missing from the checkout"
@@ -35,7 +35,7 @@ def rendered(fixture: str) -> dict[str, list[str]]:
 
 def _key(line: str) -> str:
     row = json.loads(line)
-    return row.get("part_id") or f'{row.get("session_id", "")}/{row["id"]}'
+    return row.get("part_id") or f"{row.get('session_id', '')}/{row['id']}"
 
 
 def _describe_difference(want: list[str], got: list[str]) -> str:
@@ -94,8 +94,16 @@ def test_oldest_and_upgraded_store_give_the_same_rows_but_usage_by_model():
 # --------------------------------------------------------------------------
 
 #: columns SPEC's decisions change on purpose; each is checked for the documented difference below
-DECISION_COLUMNS = {"tool_name", "tool_args", "is_compact_summary", "provider", "git_branch", "repo_root", "content_text",
-                    "attributes"}
+DECISION_COLUMNS = {
+    "tool_name",
+    "tool_args",
+    "is_compact_summary",
+    "provider",
+    "git_branch",
+    "repo_root",
+    "content_text",
+    "attributes",
+}
 #: attributes.hermes keys we add (D2, D12, D13)
 EXTRA_HERMES_KEYS = {"active", "compacted", "observed", "usage_by_model", "source_deleted"}
 
@@ -177,9 +185,19 @@ def test_parity_decision_columns_differ_only_as_documented(parity_rows):
         assert {k: v for k, v in oh.items() if k not in extra} == hh, pid
         seen |= {f"attributes.hermes.{k}" for k in extra}
     # every documented difference shows up in this store, so the test would notice it vanishing
-    assert seen >= {"tool_name", "tool_args", "is_compact_summary", "content_text", "git_branch", "repo_root",
-                    "provider", "attributes.hermes.active", "attributes.hermes.compacted",
-                    "attributes.hermes.observed", "attributes.hermes.usage_by_model"}
+    assert seen >= {
+        "tool_name",
+        "tool_args",
+        "is_compact_summary",
+        "content_text",
+        "git_branch",
+        "repo_root",
+        "provider",
+        "attributes.hermes.active",
+        "attributes.hermes.compacted",
+        "attributes.hermes.observed",
+        "attributes.hermes.usage_by_model",
+    }
 
 
 def test_parity_rows_hash_the_canonical_store_path(parity_rows):

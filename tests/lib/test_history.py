@@ -13,7 +13,7 @@ NOW_S = START_S + 30 * DAY_S
 
 
 def day(epoch_s: float) -> str:
-    return dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc).date().isoformat()
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).date().isoformat()
 
 
 def test_the_earliest_sane_session_of_every_store(hermes_db, fixture_copy, tmp_path):
@@ -27,7 +27,9 @@ def test_the_earliest_sane_session_of_every_store(hermes_db, fixture_copy, tmp_p
     w.raw_sql("UPDATE sessions SET started_at = 12.5 WHERE id = 'insane'")
     w.session("future", "cli")
     w.raw_sql("UPDATE sessions SET started_at = ? WHERE id = 'future'", (NOW_S + 10 * DAY_S,))
-    assert history.earliest_session_ms(Store(str(w.path)), NOW_S) == int((START_S + DAY_S + 1) * 1000)  # "first": one clock step after at()
+    assert history.earliest_session_ms(Store(str(w.path)), NOW_S) == int(
+        (START_S + DAY_S + 1) * 1000
+    )  # "first": one clock step after at()
     w.session("as-text", "cli")
     w.raw_sql("UPDATE sessions SET started_at = '2026-05-20T23:59:59.5Z' WHERE id = 'as-text'")
     assert day(history.earliest_session_ms(Store(str(w.path)), NOW_S) / 1000) == "2026-05-20"

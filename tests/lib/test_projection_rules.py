@@ -56,7 +56,9 @@ def test_expansion_order_is_reasoning_then_tool_calls_then_body(hermes_db):
     w = hermes_db
     w.session("s", "cli")
     mid = w.msg(
-        "s", "assistant", "done",
+        "s",
+        "assistant",
+        "done",
         reasoning="let me think",
         tool_calls=[openai_call("c1", "terminal", {"cmd": "ls"}), openai_call("c2", "read_file", {"path": "a.py"})],
     )
@@ -82,7 +84,7 @@ def test_message_id_part_id_and_provider_uuid_format(hermes_db):
     assert len(got) == 4
     for r in got[:-1]:
         assert re.fullmatch(r"hermes-20260601_090001_abc123-(\d+)-(\d+)", r["message_id"])
-        mid, k = r["message_id"].rsplit("-", 2)[1:]
+        mid, _k = r["message_id"].rsplit("-", 2)[1:]
         assert r["provider_uuid"] == mid
         assert r["part_id"] == r["message_id"] + "#0" and r["part_index"] == 0
     end = got[-1]
@@ -157,8 +159,13 @@ def test_carrier_rule_usage_and_finish_reason_only_on_last_part(hermes_db):
     w = hermes_db
     w.session("s", "cli")
     mid = w.msg(
-        "s", "assistant", "answer", reasoning="hmm", tool_calls=[openai_call("c", "t", {})],
-        token_count=42, finish_reason="end_turn",
+        "s",
+        "assistant",
+        "answer",
+        reasoning="hmm",
+        tool_calls=[openai_call("c", "t", {})],
+        token_count=42,
+        finish_reason="end_turn",
     )
     got = project(w).session_rows("s")
     assert [r["attributes"].get("usage") for r in got] == [None, None, {"total_tokens": 42}]
@@ -177,13 +184,27 @@ def test_message_without_token_count_carries_no_usage(hermes_db):
 
 @pytest.mark.parametrize(
     "stored, mapped",
-    [("end_turn", "stop"), ("stop_sequence", "stop"), ("max_tokens", "length"), ("pause_turn", "pause"),
-     ("stop", "stop"), ("tool_calls", "tool_calls"), ("length", "length"), ("content_filter", "content_filter")],
+    [
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("max_tokens", "length"),
+        ("pause_turn", "pause"),
+        ("stop", "stop"),
+        ("tool_calls", "tool_calls"),
+        ("length", "length"),
+        ("content_filter", "content_filter"),
+    ],
 )
 def test_finish_reason_mapping(hermes_db, stored, mapped):
     w = hermes_db
     w.session("s", "cli")
-    w.msg("s", "assistant", None, tool_calls=[openai_call("c1", "t", {}), openai_call("c2", "t", {})], finish_reason=stored)
+    w.msg(
+        "s",
+        "assistant",
+        None,
+        tool_calls=[openai_call("c1", "t", {}), openai_call("c2", "t", {})],
+        finish_reason=stored,
+    )
     got = project(w).session_rows("s")
     assert [r["status"] for r in got] == [None, {"finish_reason": mapped}]
 
@@ -208,9 +229,19 @@ def test_session_end_row(hermes_db):
     w.session("s", "cli", model="m1")
     w.msg("s", "user", "q")
     w.msg("s", "assistant", "a")
-    w.db.update_token_counts("s", input_tokens=100, output_tokens=20, cache_read_tokens=5, cache_write_tokens=3,
-                             reasoning_tokens=2, estimated_cost_usd=0.25, api_call_count=1, model="m1",
-                             billing_provider="anthropic", billing_base_url="https://api.anthropic.com")
+    w.db.update_token_counts(
+        "s",
+        input_tokens=100,
+        output_tokens=20,
+        cache_read_tokens=5,
+        cache_write_tokens=3,
+        reasoning_tokens=2,
+        estimated_cost_usd=0.25,
+        api_call_count=1,
+        model="m1",
+        billing_provider="anthropic",
+        billing_base_url="https://api.anthropic.com",
+    )
     w.tick(DAY_S)  # ends on the next UTC day
     ended_at = w.end("s", "cli_close")
     got = project(w).session_rows("s")
@@ -226,8 +257,13 @@ def test_session_end_row(hermes_db):
     assert hermes["estimated_cost_usd"] == 0.25 and hermes["api_call_count"] == 1
     assert "actual_cost_usd" not in hermes  # NULL: omitted
     assert hermes["source"] == "cli"
-    assert end["attributes"]["usage"] == {"input_tokens": 100, "output_tokens": 20, "cache_read_tokens": 5,
-                                          "cache_write_tokens": 3, "reasoning_tokens": 2}
+    assert end["attributes"]["usage"] == {
+        "input_tokens": 100,
+        "output_tokens": 20,
+        "cache_read_tokens": 5,
+        "cache_write_tokens": 3,
+        "reasoning_tokens": 2,
+    }
     assert all("session_end" not in r["attributes"]["hermes"] for r in got[:-1])
 
 
@@ -236,13 +272,28 @@ def test_end_row_carries_the_current_totals_after_a_post_end_update(hermes_db):
     w = hermes_db
     w.session("s", "cli")
     w.msg("s", "user", "q")
-    w.db.update_token_counts("s", input_tokens=10, output_tokens=1, api_call_count=1, estimated_cost_usd=0.5,
-                             model="m", billing_provider="openrouter")
+    w.db.update_token_counts(
+        "s",
+        input_tokens=10,
+        output_tokens=1,
+        api_call_count=1,
+        estimated_cost_usd=0.5,
+        model="m",
+        billing_provider="openrouter",
+    )
     w.end("s")
     first = project(w).session_rows("s")[-1]["attributes"]
     w.tick()
-    w.db.update_token_counts("s", input_tokens=90, output_tokens=9, api_call_count=2, estimated_cost_usd=1.0,
-                             actual_cost_usd=1.25, model="m", billing_provider="openrouter")
+    w.db.update_token_counts(
+        "s",
+        input_tokens=90,
+        output_tokens=9,
+        api_call_count=2,
+        estimated_cost_usd=1.0,
+        actual_cost_usd=1.25,
+        model="m",
+        billing_provider="openrouter",
+    )
     now = project(w).session_rows("s")[-1]["attributes"]
     assert first["usage"]["input_tokens"] == 10 and first["hermes"]["api_call_count"] == 1
     assert now["usage"]["input_tokens"] == 100 and now["usage"]["output_tokens"] == 10
@@ -287,29 +338,71 @@ def test_usage_by_model_rides_the_end_row_and_hermes_sessions(hermes_db):
     w = hermes_db
     w.session("s", "cli")
     w.msg("s", "user", "q")
-    w.db.update_token_counts("s", input_tokens=10, output_tokens=2, api_call_count=1, estimated_cost_usd=2.0,
-                             model="claude", billing_provider="anthropic", billing_base_url="https://api.anthropic.com")
+    w.db.update_token_counts(
+        "s",
+        input_tokens=10,
+        output_tokens=2,
+        api_call_count=1,
+        estimated_cost_usd=2.0,
+        model="claude",
+        billing_provider="anthropic",
+        billing_base_url="https://api.anthropic.com",
+    )
     w.tick()
-    w.db.update_token_counts("s", input_tokens=5, output_tokens=1, api_call_count=1, estimated_cost_usd=0.5,
-                             model="gpt", billing_provider="openrouter", billing_base_url="https://openrouter.ai/api/v1")
+    w.db.update_token_counts(
+        "s",
+        input_tokens=5,
+        output_tokens=1,
+        api_call_count=1,
+        estimated_cost_usd=0.5,
+        model="gpt",
+        billing_provider="openrouter",
+        billing_base_url="https://openrouter.ai/api/v1",
+    )
     w.tick()
     w.db.record_auxiliary_usage("s", "title_generation", model="small", billing_provider="openrouter", input_tokens=3)
     w.tick()
-    w.db.update_token_counts("s", input_tokens=1, api_call_count=1, model="claude", billing_provider="anthropic",
-                             billing_base_url="https://api.anthropic.com")
+    w.db.update_token_counts(
+        "s",
+        input_tokens=1,
+        api_call_count=1,
+        model="claude",
+        billing_provider="anthropic",
+        billing_base_url="https://api.anthropic.com",
+    )
     w.end("s")
     proj = project(w)
     models = proj.session_rows("s")[-1]["attributes"]["hermes"]["usage_by_model"]
     assert [(u["model"], u["task"], u["api_call_count"], u["input_tokens"]) for u in models] == [
-        ("claude", "", 2, 11), ("gpt", "", 1, 5), ("small", "title_generation", 1, 3)
+        ("claude", "", 2, 11),
+        ("gpt", "", 1, 5),
+        ("small", "title_generation", 1, 3),
     ]
     first_seen = [u["first_seen"] for u in models]
     assert first_seen == sorted(first_seen)
     assert models[0]["last_seen"] > models[0]["first_seen"]
-    assert set(models[0]) == {c for c in (
-        "model", "billing_provider", "billing_base_url", "billing_mode", "task", "api_call_count", "input_tokens",
-        "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "estimated_cost_usd",
-        "actual_cost_usd", "cost_status", "cost_source", "first_seen", "last_seen")}
+    assert set(models[0]) == {
+        c
+        for c in (
+            "model",
+            "billing_provider",
+            "billing_base_url",
+            "billing_mode",
+            "task",
+            "api_call_count",
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "estimated_cost_usd",
+            "actual_cost_usd",
+            "cost_status",
+            "cost_source",
+            "first_seen",
+            "last_seen",
+        )
+    }
     assert models[0]["estimated_cost_usd"] == 2 and isinstance(models[0]["estimated_cost_usd"], int)  # 2.0 -> 2
     (session,) = [r for r in rows(proj.sessions) if r["id"] == "s"]
     assert session["usage_by_model"] == models
@@ -334,9 +427,14 @@ def test_no_usage_by_model_without_usage_rows(hermes_db):
 def test_tool_call_rows_read_the_openai_shape(hermes_db):
     w = hermes_db
     w.session("s", "cli")
-    w.msg("s", "assistant", None, tool_calls=[
-        openai_call("call_1", "terminal", {"command": "pytest -q", "timeout": 300}, response_item_id="fc_1"),
-    ])
+    w.msg(
+        "s",
+        "assistant",
+        None,
+        tool_calls=[
+            openai_call("call_1", "terminal", {"command": "pytest -q", "timeout": 300}, response_item_id="fc_1"),
+        ],
+    )
     (row,) = project(w).session_rows("s")
     assert (row["part_type"], row["tool_name"], row["tool_call_id"]) == ("tool_call", "terminal", "call_1")
     assert row["tool_args"] == {"command": "pytest -q", "timeout": 300}
@@ -346,11 +444,16 @@ def test_tool_call_rows_read_the_openai_shape(hermes_db):
 def test_tool_call_rows_read_the_legacy_flat_shape(hermes_db):
     w = hermes_db
     w.session("s", "cli")
-    w.msg("s", "assistant", None, tool_calls=[
-        flat_call("search_files", {"pattern": "TODO"}),
-        flat_call("read_file", '{"path": "a.py"}', call_id="c2"),
-        {"name": "patch", "input": {"diff": "-a\n+b"}},
-    ])
+    w.msg(
+        "s",
+        "assistant",
+        None,
+        tool_calls=[
+            flat_call("search_files", {"pattern": "TODO"}),
+            flat_call("read_file", '{"path": "a.py"}', call_id="c2"),
+            {"name": "patch", "input": {"diff": "-a\n+b"}},
+        ],
+    )
     got = project(w).session_rows("s")
     assert [(r["tool_name"], r["tool_call_id"], r["tool_args"]) for r in got] == [
         ("search_files", None, {"pattern": "TODO"}),
@@ -423,8 +526,12 @@ def test_malformed_tool_calls_yield_no_tool_parts_keep_the_body_and_are_counted(
     w.raw_sql("UPDATE messages SET tool_calls = ? WHERE id = ?", ('[{"id": "c", "function": {"name": "t"', bad))
     proj = project(w)
     got = proj.session_rows("s")
-    assert parts(got) == [("text", "text", "q"), ("text", "text", "body survives"),
-                          ("tool_call", "tool_use", None), ("text", "text", "next")]
+    assert parts(got) == [
+        ("text", "text", "q"),
+        ("text", "text", "body survives"),
+        ("tool_call", "tool_use", None),
+        ("text", "text", "next"),
+    ]
     assert [r["message_index"] for r in got] == [0, 1, 2, 3]
     assert proj.tally.counts[errors.BAD_TOOL_CALLS] == 1
     (sample,) = [s for s in proj.tally.samples if s.error_kind == errors.BAD_TOOL_CALLS]
@@ -477,7 +584,7 @@ def test_malformed_envelope_keeps_raw_text_keeps_its_part_and_is_counted(hermes_
     w = hermes_db
     w.session("s", "cli")
     mid = w.msg("s", "user", "placeholder")
-    w.raw_sql("UPDATE messages SET content = char(0) || 'json:[{\"type\": \"text\", \"te' WHERE id = ?", (mid,))
+    w.raw_sql('UPDATE messages SET content = char(0) || \'json:[{"type": "text", "te\' WHERE id = ?', (mid,))
     proj = project(w)
     (row,) = proj.session_rows("s")
     assert row["content_text"] == '\x00json:[{"type": "text", "te'
@@ -506,7 +613,10 @@ def test_envelope_surrogate_escapes_become_replacement_characters(hermes_db):
         ("see data:image/png;base64,iVBORw0KGgoAAAANSUhEUg== ok", f"see data:image/png;base64,{STRIPPED} ok"),
         ("data:;base64,AAAA", f"data:application/octet-stream;base64,{STRIPPED}"),
         ('{"url": "data:audio/wav;base64,UklGRg+/="}', f'{{"url": "data:audio/wav;base64,{STRIPPED}"}}'),
-        ("two data:a/b;base64,AA and data:c/d;base64,BB", f"two data:a/b;base64,{STRIPPED} and data:c/d;base64,{STRIPPED}"),
+        (
+            "two data:a/b;base64,AA and data:c/d;base64,BB",
+            f"two data:a/b;base64,{STRIPPED} and data:c/d;base64,{STRIPPED}",
+        ),
         ("data:text/plain,not base64", "data:text/plain,not base64"),
     ],
 )
@@ -597,8 +707,14 @@ def test_reasoning_content_is_the_fallback_for_empty_reasoning(hermes_db, reason
 def test_session_level_columns_on_every_row(hermes_db):
     w = hermes_db
     w.session("parent", "cli")
-    w.session("child", "subagent", model="claude-x", system_prompt="You are Hermes.", parent_session_id="parent",
-              cwd="/work/repo")
+    w.session(
+        "child",
+        "subagent",
+        model="claude-x",
+        system_prompt="You are Hermes.",
+        parent_session_id="parent",
+        cwd="/work/repo",
+    )
     started = w.now
     w.msg("child", "user", "q")
     w.msg("child", "assistant", "a")
@@ -608,15 +724,47 @@ def test_session_level_columns_on_every_row(hermes_db):
     store_hash = hashlib.sha256(str(w.path).encode()).hexdigest()[:16]
     for r in got:
         assert (r["gateway_id"], r["schema_version"], r["conversation_source"], r["client_name"]) == (
-            "hypaware-local", 7, "hermes", "hermes")
+            "hypaware-local",
+            7,
+            "hermes",
+            "hermes",
+        )
         assert r["session_id"] == "hermes-child" and r["parent_thread_id"] == "hermes-parent"
-        assert (r["model"], r["system_text"], r["entrypoint"], r["cwd"]) == ("claude-x", "You are Hermes.", "subagent", "/work/repo")
+        assert (r["model"], r["system_text"], r["entrypoint"], r["cwd"]) == (
+            "claude-x",
+            "You are Hermes.",
+            "subagent",
+            "/work/repo",
+        )
         assert r["conversation_started_at"] == epoch_ms(started)
         assert r["attributes"]["client"] == {"name": "hermes"}
-        assert r["attributes"]["gateway"] == {"source": "backfill", "source_path_hash": store_hash, "native_id": "child"}
-        for col in ("conversation_id", "user_id", "tools", "head_sha", "client_version", "user_type", "permission_mode",
-                    "is_sidechain", "agent_id", "parent_uuid", "request_id", "prompt_id", "provider_type", "caller_type",
-                    "thinking_signature", "attachment_type", "hook_event", "is_error", "compact_metadata", "raw_frame"):
+        assert r["attributes"]["gateway"] == {
+            "source": "backfill",
+            "source_path_hash": store_hash,
+            "native_id": "child",
+        }
+        for col in (
+            "conversation_id",
+            "user_id",
+            "tools",
+            "head_sha",
+            "client_version",
+            "user_type",
+            "permission_mode",
+            "is_sidechain",
+            "agent_id",
+            "parent_uuid",
+            "request_id",
+            "prompt_id",
+            "provider_type",
+            "caller_type",
+            "thinking_signature",
+            "attachment_type",
+            "hook_event",
+            "is_error",
+            "compact_metadata",
+            "raw_frame",
+        ):
             assert r[col] is None, col
     assert proj.session_rows("parent") == []
 
@@ -766,7 +914,12 @@ def test_provider_normalization(base_url, billing_provider, want):
 
 @pytest.mark.parametrize(
     "base_url, billing_provider",
-    [(None, "hermes"), ("http://localhost:8080", "hermes"), ("http://hermes:8080/v1", None), ("http://HERMES/v1", "custom")],
+    [
+        (None, "hermes"),
+        ("http://localhost:8080", "hermes"),
+        ("http://hermes:8080/v1", None),
+        ("http://HERMES/v1", "custom"),
+    ],
 )
 def test_provider_is_never_hermes(base_url, billing_provider):
     assert normalize_provider(base_url, billing_provider) != "hermes"
@@ -818,13 +971,24 @@ def test_git_branch_and_repo_root_come_from_hermes_first(hermes_db):
     w.msg("no_cwd", "user", "q")
     git = FakeGit(
         toplevels={"/work/repo/sub": "/WRONG", "/work/other": "/work/other"},
-        remotes={"/work/repo/sub": "https://user:s3cret@github.com/a/repo.git", "/work/other": "git@github.com:a/other.git"},
+        remotes={
+            "/work/repo/sub": "https://user:s3cret@github.com/a/repo.git",
+            "/work/other": "git@github.com:a/other.git",
+        },
     )
     proj = project(w, ctx=default_ctx(git=git))
     (rec,) = proj.session_rows("recorded")
-    assert (rec["git_branch"], rec["repo_root"], rec["git_remote"]) == ("feat/x", "/work/repo", "https://github.com/a/repo.git")
+    assert (rec["git_branch"], rec["repo_root"], rec["git_remote"]) == (
+        "feat/x",
+        "/work/repo",
+        "https://github.com/a/repo.git",
+    )
     (look,) = proj.session_rows("looked_up")
-    assert (look["git_branch"], look["repo_root"], look["git_remote"]) == (None, "/work/other", "git@github.com:a/other.git")
+    assert (look["git_branch"], look["repo_root"], look["git_remote"]) == (
+        None,
+        "/work/other",
+        "git@github.com:a/other.git",
+    )
     (nocwd,) = proj.session_rows("no_cwd")
     assert (nocwd["repo_root"], nocwd["git_remote"]) == (None, None)
     assert ("/work/repo/sub", "--show-toplevel") not in git.calls  # Hermes recorded it
@@ -864,10 +1028,17 @@ def test_rewound_rows_are_flagged_inactive(hermes_db):
     w.msg("s", "user", "new question")
     proj = project(w)
     got = proj.session_rows("s")
-    flags = [(r["content_text"], r["attributes"]["hermes"].get("active"), r["attributes"]["hermes"].get("compacted"))
-             for r in got]
-    assert flags == [("keep", None, None), ("kept answer", None, None), ("take back", False, None),
-                     ("undone answer", False, None), ("new question", None, None)]
+    flags = [
+        (r["content_text"], r["attributes"]["hermes"].get("active"), r["attributes"]["hermes"].get("compacted"))
+        for r in got
+    ]
+    assert flags == [
+        ("keep", None, None),
+        ("kept answer", None, None),
+        ("take back", False, None),
+        ("undone answer", False, None),
+        ("new question", None, None),
+    ]
     assert [r["message_index"] for r in got] == list(range(5))
     raw = {r["id"]: r for r in rows(proj.messages)}
     assert raw[target]["active"] == 0 and raw[keep]["active"] == 1 and len(raw) == 5  # inactive rows included
@@ -881,14 +1052,24 @@ def test_compaction_archives_rows_and_flags_the_summary(hermes_db, summary):
     w.msg("s", "user", "old question")
     w.msg("s", "assistant", "old answer")
     w.tick()
-    w.db.archive_and_compact("s", [
-        {"role": "user", "content": summary},
-        {"role": "assistant", "content": "old answer"},  # the retained tail, written again
-    ])
+    w.db.archive_and_compact(
+        "s",
+        [
+            {"role": "user", "content": summary},
+            {"role": "assistant", "content": "old answer"},  # the retained tail, written again
+        ],
+    )
     w.msg("s", "user", "next")
     got = project(w).session_rows("s")
-    assert [(r["content_text"], r["attributes"]["hermes"].get("active"), r["attributes"]["hermes"].get("compacted"),
-             r["is_compact_summary"]) for r in got] == [
+    assert [
+        (
+            r["content_text"],
+            r["attributes"]["hermes"].get("active"),
+            r["attributes"]["hermes"].get("compacted"),
+            r["is_compact_summary"],
+        )
+        for r in got
+    ] == [
         ("old question", False, True, None),
         ("old answer", False, True, None),
         (summary, None, None, True),
@@ -948,8 +1129,12 @@ def test_json_columns_are_compact_raw_utf8_with_integral_floats_as_integers(herm
     w = hermes_db
     w.session("s", "telegram")
     w.db.update_session_cwd("s", "/home/ü/проект")
-    w.msg("s", "assistant", None, tool_calls=[openai_call("c", "t", '{"n": 2.0, "f": 0.5, "e": 1e2, "s": "é 中文 🚀"}')])
-    w.db.update_token_counts("s", input_tokens=1, api_call_count=1, estimated_cost_usd=3.0, model="m", billing_provider="x")
+    w.msg(
+        "s", "assistant", None, tool_calls=[openai_call("c", "t", '{"n": 2.0, "f": 0.5, "e": 1e2, "s": "é 中文 🚀"}')]
+    )
+    w.db.update_token_counts(
+        "s", input_tokens=1, api_call_count=1, estimated_cost_usd=3.0, model="m", billing_provider="x"
+    )
     w.end("s")
     proj = project(w)
     (args,) = [t for t in text_rows(proj.gateway, "tool_args", "hermes-s") if t]
@@ -1059,14 +1244,16 @@ def test_hostile_cells_are_isolated_counted_and_never_stop_other_rows(hermes_db)
 
     def conversation(sid, source="cli"):
         w.session(sid, source)
-        ids = [w.msg(sid, "user", f"{sid} q"),
-               w.msg(sid, "assistant", f"{sid} a", tool_calls=[openai_call(f"{sid}-c", "terminal", {"x": 1})]),
-               w.msg(sid, "tool", f"{sid} out", tool_call_id=f"{sid}-c"),
-               w.msg(sid, "assistant", f"{sid} done")]
+        ids = [
+            w.msg(sid, "user", f"{sid} q"),
+            w.msg(sid, "assistant", f"{sid} a", tool_calls=[openai_call(f"{sid}-c", "terminal", {"x": 1})]),
+            w.msg(sid, "tool", f"{sid} out", tool_call_id=f"{sid}-c"),
+            w.msg(sid, "assistant", f"{sid} done"),
+        ]
         w.end(sid)
         return ids
 
-    clean = conversation("clean")
+    conversation("clean")
     hostile = {sid: conversation(sid) for sid in ("h1", "h2", "h3", "h4", "h5", "h6")}
     before = project(w)
     clean_rows = before.session_rows("clean")
@@ -1092,8 +1279,12 @@ def test_hostile_cells_are_isolated_counted_and_never_stop_other_rows(hermes_db)
     assert counts[errors.BAD_TEXT] == 2 and counts[errors.BAD_ENVELOPE] == 1
     where = {(s.error_kind, s.session_id, s.mid) for s in after.tally.samples}
     assert where == {
-        ("bad_tool_calls", "h1", h["h1"][1]), ("bad_timestamp", "h2", h["h2"][0]), ("bad_text", "h3", h["h3"][2]),
-        ("bad_text", "h4", h["h4"][0]), ("bad_envelope", "h5", h["h5"][3]), ("bad_timestamp", "h6", h["h6"][3]),
+        ("bad_tool_calls", "h1", h["h1"][1]),
+        ("bad_timestamp", "h2", h["h2"][0]),
+        ("bad_text", "h3", h["h3"][2]),
+        ("bad_text", "h4", h["h4"][0]),
+        ("bad_envelope", "h5", h["h5"][3]),
+        ("bad_timestamp", "h6", h["h6"][3]),
     }
     h3_result = after.session_rows("h3")[3]
     assert h3_result["part_type"] == "tool_result" and "\ufffd" in h3_result["content_text"]
@@ -1102,11 +1293,26 @@ def test_hostile_cells_are_isolated_counted_and_never_stop_other_rows(hermes_db)
 def test_hermes_messages_rows_keep_every_column_typed(hermes_db):
     w = hermes_db
     w.session("s", "cli")
-    mid = w.msg("s", "assistant", "a", token_count=3, finish_reason="stop", reasoning="r",
-                tool_calls=[openai_call("c", "t", {})], platform_message_id="pm-1", effect_disposition="applied")
+    mid = w.msg(
+        "s",
+        "assistant",
+        "a",
+        token_count=3,
+        finish_reason="stop",
+        reasoning="r",
+        tool_calls=[openai_call("c", "t", {})],
+        platform_message_id="pm-1",
+        effect_disposition="applied",
+    )
     proj = project(w)
     (raw,) = rows(proj.messages)
-    assert (raw["id"], raw["session_id"], raw["role"], raw["content"], raw["token_count"]) == (mid, "s", "assistant", "a", 3)
+    assert (raw["id"], raw["session_id"], raw["role"], raw["content"], raw["token_count"]) == (
+        mid,
+        "s",
+        "assistant",
+        "a",
+        3,
+    )
     assert json.loads(raw["tool_calls"])[0]["id"] == "c"
     assert (raw["platform_message_id"], raw["effect_disposition"], raw["reasoning"]) == ("pm-1", "applied", "r")
     assert (raw["store"], raw["store_label"], raw["profile"], raw["source_deleted"]) == (str(w.path), "", None, False)
@@ -1114,15 +1320,28 @@ def test_hermes_messages_rows_keep_every_column_typed(hermes_db):
     assert proj.messages.schema.field("timestamp").type.unit == "ms"
 
 
-@pytest.mark.parametrize("column, role", [("content", "user"), ("content", "assistant"), ("content", "tool"),
-                                          ("reasoning", "assistant"), ("reasoning_content", "assistant")])
+@pytest.mark.parametrize(
+    "column, role",
+    [
+        ("content", "user"),
+        ("content", "assistant"),
+        ("content", "tool"),
+        ("reasoning", "assistant"),
+        ("reasoning_content", "assistant"),
+    ],
+)
 def test_invalid_utf8_cell_still_yields_its_part_with_replacement_characters(hermes_db, column, role):
     """SPEC §1 "Text", §9: a cell that is not valid UTF-8 is decoded with U+FFFD, counted,
     and its row is still written (the reader hands it over as a ``str`` subclass)."""
     w = hermes_db
     w.session("s", "cli")
-    mid = w.msg("s", role, "placeholder", tool_call_id="c" if role == "tool" else None,
-                reasoning_content="placeholder" if column == "reasoning_content" else None)
+    mid = w.msg(
+        "s",
+        role,
+        "placeholder",
+        tool_call_id="c" if role == "tool" else None,
+        reasoning_content="placeholder" if column == "reasoning_content" else None,
+    )
     w.raw_sql(f"UPDATE messages SET {column} = CAST(x'4f4bff21' AS TEXT) WHERE id = ?", (mid,))
     proj = project(w)
     texts = [r["content_text"] for r in proj.session_rows("s")]
@@ -1132,7 +1351,9 @@ def test_invalid_utf8_cell_still_yields_its_part_with_replacement_characters(her
     if column == "content":  # hermes_messages.content_text is the decoded content (SPEC §4)
         assert raw["content_text"] == "OK\ufffd!"
     assert proj.tally.counts[errors.BAD_TEXT] == 1
-    assert [(s.session_id, s.mid, s.column) for s in proj.tally.samples if s.error_kind == "bad_text"] == [("s", mid, column)]
+    assert [(s.session_id, s.mid, s.column) for s in proj.tally.samples if s.error_kind == "bad_text"] == [
+        ("s", mid, column)
+    ]
 
 
 def test_usage_by_model_ties_on_first_seen_are_ordered_by_model_then_route(hermes_db):
@@ -1146,7 +1367,9 @@ def test_usage_by_model_ties_on_first_seen_are_ordered_by_model_then_route(herme
     models = end["attributes"]["hermes"]["usage_by_model"]
     assert len({u["first_seen"] for u in models}) == 1
     assert [(u["model"], u["billing_provider"]) for u in models] == [
-        ("alpha", "anthropic"), ("alpha", "openrouter"), ("zeta", "openrouter")
+        ("alpha", "anthropic"),
+        ("alpha", "openrouter"),
+        ("zeta", "openrouter"),
     ]
 
 
@@ -1167,15 +1390,19 @@ def test_deeply_nested_json_cells_never_fail_the_projection(hermes_db, depth):
     call = w.msg("s", "assistant", "body", tool_calls=[openai_call("c", "t", {})])
     nested = "[" * depth + "]" * depth
     w.raw_sql("UPDATE messages SET content = char(0) || 'json:' || ? WHERE id = ?", (nested, user))
-    w.raw_sql("UPDATE messages SET tool_calls = ? WHERE id = ?", ('[{"id": "c", "function": {"name": "t", "arguments": '
-                                                                   + json.dumps(nested) + "}}]", call))
+    w.raw_sql(
+        "UPDATE messages SET tool_calls = ? WHERE id = ?",
+        ('[{"id": "c", "function": {"name": "t", "arguments": ' + json.dumps(nested) + "}}]", call),
+    )
     proj = project(w)
     got = proj.session_rows("s")
     assert [r["part_type"] for r in got] == ["text", "tool_call", "text"]
     assert len(rows(proj.messages)) == 2
 
 
-@pytest.mark.parametrize("sid", ['api-"quoted"', "back\\slash", "tab\there", "ünï-çødé 中文", "api-0123456789abcdef", "1234"])
+@pytest.mark.parametrize(
+    "sid", ['api-"quoted"', "back\\slash", "tab\there", "ünï-çødé 中文", "api-0123456789abcdef", "1234"]
+)
 def test_ids_with_json_special_characters_chain_correctly(hermes_db, sid):
     """API-server sids are any string a client sends: ids and the JSON chain must survive it."""
     w = hermes_db
@@ -1185,8 +1412,12 @@ def test_ids_with_json_special_characters_chain_correctly(hermes_db, sid):
     w.end(sid)
     proj = project_store(w.path, store=Store(str(w.path), label='lab"el'))
     got = proj.session_rows(sid, label='lab"el')
-    assert [r["message_id"] for r in got] == [f'hermes-lab"el:{sid}-{a}-0', f'hermes-lab"el:{sid}-{b}-0',
-                                              f'hermes-lab"el:{sid}-{b}-1', f'hermes-lab"el:{sid}-session_end']
+    assert [r["message_id"] for r in got] == [
+        f'hermes-lab"el:{sid}-{a}-0',
+        f'hermes-lab"el:{sid}-{b}-0',
+        f'hermes-lab"el:{sid}-{b}-1',
+        f'hermes-lab"el:{sid}-session_end',
+    ]
     assert got[0]["previous_message_id"] == []
     for prev, row in zip(got, got[1:]):
         assert row["previous_message_id"] == [prev["message_id"]]

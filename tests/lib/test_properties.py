@@ -32,10 +32,18 @@ FINISH = [None, "stop", "end_turn", "max_tokens", "tool_calls", "pause_turn"]
 
 text = st.one_of(
     st.text(st.characters(blacklist_categories=("Cs",)), max_size=24),
-    st.sampled_from([
-        "", "   ", "[CONTEXT COMPACTION] summary", "[CONTEXT SUMMARY]: old", "héllo 中文 🚀 مرحبا",
-        "img data:image/png;base64,iVBORw0KGgo=", "nul\x00inside", "\x00json:not an envelope",
-    ]),
+    st.sampled_from(
+        [
+            "",
+            "   ",
+            "[CONTEXT COMPACTION] summary",
+            "[CONTEXT SUMMARY]: old",
+            "héllo 中文 🚀 مرحبا",
+            "img data:image/png;base64,iVBORw0KGgo=",
+            "nul\x00inside",
+            "\x00json:not an envelope",
+        ]
+    ),
 )
 # Hermes scrubs lone surrogates from text it stores; envelopes and tool calls keep them as \u escapes
 surrogate_text = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2)
@@ -52,27 +60,38 @@ content = st.one_of(
     ),
 )
 args = st.one_of(
-    st.dictionaries(st.sampled_from(["cmd", "path", "n", "ü"]), st.one_of(text, st.integers(), st.floats(allow_nan=False, allow_infinity=False)), max_size=3),
+    st.dictionaries(
+        st.sampled_from(["cmd", "path", "n", "ü"]),
+        st.one_of(text, st.integers(), st.floats(allow_nan=False, allow_infinity=False)),
+        max_size=3,
+    ),
     text,
     st.none(),
 )
 call_id = st.one_of(st.none(), st.sampled_from(["c1", "c2", "c3", "call_x"]))
 tool_call = st.one_of(
-    st.builds(lambda i, n, a: openai_call(i, n, a if a is not None else {}), call_id, st.sampled_from(["terminal", "read_file", "ü_tool"]), args),
+    st.builds(
+        lambda i, n, a: openai_call(i, n, a if a is not None else {}),
+        call_id,
+        st.sampled_from(["terminal", "read_file", "ü_tool"]),
+        args,
+    ),
     st.builds(lambda i, n, a: flat_call(n, a, i), call_id, st.sampled_from(["search_files", "patch"]), args),
 )
-message = st.fixed_dictionaries({
-    "role": st.sampled_from(ROLES),
-    "content": content,
-    "tool_calls": st.lists(tool_call, max_size=3),
-    "tool_call_id": call_id,
-    "tool_name": st.one_of(st.none(), st.sampled_from(["terminal", "web_search"])),
-    "reasoning": st.one_of(st.none(), text),
-    "reasoning_content": st.one_of(st.none(), text),
-    "finish_reason": st.sampled_from(FINISH),
-    "token_count": st.one_of(st.none(), st.integers(0, 10**6)),
-    "observed": st.booleans(),
-})
+message = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(ROLES),
+        "content": content,
+        "tool_calls": st.lists(tool_call, max_size=3),
+        "tool_call_id": call_id,
+        "tool_name": st.one_of(st.none(), st.sampled_from(["terminal", "web_search"])),
+        "reasoning": st.one_of(st.none(), text),
+        "reasoning_content": st.one_of(st.none(), text),
+        "finish_reason": st.sampled_from(FINISH),
+        "token_count": st.one_of(st.none(), st.integers(0, 10**6)),
+        "observed": st.booleans(),
+    }
+)
 target = st.integers(0, 1000)
 new_session = st.tuples(st.just("session"), st.sampled_from(SOURCES), st.booleans())
 add_message = st.tuples(st.just("msg"), target, message)
@@ -95,7 +114,9 @@ operation = st.integers(0, 2 * len(other_operations) - 1).flatmap(
 
 def _append(w: HermesWriter, sid: str, m: dict) -> None:
     w.msg(
-        sid, m["role"], m["content"],
+        sid,
+        m["role"],
+        m["content"],
         tool_calls=m["tool_calls"] or None,
         tool_call_id=m["tool_call_id"] if m["role"] == "tool" else None,
         tool_name=m["tool_name"],
@@ -134,26 +155,57 @@ def apply(w: HermesWriter, ops) -> None:
             w.db.reopen_session(sid)
         elif kind == "tokens":
             w.tick()
-            w.db.update_token_counts(sid, input_tokens=op[2], output_tokens=op[2] // 3, api_call_count=1,
-                                     estimated_cost_usd=op[2] / 1000, model=op[3], billing_provider="openrouter",
-                                     billing_base_url="https://openrouter.ai/api/v1")
+            w.db.update_token_counts(
+                sid,
+                input_tokens=op[2],
+                output_tokens=op[2] // 3,
+                api_call_count=1,
+                estimated_cost_usd=op[2] / 1000,
+                model=op[3],
+                billing_provider="openrouter",
+                billing_base_url="https://openrouter.ai/api/v1",
+            )
         elif kind == "rewind":
-            users = [r[0] for r in w.query("SELECT id FROM messages WHERE session_id = ? AND role = 'user' ORDER BY id", (sid,))]
+            users = [
+                r[0]
+                for r in w.query("SELECT id FROM messages WHERE session_id = ? AND role = 'user' ORDER BY id", (sid,))
+            ]
             if users:
                 w.tick()
                 w.db.rewind_to_message(sid, users[op[2] % len(users)])
         elif kind == "compact":
             w.tick()
-            w.db.archive_and_compact(sid, [{"role": "user", "content": "[CONTEXT COMPACTION] " + op[2]},
-                                           {"role": "assistant", "content": op[2] or "tail"}])
+            w.db.archive_and_compact(
+                sid,
+                [
+                    {"role": "user", "content": "[CONTEXT COMPACTION] " + op[2]},
+                    {"role": "assistant", "content": op[2] or "tail"},
+                ],
+            )
         elif kind == "replace":
             w.tick()
-            w.db.replace_messages(sid, [
-                {k: v for k, v in m.items() if k in ("role", "content", "tool_call_id", "tool_name", "reasoning",
-                                                      "reasoning_content", "finish_reason", "token_count")}
-                | {"tool_calls": m["tool_calls"] or None}
-                for m in op[2]
-            ])
+            w.db.replace_messages(
+                sid,
+                [
+                    {
+                        k: v
+                        for k, v in m.items()
+                        if k
+                        in (
+                            "role",
+                            "content",
+                            "tool_call_id",
+                            "tool_name",
+                            "reasoning",
+                            "reasoning_content",
+                            "finish_reason",
+                            "token_count",
+                        )
+                    }
+                    | {"tool_calls": m["tool_calls"] or None}
+                    for m in op[2]
+                ],
+            )
         elif kind == "delete":
             w.tick()
             w.db.delete_session(sid)

@@ -40,8 +40,11 @@ def read_days(reader: StoreReader) -> list:
     """Every session of every day (sane or not), whole: one :meth:`StoreReader.read_day` per day."""
     index = reader.session_index()
     days = by_day(reader)
-    return [b for day in sorted(days, key=lambda d: (d is None, d or ""))
-            for b in reader.read_day(day, [(sid, index[sid].raw_id) for sid in days[day]])]
+    return [
+        b
+        for day in sorted(days, key=lambda d: (d is None, d or ""))
+        for b in reader.read_day(day, [(sid, index[sid].raw_id) for sid in days[day]])
+    ]
 
 
 def read_everything(store: Store, **kwargs) -> dict:
@@ -117,7 +120,12 @@ def test_oldest_schema_reads_missing_columns_as_null_or_v22_default(fixture_copy
         assert b.usage == []
         s = b.session
         assert (s["cwd"], s["git_branch"], s["git_repo_root"], s["profile_name"]) == (None, None, None, None)
-        assert (s["rewind_count"], s["archived"], s["expiry_finalized"], s["compression_fallback_streak"]) == (0, 0, 0, 0)
+        assert (s["rewind_count"], s["archived"], s["expiry_finalized"], s["compression_fallback_streak"]) == (
+            0,
+            0,
+            0,
+            0,
+        )
         for m in b.messages:
             n_messages += 1
             assert list(m) == MESSAGE_NAMES
@@ -203,9 +211,8 @@ def test_sqlite_file_with_other_tables_is_not_a_hermes_store(tmp_path):
 def test_garbage_file_is_store_corrupt(tmp_path):
     path = tmp_path / "state.db"
     path.write_bytes(b"this is not a database at all\n" * 200)
-    with pytest.raises(StoreCorrupt) as info:
-        with StoreReader(Store(str(path))) as reader:
-            reader.session_index()
+    with pytest.raises(StoreCorrupt) as info, StoreReader(Store(str(path))) as reader:
+        reader.session_index()
     assert info.value.error_kind == "store_corrupt"
 
 
@@ -238,7 +245,9 @@ def test_hermes_state_db_several_files_are_labelled_by_parent_folder(tmp_path):
     b = touch_store(tmp_path / "server" / "state.db")
     stores = discover_stores(f"{a}:{b}")
     assert [(s.path, s.label, s.profile, s.explicit) for s in stores] == [
-        (str(a), "laptop", None, True), (str(b), "server", None, True)]
+        (str(a), "laptop", None, True),
+        (str(b), "server", None, True),
+    ]
 
 
 def test_hermes_state_db_label_clash_is_a_configuration_error(tmp_path):
@@ -505,7 +514,9 @@ def test_one_day_is_one_read_transaction_and_none_is_held_between_days(tmp_path,
             assert busy == 0, "the reader held a read transaction after the day"
             (again,) = reader.read_day(first_day, [("s4", index["s4"].raw_id)])
             assert [m["content"] for m in again.messages] == ["q4", "written between two chunks of the day"]
-            assert [b.sid for b in reader.read_day(second_day, [("next-day", index["next-day"].raw_id)])] == ["next-day"]
+            assert [b.sid for b in reader.read_day(second_day, [("next-day", index["next-day"].raw_id)])] == [
+                "next-day"
+            ]
 
 
 def test_store_mid_creation_is_not_ready_rather_than_foreign(tmp_path):

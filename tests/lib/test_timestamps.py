@@ -46,9 +46,25 @@ def test_text_that_is_a_number_or_iso_8601_is_a_time(cell, expected):
 
 @pytest.mark.parametrize(
     "cell",
-    ["", "yesterday", "2026-06-01", "2026-06-01T09:00", "2026-13-01T09:00:00Z", "2026-02-30T09:00:00Z",
-     "2026-06-01T09:00:00.1234567890Z", "2026-06-01T09:00:00+24:00", "nan", "inf", "1e999", "0x10",
-     "2026-06-01T09:00:00Z trailing", None, True, [], b"\xff"],
+    [
+        "",
+        "yesterday",
+        "2026-06-01",
+        "2026-06-01T09:00",
+        "2026-13-01T09:00:00Z",
+        "2026-02-30T09:00:00Z",
+        "2026-06-01T09:00:00.1234567890Z",
+        "2026-06-01T09:00:00+24:00",
+        "nan",
+        "inf",
+        "1e999",
+        "0x10",
+        "2026-06-01T09:00:00Z trailing",
+        None,
+        True,
+        [],
+        b"\xff",
+    ],
 )
 def test_anything_else_is_not_a_time(cell):
     assert epoch_ms(cell) is None
@@ -64,7 +80,8 @@ def test_sanity_window_and_day():
 def test_session_start_falls_back_in_order():
     assert session_start_ms("2026-06-01T09:00:00Z", [], None, NOW_S) == 1780304400000
     assert session_start_ms("garbage", ["x", "2026-06-02T00:00:00Z", START_S + 86400 * 3], None, NOW_S) == (
-        iso_ms("2026-06-02T00:00:00Z"))
+        iso_ms("2026-06-02T00:00:00Z")
+    )
     assert session_start_ms(None, ["x"], "2026-06-05T00:00:00Z", NOW_S) == iso_ms("2026-06-05T00:00:00Z")
     assert session_start_ms(None, [], -5, NOW_S) is None
 
@@ -78,7 +95,9 @@ def test_text_timestamps_are_captured_in_all_three_datasets(hermes_db):
     good = w.msg("iso", "user", "q")
     bad = w.msg("iso", "assistant", "a")
     w.end_session("iso", "cli_close")
-    w.raw_sql("UPDATE sessions SET started_at = '2026-06-03T10:00:00Z', ended_at = '2026-06-03 10:05:00' WHERE id = 'iso'")
+    w.raw_sql(
+        "UPDATE sessions SET started_at = '2026-06-03T10:00:00Z', ended_at = '2026-06-03 10:05:00' WHERE id = 'iso'"
+    )
     w.raw_sql("UPDATE messages SET timestamp = '2026-06-03T10:01:00.5+00:00' WHERE id = ?", (good,))
     w.raw_sql("UPDATE messages SET timestamp = 'soon' WHERE id = ?", (bad,))
     proj = project_store(w.path)
@@ -91,7 +110,10 @@ def test_text_timestamps_are_captured_in_all_three_datasets(hermes_db):
     got = proj.session_rows("iso")
     assert got[0]["conversation_started_at"] == iso_ms("2026-06-03T10:00:00Z")
     assert [r["message_created_at"] for r in got] == [
-        iso_ms("2026-06-03T10:01:00.500Z"), iso_ms("2026-06-03T10:00:00Z"), iso_ms("2026-06-03T10:05:00Z")]
+        iso_ms("2026-06-03T10:01:00.500Z"),
+        iso_ms("2026-06-03T10:00:00Z"),
+        iso_ms("2026-06-03T10:05:00Z"),
+    ]
     assert proj.tally.counts == {errors.BAD_TIMESTAMP: 1}
     assert proj.tallies["hermes_messages"].counts == {errors.BAD_TIMESTAMP: 1}
     assert proj.tallies["ai_gateway_messages_hermes"].counts == {errors.BAD_TIMESTAMP: 1}

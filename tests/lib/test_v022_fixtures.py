@@ -61,8 +61,11 @@ def feature_id_problems(db: Path, features: dict) -> list[str]:
         if not feature["sessions"]:
             problems.append(f"{name}: no session")
         problems += [f"{name}: session {sid} missing" for sid in feature["sessions"] if sid not in sessions]
-        problems += [f"{name}: message {mid} missing or outside {feature['sessions']}" for mid in feature["messages"]
-                     if owner.get(mid) not in feature["sessions"]]
+        problems += [
+            f"{name}: message {mid} missing or outside {feature['sessions']}"
+            for mid in feature["messages"]
+            if owner.get(mid) not in feature["sessions"]
+        ]
     return problems
 
 
@@ -93,8 +96,11 @@ def test_the_id_check_can_fail(copies):
 
 def test_v022_exactly_one_prompt_hash_names_no_row(copies):
     manifest = json.loads((V022 / "manifest.json").read_text())
-    missing = query(copies[V022], "SELECT id FROM sessions WHERE system_prompt_hash IS NOT NULL AND system_prompt_hash "
-                                  "NOT IN (SELECT hash FROM system_prompts)")
+    missing = query(
+        copies[V022],
+        "SELECT id FROM sessions WHERE system_prompt_hash IS NOT NULL AND system_prompt_hash "
+        "NOT IN (SELECT hash FROM system_prompts)",
+    )
     assert [sid for (sid,) in missing] == [e["session_id"] for e in manifest["raw_sql"]]
     assert query(copies[V022], "SELECT count(*) FROM sessions WHERE system_prompt IS NOT NULL") == [(0,)]
     shared = query(copies[V022], "SELECT max(n) FROM (SELECT count(*) n FROM sessions GROUP BY system_prompt_hash)")
@@ -115,8 +121,12 @@ def test_oracle_covers_every_session_and_describes_these_bytes(folder: Path, cop
         conn.close()
     sessions, exports, display = (oracle(folder, n) for n in ("get_session", "export_session", "display"))
     counts = json.loads((folder / "oracle" / "counts.json").read_text())
-    for name, doc in (("get_session", sessions), ("export_session", exports), ("display", display),
-                      ("counts", counts["per_session"])):
+    for name, doc in (
+        ("get_session", sessions),
+        ("export_session", exports),
+        ("display", display),
+        ("counts", counts["per_session"]),
+    ):
         assert set(doc) == set(stored), name
     for sid, row in stored.items():
         differ = {c for c, v in row.items() if c not in RESOLVED and sessions[sid].get(c) != v}
@@ -139,14 +149,22 @@ def test_upgrade_keeps_every_row_and_id_and_moves_the_prompts(copies):
     assert [r[0] for r in old_rows if r not in new_rows] == []
     old_prompts = dict(query(old, "SELECT id, system_prompt FROM sessions"))
     assert all(old_prompts.values()), "every 0.19 session was written with an inline prompt"
-    moved = {sid: (h, p) for sid, h, p in query(new, "SELECT s.id, s.system_prompt_hash, sp.prompt FROM sessions s "
-                                                     "LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash")}
+    moved = {
+        sid: (h, p)
+        for sid, h, p in query(
+            new,
+            "SELECT s.id, s.system_prompt_hash, sp.prompt FROM sessions s "
+            "LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash",
+        )
+    }
     for sid, prompt in old_prompts.items():
         assert moved[sid] == (hashlib.sha256(prompt.encode()).hexdigest(), prompt), sid
     assert query(new, "SELECT count(*) FROM sessions WHERE system_prompt IS NOT NULL") == [(0,)]
     assert len(set(old_prompts.values())) < len(old_prompts), "two old sessions share one prompt"
     v019_read, v022_read = oracle(UPGRADE / "v019", "get_session"), oracle(UPGRADE / "v022", "get_session")
-    assert {s: v022_read[s]["system_prompt"] for s in v019_read} == {s: r["system_prompt"] for s, r in v019_read.items()}
+    assert {s: v022_read[s]["system_prompt"] for s in v019_read} == {
+        s: r["system_prompt"] for s, r in v019_read.items()
+    }
 
 
 def test_upgrade_manifest_names_existing_sessions_and_messages(copies):

@@ -88,8 +88,9 @@ class SensorDriver:
     def tick(self) -> Tick:
         defs = definitions()
         sensor = defs.resolve_sensor_def(SENSOR)
-        ctx = dg.build_sensor_context(cursor=self.cursor, definitions=defs, resources={"hermes": self.resource},
-                                      instance=_instance())
+        ctx = dg.build_sensor_context(
+            cursor=self.cursor, definitions=defs, resources={"hermes": self.resource}, instance=_instance()
+        )
         data = sensor.evaluate_tick(ctx)
         tick = Tick(list(data.run_requests or []), data.skip_message, data.cursor)
         if data.cursor is not None:

@@ -15,7 +15,7 @@ import json
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def main() -> None:
@@ -37,9 +37,14 @@ def main() -> None:
         log.flush()
 
     def new_session(source: str) -> str:
-        sid = f"{datetime.now(timezone.utc):%Y%m%d_%H%M%S}_{uuid.uuid4().hex[:6]}"
-        db.create_session(sid, source, model="anthropic/claude-sonnet-4.6", cwd="/home/dev/src/webapp",
-                          system_prompt="You are Hermes (e2e).")
+        sid = f"{datetime.now(UTC):%Y%m%d_%H%M%S}_{uuid.uuid4().hex[:6]}"
+        db.create_session(
+            sid,
+            source,
+            model="anthropic/claude-sonnet-4.6",
+            cwd="/home/dev/src/webapp",
+            system_prompt="You are Hermes (e2e).",
+        )
         emit(op="create_session", session_id=sid)
         return sid
 
@@ -54,9 +59,15 @@ def main() -> None:
         sid = sessions[turn % len(sessions)]
         role = "user" if turn % 2 else "assistant"
         if role == "assistant":
-            db.update_token_counts(sid, input_tokens=100 + turn, output_tokens=20 + turn,
-                                   model="anthropic/claude-sonnet-4.6", billing_provider="openrouter",
-                                   billing_base_url="https://openrouter.ai/api/v1", api_call_count=1)
+            db.update_token_counts(
+                sid,
+                input_tokens=100 + turn,
+                output_tokens=20 + turn,
+                model="anthropic/claude-sonnet-4.6",
+                billing_provider="openrouter",
+                billing_base_url="https://openrouter.ai/api/v1",
+                api_call_count=1,
+            )
         finish = "stop" if role == "assistant" else None
         mid = db.append_message(sid, role, f"{role} turn {turn}", finish_reason=finish)
         emit(op="append_message", session_id=sid, mid=mid, role=role)

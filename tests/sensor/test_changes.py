@@ -121,9 +121,20 @@ def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, versi
     tables watched): the store is read as new (every day requested once, one warning), pending days
     are kept."""
     db = fixture_copy("small")
-    old = {"version": version, "pending": {"2030-01-01": "abcdefabcdef"}, "stores": {str(db): {
-        "label": "", "files": changes.file_identity(str(db)), "max_mid": 1, "seq": 1, "days": {},
-        "rotation": {"tick": 1, "hot": 0, "share": 1}}}}
+    old = {
+        "version": version,
+        "pending": {"2030-01-01": "abcdefabcdef"},
+        "stores": {
+            str(db): {
+                "label": "",
+                "files": changes.file_identity(str(db)),
+                "max_mid": 1,
+                "seq": 1,
+                "days": {},
+                "rotation": {"tick": 1, "hot": 0, "share": 1},
+            }
+        },
+    }
     with structlog.testing.capture_logs() as events:
         plan = _plan(Store(str(db)), json.dumps(old), is_partition=lambda d: d < "2030")
     assert [s.status for s in plan.scans] == [changes.NEW]

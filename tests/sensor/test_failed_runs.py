@@ -45,8 +45,9 @@ class Daemon:
 
     def tick(self):
         defs = definitions()
-        ctx = dg.build_sensor_context(cursor=self.cursor, definitions=defs, resources={"hermes": self.hermes},
-                                      instance=self.instance)
+        ctx = dg.build_sensor_context(
+            cursor=self.cursor, definitions=defs, resources={"hermes": self.hermes}, instance=self.instance
+        )
         data = defs.resolve_sensor_def(SENSOR).evaluate_tick(ctx)
         if data.cursor is not None:
             self.cursor = data.cursor
@@ -56,7 +57,9 @@ class Daemon:
     def run(self, request: dg.RunRequest) -> bool:
         job = definitions().resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(CAPTURE))
         result = job.execute_in_process(
-            instance=self.instance, partition_key=request.partition_key, raise_on_error=False,
+            instance=self.instance,
+            partition_key=request.partition_key,
+            raise_on_error=False,
             tags={**request.tags, "dagster/run_key": request.run_key},
             resources={"hermes": self.hermes, "warehouse": HermesWarehouse(root=str(self.warehouse))},
         )
@@ -107,7 +110,9 @@ def test_a_day_whose_last_run_failed_is_requested_again_until_a_run_succeeds(dae
         again = daemon.tick()
     (retry,) = again.run_requests
     assert retry.partition_key == A and retry.run_key != request.run_key  # a key Dagster never saw
-    assert [e["event"] for e in logs if e["event"] == "hermes.sensor.capture_failed"] == ["hermes.sensor.capture_failed"]
+    assert [e["event"] for e in logs if e["event"] == "hermes.sensor.capture_failed"] == [
+        "hermes.sensor.capture_failed"
+    ]
     assert daemon.state["attempts"][A]["failures"] == 1
 
     _repair(daemon)
@@ -147,8 +152,9 @@ def test_a_run_in_flight_is_waited_for(daemon):
     """Queued or running: no second request, whatever the number of ticks."""
     (request,) = daemon.tick().run_requests
     job = definitions().resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(CAPTURE))
-    daemon.instance.create_run_for_job(job, tags={**request.tags, "dagster/run_key": request.run_key,
-                                                  "dagster/partition": A})
+    daemon.instance.create_run_for_job(
+        job, tags={**request.tags, "dagster/run_key": request.run_key, "dagster/partition": A}
+    )
     for _ in range(3):
         assert daemon.tick().run_requests == []
     assert daemon.state["attempts"][A]["failures"] == 0
@@ -220,8 +226,9 @@ def test_a_change_while_the_days_run_waits_in_the_queue_is_left_to_that_run(daem
     requested; once it started, a new change gets a run of its own."""
     (request,) = daemon.tick().run_requests
     job = definitions().resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(CAPTURE))
-    queued = daemon.instance.create_run_for_job(job, tags={**request.tags, "dagster/run_key": request.run_key,
-                                                           "dagster/partition": A})  # not started
+    queued = daemon.instance.create_run_for_job(
+        job, tags={**request.tags, "dagster/run_key": request.run_key, "dagster/partition": A}
+    )  # not started
     home = daemon.hermes.hermes_home
     with HermesWriter(f"{home}/state.db", home=home, start_s=START_S + 600) as w:
         w.msg("a1", "user", "while queued")
@@ -230,8 +237,9 @@ def test_a_change_while_the_days_run_waits_in_the_queue_is_left_to_that_run(daem
     fingerprint = daemon.state["attempts"][A]["fingerprints"]
     day = daemon.state["stores"][next(iter(daemon.state["stores"]))]["days"][A]
     assert list(fingerprint.values()) == [day[0] + day[1]]  # the queued run will capture the day as it is now
-    daemon.instance.report_dagster_event(dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=queued.job_name),
-                                         run_id=queued.run_id)
+    daemon.instance.report_dagster_event(
+        dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=queued.job_name), run_id=queued.run_id
+    )
     with HermesWriter(f"{home}/state.db", home=home, start_s=START_S + 700) as w:
         w.msg("a1", "assistant", "while running")
     (second,) = daemon.tick().run_requests

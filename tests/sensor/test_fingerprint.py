@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.timestamps import SANE_MIN_S
 from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.timestamps import SANE_MIN_S
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
 A, B, C = "2026-06-01", "2026-06-02", "2026-06-03"
@@ -38,8 +38,9 @@ def store(tmp_path):
         w.rewind_to_message(a1, users[2])
         a2 = w.session("a2", "telegram", system_prompt=PROMPT)
         w.msg(a2, "user", "ping")
-        w.update_token_counts(a2, input_tokens=100, output_tokens=20, model="openai/gpt-5",
-                              estimated_cost_usd=0.01, api_call_count=1)
+        w.update_token_counts(
+            a2, input_tokens=100, output_tokens=20, model="openai/gpt-5", estimated_cost_usd=0.01, api_call_count=1
+        )
         w.end(a2, "session_reset")
         w.set_session_title(a2, "Ping pong")
         w.at(START_S + DAY_S)
@@ -129,11 +130,17 @@ TIER1_WRITES = {
     "undo of a rewind (active flags only)": (A, lambda w: w.restore_rewound("a1", w.mids("a1")[2])),
     "session deleted": (A, lambda w: w.delete_session("a2")),
     "estimated cost only (raw SQL)": (
-        A, lambda w: w.raw_sql("UPDATE sessions SET estimated_cost_usd = 0.0100001 WHERE id = 'a2'")),
+        A,
+        lambda w: w.raw_sql("UPDATE sessions SET estimated_cost_usd = 0.0100001 WHERE id = 'a2'"),
+    ),
     "ended_at by a millisecond (raw SQL)": (
-        A, lambda w: w.raw_sql("UPDATE sessions SET ended_at = ended_at + 0.001 WHERE id = 'a2'")),
+        A,
+        lambda w: w.raw_sql("UPDATE sessions SET ended_at = ended_at + 0.001 WHERE id = 'a2'"),
+    ),
     "title moved to the other session of the day": (
-        A, lambda w: (w.set_session_title("a2", ""), w.set_session_title("a1", "Ping pong"))),
+        A,
+        lambda w: (w.set_session_title("a2", ""), w.set_session_title("a1", "Ping pong")),
+    ),
 }
 
 
@@ -153,7 +160,7 @@ def test_tier1_does_not_read_a_prompt_tier2_does(store):
     ``update_system_prompt`` writes the same column) is tier 2's: tier 1 stays, tier 2 of
     that day moves, the other days' tier 2 stays."""
     t1_before, t2_before = _fingerprints(store)
-    edited = "You are HERMES. " + PROMPT[len("You are Hermes. "):]
+    edited = "You are HERMES. " + PROMPT[len("You are Hermes. ") :]
     assert len(edited) == len(PROMPT)
     with HermesWriter(store, home=store.parent) as w:
         w.raw_sql("UPDATE sessions SET system_prompt = ? WHERE id = 'b1'", (edited,))
@@ -162,8 +169,15 @@ def test_tier1_does_not_read_a_prompt_tier2_does(store):
     assert {d for d in t2_before if t2_before[d] != t2_after[d]} == {B}
 
 
-@pytest.mark.parametrize("column, value", [("model_config", '{"max_iterations": 91}'), ("cwd", "/work/y"),
-                                           ("end_reason", "cli_close"), ("billing_mode", "subscription")])
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("model_config", '{"max_iterations": 91}'),
+        ("cwd", "/work/y"),
+        ("end_reason", "cli_close"),
+        ("billing_mode", "subscription"),
+    ],
+)
 def test_tier2_covers_the_columns_tier1_leaves_out(store, column, value):
     _, t2_before = _fingerprints(store)
     with HermesWriter(store, home=store.parent) as w:

@@ -71,7 +71,7 @@ def processes():
 
 
 def _utc_today() -> dt.date:
-    return dt.datetime.now(dt.timezone.utc).date()
+    return dt.datetime.now(dt.UTC).date()
 
 
 def _read(warehouse: Path, dataset: str, columns: list[str] | None = None):
@@ -91,8 +91,11 @@ def _read(warehouse: Path, dataset: str, columns: list[str] | None = None):
 
 def _parquet_files(root: Path) -> dict[str, bytes]:
     """The three captured datasets' files (the analytics layer follows them on its own schedule)."""
-    return {str(p.relative_to(root)): p.read_bytes()
-            for dataset in (GATEWAY, MESSAGES, SESSIONS) for p in sorted((root / dataset).rglob("*.parquet"))}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for dataset in (GATEWAY, MESSAGES, SESSIONS)
+        for p in sorted((root / dataset).rglob("*.parquet"))
+    }
 
 
 def _assert_keys_unique(warehouse: Path) -> int:
@@ -140,20 +143,37 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
         HERMES_ASSETS_START_DATE=start_date,
         HERMES_ASSETS_POLICY_LIST=tmp_path / "no-policy-list.json",
     )
-    env = project_env(DAGSTER_HOME=dagster_home, HERMES_ASSETS_WAREHOUSE=warehouse,
-                      HERMES_ASSETS_POLL_SECONDS=POLL_S, **settings)
+    env = project_env(
+        DAGSTER_HOME=dagster_home, HERMES_ASSETS_WAREHOUSE=warehouse, HERMES_ASSETS_POLL_SECONDS=POLL_S, **settings
+    )
     port = free_port()
     dev_log = tmp_path / "dagster-dev.log"
     t_launch = time.monotonic()
-    processes.append(start([str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-                           env, dev_log, cwd=REPO))
+    processes.append(
+        start([str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], env, dev_log, cwd=REPO)
+    )
     _wait_http(f"http://127.0.0.1:{port}/server_info", 120, processes[-1], dev_log)
     startup_s = time.monotonic() - t_launch
 
     ops_log = tmp_path / "hermes-ops.jsonl"
-    writer = start([str(PYTHON), "-m", "tests.sensor.live_hermes", "--home", str(hermes_home),
-                    "--duration", str(WRITE_S), "--interval", "0.4", "--log", str(ops_log)],
-                   project_env(HERMES_HOME=hermes_home), tmp_path / "writer.log", cwd=REPO)
+    writer = start(
+        [
+            str(PYTHON),
+            "-m",
+            "tests.sensor.live_hermes",
+            "--home",
+            str(hermes_home),
+            "--duration",
+            str(WRITE_S),
+            "--interval",
+            "0.4",
+            "--log",
+            str(ops_log),
+        ],
+        project_env(HERMES_HOME=hermes_home),
+        tmp_path / "writer.log",
+        cwd=REPO,
+    )
     processes.append(writer)
 
     # watch the warehouse: when does each message first appear?
@@ -176,9 +196,16 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
             if instance is None:
                 instance = dg.DagsterInstance.from_config(str(dagster_home))
             mids = {op["mid"] for op in ops if op["op"] == "append_message"}
-            busy = instance.get_run_records(filters=dg.RunsFilter(statuses=[
-                dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]))
+            busy = instance.get_run_records(
+                filters=dg.RunsFilter(
+                    statuses=[
+                        dg.DagsterRunStatus.QUEUED,
+                        dg.DagsterRunStatus.NOT_STARTED,
+                        dg.DagsterRunStatus.STARTING,
+                        dg.DagsterRunStatus.STARTED,
+                    ]
+                )
+            )
             if mids <= set(first_seen) and ended_seen is not None and not busy:
                 break
         time.sleep(0.25)
@@ -201,7 +228,7 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
 
     lags, detections, ridden = [], [], 0
     for op in appended:
-        day = dt.datetime.fromtimestamp(op["t"], dt.timezone.utc).date().isoformat()
+        day = dt.datetime.fromtimestamp(op["t"], dt.UTC).date().isoformat()
         lags.append(first_seen[op["mid"]] - op["t"])
         later = [t for t, d in created if t >= op["t"] and d == day]
         if later:
@@ -240,9 +267,12 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
     backfill_home = tmp_path / "dagster_home_backfill"
     copy_instance_config(backfill_home)
     cli_log = tmp_path / "backfill.log"
-    cli = start([str(DAGSTER), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", *selection],
-                project_env(DAGSTER_HOME=backfill_home, HERMES_ASSETS_WAREHOUSE=backfill_wh, **settings),
-                cli_log, cwd=REPO)
+    cli = start(
+        [str(DAGSTER), "asset", "materialize", "-m", "hermes_assets.definitions", "--select", "*", *selection],
+        project_env(DAGSTER_HOME=backfill_home, HERMES_ASSETS_WAREHOUSE=backfill_wh, **settings),
+        cli_log,
+        cwd=REPO,
+    )
     processes.append(cli)
     assert cli.wait(timeout=180) == 0, cli_log.read_text()[-4000:]
     live, fresh = _parquet_files(warehouse), _parquet_files(backfill_wh)
@@ -299,9 +329,27 @@ def test_read_while_hermes_writes(tmp_path, processes):
     home.mkdir()
     policy_list = tmp_path / "no-policy-list.json"
     ops_log = tmp_path / "writer-ops.jsonl"
-    writer = start([str(PYTHON), str(LIVE_WRITER), str(home), "--rate", "12", "--duration", "25",
-                    "--processes", "2", "--mutate-prob", "0.08", "--end-prob", "0.05", "--log", str(ops_log)],
-                   project_env(HERMES_HOME=home), tmp_path / "live_writer.log")
+    writer = start(
+        [
+            str(PYTHON),
+            str(LIVE_WRITER),
+            str(home),
+            "--rate",
+            "12",
+            "--duration",
+            "25",
+            "--processes",
+            "2",
+            "--mutate-prob",
+            "0.08",
+            "--end-prob",
+            "0.05",
+            "--log",
+            str(ops_log),
+        ],
+        project_env(HERMES_HOME=home),
+        tmp_path / "live_writer.log",
+    )
     processes.append(writer)
     hermes = HermesStores(hermes_home=str(home), busy_timeout_ms=5000)
     sensor = SensorDriver(home, busy_timeout_ms=5000)
@@ -322,7 +370,7 @@ def test_read_while_hermes_writes(tmp_path, processes):
         assert rounds < 400
     assert writer.returncode == 0, (tmp_path / "live_writer.log").read_text()[-3000:]
     out = (tmp_path / "live_writer.log").read_text()
-    summary = json.loads(out[out.index("{"):])
+    summary = json.loads(out[out.index("{") :])
     ops: dict[str, int] = {}
     for w in summary["writers"]:
         for op, n in w["ops"].items():

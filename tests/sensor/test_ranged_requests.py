@@ -49,7 +49,9 @@ def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path
     (tick,) = [e for e in events if e["event"] == "hermes.sensor.tick"]
     assert (tick["runs_requested"], tick["days_requested"], tick["stores_read"]) == (1, 14, 1)
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (
-        SMALL_DAYS[0], SMALL_DAYS[-1])
+        SMALL_DAYS[0],
+        SMALL_DAYS[-1],
+    )
 
     warehouse = tmp_path / "warehouse"
     job = defs.resolve_implicit_global_asset_job_def().get_subset(

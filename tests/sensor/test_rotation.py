@@ -56,7 +56,7 @@ def _edit_prompt(db, sid: str, k: int) -> None:
     """Rewrite one character of the prompt in place: same length, no other column moves."""
     with HermesWriter(db, home=db.parent) as w:
         (prompt,) = w.query("SELECT system_prompt FROM sessions WHERE id = ?", (sid,))[0]
-        edited = prompt[:k] + ("#" if prompt[k] != "#" else "%") + prompt[k + 1:]
+        edited = prompt[:k] + ("#" if prompt[k] != "#" else "%") + prompt[k + 1 :]
         w.raw_sql("UPDATE sessions SET system_prompt = ? WHERE id = ?", (edited, sid))
 
 
@@ -156,7 +156,7 @@ def test_through_the_sensor_a_prompt_change_is_requested_within_16_ticks(tmp_pat
             else:
                 w.update_system_prompt("s17", PROMPT[::-1])
         day = _day(5) if how == "raw" else _day(17)
-        for n in range(1, changes.ROTATION_TICKS + 1):
+        for _ in range(1, changes.ROTATION_TICKS + 1):
             tick = sensor.tick()
             if tick.days:
                 assert tick.days == [day]

@@ -344,13 +344,13 @@ def test_store_replaced_by_a_copy_with_fewer_messages(built, tmp_path, how):
 
 def test_days_outside_the_partitions_are_kept_pending(world):
     now = time.time()
-    tomorrow = (dt.datetime.fromtimestamp(now, dt.timezone.utc).date() + dt.timedelta(days=1))
-    tomorrow_start = dt.datetime.combine(tomorrow, dt.time(), dt.timezone.utc).timestamp()
+    tomorrow = dt.datetime.fromtimestamp(now, dt.UTC).date() + dt.timedelta(days=1)
+    tomorrow_start = dt.datetime.combine(tomorrow, dt.time(), dt.UTC).timestamp()
     w = world.open()
     w.at(tomorrow_start)  # a writer whose clock runs ahead: still a sane time, but no partition yet
     ahead = w.session("ahead", "cli")
     w.msg(ahead, "user", "from the future")
-    w.at(dt.datetime(2024, 6, 1, 12, tzinfo=dt.timezone.utc).timestamp())  # before HERMES_ASSETS_START_DATE
+    w.at(dt.datetime(2024, 6, 1, 12, tzinfo=dt.UTC).timestamp())  # before HERMES_ASSETS_START_DATE
     old = w.session("old", "cli")
     w.msg(old, "user", "from the past")
     w.at(START_S)

@@ -65,17 +65,24 @@ def _only_usage_moved(db, write) -> None:
 
 def test_auxiliary_usage_alone_requests_its_day(usage_world):
     db, _, sensor = usage_world
-    _only_usage_moved(db, lambda w: w.record_auxiliary_usage("a", "title_generation", model="aux-model",
-                                                             input_tokens=40, output_tokens=8,
-                                                             estimated_cost_usd=0.0004))
+    _only_usage_moved(
+        db,
+        lambda w: w.record_auxiliary_usage(
+            "a", "title_generation", model="aux-model", input_tokens=40, output_tokens=8, estimated_cost_usd=0.0004
+        ),
+    )
     assert sensor.tick().days == [A]
     # the same task again: Hermes adds to the existing row (an upsert, same rowid)
-    _only_usage_moved(db, lambda w: w.record_auxiliary_usage("a", "title_generation", model="aux-model",
-                                                             input_tokens=5, output_tokens=1))
+    _only_usage_moved(
+        db,
+        lambda w: w.record_auxiliary_usage("a", "title_generation", model="aux-model", input_tokens=5, output_tokens=1),
+    )
     assert sensor.tick().days == [A]
     # the other day, another task: that day only
-    _only_usage_moved(db, lambda w: w.record_auxiliary_usage("b", "compression", model="aux-model",
-                                                             input_tokens=900, output_tokens=90))
+    _only_usage_moved(
+        db,
+        lambda w: w.record_auxiliary_usage("b", "compression", model="aux-model", input_tokens=900, output_tokens=90),
+    )
     assert sensor.tick().days == [B]
     assert sensor.tick().run_requests == []
 
@@ -114,8 +121,11 @@ def store31(tmp_path):
     s.message("a1", "user", "hi", START_S + 1)
     s.session("a2", START_S + 60, prompt=PROMPT + "other")
     s.session("b1", START_S + DAY_S, prompt=PROMPT)
-    s.sql("INSERT INTO session_model_usage (session_id, model, task, input_tokens, last_seen) "
-          "VALUES ('a1', 'model-31', '', 10, ?)", (START_S + 2,))
+    s.sql(
+        "INSERT INTO session_model_usage (session_id, model, task, input_tokens, last_seen) "
+        "VALUES ('a1', 'model-31', '', 10, ?)",
+        (START_S + 2,),
+    )
     return s
 
 
@@ -125,10 +135,17 @@ def _tiers(store: Store31) -> tuple[dict, dict]:
         return fp.tier1().days, fp.tier2([A, B])
 
 
-@pytest.mark.parametrize("cells", [
-    {"pinned": 1}, {"hidden": 1}, {"auto_archived": 1}, {"title_source": "user"},
-    {"system_prompt_hash": "0" * 64},  # a hash with no prompt row (the session's prompt is now missing)
-], ids=lambda c: next(iter(c)))
+@pytest.mark.parametrize(
+    "cells",
+    [
+        {"pinned": 1},
+        {"hidden": 1},
+        {"auto_archived": 1},
+        {"title_source": "user"},
+        {"system_prompt_hash": "0" * 64},  # a hash with no prompt row (the session's prompt is now missing)
+    ],
+    ids=lambda c: next(iter(c)),
+)
 def test_tier1_moves_on_the_v022_columns(store31, cells):
     tier1, tier2 = _tiers(store31)
     store31.update("a1", **cells)

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 #: variables that would leak a developer's real setup into a test
-LEAKY = ("HERMES_STATE_DB", "HERMES_ASSETS_EXECUTOR", "HERMES_ASSETS_BUSY_TIMEOUT_MS", "HERMES_ASSETS_WORKERS",
-         "HERMES_ASSETS_START_DATE", "HERMES_ASSETS_FILE_MODE", "HERMES_ASSETS_SPOOL")
+LEAKY = (
+    "HERMES_STATE_DB",
+    "HERMES_ASSETS_EXECUTOR",
+    "HERMES_ASSETS_BUSY_TIMEOUT_MS",
+    "HERMES_ASSETS_WORKERS",
+    "HERMES_ASSETS_START_DATE",
+    "HERMES_ASSETS_FILE_MODE",
+    "HERMES_ASSETS_SPOOL",
+)
 
 
 def use_environment(monkeypatch, environ: dict) -> None:

@@ -26,8 +26,14 @@ def display_key(message: dict) -> tuple:
         content = None  # Hermes's stable tool key: a pruned copy keeps its call ids, not its arguments
     else:
         content = json.dumps(message.get("content"), sort_keys=True, ensure_ascii=False)
-    return (message["role"], content, message["timestamp"], message.get("tool_call_id"), call_ids,
-            message.get("tool_name"))
+    return (
+        message["role"],
+        content,
+        message["timestamp"],
+        message.get("tool_call_id"),
+        call_ids,
+        message.get("tool_name"),
+    )
 
 
 def _calls(message: dict) -> int:
@@ -39,8 +45,10 @@ def logical_counts(counts: dict, exports: dict, display: dict) -> dict[str, dict
     """day -> {"messages", "tool_calls"}: every logical message Hermes keeps (shown or not),
     each once, ``session_meta`` bookkeeping rows left out, on its session's day."""
     per_session = counts["per_session"]
-    shown = {sid: {display_key(m) for m in rows} | {m.get("message_uid") for m in rows} - {None}
-             for sid, rows in display.items()}
+    shown = {
+        sid: {display_key(m) for m in rows} | {m.get("message_uid") for m in rows} - {None}
+        for sid, rows in display.items()
+    }
     out: dict[str, dict[str, int]] = defaultdict(lambda: {"messages": 0, "tool_calls": 0})
     for sid, figures in per_session.items():
         lineage = figures.get("compression_lineage") or [sid]

@@ -87,7 +87,9 @@ class HermesWriter:
     the clock step and return values tests need.
     """
 
-    def __init__(self, db_path: Path | str, *, home: Path | str | None = None, start_s: float = START_S, step_s: float = 1.0):
+    def __init__(
+        self, db_path: Path | str, *, home: Path | str | None = None, start_s: float = START_S, step_s: float = 1.0
+    ):
         self.path = Path(db_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.home = Path(home) if home is not None else self.path.parent
@@ -112,7 +114,7 @@ class HermesWriter:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def __enter__(self) -> "HermesWriter":
+    def __enter__(self) -> HermesWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -210,7 +212,9 @@ class HermesWriter:
         """
         conn = sqlite3.connect(str(self.path), isolation_level=None)
         try:
-            (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+            (sql,) = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            ).fetchone()
             needle = f"{column} REAL NOT NULL"
             assert needle in sql, f"{needle!r} not in the schema of {table}"
             conn.execute("PRAGMA writable_schema = ON")
@@ -224,4 +228,3 @@ class HermesWriter:
         # The writer's own connection caches the old schema: reopen it.
         self.db.close()
         self.db = self._hs.SessionDB(db_path=self.path)
-

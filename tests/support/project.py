@@ -29,8 +29,12 @@ USER_HOME = "/home/hermes-user"
 CANONICAL_STORE_PATH = "/home/hermes-user/.hermes/state.db"
 
 #: every JSON column of the three datasets (``usage_by_model``, ``content_json``, ``display_metadata`` ...)
-JSON_COLUMNS = frozenset(f.name for dataset in (schemas.AI_GATEWAY_MESSAGES, schemas.HERMES_SESSIONS,
-                                                schemas.HERMES_MESSAGES) for f in dataset if f.type == schemas.JSON)
+JSON_COLUMNS = frozenset(
+    f.name
+    for dataset in (schemas.AI_GATEWAY_MESSAGES, schemas.HERMES_SESSIONS, schemas.HERMES_MESSAGES)
+    for f in dataset
+    if f.type == schemas.JSON
+)
 
 
 @dataclass(frozen=True)
@@ -107,8 +111,11 @@ def project_store(
         plan.stores[0].classes = dict(policy_classes)
     tables = {ds: [] for ds in (GATEWAY, SESSIONS, MESSAGES)}
     tallies = {ds: ErrorTally(max_samples=10_000) for ds in tables}
-    cells = [(errors.OUT_OF_RANGE_SESSION, store.scoped(sid), None, "started_at")
-             for _, sid, day in plan.out_of_range if day is None]
+    cells = [
+        (errors.OUT_OF_RANGE_SESSION, store.scoped(sid), None, "started_at")
+        for _, sid, day in plan.out_of_range
+        if day is None
+    ]
     for day in days:
         day_rows = capture.project_day(plan, day, ctx)
         for ds in tables:
@@ -119,8 +126,10 @@ def project_store(
     for sid, day in sorted(plan.stores[0].days.items()):
         by_day.setdefault(day, []).append(sid)
     return Projection(
-        *(_sorted(pa.concat_tables(tables[ds]) if tables[ds] else schemas.DATASETS[ds][0].empty_table(), ds)
-          for ds in (GATEWAY, SESSIONS, MESSAGES)),
+        *(
+            _sorted(pa.concat_tables(tables[ds]) if tables[ds] else schemas.DATASETS[ds][0].empty_table(), ds)
+            for ds in (GATEWAY, SESSIONS, MESSAGES)
+        ),
         tallies,
         cells,
         by_day,
@@ -137,7 +146,7 @@ def _sorted(table: pa.Table, dataset: str) -> pa.Table:
 # --------------------------------------------------------------------------
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def ms(value: dt.datetime | None) -> int | None:
@@ -151,7 +160,7 @@ def iso(value: dt.datetime | None) -> str | None:
     """``2026-06-01T17:28:18.954Z`` (HypAware's rendering)."""
     if value is None:
         return None
-    value = value.astimezone(dt.timezone.utc)
+    value = value.astimezone(dt.UTC)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 

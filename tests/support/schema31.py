@@ -33,8 +33,9 @@ def _column_sql(name: str, sql_type: str) -> str:
     return f'"{name}" {sql_type}'
 
 
-def create_layout(conn: sqlite3.Connection, *, extra_session_columns: dict | None = None,
-                  extra_message_columns: dict | None = None) -> None:
+def create_layout(
+    conn: sqlite3.Connection, *, extra_session_columns: dict | None = None, extra_message_columns: dict | None = None
+) -> None:
     """``schema_version`` (31), ``system_prompts``, ``sessions``, ``messages`` and
     ``session_model_usage`` with every schema-31 column (and, for a "newer Hermes",
     the extra ``{name: SQLite type}`` columns given)."""
@@ -70,7 +71,7 @@ class Schema31Store:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "Schema31Store":
+    def __enter__(self) -> Schema31Store:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -99,8 +100,15 @@ class Schema31Store:
 
     def message(self, sid: str, role: str, content: str | None, *, timestamp: float, **columns) -> int:
         """One message row; -> its id. ``active`` defaults to 1, ``compacted`` to 0 (as in v31)."""
-        row = {"session_id": sid, "role": role, "content": content, "timestamp": timestamp, "active": 1,
-               "compacted": 0, **columns}
+        row = {
+            "session_id": sid,
+            "role": role,
+            "content": content,
+            "timestamp": timestamp,
+            "active": 1,
+            "compacted": 0,
+            **columns,
+        }
         return self._insert("messages", row)
 
     def sql(self, statement: str, params=()) -> None:
@@ -115,27 +123,67 @@ class Schema31Store:
 
 #: the v0.22.2 columns of ``sessions``, in its order (name, declaration)
 SESSIONS_COLUMNS = (
-    ("id", "TEXT PRIMARY KEY"), ("source", "TEXT NOT NULL"), ("created_source", "TEXT"), ("user_id", "TEXT"),
-    ("session_key", "TEXT"), ("chat_id", "TEXT"), ("chat_type", "TEXT"), ("thread_id", "TEXT"),
-    ("display_name", "TEXT"), ("origin_json", "TEXT"), ("expiry_finalized", "INTEGER DEFAULT 0"),
-    ("model", "TEXT"), ("model_config", "TEXT"), ("system_prompt", "TEXT"), ("system_prompt_hash", "TEXT"),
-    ("parent_session_id", "TEXT"), ("started_at", "REAL NOT NULL"), ("ended_at", "REAL"), ("end_reason", "TEXT"),
-    ("message_count", "INTEGER DEFAULT 0"), ("tool_call_count", "INTEGER DEFAULT 0"),
-    ("input_tokens", "INTEGER DEFAULT 0"), ("output_tokens", "INTEGER DEFAULT 0"),
-    ("cache_read_tokens", "INTEGER DEFAULT 0"), ("cache_write_tokens", "INTEGER DEFAULT 0"),
-    ("reasoning_tokens", "INTEGER DEFAULT 0"), ("cwd", "TEXT"), ("git_branch", "TEXT"), ("git_repo_root", "TEXT"),
-    ("git_metadata_generation", "INTEGER NOT NULL DEFAULT 0"), ("billing_provider", "TEXT"),
-    ("billing_base_url", "TEXT"), ("billing_mode", "TEXT"), ("estimated_cost_usd", "REAL"),
-    ("actual_cost_usd", "REAL"), ("cost_status", "TEXT"), ("cost_source", "TEXT"), ("pricing_version", "TEXT"),
-    ("title", "TEXT"), ("title_source", "TEXT"), ("last_activity_at", "REAL"), ("last_activity_description", "TEXT"),
-    ("last_activity_provenance", "TEXT"), ("api_call_count", "INTEGER DEFAULT 0"), ("handoff_state", "TEXT"),
-    ("handoff_platform", "TEXT"), ("handoff_error", "TEXT"), ("compression_failure_cooldown_until", "REAL"),
-    ("compression_failure_error", "TEXT"), ("compression_fallback_streak", "INTEGER NOT NULL DEFAULT 0"),
-    ("compression_ineffective_count", "INTEGER NOT NULL DEFAULT 0"), ("compression_recovery_deadline", "REAL"),
-    ("compression_overload_streak", "INTEGER NOT NULL DEFAULT 0"), ("profile_name", "TEXT"),
-    ("transport_profile", "TEXT"), ("rewind_count", "INTEGER NOT NULL DEFAULT 0"),
-    ("archived", "INTEGER NOT NULL DEFAULT 0"), ("auto_archived", "INTEGER NOT NULL DEFAULT 0"),
-    ("pinned", "INTEGER NOT NULL DEFAULT 0"), ("hidden", "INTEGER NOT NULL DEFAULT 0"), ("last_read_at", "REAL"),
+    ("id", "TEXT PRIMARY KEY"),
+    ("source", "TEXT NOT NULL"),
+    ("created_source", "TEXT"),
+    ("user_id", "TEXT"),
+    ("session_key", "TEXT"),
+    ("chat_id", "TEXT"),
+    ("chat_type", "TEXT"),
+    ("thread_id", "TEXT"),
+    ("display_name", "TEXT"),
+    ("origin_json", "TEXT"),
+    ("expiry_finalized", "INTEGER DEFAULT 0"),
+    ("model", "TEXT"),
+    ("model_config", "TEXT"),
+    ("system_prompt", "TEXT"),
+    ("system_prompt_hash", "TEXT"),
+    ("parent_session_id", "TEXT"),
+    ("started_at", "REAL NOT NULL"),
+    ("ended_at", "REAL"),
+    ("end_reason", "TEXT"),
+    ("message_count", "INTEGER DEFAULT 0"),
+    ("tool_call_count", "INTEGER DEFAULT 0"),
+    ("input_tokens", "INTEGER DEFAULT 0"),
+    ("output_tokens", "INTEGER DEFAULT 0"),
+    ("cache_read_tokens", "INTEGER DEFAULT 0"),
+    ("cache_write_tokens", "INTEGER DEFAULT 0"),
+    ("reasoning_tokens", "INTEGER DEFAULT 0"),
+    ("cwd", "TEXT"),
+    ("git_branch", "TEXT"),
+    ("git_repo_root", "TEXT"),
+    ("git_metadata_generation", "INTEGER NOT NULL DEFAULT 0"),
+    ("billing_provider", "TEXT"),
+    ("billing_base_url", "TEXT"),
+    ("billing_mode", "TEXT"),
+    ("estimated_cost_usd", "REAL"),
+    ("actual_cost_usd", "REAL"),
+    ("cost_status", "TEXT"),
+    ("cost_source", "TEXT"),
+    ("pricing_version", "TEXT"),
+    ("title", "TEXT"),
+    ("title_source", "TEXT"),
+    ("last_activity_at", "REAL"),
+    ("last_activity_description", "TEXT"),
+    ("last_activity_provenance", "TEXT"),
+    ("api_call_count", "INTEGER DEFAULT 0"),
+    ("handoff_state", "TEXT"),
+    ("handoff_platform", "TEXT"),
+    ("handoff_error", "TEXT"),
+    ("compression_failure_cooldown_until", "REAL"),
+    ("compression_failure_error", "TEXT"),
+    ("compression_fallback_streak", "INTEGER NOT NULL DEFAULT 0"),
+    ("compression_ineffective_count", "INTEGER NOT NULL DEFAULT 0"),
+    ("compression_recovery_deadline", "REAL"),
+    ("compression_overload_streak", "INTEGER NOT NULL DEFAULT 0"),
+    ("profile_name", "TEXT"),
+    ("transport_profile", "TEXT"),
+    ("rewind_count", "INTEGER NOT NULL DEFAULT 0"),
+    ("archived", "INTEGER NOT NULL DEFAULT 0"),
+    ("auto_archived", "INTEGER NOT NULL DEFAULT 0"),
+    ("pinned", "INTEGER NOT NULL DEFAULT 0"),
+    ("hidden", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_read_at", "REAL"),
     ("tool_names", "TEXT"),
 )
 
@@ -209,13 +257,17 @@ class Store31:
             cells["system_prompt_hash"] = self.prompt(prompt)
         cells = {"source": "cli", "created_source": "cli", "model": "model-31", **cells}
         names = ["id", "started_at", *cells]
-        self.sql(f"INSERT INTO sessions ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                 (sid, started_at, *cells.values()))
+        self.sql(
+            f"INSERT INTO sessions ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+            (sid, started_at, *cells.values()),
+        )
         return sid
 
     def message(self, sid: str, role: str, content: str, timestamp: float) -> int:
-        self.sql("INSERT INTO messages (session_id, role, content, timestamp, message_uid) VALUES (?, ?, ?, ?, ?)",
-                 (sid, role, content, timestamp, hashlib.sha1(f"{sid}{timestamp}".encode()).hexdigest()))
+        self.sql(
+            "INSERT INTO messages (session_id, role, content, timestamp, message_uid) VALUES (?, ?, ?, ?, ?)",
+            (sid, role, content, timestamp, hashlib.sha1(f"{sid}{timestamp}".encode()).hexdigest()),
+        )
         self.sql("UPDATE sessions SET message_count = message_count + 1 WHERE id = ?", (sid,))
         return self.sql("SELECT max(id) FROM messages")[0][0]
 

@@ -24,8 +24,13 @@ from tests.support.skips import unavailable
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 V022 = FIXTURES / "hermes_v022"
 #: every asset of a capture: the three datasets and the analytics built on them
-ALL_ASSETS = ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes", "hermes_daily_usage",
-              "hermes_daily_tools")
+ALL_ASSETS = (
+    "hermes_sessions",
+    "hermes_messages",
+    "ai_gateway_messages_hermes",
+    "hermes_daily_usage",
+    "hermes_daily_tools",
+)
 
 
 def store(folder: Path = V022) -> Path:

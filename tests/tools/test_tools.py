@@ -23,8 +23,9 @@ TABLES = ("sessions", "messages", "session_model_usage", "schema_version")
 
 
 def run_tool(name: str, *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(TOOLS / name), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(TOOLS / name), *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -34,9 +35,14 @@ def rows(db: Path) -> dict[str, tuple[list[str], list[str]]]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return {t: ([r[1] for r in conn.execute(f"PRAGMA table_info({t})")],
-                    sorted(repr(r) for r in conn.execute(f"SELECT * FROM {t}")))
-                for t in TABLES if t in tables}
+        return {
+            t: (
+                [r[1] for r in conn.execute(f"PRAGMA table_info({t})")],
+                sorted(repr(r) for r in conn.execute(f"SELECT * FROM {t}")),
+            )
+            for t in TABLES
+            if t in tables
+        }
     finally:
         conn.close()
 
@@ -45,8 +51,19 @@ def test_gen_state_db_makes_the_small_fixture_again(tmp_path):
     manifest = json.loads((fixture_dir("small") / "manifest.json").read_text())
     args = manifest["args"]
     assert manifest["generator"] == "gen_state_db.py"
-    run_tool("gen_state_db.py", str(tmp_path / "small"), "--sessions", str(args["sessions"]), "--seed",
-             str(args["seed"]), "--days", str(args["days"]), "--start-date", args["start_date"], "--quiet")
+    run_tool(
+        "gen_state_db.py",
+        str(tmp_path / "small"),
+        "--sessions",
+        str(args["sessions"]),
+        "--seed",
+        str(args["seed"]),
+        "--days",
+        str(args["days"]),
+        "--start-date",
+        args["start_date"],
+        "--quiet",
+    )
     made = json.loads((tmp_path / "small" / "manifest.json").read_text())
     # the generator's digest covers every row of sessions, messages and session_model_usage
     assert made["canonical_sha256"] == manifest["canonical_sha256"]
@@ -57,12 +74,14 @@ def test_gen_state_db_makes_the_small_fixture_again(tmp_path):
 def test_upgrade_store_makes_oldest_upgraded_from_oldest(tmp_path):
     source = copy_fixture("oldest", tmp_path / "oldest")
     run_tool("upgrade_store.py", str(source), str(tmp_path / "upgraded"))
-    assert sorted(p.name for p in (tmp_path / "upgraded").iterdir()) == ["state.db"], \
+    assert sorted(p.name for p in (tmp_path / "upgraded").iterdir()) == ["state.db"], (
         "one self-contained file, like the fixtures"
+    )
     upgraded = rows(tmp_path / "upgraded" / "state.db")
     assert upgraded == rows(copy_fixture("oldest_upgraded", tmp_path / "shipped"))
-    assert rows(source)["sessions"][0] == upgraded["sessions"][0][:len(rows(source)["sessions"][0])], \
+    assert rows(source)["sessions"][0] == upgraded["sessions"][0][: len(rows(source)["sessions"][0])], (
         "an in-place upgrade appends its columns at the end"
+    )
     assert len(upgraded["session_model_usage"][1]) == 12
 
 
@@ -73,7 +92,8 @@ def test_multiply_db_makes_copies_further_in_the_past(tmp_path):
     try:
         sessions, messages, first, last = conn.execute(
             "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM messages), "
-            "min(started_at), max(started_at) FROM sessions").fetchone()
+            "min(started_at), max(started_at) FROM sessions"
+        ).fetchone()
     finally:
         conn.close()
     assert (sessions, messages) == (2 * 59, 2 * 1142)

@@ -21,8 +21,14 @@ os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
 CHROMIUM = Path(os.environ.get("HERMES_ASSETS_CHROMIUM", "/usr/bin/chromium"))
 #: the flags this machine needs: no sandbox as root, no GPU, no calls to Google's hosts
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
 
 

@@ -41,8 +41,9 @@ def test_the_code_location_error_is_the_line(case, tmp_path, unwritable_folder, 
     dev = DagsterDev(env, tmp_path / "dg-dev.log", dg=True)
     try:
         dev.wait_ready(loaded=False)
-        (entry,) = [e for e in dev.graphql(LOCATION_Q)["workspaceOrError"]["locationEntries"]
-                    if e["name"] == "hermes_assets"]
+        (entry,) = [
+            e for e in dev.graphql(LOCATION_Q)["workspaceOrError"]["locationEntries"] if e["name"] == "hermes_assets"
+        ]
         error = entry["locationOrLoadError"]
         assert error["__typename"] == "PythonError", error
         assert error["className"] == "BadSetting" and error["cause"] is None, error

@@ -152,8 +152,9 @@ def test_a_user_imports_history_from_the_ui_and_reads_a_partition_row_count(
         assert first_tick["status"] == "SKIPPED" and first_tick["skipReason"].startswith("no Hermes installation at")
 
         # Dagster's one-time "Join the community" dialog: the user clicks Skip
-        page.add_locator_handler(page.get_by_text("Join the Dagster community"),
-                                 lambda: page.get_by_role("button", name="Skip").click())
+        page.add_locator_handler(
+            page.get_by_text("Join the Dagster community"), lambda: page.get_by_role("button", name="Skip").click()
+        )
         try:
             _walk_through(page, screens, dev, installation, aside)
         except Exception:
