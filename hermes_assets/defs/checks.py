@@ -25,7 +25,7 @@ def _tables(context, warehouse: HermesWarehouse, dataset: str, columns: list[str
 
 
 def _key_check(dataset: str) -> dg.AssetChecksDefinition:
-    keys = list(schemas.DATASETS[dataset][1])
+    keys = list(schemas.DATASETS[dataset].key)
 
     @dg.asset_check(
         asset=dataset,

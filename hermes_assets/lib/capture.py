@@ -408,7 +408,7 @@ class DayRows:
     def table(self, dataset: str) -> pa.Table:
         """All stores' rows of one dataset (the schema's empty table when none)."""
         tables = list(self.tables[dataset].values())
-        return pa.concat_tables(tables) if tables else schemas.DATASETS[dataset][0].empty_table()
+        return pa.concat_tables(tables) if tables else schemas.DATASETS[dataset].schema.empty_table()
 
 
 def project_day(

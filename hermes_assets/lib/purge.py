@@ -168,5 +168,5 @@ def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
     removed = table.num_rows - kept.num_rows
     if removed:
         # plain columns: a filtered dictionary column would still hold the purged values
-        write_staged(dataset, path, kept.cast(schemas.DATASETS[dataset][0]))
+        write_staged(dataset, path, kept.cast(schemas.DATASETS[dataset].schema))
     return removed

@@ -401,7 +401,7 @@ class Warehouse:
                     )
                 self.fix_modes(dataset, day)
                 return self.current(dataset, day, superseded=bool(facts))
-            schema = schemas.DATASETS[dataset][0]
+            schema = schemas.DATASETS[dataset].schema
             old = self._read_bytes(self.path(dataset, day))
             inputs = [new[f.path] for f in fresh if f.path in new]
             if old is None and len(inputs) == 1 and isinstance(inputs[0], str):
@@ -757,7 +757,7 @@ def _carry_over(dataset: str, old: pa.Buffer, new: pa.Table, facts: list[StoreFa
     Parses only the key columns unless some old row is missing from ``new``.
     -> (rows to keep, number of rows dropped, number of rows newly found replaced).
     """
-    key_columns = list(schemas.DATASETS[dataset][1])
+    key_columns = list(schemas.DATASETS[dataset].key)
     old_keys = _parse(dataset, old, key_columns)
     if old_keys.num_rows == 0:
         return None, 0, 0
@@ -791,7 +791,7 @@ def _was_replaced(row: dict, attrs: dict | None) -> bool:
 def _key_strings(dataset: str, table: pa.Table) -> pa.Array:
     if dataset == GATEWAY:
         return table.column("part_id")
-    parts = [pc.cast(table.column(c), pa.string()) for c in schemas.DATASETS[dataset][1]]
+    parts = [pc.cast(table.column(c), pa.string()) for c in schemas.DATASETS[dataset].key]
     if "generation" in table.column_names:
         parts[-1] = pc.cast(pc.fill_null(table.column("generation"), 1), pa.string())
     return pc.binary_join_element_wise(*parts, "\x1f")

@@ -100,12 +100,12 @@ def days_on_disk(warehouse: Path, dataset: str) -> list[str]:
 
 def read_day(warehouse: Path, dataset: str, day: str) -> pa.Table | None:
     path = day_path(warehouse, dataset, day)
-    return pq.read_table(path, schema=schemas.DATASETS[dataset][0]) if path.exists() else None
+    return pq.read_table(path, schema=schemas.DATASETS[dataset].schema) if path.exists() else None
 
 
 def read_all(warehouse: Path, dataset: str) -> list[dict]:
     """Every row of a dataset (all days) as dicts; JSON columns parsed, ``_day`` added."""
-    json_cols = {f.name for f in schemas.DATASETS[dataset][0] if f.type == schemas.JSON}
+    json_cols = {f.name for f in schemas.DATASETS[dataset].schema if f.type == schemas.JSON}
     out = []
     for day in days_on_disk(warehouse, dataset):
         for row in read_day(warehouse, dataset, day).to_pylist():

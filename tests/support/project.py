@@ -127,7 +127,7 @@ def project_store(
         by_day.setdefault(day, []).append(sid)
     return Projection(
         *(
-            _sorted(pa.concat_tables(tables[ds]) if tables[ds] else schemas.DATASETS[ds][0].empty_table(), ds)
+            _sorted(pa.concat_tables(tables[ds]) if tables[ds] else schemas.DATASETS[ds].schema.empty_table(), ds)
             for ds in (GATEWAY, SESSIONS, MESSAGES)
         ),
         tallies,
@@ -137,7 +137,7 @@ def project_store(
 
 
 def _sorted(table: pa.Table, dataset: str) -> pa.Table:
-    keys = schemas.DATASETS[dataset][2]
+    keys = schemas.DATASETS[dataset].sort_keys
     return table.sort_by([(k, "ascending") for k in keys]) if table.num_rows else table
 
 
