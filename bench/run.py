@@ -279,7 +279,7 @@ def gateway_rows(warehouse: str) -> tuple[int, int]:
     rows = size = 0
     for dataset in ("ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages"):
         for day in wh.days(dataset):
-            with wh.fs.open_input_file(wh.path(dataset, day)) as f:
+            with wh.storage.open_input(wh.path(dataset, day)) as f:
                 size += f.size()
                 if dataset == "ai_gateway_messages_hermes":
                     rows += pq.ParquetFile(f).metadata.num_rows

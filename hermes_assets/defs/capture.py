@@ -26,7 +26,8 @@ from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWar
 from hermes_assets.lib import capture, errors, schemas, staging
 from hermes_assets.lib.capture import CapturePlan, ProjectedRun
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.warehouse import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import Warehouse, WriteResult
 
 log = get_logger()
 

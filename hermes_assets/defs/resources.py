@@ -13,8 +13,9 @@ import dagster as dg
 from hermes_assets.defs import settings
 from hermes_assets.lib import policy, projection
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
+from hermes_assets.lib.local_files import FileModes
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, discover_stores
-from hermes_assets.lib.warehouse import FileModes, Warehouse
+from hermes_assets.lib.warehouse import Warehouse
 
 
 class HermesStores(dg.ConfigurableResource):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import errno
 import functools
 import gc
 import importlib.machinery
@@ -45,32 +44,19 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolE
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from hermes_assets.lib import copies, errors, logs, policy, projection, schemas
+from hermes_assets.lib import copies, errors, local_files, logs, policy, projection, schemas, staging
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.retention import StoreFacts
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.staging import ENCODED_SUFFIX, read_staged
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
-from hermes_assets.lib.warehouse import (
-    CAPTURE_DATASETS,
-    GATEWAY,
-    MESSAGES,
-    SESSIONS,
-    StoreFacts,
-    Warehouse,
-    WriteResult,
-    encode_to,
-    open_private,
-)
+from hermes_assets.lib.warehouse import Warehouse, WriteResult
 
 log = get_logger()
 
-#: staged tables: ``<staging>/<run>/<dataset>.<day>.<store #>.arrow`` (Arrow IPC, to be merged),
-#: or ``.parquet`` (the day's partition file itself, encoded once)
-STAGED_SUFFIX = ".arrow"
-ENCODED_SUFFIX = ".parquet"
-STAGED_SUFFIXES = (STAGED_SUFFIX, ENCODED_SUFFIX)
 #: below this many sessions a run projects its days in its own process: starting worker
 #: processes (fresh interpreters, ~0.5 s) costs more than the work they would share
 PARALLEL_MIN_SESSIONS = 1500
@@ -594,7 +580,7 @@ def project_rows(
     write. Days run on ``workers`` processes when the run has at least
     ``parallel_min_sessions`` sessions.
     """
-    warehouse.make_dirs(staging, os.path.dirname(os.path.abspath(staging)))
+    local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     ctx = replace(ctx, now_s=plan.read_at)  # one clock for the sanity window of the whole run
     existing = {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS}
     state = {
@@ -605,7 +591,7 @@ def project_rows(
         "log_format": log_format,
         "existing": existing,
         "file_mode": warehouse.modes.file,
-        "warehouse": (warehouse.uri, warehouse.spool_setting, warehouse.modes),
+        "warehouse": warehouse,
     }
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
@@ -627,7 +613,7 @@ def stage_day(state: dict, day: str) -> StagedDay:
     """Project one day (:func:`project_day`) and stage its three tables as Arrow IPC:
     cheap to write and to map back; the Parquet encoding happens once, at the write."""
     plan = state["plan"]
-    births = read_births(_warehouse(state), day, [sp.store.path for sp in plan.readable()], state["existing"])
+    births = read_births(state["warehouse"], day, [sp.store.path for sp in plan.readable()], state["existing"])
     rows = project_day(plan, day, state["ctx"], busy_timeout_ms=state["busy_timeout_ms"], births=births)
     order = {sp.store.path: i for i, sp in enumerate(state["plan"].stores)}
     datasets = {}
@@ -635,15 +621,10 @@ def stage_day(state: dict, day: str) -> StagedDay:
         staged = {}
         final = day not in state["existing"][dataset] and len(by_store) == 1
         for path, table in by_store.items():
-            name = f"{dataset}.{day}.{order[path]}"
             if final and not table.num_rows:
                 continue  # nothing to write, nothing to merge with
-            staged[path] = os.path.join(state["staging"], name + (ENCODED_SUFFIX if final else STAGED_SUFFIX))
-            with _staging(staged[path]):
-                if final:
-                    encode_to(dataset, table, staged[path], state["file_mode"])
-                else:
-                    _write_ipc(staged[path], table, state["file_mode"])
+            staged[path] = os.path.join(state["staging"], staging.staged_name(dataset, day, order[path], encoded=final))
+            staging.stage(dataset, table, staged[path], state["file_mode"])
         tally = rows.tallies[dataset]
         datasets[dataset] = DatasetDay(
             sum(t.num_rows for t in by_store.values()), tally.as_dict(), tuple(tally.sample_dicts()[:10]), staged
@@ -656,51 +637,6 @@ def stage_day(state: dict, day: str) -> StagedDay:
         rows.generations if existing else {path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
     )
     return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing)
-
-
-def _warehouse(state: dict) -> Warehouse:
-    """The run's warehouse, opened once per process (a worker opens its own client)."""
-    if state.get("opened") is None:
-        uri, spool, modes = state["warehouse"]
-        state["opened"] = Warehouse(uri, spool=spool, modes=modes)
-    return state["opened"]
-
-
-def _write_ipc(path: str, table: pa.Table, mode: int = 0o600) -> None:
-    with open_private(path, mode) as f, pa.ipc.new_file(f, table.schema) as writer:
-        writer.write_table(table)
-
-
-@contextlib.contextmanager
-def _staging(path: str):
-    """A full disk while staging names the file, and says nothing was changed."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a failed write() names no file: say which
-            raise OSError(
-                exc.errno,
-                f"{exc.strerror} while staging {path}: no partition file was changed; free some space and re-run",
-            ) from exc
-        raise
-
-
-def read_staged(dataset: str, path: str) -> pa.Table:
-    """A staged table: Arrow IPC (memory-mapped) or an encoded partition file."""
-    if path.endswith(ENCODED_SUFFIX):
-        return pq.read_table(path, schema=schemas.schema_of(dataset))
-    with pa.memory_map(path) as source:
-        return pa.ipc.open_file(source).read_all()
-
-
-def write_staged(dataset: str, path: str, table: pa.Table) -> None:
-    """Replace a staged table atomically, in its own form (the purge job scrubs staged days)."""
-    tmp = path + ".tmp"
-    if path.endswith(ENCODED_SUFFIX):
-        encode_to(dataset, table, tmp)
-    else:
-        _write_ipc(tmp, table)
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------
@@ -758,8 +694,7 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
         write = functools.partial(_write_day, run, warehouse, failed)
     else:  # no store read: nothing to merge, every day's files stay as they are
         write = functools.partial(_current_day, warehouse)
-    if not warehouse.posix:
-        _ = warehouse.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+    _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as pool:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [pool.submit(contextvars.copy_context().run, write, staged) for staged in run.days]

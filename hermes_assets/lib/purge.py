@@ -14,10 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.capture import STAGED_SUFFIXES, read_staged, write_staged
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.policy import is_under, under
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.staging import read_staged, restage, staged_files
+from hermes_assets.lib.warehouse import Warehouse
 
 log = get_logger()
 
@@ -59,7 +60,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     if session_id:
         canonical.add(session_id if session_id.startswith("hermes-") else "hermes-" + session_id)
     children: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-    staged = _staged_files(warehouse)
+    staged = staged_files(warehouse.staging_root)
     columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
     session_tables = [warehouse.read(SESSIONS, day, columns=columns) for day in warehouse.days(SESSIONS)]
     session_tables += [
@@ -134,17 +135,6 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     return result
 
 
-def _staged_files(warehouse: Warehouse) -> list[tuple[str, str]]:
-    """``(dataset, path)`` of every staged day file under the warehouse's staging folder."""
-    out = []
-    for folder, _, names in os.walk(warehouse.staging_root):
-        for name in names:
-            dataset = name.split(".", 1)[0]
-            if name.endswith(STAGED_SUFFIXES) and dataset in schemas.DATASETS:
-                out.append((dataset, os.path.join(folder, name)))
-    return sorted(out)
-
-
 def _read_staged(dataset: str, path: str, columns: list[str] | None = None) -> pa.Table | None:
     try:
         table = read_staged(dataset, path)
@@ -168,5 +158,5 @@ def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
     removed = table.num_rows - kept.num_rows
     if removed:
         # plain columns: a filtered dictionary column would still hold the purged values
-        write_staged(dataset, path, kept.cast(schemas.DATASETS[dataset].schema))
+        restage(dataset, path, kept.cast(schemas.DATASETS[dataset].schema))
     return removed

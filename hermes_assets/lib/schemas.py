@@ -309,6 +309,13 @@ AI_GATEWAY_MESSAGES = pa.schema([pa.field(name, typ, nullable=not required) for 
 REQUIRED_GATEWAY_COLUMNS = tuple(name for name, _, required in GATEWAY_COLUMNS if required)
 
 
+SESSIONS = "hermes_sessions"
+MESSAGES = "hermes_messages"
+GATEWAY = "ai_gateway_messages_hermes"
+#: the three capture datasets, in the order runs report them
+CAPTURE_DATASETS = (SESSIONS, MESSAGES, GATEWAY)
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     """One dataset: its Arrow schema, the columns that identify a row, and the order of its files."""
@@ -327,16 +334,14 @@ def _specs(*specs: DatasetSpec) -> dict[str, DatasetSpec]:
 
 #: the captured datasets, by name
 DATASETS = _specs(
-    DatasetSpec("hermes_sessions", HERMES_SESSIONS, ("store", "id", "generation"), ("store", "id", "generation")),
+    DatasetSpec(SESSIONS, HERMES_SESSIONS, ("store", "id", "generation"), ("store", "id", "generation")),
     DatasetSpec(
-        "hermes_messages",
+        MESSAGES,
         HERMES_MESSAGES,
         ("store", "session_id", "id", "generation"),
         ("store", "session_id", "id", "generation"),
     ),
-    DatasetSpec(
-        "ai_gateway_messages_hermes", AI_GATEWAY_MESSAGES, ("part_id",), ("session_id", "message_index", "part_id")
-    ),
+    DatasetSpec(GATEWAY, AI_GATEWAY_MESSAGES, ("part_id",), ("session_id", "message_index", "part_id")),
 )
 
 # --------------------------------------------------------------------------

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import PART_FILE
 from tests.conftest import copy_fixture
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)

@@ -21,10 +21,11 @@ import pytest
 
 from hermes_assets.defs import capture as capture_defs
 from hermes_assets.lib import capture
+from hermes_assets.lib.local_files import FileModes
 from hermes_assets.lib.policy import PolicyResolver
 from hermes_assets.lib.projection import ProjectionContext
 from hermes_assets.lib.state_db import discover_stores
-from hermes_assets.lib.warehouse import FileModes, Warehouse
+from hermes_assets.lib.warehouse import Warehouse
 from tests.defs.harness import SMALL_DAYS, step_output_metadata
 from tests.sensor.harness import SensorDriver
 from tests.support.modes import GROUP, PRIVATE, names, open_up, umask, wrong_modes

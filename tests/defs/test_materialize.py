@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import policy, schemas
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.defs.harness import (
     DATASETS,
     SMALL_DAYS,

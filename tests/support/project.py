@@ -19,8 +19,8 @@ import pyarrow as pa
 from hermes_assets.lib import capture, errors, schemas
 from hermes_assets.lib.errors import CellError, ErrorTally
 from hermes_assets.lib.projection import NoGit, ProjectionContext
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.state_db import Store
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
 #: the fixed "now" of every deterministic projection in the tests (2026-09-21)
 NOW_S = 1790000000.0
