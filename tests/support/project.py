@@ -1,6 +1,6 @@
 """Run the core library end to end on one store: plan it, project every day of all three datasets.
 
-This is the capture pipeline's own projection (:func:`hermes_assets.lib.capture.project_day`,
+This is the capture pipeline's own projection (:func:`hermes_assets.lib.day_rows.project_day`,
 what the ``project_rows`` op runs per day) minus policy resolution (every session
 is ``full`` unless a test says otherwise) and minus partition files. Tests assert
 on the returned tables or on :func:`rows`, a decoded view of them.
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hermes_assets.lib import capture, errors, schemas
+from hermes_assets.lib import day_rows, errors, schemas
+from hermes_assets.lib import plan as planning
 from hermes_assets.lib.errors import CellError, ErrorTally
 from hermes_assets.lib.projection import NoGit, ProjectionContext
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
@@ -92,7 +93,7 @@ def project_store(
     now_s: float = NOW_S,
 ) -> Projection:
     """Plan ``path`` (or ``store``) over every day it has and project each day with
-    :func:`capture.project_day`, as a capture run does.
+    :func:`day_rows.project_day`, as a capture run does.
 
     ``as_store`` names the store another path (``CANONICAL_STORE_PATH``) while its
     file is read here: the rows name that path. Sessions with no sane time at all
@@ -102,9 +103,9 @@ def project_store(
     if as_store is not None:
         store = StoreCopy(as_store.path, as_store.label, as_store.profile, copy=store.file)
     ctx = dataclasses.replace(ctx or default_ctx(now_s=now_s), now_s=now_s)
-    plan = capture.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s)
+    plan = planning.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s)
     days = sorted({d for d in plan.stores[0].days.values() if d is not None})
-    plan = capture.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s)
+    plan = planning.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s)
     if plan.failures():
         raise errors.by_kind(plan.failures()[0].error_kind)(plan.failures()[0].message)
     if policy_classes:
@@ -117,11 +118,11 @@ def project_store(
         if day is None
     ]
     for day in days:
-        day_rows = capture.project_day(plan, day, ctx)
+        rows = day_rows.project_day(plan, day, ctx)
         for ds in tables:
-            tables[ds].append(day_rows.table(ds))
-            tallies[ds].merge(day_rows.tallies[ds])
-        cells += sorted(day_rows.cells, key=repr)
+            tables[ds].append(rows.table(ds))
+            tallies[ds].merge(rows.tallies[ds])
+        cells += sorted(rows.cells, key=repr)
     by_day: dict = {}
     for sid, day in sorted(plan.stores[0].days.items()):
         by_day.setdefault(day, []).append(sid)
