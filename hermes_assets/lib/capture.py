@@ -51,7 +51,8 @@ from hermes_assets.lib import copies, errors, logs, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import (
     CAPTURE_DATASETS,
     GATEWAY,
@@ -79,15 +80,6 @@ PARALLEL_MIN_SESSIONS = 1500
 READ = "read"
 MISSING = "missing"  # not installed (discovery): nothing to read, its rows untouched
 FAILED = "failed"  # a store-level error: its rows untouched, the run fails naming it
-
-#: what a failed store's error says (the exception of its ``error_kind`` is raised at the end)
-_STORE_ERRORS = (
-    errors.StoreBusy,
-    errors.StoreCorrupt,
-    errors.StoreReplaced,
-    errors.NotAHermesStore,
-    errors.StoreMissing,
-)
 
 
 @dataclass
@@ -180,6 +172,8 @@ class CapturePlan:
     policy: PolicyCounts | None = None
     #: store path -> table -> the columns this contract does not name (D22), stores with some only
     unknown_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    #: how the stores are opened again to read the days (the busy budget, SPEC §1)
+    readers: ReaderFactory = field(default_factory=ReaderFactory)
 
     def sessions_in_range(self) -> int:
         wanted = set(self.days)
@@ -231,26 +225,25 @@ def plan_capture(
     first_day: str | None = None,
     last_day: str | None = None,
     now_s: float | None = None,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    readers: ReaderFactory | None = None,
 ) -> CapturePlan:
     """Place every session of every store on its day (one statement over ``sessions``
     per store). A missing store is a state; a store that cannot be read is a failure
     recorded in its :class:`StorePlan`, never raised here."""
     read_at = time.time() if now_s is None else now_s
     wanted = set(days)
-    plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at)
+    readers = readers or ReaderFactory()
+    plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at, readers=readers)
     statements: Counter = Counter()
     for store in stores:
         sp = StorePlan(store)
         plan.stores.append(sp)
         try:
-            if not store.exists():
-                raise FileNotFoundError(store.path)
-            with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=read_at) as reader:
+            with readers.open(store, read_at) as reader:
                 index = reader.session_index()
                 unknown = reader.unknown_columns()
                 statements.update(reader.statements)
-        except (FileNotFoundError, errors.StoreMissing) as exc:  # not installed, vanished, or not created yet
+        except (FileNotFoundError, errors.StoreAbsent) as exc:  # not installed, vanished, or not created yet
             if store.explicit and not store.exists():
                 _fail(sp, store.missing_error())
             else:
@@ -259,10 +252,10 @@ def plan_capture(
                     "hermes.store.missing",
                     path=store.path,
                     store=store.label,
-                    reason=str(exc) if isinstance(exc, errors.StoreMissing) else "no file",
+                    reason=str(exc) if isinstance(exc, errors.StoreAbsent) else "no file",
                 )
             continue
-        except _STORE_ERRORS as exc:
+        except errors.STORE_ERRORS as exc:
             _fail(sp, exc)
             continue
         if unknown:  # D22: once per store and run; the cells are kept in extra_columns
@@ -416,7 +409,6 @@ def project_day(
     day: str,
     ctx: projection.ProjectionContext,
     *,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     births: dict[str, Births] | None = None,
 ) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store) and
@@ -426,7 +418,7 @@ def project_day(
     a reused id with another birth gets the next generation (D15).
     """
     with _gc_paused():
-        return _project_day(plan, day, ctx, busy_timeout_ms, births or {})
+        return _project_day(plan, day, ctx, births or {})
 
 
 @contextlib.contextmanager
@@ -443,9 +435,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _project_day(
-    plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int, births: dict[str, Births]
-) -> DayRows:
+def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, births: dict[str, Births]) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
@@ -458,7 +448,7 @@ def _project_day(
             continue
         ancestors = sp.ancestors_off(kept)
         try:
-            with StoreReader(sp.store, busy_timeout_ms=busy_timeout_ms, now_s=plan.read_at) as reader:
+            with plan.readers.open(sp.store, plan.read_at) as reader:
                 read = reader.read_day_lineage(
                     day,
                     [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
@@ -466,8 +456,10 @@ def _project_day(
                 )
                 unknown, selected = reader.unknown_columns(), reader.selected["messages"]
                 statements.update(reader.statements)
-        except (FileNotFoundError, *_STORE_ERRORS) as exc:
-            if isinstance(exc, FileNotFoundError):
+        except (FileNotFoundError, errors.StoreAbsent, *errors.STORE_ERRORS) as exc:
+            if isinstance(exc, errors.StoreAbsent):  # read at the plan, being created again now
+                exc = errors.StoreMissing(str(exc), path=exc.path)
+            elif isinstance(exc, FileNotFoundError):
                 exc = (
                     sp.store.missing_error()
                     if sp.store.explicit
@@ -581,7 +573,6 @@ def project_rows(
     *,
     staging: str,
     workers: int = 1,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     log_format: str | None = None,
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
 ) -> ProjectedRun:
@@ -601,7 +592,6 @@ def project_rows(
         "plan": plan,
         "ctx": ctx,
         "staging": staging,
-        "busy_timeout_ms": busy_timeout_ms,
         "log_format": log_format,
         "existing": existing,
         "file_mode": warehouse.modes.file,
@@ -628,7 +618,7 @@ def stage_day(state: dict, day: str) -> StagedDay:
     cheap to write and to map back; the Parquet encoding happens once, at the write."""
     plan = state["plan"]
     births = read_births(_warehouse(state), day, [sp.store.path for sp in plan.readable()], state["existing"])
-    rows = project_day(plan, day, state["ctx"], busy_timeout_ms=state["busy_timeout_ms"], births=births)
+    rows = project_day(plan, day, state["ctx"], births=births)
     order = {sp.store.path: i for i, sp in enumerate(state["plan"].stores)}
     datasets = {}
     for dataset, by_store in rows.tables.items():
