@@ -173,7 +173,7 @@ def private_copy(store: Path, into: Path) -> Path:
 _CORE = r"""
 import json, os, sys, time
 from hermes_assets.lib import capture, plan as planning, policy, projection
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib.stores import Store
 t = time.perf_counter()
 stores = [Store(sys.argv[1])]
 plan = planning.plan_capture(stores, [], user_home="/home/bench")

@@ -14,7 +14,8 @@ from hermes_assets.defs import settings
 from hermes_assets.lib import policy, projection
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
 from hermes_assets.lib.local_files import FileModes
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, discover_stores
+from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, ReaderFactory
+from hermes_assets.lib.stores import Store, discover_stores
 from hermes_assets.lib.warehouse import Warehouse
 
 
@@ -27,6 +28,10 @@ class HermesStores(dg.ConfigurableResource):
 
     def stores(self) -> list[Store]:
         return discover_stores(self.state_db, self.hermes_home)
+
+    def readers(self) -> ReaderFactory:
+        """How the stores are opened (the busy budget belongs to the reader)."""
+        return ReaderFactory(busy_timeout_ms=self.busy_timeout_ms)
 
 
 class HermesWarehouse(dg.ConfigurableResource):

@@ -40,7 +40,6 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan import READ, CapturePlan
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
 from hermes_assets.lib.staging import ENCODED_SUFFIX, read_staged
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_assets.lib.warehouse import Warehouse, WriteResult
 
 log = get_logger()
@@ -130,7 +129,6 @@ class DayJob:
     staging: str
     #: dataset -> the run's days that had a file when the run looked
     existing: dict[str, set[str]]
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 
 
 def project_rows(
@@ -140,7 +138,6 @@ def project_rows(
     *,
     staging: str,
     workers: int = 1,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     log_format: str | None = None,
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
     start_method: str = pool.START_METHODS[0],
@@ -162,7 +159,6 @@ def project_rows(
         warehouse,
         staging,
         {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
-        busy_timeout_ms,
     )
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
@@ -185,7 +181,7 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     cheap to write and to map back; the Parquet encoding happens once, at the write."""
     plan = job.plan
     births = read_births(job.warehouse, day, [sp.store.path for sp in plan.readable()], job.existing)
-    rows = project_day(plan, day, job.ctx, busy_timeout_ms=job.busy_timeout_ms, births=births)
+    rows = project_day(plan, day, job.ctx, births=births)
     order = {sp.store.path: i for i, sp in enumerate(plan.stores)}
     datasets = {}
     for dataset, by_store in rows.tables.items():

@@ -20,9 +20,8 @@ from hermes_assets.lib import copies, errors, policy, projection, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.generations import Births, Generations
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.plan import STORE_ERRORS, CapturePlan
+from hermes_assets.lib.plan import CapturePlan
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, StoreReader
 
 log = get_logger()
 
@@ -52,7 +51,6 @@ def project_day(
     day: str,
     ctx: projection.ProjectionContext,
     *,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     births: dict[str, Births] | None = None,
 ) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store) and
@@ -62,7 +60,7 @@ def project_day(
     a reused id with another birth gets the next generation (D15).
     """
     with _gc_paused():
-        return _project_day(plan, day, ctx, busy_timeout_ms, births or {})
+        return _project_day(plan, day, ctx, births or {})
 
 
 @contextlib.contextmanager
@@ -79,9 +77,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _project_day(
-    plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int, births: dict[str, Births]
-) -> DayRows:
+def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, births: dict[str, Births]) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
@@ -94,7 +90,7 @@ def _project_day(
             continue
         ancestors = sp.ancestors_off(kept)
         try:
-            with StoreReader(sp.store, busy_timeout_ms=busy_timeout_ms, now_s=plan.read_at) as reader:
+            with plan.readers.open(sp.store, plan.read_at) as reader:
                 read = reader.read_day_lineage(
                     day,
                     [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
@@ -102,8 +98,10 @@ def _project_day(
                 )
                 unknown, selected = reader.unknown_columns(), reader.selected["messages"]
                 statements.update(reader.statements)
-        except (FileNotFoundError, *STORE_ERRORS) as exc:
-            if isinstance(exc, FileNotFoundError):
+        except (FileNotFoundError, errors.StoreAbsent, *errors.STORE_ERRORS) as exc:
+            if isinstance(exc, errors.StoreAbsent):  # read at the plan, being created again now
+                exc = errors.StoreMissing(str(exc), path=exc.path)
+            elif isinstance(exc, FileNotFoundError):
                 exc = (
                     sp.store.missing_error()
                     if sp.store.explicit

@@ -23,7 +23,8 @@ from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.generations import Generations
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.retention import StoreFacts
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.stores import Store
 
 log = get_logger()
 
@@ -31,15 +32,6 @@ log = get_logger()
 READ = "read"
 MISSING = "missing"  # not installed (discovery): nothing to read, its rows untouched
 FAILED = "failed"  # a store-level error: its rows untouched, the run fails naming it
-
-#: what a failed store's error says (the exception of its ``error_kind`` is raised at the end)
-STORE_ERRORS = (
-    errors.StoreBusy,
-    errors.StoreCorrupt,
-    errors.StoreReplaced,
-    errors.NotAHermesStore,
-    errors.StoreMissing,
-)
 
 
 @dataclass
@@ -132,6 +124,8 @@ class CapturePlan:
     policy: PolicyCounts | None = None
     #: store path -> table -> the columns this contract does not name (D22), stores with some only
     unknown_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    #: how the stores are opened again to read the days (the busy budget, SPEC §1)
+    readers: ReaderFactory = field(default_factory=ReaderFactory)
 
     def sessions_in_range(self) -> int:
         wanted = set(self.days)
@@ -183,26 +177,25 @@ def plan_capture(
     first_day: str | None = None,
     last_day: str | None = None,
     now_s: float | None = None,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    readers: ReaderFactory | None = None,
 ) -> CapturePlan:
     """Place every session of every store on its day (one statement over ``sessions``
     per store). A missing store is a state; a store that cannot be read is a failure
     recorded in its :class:`StorePlan`, never raised here."""
     read_at = time.time() if now_s is None else now_s
     wanted = set(days)
-    plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at)
+    readers = readers or ReaderFactory()
+    plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at, readers=readers)
     statements: Counter = Counter()
     for store in stores:
         sp = StorePlan(store)
         plan.stores.append(sp)
         try:
-            if not store.exists():
-                raise FileNotFoundError(store.path)
-            with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=read_at) as reader:
+            with readers.open(store, read_at) as reader:
                 index = reader.session_index()
                 unknown = reader.unknown_columns()
                 statements.update(reader.statements)
-        except (FileNotFoundError, errors.StoreMissing) as exc:  # not installed, vanished, or not created yet
+        except (FileNotFoundError, errors.StoreAbsent) as exc:  # not installed, vanished, or not created yet
             if store.explicit and not store.exists():
                 _fail(sp, store.missing_error())
             else:
@@ -211,10 +204,10 @@ def plan_capture(
                     "hermes.store.missing",
                     path=store.path,
                     store=store.label,
-                    reason=str(exc) if isinstance(exc, errors.StoreMissing) else "no file",
+                    reason=str(exc) if isinstance(exc, errors.StoreAbsent) else "no file",
                 )
             continue
-        except STORE_ERRORS as exc:
+        except errors.STORE_ERRORS as exc:
             _fail(sp, exc)
             continue
         if unknown:  # D22: once per store and run; the cells are kept in extra_columns

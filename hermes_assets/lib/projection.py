@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import os
 import re
 import subprocess
@@ -21,10 +20,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import copies, display, errors, extra_columns, policy, schemas
+from hermes_assets.lib import copies, display, errors, extra_columns, ids, policy, schemas
 from hermes_assets.lib.copies import Marks
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.generations import canonical_session_id, suffix
+from hermes_assets.lib.jsonutil import dumps, loads, normalize, quote
 from hermes_assets.lib.state_db import SessionBundle
 from hermes_assets.lib.timestamps import (
     SANE_AHEAD_S,
@@ -51,70 +50,7 @@ KNOWN_HOSTS = {
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
 TOOL_SUCCESS = '{"tool_status":"success"}'
 _DATA_URI = re.compile(r"data:([^;,\s\"']*);base64,[A-Za-z0-9+/=_-]+")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _CREDENTIALS = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^@/]*@")
-
-
-# --------------------------------------------------------------------------
-# JSON (SPEC §5.5 "JSON numbers")
-# --------------------------------------------------------------------------
-
-
-def _reject_constant(name):
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
-def _parse_float(text: str):
-    """Integral floats become integers at parse time (SPEC §5.5); inf is not JSON."""
-    value = float(text)
-    if value.is_integer():
-        return int(value)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError("non-finite number")
-    return value
-
-
-_DECODE = json.JSONDecoder(parse_float=_parse_float, parse_constant=_reject_constant).decode
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def loads(text: str):
-    """Strict JSON: NaN/Infinity are not JSON; surrogate escapes become U+FFFD;
-    integral floats come back as integers, so the result needs no normalizing."""
-    value = _DECODE(text)
-    if "\\u" in text:
-        value = _scrub(value)
-    return value
-
-
-def dumps(value, *, normalized: bool = False) -> str:
-    """Compact, raw non-ASCII, integral floats as integers (``normalized``: the
-    value came from :func:`loads` and is already so)."""
-    return _DUMPS(value if normalized else _normalize(value))
-
-
-def _normalize(value):
-    if type(value) is float:
-        return int(value) if value.is_integer() else value
-    if type(value) is dict:
-        return {k: _normalize(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_normalize(v) for v in value]
-    return value
-
-
-def _scrub(value):
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if type(value) is dict:
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_scrub(v) for v in value]
-    return value
-
-
-def _jstr(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------
@@ -235,7 +171,7 @@ def usage_by_model(usage: list[dict]) -> list[dict] | None:
         )
 
     rows = sorted(usage, key=lambda u: ((u.get("first_seen") is None, u.get("first_seen") or 0), key(u)))
-    return [{k: _normalize(v) for k, v in u.items() if k != "session_id"} for u in rows]
+    return [{k: normalize(v) for k, v in u.items() if k != "session_id"} for u in rows]
 
 
 def bundle_start_ms(bundle: SessionBundle, now_s: float) -> int | None:
@@ -524,7 +460,7 @@ def project_session(
     store, s = bundle.store, bundle.session
     sid = bundle.sid
     scoped = store.scoped(sid)
-    session_id = canonical_session_id(store.label, sid, session_generation)
+    session_id = ids.session_id(store.label, sid, session_generation)
     start_ms = bundle_start_ms(bundle, ctx.now_s)
     if start_ms is None:
         tally.add(errors.OUT_OF_RANGE_SESSION, scoped, None, "started_at")
@@ -575,13 +511,15 @@ def project_session(
             git_remote,
             repo_root,
             source,
-            "hermes-" + store.scoped(parent) if parent else None,
+            ids.session_id(store.label, parent) if parent else None,
         )
     )
 
     append = out.rows.append
-    id_prefix = session_id + "-"
-    esc_prefix = _jstr(id_prefix)[:-1]
+    # a part's previous_message_id is its predecessor's id as a JSON array: the session's
+    # part of the ids is escaped once, the rest (mid, generation, k) never needs it
+    tail_at = len(ids.message_prefix(session_id))
+    esc_prefix = quote(ids.message_prefix(session_id))[:-1]
     day_of = out.day_names
     call_names: dict[str, str] = {}
     attrs_cache: dict[tuple, str] = {}
@@ -623,9 +561,9 @@ def project_session(
         finish = msg["finish_reason"] if role == "assistant" else None
         last = len(parts) - 1
         uuid = str(mid)
-        mid_part = f"{mid}{suffix(message_generations[mid])}" if message_generations else mid
+        part_ids = ids.message_ids(session_id, mid, message_generations[mid] if message_generations else 1, len(parts))
         for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
-            message_id = f"{id_prefix}{mid_part}-{k}"
+            message_id = part_ids[k]
             carrier = k == last
             if ptype == "tool_result":
                 status = TOOL_SUCCESS
@@ -653,7 +591,7 @@ def project_session(
                     index,
                     ts_ms,
                     role,
-                    message_id + "#0",
+                    message_id + ids.PART_SUFFIX,
                     ptype,
                     subtype,
                     text,
@@ -667,7 +605,7 @@ def project_session(
                     day,
                 )
             )
-            prev = f'[{esc_prefix}{mid_part}-{k}"]'
+            prev = f'[{esc_prefix}{message_id[tail_at:]}"]'
             index += 1
 
     if s.get("ended_at"):  # set and non-zero
@@ -678,7 +616,7 @@ def project_session(
         end_hermes = {"session_end": True}
         for key in ("end_reason", "estimated_cost_usd", "actual_cost_usd", "api_call_count"):
             if s.get(key) is not None:
-                end_hermes[key] = _normalize(s[key])
+                end_hermes[key] = normalize(s[key])
         models = usage_by_model(bundle.usage)
         if models:
             end_hermes["usage_by_model"] = models
@@ -686,7 +624,7 @@ def project_session(
             **base_attrs,
             "hermes": {**end_hermes, **hermes_attrs},
             "usage": {
-                k: _normalize(s.get(k))
+                k: normalize(s.get(k))
                 for k in (
                     "input_tokens",
                     "output_tokens",
@@ -696,7 +634,7 @@ def project_session(
                 )
             },
         }
-        message_id = id_prefix + "session_end"
+        message_id = ids.end_row_id(session_id)
         append(
             (
                 message_id,
@@ -705,7 +643,7 @@ def project_session(
                 index,
                 ended_ms,
                 "system",
-                message_id + "#0",
+                ids.part_id(message_id),
                 "status",
                 "status",
                 None,

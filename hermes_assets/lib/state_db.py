@@ -10,7 +10,6 @@ typed errors of :mod:`hermes_assets.lib.errors`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -20,7 +19,6 @@ import urllib.parse
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hermes_assets.lib import copies, errors, extra_columns, prompts
 from hermes_assets.lib.logs import get_logger
@@ -31,11 +29,11 @@ from hermes_assets.lib.schemas import (
     V23_MESSAGE_COLUMNS,
     V23_SESSION_COLUMNS,
 )
+from hermes_assets.lib.stores import STORE_FILE, Store
 from hermes_assets.lib.timestamps import DayNames, ms_day, sane_instant, session_start_ms
 
 log = get_logger()
 
-STORE_FILE = "state.db"
 #: the first table Hermes's schema script creates: with it but without sessions/messages,
 #: the store is mid-creation (Hermes runs its schema one statement at a time)
 HERMES_FIRST_TABLE = "schema_version"
@@ -49,93 +47,6 @@ _SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 11, 14, 26
 _READONLY_ROLLBACK = _SQLITE_READONLY | (3 << 8)
 _READONLY_CANTINIT = _SQLITE_READONLY | (5 << 8)
 _READONLY_DIRECTORY = _SQLITE_READONLY | (6 << 8)
-
-
-# --------------------------------------------------------------------------
-# stores and their discovery
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Store:
-    """One Hermes store: where it is and how its ids are scoped (SPEC §1).
-
-    ``explicit``: named in ``HERMES_STATE_DB`` (a file that must exist), as
-    opposed to found by discovery (absent = Hermes not installed, the idle case).
-    """
-
-    path: str
-    label: str = ""
-    profile: str | None = None
-    explicit: bool = False
-
-    def scoped(self, sid: str) -> str:
-        return f"{self.label}:{sid}" if self.label else sid
-
-    @property
-    def path_hash(self) -> str:
-        return hashlib.sha256(self.path.encode("utf-8")).hexdigest()[:16]
-
-    @property
-    def file(self) -> str:
-        """The file to open: the store's path (a test may read a copy under another name)."""
-        return self.path
-
-    def exists(self) -> bool:
-        return os.path.isfile(self.file)
-
-    def missing_error(self) -> errors.StoreMissing:
-        return errors.StoreMissing(
-            f"HERMES_STATE_DB names {self.path}, which does not exist: check the path "
-            "(unset HERMES_STATE_DB to use the Hermes home's own store).",
-            path=self.path,
-        )
-
-
-def default_hermes_home() -> str:
-    """Hermes's own default home, ``~/.hermes``."""
-    return os.path.join(os.path.expanduser("~"), ".hermes")
-
-
-def discover_stores(state_db: str | None = None, hermes_home: str | None = None) -> list[Store]:
-    """The stores to read: ``state_db`` (``HERMES_STATE_DB``) if given, else the Hermes
-    home and its profiles.
-
-    The default store is listed even when it does not exist (a missing store is a
-    state, not an error: SPEC R9); profiles are listed when their file exists.
-    """
-    if state_db and state_db.strip():
-        return _explicit_stores([p for p in state_db.split(":") if p.strip()])
-    home = os.path.abspath(os.path.expanduser(hermes_home or default_hermes_home()))
-    stores = [Store(os.path.join(home, STORE_FILE))]
-    profiles = Path(home, "profiles")
-    if profiles.is_dir():
-        for db in sorted(profiles.glob(f"*/{STORE_FILE}")):
-            name = db.parent.name
-            stores.append(Store(str(db.absolute()), label=name, profile=name))
-    return stores
-
-
-def _explicit_stores(paths: list[str]) -> list[Store]:
-    paths = [os.path.abspath(os.path.expanduser(p.strip())) for p in paths]
-    if len(paths) == 1 and not os.path.isdir(paths[0]):
-        return [Store(paths[0], explicit=True)]
-    stores: list[Store] = []
-    for path in paths:
-        if os.path.isdir(path):
-            for db in sorted(Path(path).rglob(STORE_FILE)):
-                rel = os.path.relpath(db.parent, path)
-                stores.append(Store(str(db), label="" if rel == "." else rel.replace(os.sep, "/")))
-        else:
-            stores.append(Store(path, label=os.path.basename(os.path.dirname(path)), explicit=True))
-    labels = [s.label for s in stores]
-    clashes = sorted({label for label in labels if labels.count(label) > 1})
-    if clashes:
-        raise errors.ConfigurationError(
-            f"HERMES_STATE_DB names several stores with the same label {clashes}: "
-            "labels come from each store's folder name; put the stores in folders with distinct names."
-        )
-    return stores
 
 
 # --------------------------------------------------------------------------
@@ -228,8 +139,13 @@ class StoreReader:
     store: Store
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
     now_s: float | None = None
+    #: the file to open, when it is not the store's own path (a copy read as that store:
+    #: the rows still name ``store.path``)
+    file: str | None = None
 
     def __post_init__(self):
+        if self.file is None:
+            self.file = self.store.path
         self._conn: sqlite3.Connection | None = None
         self._tmpdir: str | None = None
         self.columns: dict[str, set[str]] = {}
@@ -251,13 +167,13 @@ class StoreReader:
         self.close()
 
     def open(self) -> None:
-        path = self.store.file
+        path = self.file
         if not os.path.isfile(path):
             raise FileNotFoundError(path)
         try:
             self._conn = self._connect(path, {"mode": "ro"})
             self._probe()
-        except (sqlite3.Error, errors.HermesAssetsError) as exc:
+        except (sqlite3.Error, errors.HermesAssetsError, errors.StoreAbsent) as exc:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -266,7 +182,7 @@ class StoreReader:
             sqlite_exc = exc if isinstance(exc, sqlite3.Error) else exc.__cause__
             code = getattr(sqlite_exc, "sqlite_errorcode", None)
             if code not in (_READONLY_DIRECTORY, _READONLY_CANTINIT, _SQLITE_CANTOPEN):
-                if isinstance(exc, errors.HermesAssetsError):
+                if isinstance(exc, (errors.HermesAssetsError, errors.StoreAbsent)):
                     raise
                 raise self._translate(exc) from exc
             self._open_in_readonly_directory(path, sqlite_exc)
@@ -315,16 +231,16 @@ class StoreReader:
         if not {"sessions", "messages"} <= tables and (not tables or HERMES_FIRST_TABLE in tables):
             # Hermes creates its schema one statement at a time: a store with no
             # tables, or with some of Hermes's own but not yet these, is being born.
-            raise errors.StoreMissing(
-                f"{self.store.file} is still being created by Hermes (tables so far: {sorted(tables)}): "
+            raise errors.StoreAbsent(
+                f"{self.file} is still being created by Hermes (tables so far: {sorted(tables)}): "
                 "nothing to capture yet.",
-                path=self.store.file,
+                path=self.file,
             )
         if not {"sessions", "messages"} <= tables:
             raise errors.NotAHermesStore(
-                f"{self.store.file} is a SQLite file but has no sessions/messages tables; "
+                f"{self.file} is a SQLite file but has no sessions/messages tables; "
                 "point HERMES_STATE_DB at a Hermes state.db.",
-                path=self.store.file,
+                path=self.file,
             )
         for table in ("sessions", "messages", "session_model_usage"):
             if table in tables:
@@ -409,7 +325,7 @@ class StoreReader:
 
     def _translate(self, exc: sqlite3.Error) -> errors.HermesAssetsError:
         code = getattr(exc, "sqlite_errorcode", 0) or 0
-        path = self.store.file
+        path = self.file
         if code == _READONLY_ROLLBACK:
             return errors.StoreBusy(
                 f"{path} has a hot rollback journal ({path}-journal): a Hermes write was interrupted "
@@ -636,6 +552,19 @@ class StoreReader:
         if ms is not None:
             return self._day_of(ms)
         return self._fallback_day(raw_id, ended_at)
+
+
+@dataclass(frozen=True)
+class ReaderFactory:
+    """How stores are opened: one value, handed out by the Hermes stores resource, that owns
+    the busy budget (SPEC §1 "Busy and locked"), so that nothing between the settings and a
+    read carries it. A plain value: it travels to worker processes with the run's plan."""
+
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+
+    def open(self, store: Store, now_s: float | None = None) -> StoreReader:
+        """A reader of ``store`` (not yet open: use it as a context manager)."""
+        return StoreReader(store, busy_timeout_ms=self.busy_timeout_ms, now_s=now_s)
 
 
 def _text_or_none(value) -> str | None:

@@ -24,7 +24,7 @@ from hermes_assets.lib.projection import (
     parse_tool_calls,
     strip_credentials,
 )
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, flat_call, openai_call
 from tests.support.project import NOW_S, USER_HOME, column_text, default_ctx, project_store, rows

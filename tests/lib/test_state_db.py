@@ -14,7 +14,8 @@ import pytest
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.errors import ConfigurationError, NotAHermesStore, StoreBusy, StoreCorrupt
-from hermes_assets.lib.state_db import Store, StoreReader, discover_stores
+from hermes_assets.lib.state_db import StoreReader
+from hermes_assets.lib.stores import Store, discover_stores
 from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
@@ -193,9 +194,9 @@ def test_empty_file_is_a_store_not_created_yet(tmp_path):
     failure; a sensor tick in that window must not error."""
     path = tmp_path / "state.db"
     path.write_bytes(b"")
-    with pytest.raises(errors.StoreMissing) as info:
+    with pytest.raises(errors.StoreAbsent) as info:
         StoreReader(Store(str(path))).open()
-    assert info.value.error_kind == "store_missing"
+    assert not isinstance(info.value, errors.HermesAssetsError)  # a state, with no error_kind
 
 
 def test_sqlite_file_with_other_tables_is_not_a_hermes_store(tmp_path):
@@ -530,5 +531,5 @@ def test_store_mid_creation_is_not_ready_rather_than_foreign(tmp_path):
     conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL)")
     conn.commit()
     conn.close()
-    with pytest.raises(errors.StoreMissing):
+    with pytest.raises(errors.StoreAbsent):
         StoreReader(Store(str(path))).open()
