@@ -33,10 +33,12 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from hermes_assets.lib import errors, local_files, pool, projection, staging
+from hermes_assets.lib.day_merge import PreparedWrite
 from hermes_assets.lib.day_rows import project_day
 from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.partition_file import DayFile
 from hermes_assets.lib.plan import READ, CapturePlan
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
 from hermes_assets.lib.staging import ENCODED_SUFFIX, read_staged
@@ -79,6 +81,8 @@ class StagedDay:
     statements: dict[str, int] = field(default_factory=dict)
     #: the datasets whose file for this day existed when the run looked
     existing: frozenset[str] = frozenset()
+    #: dataset -> its file merged already, for the write to put in place (:mod:`~hermes_assets.lib.day_merge`)
+    prepared: dict[str, PreparedWrite] = field(default_factory=dict)
 
 
 @dataclass
@@ -177,11 +181,16 @@ def project_rows(
 
 
 def stage_day(job: DayJob, day: str) -> StagedDay:
-    """Project one day (:func:`project_day`) and stage its three tables as Arrow IPC:
-    cheap to write and to map back; the Parquet encoding happens once, at the write."""
+    """Project one day (:func:`project_day`) and stage its three tables.
+
+    A day that has files has them read once, here: ``hermes_sessions`` and
+    ``hermes_messages`` before the projection, for the births of the day's ids
+    (D15); each file then serves the merge of its dataset, done here too, whose
+    result the write step puts in place (:meth:`Warehouse.prepare_write`).
+    """
     plan = job.plan
-    births = read_births(job.warehouse, day, [sp.store.path for sp in plan.readable()], job.existing)
-    rows = project_day(plan, day, job.ctx, births=births)
+    old = {ds: _read_old(job, ds, day) for ds in (SESSIONS, MESSAGES)}
+    rows = project_day(plan, day, job.ctx, births=_births(job, day, old))
     order = {sp.store.path: i for i, sp in enumerate(plan.stores)}
     datasets = {}
     for dataset, by_store in rows.tables.items():
@@ -196,6 +205,17 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         datasets[dataset] = DatasetDay(
             sum(t.num_rows for t in by_store.values()), tally.as_dict(), tuple(tally.sample_dicts()[:10]), staged
         )
+    facts = plan.facts(day, rows.generations, skip={f.path for f in rows.failures})
+    prepared = {}
+    for dataset in CAPTURE_DATASETS:
+        old_file = old[dataset] if dataset in old else _read_old(job, dataset, day)
+        if old_file is not None:
+            new = {path: read_staged(dataset, file) for path, file in datasets[dataset].staged.items()}
+            stage_as = os.path.join(job.staging, staging.prepared_name(dataset, day))
+            ready = job.warehouse.prepare_write(dataset, day, new, facts, plan.read_at, old_file, stage_as)
+            if ready is not None:
+                prepared[dataset] = ready
+    del old
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
     pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
     # retention judges the rows of a file that exists; a new day's generations are not needed
@@ -203,17 +223,35 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     generations = (
         rows.generations if existing else {path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
     )
-    return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing)
+    return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing, prepared)
 
 
-def read_births(warehouse: Warehouse, day: str, stores: list[str], existing: dict[str, set[str]]) -> dict[str, Births]:
+def _read_old(job: DayJob, dataset: str, day: str) -> DayFile | None:
+    """The day's file of ``dataset``, read once and pinned; None when the run saw no file (a
+    file that appeared since is merged at the write, as is one whose first capture is staged
+    already encoded), or when the warehouse cannot pin it (an object store: the write merges
+    from its own read)."""
+    if day not in job.existing[dataset]:
+        return None
+    return job.warehouse.read_pinned(dataset, day, os.path.join(job.staging, staging.pin_name(dataset, day)))
+
+
+def _births(job: DayJob, day: str, old: dict[str, DayFile | None]) -> dict[str, Births]:
     """Per store, the births of what the day's ``hermes_sessions``/``hermes_messages`` files
-    hold already (D15); nothing when the day has no file."""
-    sessions = warehouse.read(SESSIONS, day, columns=SESSION_BIRTH_COLUMNS) if day in existing[SESSIONS] else None
-    messages = warehouse.read(MESSAGES, day, columns=MESSAGE_BIRTH_COLUMNS) if day in existing[MESSAGES] else None
-    if sessions is None and messages is None:
+    hold already (D15), from the files read (an unpinned one: its birth columns alone);
+    nothing when the day has no file."""
+    tables = {}
+    for dataset, columns in ((SESSIONS, SESSION_BIRTH_COLUMNS), (MESSAGES, MESSAGE_BIRTH_COLUMNS)):
+        if old[dataset] is not None:
+            tables[dataset] = old[dataset].table(columns)
+        elif day in job.existing[dataset]:
+            tables[dataset] = job.warehouse.read(dataset, day, columns=columns)
+        else:
+            tables[dataset] = None
+    if tables[SESSIONS] is None and tables[MESSAGES] is None:
         return {}
-    return {path: Births.from_tables(sessions, messages, path) for path in stores}
+    stores = [sp.store.path for sp in job.plan.readable()]
+    return {path: Births.from_tables(tables[SESSIONS], tables[MESSAGES], path) for path in stores}
 
 
 # --------------------------------------------------------------------------
@@ -318,5 +356,7 @@ def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged
         if not new and dataset not in staged.existing:  # no rows, no file: nothing to write or merge
             out[dataset] = WriteResult(dataset, staged.day, warehouse.location(dataset, staged.day), 0, 0, 0, 0, False)
             continue
-        out[dataset] = warehouse.write_day(dataset, staged.day, new, facts, run.plan.read_at)
+        out[dataset] = warehouse.write_day(
+            dataset, staged.day, new, facts, run.plan.read_at, prepared=staged.prepared.get(dataset)
+        )
     return out

@@ -8,11 +8,16 @@ reads as its default (:data:`schemas.ADDED_COLUMNS`) or as NULL.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
+
+if TYPE_CHECKING:
+    from hermes_assets.lib.storage import Pin
 
 
 def encode(dataset: str, table: pa.Table) -> pa.Buffer:
@@ -78,16 +83,18 @@ def is_sorted(table: pa.Table, keys) -> bool:
 
 
 class DayFile:
-    """A day's partition file as it was read: its bytes (read once), decoded on demand.
+    """A day's partition file as it was read: its bytes (read once), decoded on demand, and
+    maybe a pin that proves later that the file is still the one read (:mod:`storage`).
 
     The columns decoded for one use serve the next that needs no more of them:
     the births of a day's ids (D15) and the keys retention compares (SPEC §6)
     come from one decoding.
     """
 
-    def __init__(self, dataset: str, data: pa.Buffer):
+    def __init__(self, dataset: str, data: pa.Buffer, pin: Pin | None = None):
         self.dataset = dataset
         self.data = data
+        self.pin = pin
         self._decoded: pa.Table | None = None
         self._whole = False
 

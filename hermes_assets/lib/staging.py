@@ -4,7 +4,11 @@ A capture run stages its days under ``<staging root>/<run id>/``, one file per
 dataset, day and store: ``<dataset>.<day>.<store #>.arrow`` (Arrow IPC, cheap
 to write and to map back, merged at the write) or ``.parquet`` (the day's
 partition file itself, encoded once, when the day has no file yet and one store
-has rows). The purge job scrubs staged files too (:func:`staged_files`). Files
+has rows). A day that has a file also stages a hard link to it as it was read
+(``.pin``) and, when it changes, its new file merged already (``.prepared``),
+which the write step puts in place (:mod:`~hermes_assets.lib.day_merge`).
+The purge job scrubs staged tables too (:func:`staged_files`) and removes
+prepared files (the write merges those days again). Files
 and folders get the warehouse's modes (SPEC §2, D16), whatever the umask.
 
 The write removes the run's folder when
@@ -43,6 +47,7 @@ log = get_logger()
 STAGED_SUFFIX = ".arrow"
 ENCODED_SUFFIX = ".parquet"
 STAGED_SUFFIXES = (STAGED_SUFFIX, ENCODED_SUFFIX)
+PREPARED_SUFFIX = ".prepared"
 #: a staging folder of a run nobody knows is removed once this old (a run of another instance)
 STALE_STAGING_S = 6 * 3600
 
@@ -50,6 +55,18 @@ STALE_STAGING_S = 6 * 3600
 def staged_name(dataset: str, day: str, store_number: int, *, encoded: bool) -> str:
     """The name of one store's staged rows of one dataset and day."""
     return f"{dataset}.{day}.{store_number}{ENCODED_SUFFIX if encoded else STAGED_SUFFIX}"
+
+
+def pin_name(dataset: str, day: str) -> str:
+    """A hard link to the day's partition file as the stage step read it (the proof, at the
+    write, that the file is unchanged: :class:`~hermes_assets.lib.storage.Pin`)."""
+    return f"{dataset}.{day}.pin"
+
+
+def prepared_name(dataset: str, day: str) -> str:
+    """The day's new partition file, merged by the stage step
+    (:class:`~hermes_assets.lib.day_merge.PreparedWrite`); never scrubbed: a purge removes it."""
+    return f"{dataset}.{day}{PREPARED_SUFFIX}"
 
 
 def stage(dataset: str, table: pa.Table, path: str, mode: int = 0o600) -> None:
@@ -96,12 +113,21 @@ def restage(dataset: str, path: str, table: pa.Table) -> None:
 
 
 def staged_files(root: str) -> list[tuple[str, str]]:
-    """``(dataset, path)`` of every staged file under the staging root ``root``."""
+    """``(dataset, path)`` of every staged table under the staging root ``root``."""
+    return _files(root, STAGED_SUFFIXES)
+
+
+def prepared_files(root: str) -> list[tuple[str, str]]:
+    """``(dataset, path)`` of every prepared file under the staging root ``root``."""
+    return _files(root, (PREPARED_SUFFIX,))
+
+
+def _files(root: str, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
     out = []
     for folder, _, names in os.walk(root):
         for name in names:
             dataset = name.split(".", 1)[0]
-            if name.endswith(STAGED_SUFFIXES) and dataset in schemas.DATASETS:
+            if name.endswith(suffixes) and dataset in schemas.DATASETS:
                 out.append((dataset, os.path.join(folder, name)))
     return sorted(out)
 

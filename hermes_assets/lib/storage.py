@@ -48,11 +48,10 @@ LOCK_FILE = ".lock"
 @dataclass(frozen=True)
 class Pin:
     """Proof, later, that a file is still the one that was read (:meth:`Storage.read_pinned`):
-    a hard link to it (its inode cannot be reused while the link exists; files are only ever
-    replaced, never changed in place), or, where there are no links, the digest of its bytes."""
+    a hard link to it. Its inode cannot be reused while the link exists, and the project
+    only ever replaces a file (rename), never changes one in place."""
 
-    link: str | None = None
-    digest: str | None = None
+    link: str
 
 
 class Storage(Protocol):
@@ -102,7 +101,8 @@ class Storage(Protocol):
 
     def read_pinned(self, path: str, pin_as: str) -> tuple[pa.Buffer, Pin] | None:
         """A whole file's bytes and a :class:`Pin` of them (a hard link at the local path
-        ``pin_as`` where one can be made), or None when the file does not exist."""
+        ``pin_as``); None when the file does not exist or cannot be pinned (an object store
+        has no inode to hold: nothing would prove later that an object is unchanged)."""
         ...
 
     def still_current(self, path: str, pin: Pin) -> bool:
@@ -178,7 +178,7 @@ class LocalStorage:
         return _read_pinned_locally(path, pin_as)
 
     def still_current(self, path: str, pin: Pin) -> bool:
-        return _still_current(self, path, pin)
+        return _still_current(path, pin)
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
@@ -288,13 +288,10 @@ class ArrowStorage:
             return None
 
     def read_pinned(self, path: str, pin_as: str) -> tuple[pa.Buffer, Pin] | None:
-        if self.local:
-            return _read_pinned_locally(path, pin_as)
-        data = self.read_bytes(path)  # an object has no inode to hold: its digest stands for it
-        return None if data is None else (data, Pin(digest=_digest(data)))
+        return _read_pinned_locally(path, pin_as) if self.local else None
 
     def still_current(self, path: str, pin: Pin) -> bool:
-        return _still_current(self, path, pin)
+        return _still_current(path, pin)
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
@@ -364,27 +361,17 @@ def _read_pinned_locally(path: str, pin_as: str) -> tuple[pa.Buffer, Pin] | None
     the pinned inode, whatever replaces ``path`` meanwhile."""
     try:
         os.link(path, pin_as)
-    except FileNotFoundError:
+    except OSError:  # no file, or no hard links here (or across these folders, file:// and its spool)
         return None
-    except OSError:  # no hard links here (or across these folders): the digest stands for the file
-        data = local_files.read_bytes(path)
-        return None if data is None else (data, Pin(digest=_digest(data)))
     data = local_files.read_bytes(pin_as)
-    return (data, Pin(link=pin_as)) if data is not None else None
+    return (data, Pin(pin_as)) if data is not None else None
 
 
-def _still_current(storage: Storage, path: str, pin: Pin) -> bool:
-    if pin.link is not None:
-        try:
-            return os.path.samefile(pin.link, path)
-        except FileNotFoundError:
-            return False
-    data = storage.read_bytes(path)
-    return data is not None and _digest(data) == pin.digest
-
-
-def _digest(data: pa.Buffer) -> str:
-    return hashlib.sha256(memoryview(data)).hexdigest()
+def _still_current(path: str, pin: Pin) -> bool:
+    try:
+        return os.path.samefile(pin.link, path)
+    except FileNotFoundError:
+        return False
 
 
 def _with_one_request_uploads(uri: str) -> str:

@@ -6,8 +6,11 @@ rewrite keeps rows whose source vanished from the store, flagged
 ``source_deleted`` (D13, :mod:`~hermes_assets.lib.retention`). Files are
 private by default (D16): folders ``0700``, files ``0600``, whatever the umask.
 
-One write of a day reads the old file once (its bytes), merges in Arrow,
-encodes the result once and replaces the file only when the bytes differ.
+A run reads a day's old file once (its bytes): the stage step reads it for the
+births of the day's ids, merges the new rows with it there, and the write step
+puts the result in place when the old file is still the one read
+(:mod:`~hermes_assets.lib.day_merge`). The new file is encoded once and
+replaces the old one only when the bytes differ.
 
 The root is a local folder or any URI ``pyarrow.fs`` opens (``s3://…``,
 ``file:///…``): how each file operation is done there is the
@@ -24,11 +27,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import local_files, partition_file, read_marks, schemas
+from hermes_assets.lib import day_merge, local_files, partition_file, read_marks, schemas
+from hermes_assets.lib.day_merge import PreparedWrite
 from hermes_assets.lib.local_files import PRIVATE, FileModes
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.partition_file import DayFile
-from hermes_assets.lib.retention import CarriedOver, StoreFacts, carry_over, count_source_deleted
+from hermes_assets.lib.retention import StoreFacts, count_source_deleted
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.storage import open_storage
 
@@ -134,6 +138,13 @@ class Warehouse:
         except FileNotFoundError:
             return None
 
+    def read_pinned(self, dataset: str, day: str, pin_as: str) -> DayFile | None:
+        """The day's file, read whole once, with a pin of it (a hard link at the local path
+        ``pin_as``); None when the day has no file, or its storage cannot pin one (an
+        object store: :meth:`read` its columns instead)."""
+        read = self.storage.read_pinned(self.path(dataset, day), pin_as)
+        return None if read is None else DayFile(dataset, *read)
+
     @contextlib.contextmanager
     def day_lock(self, dataset: str, day: str) -> Iterator[None]:
         """An exclusive lock on one day of one dataset (a lock file beside the data,
@@ -167,6 +178,7 @@ class Warehouse:
         new: dict[str, pa.Table | str],
         facts: Iterable[StoreFacts],
         read_at: float | None = None,
+        prepared: PreparedWrite | None = None,
     ) -> WriteResult:
         """Merge the day's new rows with what its file holds, and replace the file atomically.
 
@@ -181,6 +193,10 @@ class Warehouse:
         written into this file from a later read is left alone (its rows and
         facts are dropped from this write, :mod:`~hermes_assets.lib.read_marks`).
         When every store is newer in the file, nothing changes (``superseded``).
+
+        ``prepared``: the same merge, done by the stage step (:meth:`prepare_write`),
+        put in place as it is when the file is still the one it read and the same
+        stores are written; otherwise the day is merged here.
         """
         facts = list(facts)
         with self.day_lock(dataset, day):
@@ -197,18 +213,77 @@ class Warehouse:
                     )
                 self.fix_modes(dataset, day)
                 return self.current(dataset, day, superseded=bool(facts))
-            old = self.storage.read_bytes(self.path(dataset, day))
-            inputs = [new[f.path] for f in fresh if f.path in new]
-            if old is None and len(inputs) == 1 and isinstance(inputs[0], str):
-                result = self._put_encoded(dataset, day, inputs[0])
-            else:
-                table, carried = merge(dataset, inputs, None if old is None else DayFile(dataset, old), fresh)
-                result = self._replace(dataset, day, table, carried.dropped, old)
-                result.replaced = carried.replaced
+            result = None if prepared is None else self._commit(dataset, day, prepared, fresh)
+            if result is None:
+                result = self._merge_and_replace(dataset, day, new, fresh)
             if read_at is not None:
                 self._write_marks(dataset, day, read_marks.marked(marks, fresh, read_at))
             self.fix_modes(dataset, day)
             return result
+
+    def prepare_write(
+        self,
+        dataset: str,
+        day: str,
+        new: dict[str, pa.Table],
+        facts: Iterable[StoreFacts],
+        read_at: float,
+        old: DayFile,
+        stage_as: str,
+    ) -> PreparedWrite | None:
+        """:meth:`write_day`'s merge, done before the write (no lock held) from the ``old`` file
+        already read: the stores its marks say are fresh now; the new file staged at ``stage_as``."""
+        fresh = read_marks.fresh(facts, self._read_marks(dataset, day), read_at)
+        if not fresh:  # the write leaves the day alone
+            return None
+        return day_merge.prepare(dataset, new, old, fresh, stage_as, self.modes.file)
+
+    def _commit(self, dataset: str, day: str, prepared: PreparedWrite, fresh: list[StoreFacts]) -> WriteResult | None:
+        """Put a prepared file in place (under the day's lock); None when it no longer holds."""
+        path = self.path(dataset, day)
+        if prepared.stores != {f.path for f in fresh} or not self.storage.still_current(path, prepared.pin):
+            return None
+        location = self.location(dataset, day)
+        if prepared.rows == 0:
+            self.storage.delete(path)
+            return WriteResult(dataset, day, location, 0, 0, prepared.dropped, 0, True, replaced=prepared.replaced)
+        if prepared.file is not None:
+            try:
+                self.storage.put_file(path, prepared.file)
+            except FileNotFoundError:  # removed by a purge meanwhile: merge again
+                return None
+        log.info(
+            "hermes.warehouse.day_written",
+            dataset=dataset,
+            day=day,
+            rows=prepared.rows,
+            retained=prepared.retained,
+            dropped=prepared.dropped,
+            changed=prepared.changed,
+        )
+        return WriteResult(
+            dataset,
+            day,
+            location,
+            prepared.rows,
+            prepared.retained,
+            prepared.dropped,
+            prepared.bytes,
+            prepared.changed,
+            replaced=prepared.replaced,
+        )
+
+    def _merge_and_replace(
+        self, dataset: str, day: str, new: dict[str, pa.Table | str], fresh: list[StoreFacts]
+    ) -> WriteResult:
+        old = self.storage.read_bytes(self.path(dataset, day))
+        inputs = [new[f.path] for f in fresh if f.path in new]
+        if old is None and len(inputs) == 1 and isinstance(inputs[0], str):
+            return self._put_encoded(dataset, day, inputs[0])
+        table, carried = day_merge.merge(dataset, inputs, None if old is None else DayFile(dataset, old), fresh)
+        result = self._replace(dataset, day, table, carried.dropped, old)
+        result.replaced = carried.replaced
+        return result
 
     def replace_day(self, dataset: str, day: str, table: pa.Table) -> WriteResult:
         """Replace the day's file by ``table`` as it is (no retention merge), atomically,
@@ -287,22 +362,3 @@ class Warehouse:
 
     def _write_marks(self, dataset: str, day: str, marks: dict[str, float]) -> None:
         self.storage.put(self._marks_path(dataset, day), read_marks.render(marks), durable=False)
-
-
-def merge(
-    dataset: str, inputs: list[pa.Table | str], old: DayFile | None, facts: list[StoreFacts]
-) -> tuple[pa.Table, CarriedOver]:
-    """The day's new rows (tables, or encoded partition files) and what retention keeps of
-    the ``old`` file: the table its new file is encoded from."""
-    schema = schemas.DATASETS[dataset].schema
-    tables = [partition_file.read(dataset, t) if isinstance(t, str) else t for t in inputs]
-    tables = [t for t in tables if t.num_rows]
-    if len({t.schema for t in tables}) > 1:  # e.g. one store's staged day was scrubbed by a purge
-        tables = [t.cast(schema) for t in tables]
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
-    if old is None:
-        return table, CarriedOver()
-    carried = carry_over(dataset, old, table, facts)
-    if carried.kept is not None and carried.kept.num_rows:
-        table = pa.concat_tables([table.cast(schema), carried.kept.cast(schema)])
-    return table, carried
