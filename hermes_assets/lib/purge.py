@@ -18,7 +18,7 @@ from hermes_assets.lib import ids, schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.policy import is_under, under
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.staging import prepared_files, read_staged, restage, staged_files
+from hermes_assets.lib.staging import merge_files, read_staged, restage, staged_files
 from hermes_assets.lib.warehouse import Warehouse
 
 log = get_logger()
@@ -122,7 +122,9 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
                 result.days[dataset].append(day)
     for dataset, path in staged:
         result.staged += _scrub_staged(dataset, path, keeps[dataset])
-    for _, path in prepared_files(warehouse.staging_root):  # merged before the purge: the write merges again
+    # a pin holds a day's file as it was before the purge, a prepared file was merged from such a
+    # file: both go (without them the write merges the day again, from the scrubbed staged rows)
+    for _, path in merge_files(warehouse.staging_root):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     warehouse.fix_all_modes()  # every file, rewritten or not, private again (SPEC §2, D16)

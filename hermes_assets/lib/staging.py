@@ -7,8 +7,9 @@ partition file itself, encoded once, when the day has no file yet and one store
 has rows). A day that has a file also stages a hard link to it as it was read
 (``.pin``) and, when it changes, its new file merged already (``.prepared``),
 which the write step puts in place (:mod:`~hermes_assets.lib.day_merge`).
-The purge job scrubs staged tables too (:func:`staged_files`) and removes
-prepared files (the write merges those days again). Files
+The purge job scrubs staged tables too (:func:`staged_files`) and removes the
+pins and prepared files (:func:`merge_files`: both hold rows as they were
+before the purge; the write then merges those days again). Files
 and folders get the warehouse's modes (SPEC §2, D16), whatever the umask.
 
 The write removes the run's folder when
@@ -47,6 +48,7 @@ log = get_logger()
 STAGED_SUFFIX = ".arrow"
 ENCODED_SUFFIX = ".parquet"
 STAGED_SUFFIXES = (STAGED_SUFFIX, ENCODED_SUFFIX)
+PIN_SUFFIX = ".pin"
 PREPARED_SUFFIX = ".prepared"
 #: a staging folder of a run nobody knows is removed once this old (a run of another instance)
 STALE_STAGING_S = 6 * 3600
@@ -60,7 +62,7 @@ def staged_name(dataset: str, day: str, store_number: int, *, encoded: bool) -> 
 def pin_name(dataset: str, day: str) -> str:
     """A hard link to the day's partition file as the stage step read it (the proof, at the
     write, that the file is unchanged: :class:`~hermes_assets.lib.storage.Pin`)."""
-    return f"{dataset}.{day}.pin"
+    return f"{dataset}.{day}{PIN_SUFFIX}"
 
 
 def prepared_name(dataset: str, day: str) -> str:
@@ -117,9 +119,10 @@ def staged_files(root: str) -> list[tuple[str, str]]:
     return _files(root, STAGED_SUFFIXES)
 
 
-def prepared_files(root: str) -> list[tuple[str, str]]:
-    """``(dataset, path)`` of every prepared file under the staging root ``root``."""
-    return _files(root, (PREPARED_SUFFIX,))
+def merge_files(root: str) -> list[tuple[str, str]]:
+    """``(dataset, path)`` of every pin and prepared file under the staging root ``root``:
+    a day's file as the stage step read it, and the file it merged."""
+    return _files(root, (PIN_SUFFIX, PREPARED_SUFFIX))
 
 
 def _files(root: str, suffixes: tuple[str, ...]) -> list[tuple[str, str]]:

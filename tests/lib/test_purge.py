@@ -64,9 +64,9 @@ def test_a_run_staged_before_the_purge_writes_nothing_of_the_purged_session(stor
         w.session("new", "cli", cwd="/work/new")  # not captured yet: only the staged day holds it
         w.msg("new", "user", "new secrets")
     run = stage([store], wh, run_id="pending")
-    assert staging.prepared_files(wh.staging_root)
+    assert [p for _, p in staging.merge_files(wh.staging_root) if p.endswith(".prepared")]
     result = purge.purge(wh, session_id="new")
-    assert result.staged > 0 and not staging.prepared_files(wh.staging_root)
+    assert result.staged > 0 and not staging.merge_files(wh.staging_root)
     assert result.removed[SESSIONS] == 0  # the day's files did not hold it: they were not rewritten
     capture.write_partitions(run, wh)  # the write merges again, from the scrubbed staged rows
     assert "new" not in sids(wh)[SESSIONS] and "hermes-new" not in sids(wh)[GATEWAY]

@@ -46,7 +46,7 @@ def test_restage_replaces_a_staged_table_whole_and_in_its_form(sessions, tmp_pat
     assert os.listdir(tmp_path) == [os.path.basename(path)]  # no temp file left, none taken for a staged one
 
 
-def test_staged_tables_and_prepared_files_are_found_apart(tmp_path):
+def test_staged_tables_and_the_files_of_a_merge_are_found_apart(tmp_path):
     run = tmp_path / "run-1"
     run.mkdir()
     for name in (
@@ -62,8 +62,9 @@ def test_staged_tables_and_prepared_files_are_found_apart(tmp_path):
         "hermes_messages.2026-06-01.0.parquet",
         "hermes_sessions.2026-06-01.0.arrow",
     ]
-    assert staging.prepared_files(str(tmp_path)) == [
-        ("hermes_messages", str(run / "hermes_messages.2026-06-02.prepared"))
+    assert [os.path.basename(p) for _, p in staging.merge_files(str(tmp_path))] == [
+        "hermes_messages.2026-06-02.pin",
+        "hermes_messages.2026-06-02.prepared",
     ]
 
 
