@@ -175,6 +175,7 @@ def project_rows(
         staging=staging_dir(wh, context.run.run_id, context.instance),
         workers=capture_runtime.workers,
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
+        start_method=capture_runtime.start_method,
         log_format=capture_runtime.log_format,
     )
     metadata: dict = {"days": len(run.days)}

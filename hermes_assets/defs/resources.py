@@ -7,6 +7,7 @@ and each can be swapped for another instance in tests.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 import dagster as dg
 
@@ -14,6 +15,7 @@ from hermes_assets.defs import settings
 from hermes_assets.lib import policy, projection
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
 from hermes_assets.lib.local_files import FileModes
+from hermes_assets.lib.pool import START_METHODS
 from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, ReaderFactory
 from hermes_assets.lib.stores import Store, discover_stores
 from hermes_assets.lib.warehouse import Warehouse
@@ -61,10 +63,12 @@ class UsagePolicy(dg.ConfigurableResource):
 
 class CaptureRuntime(dg.ConfigurableResource):
     """How a run works: worker processes for the days (used from ``parallel_min_sessions``
-    sessions on), and the log format they use."""
+    sessions on), how they start (``forkserver`` or ``spawn``, never ``fork``), and the log
+    format they use."""
 
     workers: int = 1
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS
+    start_method: Literal[START_METHODS] = START_METHODS[0]  # type: ignore[valid-type]
     log_format: str | None = None
 
 

@@ -12,9 +12,12 @@ therefore come from a clean process:
 * ``spawn``: a fresh interpreter per worker, which imports the module itself.
 
 Either way a worker begins in ``multiprocessing``'s preparation, which runs the
-caller's main script again, guarded by ``if __name__ == "__main__"`` (for the
-``dg``/``dagster`` commands: their imports, all of Dagster); see
-``docs/`` and the closing note of issue 22 for what that costs.
+caller's main script again (its ``if __name__ == "__main__"`` part excepted):
+for a run of the ``dg``/``dagster`` commands that is their imports, all of
+Dagster, about half a second of CPU per worker; a run the daemon or the UI
+launches (``python -m dagster api``) runs none. Only the worker's module is
+preloaded in the server: whatever else it imported could have started a thread,
+and the server must never fork one.
 
 The run's state reaches each worker once (the pool's initializer) and stays in
 that process for every day it takes; anything a worker opens for the run (a
