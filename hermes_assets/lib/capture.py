@@ -8,8 +8,9 @@ values (never a store, never a whole table):
 3. :func:`project_rows` reads each day of each store ONCE
    (:func:`~hermes_assets.lib.day_rows.project_day`) and stages the day's
    three datasets (:mod:`~hermes_assets.lib.staging`) -> :class:`ProjectedRun`;
-4. :func:`write_partitions` merges each staged day into its partition files
-   and replaces them atomically, encoding each file once -> :class:`WrittenRun`.
+4. :func:`write_partitions` puts each staged day in place, atomically, under
+   the day's lock: the file the stage step merged already, or merged here
+   (:mod:`~hermes_assets.lib.day_merge`), each encoded once -> :class:`WrittenRun`.
 
 A store that failed anywhere in the run keeps its rows in the warehouse
 untouched on every day, the other stores' days are written, and the caller
@@ -70,7 +71,7 @@ class DatasetDay:
 
 @dataclass(frozen=True)
 class StagedDay:
-    """One day of the three datasets, staged (Arrow IPC files, not yet in place)."""
+    """One day of the three datasets, staged (files under the run's staging folder, not yet in place)."""
 
     day: str
     datasets: dict[str, DatasetDay]
@@ -103,7 +104,7 @@ class ProjectedRun:
 
     def totals(self, dataset: str) -> tuple[int, Counter, list[dict]]:
         """``(rows, errors by kind, a few samples)`` of one dataset over the run."""
-        rows, by_kind, samples = 0, Counter(), []
+        rows, by_kind, samples = 0, Counter[str](), list[dict]()
         for staged in self.days:
             d = staged.datasets[dataset]
             rows += d.rows
@@ -151,10 +152,10 @@ def project_rows(
     folders and files get the warehouse's modes (SPEC §2, D16), whatever the umask.
 
     A day that has no partition file yet, and whose rows come from one store, is
-    staged as its final partition file; the others as Arrow IPC, merged at the
-    write. Days run on ``workers`` processes (started by ``start_method``, see
-    :mod:`~hermes_assets.lib.pool`) when the run has at least ``parallel_min_sessions``
-    sessions.
+    staged as its final partition file; the others as Arrow IPC, and a day that
+    has a file as its new file too, merged already (:func:`stage_day`). Days run on
+    ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.pool`)
+    when the run has at least ``parallel_min_sessions`` sessions.
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     job = DayJob(
@@ -240,10 +241,11 @@ def _births(job: DayJob, day: str, old: dict[str, DayFile | None]) -> dict[str, 
     """Per store, the births of what the day's ``hermes_sessions``/``hermes_messages`` files
     hold already (D15), from the files read (an unpinned one: its birth columns alone);
     nothing when the day has no file."""
-    tables = {}
+    tables: dict[str, pa.Table | None] = {}
     for dataset, columns in ((SESSIONS, SESSION_BIRTH_COLUMNS), (MESSAGES, MESSAGE_BIRTH_COLUMNS)):
-        if old[dataset] is not None:
-            tables[dataset] = old[dataset].table(columns)
+        read = old[dataset]
+        if read is not None:
+            tables[dataset] = read.table(columns)
         elif day in job.existing[dataset]:
             tables[dataset] = job.warehouse.read(dataset, day, columns=columns)
         else:
@@ -298,7 +300,7 @@ class WrittenRun:
 
 
 def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4) -> WrittenRun:
-    """Merge each staged day into its three partition files, atomically, under each
+    """Put each staged day in its three partition files, atomically, under each
     day's lock, on ``workers`` threads. Stores that failed anywhere in the run keep
     their rows untouched on every day. The staging folder is removed once every day
     is in place; if a write fails it stays, so the step can be re-executed."""
@@ -310,9 +312,9 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     else:  # no store read: nothing to merge, every day's files stay as they are
         write = functools.partial(_current_day, warehouse)
     _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
-    with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as pool:
+    with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
-        futures = [pool.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
+        futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
         for per_dataset in (f.result() for f in futures):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)

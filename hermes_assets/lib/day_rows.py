@@ -25,6 +25,9 @@ from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSI
 
 log = get_logger()
 
+#: what reading a store's day may raise: the store is recorded as failed (or gone), the others go on
+_READ_ERRORS: tuple[type[Exception], ...] = (FileNotFoundError, errors.StoreAbsent, *errors.STORE_ERRORS)
+
 
 @dataclass
 class DayRows:
@@ -98,7 +101,7 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
                 )
                 unknown, selected = reader.unknown_columns(), reader.selected["messages"]
                 statements.update(reader.statements)
-        except (FileNotFoundError, errors.StoreAbsent, *errors.STORE_ERRORS) as exc:
+        except _READ_ERRORS as exc:
             if isinstance(exc, errors.StoreAbsent):  # read at the plan, being created again now
                 exc = errors.StoreMissing(str(exc), path=exc.path)
             elif isinstance(exc, FileNotFoundError):
@@ -125,9 +128,9 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
             else {}
         )
         gateway = projection.GatewayColumns()
-        sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", ()))
+        sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", []))
         messages = projection.messages_columns(
-            plan.read_at, tallies[MESSAGES], unknown.get("messages", ()), grouped=read.grouped, names=selected
+            plan.read_at, tallies[MESSAGES], unknown.get("messages", []), grouped=read.grouped, names=selected
         )
         gens, store_births = Generations(), births.get(sp.store.path) or Births()
         for bundle in bundles:

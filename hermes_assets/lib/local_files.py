@@ -16,6 +16,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import pyarrow as pa
 
@@ -84,7 +85,7 @@ def chmod_tree(top: str, modes: FileModes) -> None:
         chmod_files(folder, modes)
 
 
-def open_private(path: str, mode: int = 0o600):
+def open_private(path: str, mode: int = 0o600) -> BinaryIO:
     """``open(path, "wb")``, the file created with ``mode`` and given it whatever the umask
     (default ``0600``: only its owner reads)."""
     f = open(path, "wb", opener=lambda p, flags: os.open(p, flags, mode))

@@ -8,6 +8,7 @@ reads as its default (:data:`schemas.ADDED_COLUMNS`) or as NULL.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -40,7 +41,9 @@ def decode(dataset: str, data: pa.Buffer, columns: list[str] | None = None) -> p
     return read(dataset, pa.BufferReader(data), columns)
 
 
-def read(dataset: str, source, columns: list[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
+def read(
+    dataset: str, source: str | pa.NativeFile, columns: list[str] | None = None, schema: pa.Schema | None = None
+) -> pa.Table:
     """The rows of a partition file (a path or an open file), in the dataset's schema
     (or ``schema``: the same columns, some maybe dictionary-encoded)."""
     table = pq.read_table(source, columns=columns, schema=schema or schemas.schema_of(dataset))
@@ -61,7 +64,7 @@ def same_bytes(a: pa.Buffer, b: pa.Buffer) -> bool:
     return a.size == b.size and a.equals(b)
 
 
-def is_sorted(table: pa.Table, keys) -> bool:
+def is_sorted(table: pa.Table, keys: Sequence[str]) -> bool:
     """Whether ``table`` is already in ``keys`` order (vectorized; nulls count as unsorted).
 
     One store's rows come out of the projection in order, so the common case

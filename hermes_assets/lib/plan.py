@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -151,7 +152,9 @@ class CapturePlan:
     def failures(self) -> list[StoreFailure]:
         return [sp.failure for sp in self.stores if sp.failure is not None]
 
-    def facts(self, day: str, generations: dict[str, Generations], skip: set[str] = frozenset()) -> list[StoreFacts]:
+    def facts(
+        self, day: str, generations: dict[str, Generations], skip: AbstractSet[str] = frozenset()
+    ) -> list[StoreFacts]:
         """What retention needs to judge the day's previously written rows (SPEC §6), for
         every store read (and not in ``skip``)."""
         empty = Generations()

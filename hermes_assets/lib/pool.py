@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import collections
 import multiprocessing
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import TypeVar
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, TypeVar
 
 from hermes_assets.lib import logs
 
@@ -55,7 +55,7 @@ def _start_worker(state: object, log_format: str | None) -> None:
     _this_worker.state = state
 
 
-def _run_in_worker(fn: Callable[[object, str], R], day: str) -> R:
+def _run_in_worker(fn: Callable[[Any, str], Any], day: str) -> Any:
     return fn(_this_worker.state, day)
 
 
@@ -88,7 +88,7 @@ def map_days(
         context.set_forkserver_preload([__name__, fn.__module__])
     results: dict[str, R] = {}
     todo = collections.deque(days)
-    running: dict = {}
+    running: dict[Future, str] = {}
     with ProcessPoolExecutor(
         workers - 1, mp_context=context, initializer=_start_worker, initargs=(state, log_format)
     ) as pool:
@@ -101,6 +101,7 @@ def map_days(
         try:
             feed()
             while todo or running:
+                done: Collection[Future]
                 if todo:
                     day = todo.pop()
                     results[day] = fn(state, day)

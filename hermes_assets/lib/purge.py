@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -64,10 +65,10 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     staged = staged_files(warehouse.staging_root)
     columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
     session_tables = [warehouse.read(SESSIONS, day, columns=columns) for day in warehouse.days(SESSIONS)]
-    session_tables += [
-        t for t in (_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS) if t is not None
-    ]
+    session_tables += [_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS]
     for table in session_tables:
+        if table is None:  # gone meanwhile, or a staged file not whole
+            continue
         for row in table.to_pylist():
             scoped = ids.scoped_sid(row["store_label"], row["id"])
             own = ids.session_id(row["store_label"], row["id"])
@@ -91,7 +92,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
 
     purged = pa.array(sorted(canonical), pa.string())
 
-    def gateway_keep(table: pa.Table):
+    def gateway_keep(table: pa.Table) -> pa.Array:
         session_ids = table.column("session_id")
         if pa.types.is_dictionary(session_ids.type):
             session_ids = pc.cast(session_ids, pa.string())
@@ -102,10 +103,10 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
             drop = pc.or_(drop, under(table.column("cwd"), scope))
         return pc.invert(drop)
 
-    def raw_keep(sid_column: str):
+    def raw_keep(sid_column: str) -> Callable[[pa.Table], pa.Array]:
         keys = pa.array(sorted(f"{s}\x1f{i}" for s, i in raw), pa.string())
 
-        def keep(table: pa.Table):
+        def keep(table: pa.Table) -> pa.Array:
             joined = pc.binary_join_element_wise(
                 table.column("store"), pc.cast(table.column(sid_column), pa.string()), "\x1f"
             )
@@ -148,7 +149,7 @@ def _read_staged(dataset: str, path: str, columns: list[str] | None = None) -> p
     return table.select(columns) if columns else table
 
 
-def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
+def _scrub_staged(dataset: str, path: str, keep_mask_fn: Callable[[pa.Table], pa.Array]) -> int:
     """Drop the purged rows from a staged file (atomically); a dead, half-written one goes whole."""
     table = _read_staged(dataset, path)
     if table is None:

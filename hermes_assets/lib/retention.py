@@ -104,7 +104,8 @@ def _fate(dataset: str, row: dict, attrs: dict | None, by_path: dict, by_hash: d
     """None: drop the row; KEEP: keep it as is; DELETED: keep it, flagged source_deleted;
     REPLACED: keep it, flagged source_deleted and replaced (another generation of its id).
     ``attrs``: a canonical row's decoded attributes."""
-    if dataset == GATEWAY:
+    session_gen: int | None
+    if attrs is not None:  # a canonical row (GATEWAY)
         facts = by_hash.get(attrs.get("gateway", {}).get("source_path_hash"))
         sid = attrs.get("gateway", {}).get("native_id")
         if facts is None or sid is None:
@@ -152,7 +153,7 @@ def _gateway_generations(row: dict, attrs: dict) -> tuple[int, int | None, int]:
     return session_gen, mid, ids.message_generation(row["message_id"], row["session_id"], mid)
 
 
-def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list[dict | None]) -> pa.Table:
+def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list) -> pa.Table:
     """Flag the kept rows by their fate (``fates`` holds one per row of ``table``; ``attrs``
     their decoded attributes, canonical rows)."""
     if not any(f != KEEP for f in fates):

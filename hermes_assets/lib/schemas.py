@@ -181,7 +181,7 @@ _TIMESTAMP_COLUMNS = {"started_at", "ended_at", "timestamp"}
 _REQUIRED_RAW = {"id"}
 
 
-def _raw_fields(columns) -> list[pa.Field]:
+def _raw_fields(columns: tuple[tuple[str, str, object], ...]) -> list[pa.Field]:
     fields = []
     for name, sql_type, _ in columns:
         arrow_type = (

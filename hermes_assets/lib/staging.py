@@ -143,7 +143,7 @@ def sweep(
     ``keep``: the caller's own run id (its folder is never removed here).
     """
     now = time.time() if now_s is None else now_s
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -293,7 +293,7 @@ class Warehouse:
             self.fix_modes(dataset, day)
             return result
 
-    def rewrite_day(self, dataset: str, day: str, keep_mask_fn) -> tuple[int, int]:
+    def rewrite_day(self, dataset: str, day: str, keep_mask_fn: Callable[[pa.Table], pa.Array]) -> tuple[int, int]:
         """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left).
         (The purge, its one caller, sets the modes of every file after: :meth:`fix_all_modes`.)"""
         with self.day_lock(dataset, day):
