@@ -55,7 +55,7 @@ not compare. A day's few hundred rows come to Python, hashed whole.
 **Placement** (SPEC §2) is computed in SQL where it is safe: a ``started_at``
 stored as a number inside the sane window and more than one second from its
 edges, placed with the arithmetic of :func:`~hermes_assets.lib.timestamps.epoch_ms`
-(``floor(x * 1000 + 0.5)`` ms, UTC days of 86,400,000 ms). Every other session
+(:func:`~hermes_assets.lib.timestamps.round_ms_sql`, UTC days of 86,400,000 ms). Every other session
 (NULL, text, out of range, on an edge; found through ``idx_sessions_started``,
 so few) is read alone and placed by :meth:`StoreReader.place_session`, the
 code of the assets' session index; its row's aggregates join its day's digest.
@@ -72,7 +72,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day
+from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day, round_ms_sql
 
 #: short text columns whose content tier 1 compares on every tick: those Hermes rewrites
 #: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares); the
@@ -171,10 +171,7 @@ class Fingerprinter:
         # numbered parameters: the interior of the sane window in seconds (SPEC §2), less
         # one second at each edge; statements add theirs from ?3
         self.params = (SANE_MIN_S + 1, now + SANE_AHEAD_S - 1)
-        self.day_sql = (
-            f"(CASE WHEN {self.started} BETWEEN ?1 AND ?2 "
-            f"THEN CAST({self.started} * 1000.0 + 0.5 AS INTEGER) / {DAY_MS} END)"
-        )
+        self.day_sql = f"(CASE WHEN {self.started} BETWEEN ?1 AND ?2 THEN {round_ms_sql(self.started)} / {DAY_MS} END)"
         inactive = "0"
         if "active" in reader.columns.get("messages", ()) and "idx_messages_session_active" in indexes:
             inactive = "(SELECT count(*) FROM messages AS m WHERE m.session_id = s.id AND m.active = 0)"

@@ -20,8 +20,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from hermes_assets.lib import copies, errors, extra_columns, prompts
+from hermes_assets.lib import errors, prompts
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.projection import copies, extra_columns
 from hermes_assets.lib.schemas import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from hermes_assets.lib import capture, errors, ids, schemas
 from hermes_assets.lib.errors import CellError, ErrorTally
-from hermes_assets.lib.projection import NoGit, ProjectionContext
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.state_db import ReaderFactory, StoreReader
 from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
