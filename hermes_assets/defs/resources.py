@@ -14,7 +14,8 @@ from hermes_assets.defs import settings
 from hermes_assets.lib import policy
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, ReaderFactory
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_assets.lib.stores import Store, discover_stores
 from hermes_assets.lib.warehouse import FileModes, Warehouse
 
