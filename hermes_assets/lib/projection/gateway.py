@@ -110,20 +110,9 @@ class GatewayColumns:
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-#: session-constant text columns kept as dictionaries (one value per session)
-_DICTIONARY_COLUMNS = frozenset(
-    {
-        "provider",
-        "model",
-        "system_text",
-        "cwd",
-        "git_branch",
-        "git_remote",
-        "repo_root",
-        "entrypoint",
-        "parent_thread_id",
-    }
-)
+#: session-constant text columns kept as dictionaries (one value per session): all but
+#: ``session_id``, the file's first sort key (compared as plain text), and the start, a time
+_DICTIONARY_COLUMNS = frozenset(SESSION_COLUMNS) - {"session_id", "conversation_started_at"}
 
 
 def _session_dictionary(values, session_of_row: pa.Array) -> pa.DictionaryArray:
