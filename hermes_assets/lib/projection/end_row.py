@@ -10,7 +10,7 @@ from __future__ import annotations
 from hermes_assets.lib import errors, ids
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.jsonutil import dumps, normalize
-from hermes_assets.lib.projection.header import SessionHeader, SessionInput, usage_by_model
+from hermes_assets.lib.projection.header import SessionHeader, SessionInput
 from hermes_assets.lib.timestamps import DayNames, sane_instant
 
 #: the session row's numbers the end row names in ``attributes.hermes``, when not null
@@ -41,7 +41,7 @@ def end_row(
     for key in END_NUMBERS:
         if s.get(key) is not None:
             end_hermes[key] = normalize(s[key])
-    models = usage_by_model(item.bundle.usage)
+    models = item.usage_by_model()
     if models:
         end_hermes["usage_by_model"] = models
     attrs = {

@@ -82,6 +82,9 @@ GATEWAY_MESSAGE_READS = frozenset(
 )
 
 
+_UNSET = object()
+
+
 @dataclass(slots=True)
 class SessionInput:
     """One session to project, as the capture hands it to the builders of all three datasets.
@@ -99,6 +102,13 @@ class SessionInput:
     scope_path: str | None = None
     #: each content cell decoded once, for both datasets that hold its text (mid -> decoding)
     decoded: dict = field(default_factory=dict)
+    _models: object = field(default=_UNSET, init=False, repr=False)
+
+    def usage_by_model(self) -> list[dict] | None:
+        """:func:`usage_by_model` of the session, computed once for the end row and the session row."""
+        if self._models is _UNSET:
+            self._models = usage_by_model(self.bundle.usage)
+        return self._models
 
 
 @dataclass(slots=True)

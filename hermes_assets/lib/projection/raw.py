@@ -21,7 +21,7 @@ from hermes_assets.lib.jsonutil import dumps
 from hermes_assets.lib.projection import copies, display, extra_columns
 from hermes_assets.lib.projection.arrays import arrow_array
 from hermes_assets.lib.projection.content import content_text
-from hermes_assets.lib.projection.header import SessionInput, usage_by_model
+from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.state_db import SessionBundle
 from hermes_assets.lib.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 
@@ -200,7 +200,7 @@ def session_row(item: SessionInput, out: RawColumns) -> None:
     out.derived["generation"].append(item.generation)
     out.derived["scope_path"].append(item.scope_path)
     out.derived["policy_class"].append(item.policy_class)
-    models = usage_by_model(bundle.usage)
+    models = item.usage_by_model()
     out.derived["usage_by_model"].append(dumps(models, normalized=True) if models else None)
     out.derived["extra_columns"].append(extra_columns.encode(out.unknown, bundle.extras or ()))
     for table, column, _ in bundle.bad_cells:
