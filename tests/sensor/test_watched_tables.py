@@ -19,7 +19,8 @@ import pytest
 
 from hermes_assets.lib import changes
 from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.state_db import StoreReader
+from hermes_assets.lib.stores import Store
 from tests.sensor.harness import SensorDriver, checkpoint
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.schema31 import SESSIONS_COLUMNS, Store31
