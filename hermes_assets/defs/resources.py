@@ -12,11 +12,13 @@ from typing import Literal
 import dagster as dg
 
 from hermes_assets.defs import settings
-from hermes_assets.lib import policy, projection
+from hermes_assets.lib import policy
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
 from hermes_assets.lib.local_files import FileModes
 from hermes_assets.lib.pool import START_METHODS
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, ReaderFactory
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_assets.lib.stores import Store, discover_stores
 from hermes_assets.lib.warehouse import Warehouse
 
@@ -57,8 +59,8 @@ class UsagePolicy(dg.ConfigurableResource):
     def resolver(self) -> policy.PolicyResolver:
         return policy.PolicyResolver(self.list_path)
 
-    def projection_context(self, now_s: float) -> projection.ProjectionContext:
-        return projection.ProjectionContext(user_home=self.user_home, now_s=now_s)
+    def projection_context(self, now_s: float) -> ProjectionContext:
+        return ProjectionContext(user_home=self.user_home, now_s=now_s)
 
 
 class CaptureRuntime(dg.ConfigurableResource):

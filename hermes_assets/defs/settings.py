@@ -33,7 +33,7 @@ from pydantic import AfterValidator, BeforeValidator, Field
 
 from hermes_assets.lib import local_files, logs, policy, stores
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 
 EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
 LOG_FORMATS = logs.FORMATS

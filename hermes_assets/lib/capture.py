@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, local_files, pool, projection, staging
+from hermes_assets.lib import errors, local_files, pool, staging
 from hermes_assets.lib.day_merge import PreparedWrite
 from hermes_assets.lib.day_rows import project_day
 from hermes_assets.lib.errors import StoreFailure
@@ -41,6 +41,7 @@ from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_C
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.partition_file import DayFile
 from hermes_assets.lib.plan import READ, CapturePlan
+from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
 from hermes_assets.lib.staging import ENCODED_SUFFIX, read_staged
 from hermes_assets.lib.warehouse import Warehouse, WriteResult
@@ -128,7 +129,7 @@ class DayJob:
     """What staging a day needs: the same for every day of the run, sent once to each worker."""
 
     plan: CapturePlan
-    ctx: projection.ProjectionContext
+    ctx: ProjectionContext
     warehouse: Warehouse
     #: the run's staging folder
     staging: str
@@ -138,7 +139,7 @@ class DayJob:
 
 def project_rows(
     plan: CapturePlan,
-    ctx: projection.ProjectionContext,
+    ctx: ProjectionContext,
     warehouse: Warehouse,
     *,
     staging: str,

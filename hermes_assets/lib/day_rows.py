@@ -16,11 +16,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib import copies, errors, policy, projection, schemas
+from hermes_assets.lib import errors, policy, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.generations import Births, Generations
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan import CapturePlan
+from hermes_assets.lib.projection import copies, gateway, raw
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
@@ -52,7 +55,7 @@ class DayRows:
 def project_day(
     plan: CapturePlan,
     day: str,
-    ctx: projection.ProjectionContext,
+    ctx: ProjectionContext,
     *,
     births: dict[str, Births] | None = None,
 ) -> DayRows:
@@ -80,7 +83,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext, births: dict[str, Births]) -> DayRows:
+def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: dict[str, Births]) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
@@ -127,38 +130,26 @@ def _project_day(plan: CapturePlan, day: str, ctx: projection.ProjectionContext,
             if read.grouped
             else {}
         )
-        gateway = projection.GatewayColumns()
-        sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", []))
-        messages = projection.messages_columns(
+        canonical = gateway.GatewayColumns()
+        sessions = raw.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", []))
+        messages = raw.messages_columns(
             plan.read_at, tallies[MESSAGES], unknown.get("messages", []), grouped=read.grouped, names=selected
         )
         gens, store_births = Generations(), births.get(sp.store.path) or Births()
         for bundle in bundles:
-            cls = sp.classes.get(bundle.sid, policy.FULL)
             session_gen, message_gens = gens.assign(store_births, bundle)
-            decoded: dict = {}  # each content cell decoded once, for both datasets that hold its text
-            copied = marks.get(bundle.sid)
-            projection.project_session(
+            item = SessionInput(
                 bundle,
-                gateway,
-                ctx,
-                tallies[GATEWAY],
-                policy_class=cls,
-                session_generation=session_gen,
-                message_generations=message_gens,
-                decoded=decoded,
-                marks=copied,
-            )
-            projection.session_row(
-                bundle,
-                sessions,
-                day=day,
-                scope_path=sp.scopes.get(bundle.sid, (None,))[0],
-                policy_class=cls,
+                policy_class=sp.classes.get(bundle.sid, policy.FULL),
                 generation=session_gen,
+                message_generations=message_gens,
+                marks=marks.get(bundle.sid),
+                scope_path=sp.scopes.get(bundle.sid, (None,))[0],
             )
-            projection.message_rows(bundle, messages, day=day, generations=message_gens, decoded=decoded, marks=copied)
-        for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
+            gateway.project_session(item, canonical, ctx, tallies[GATEWAY])
+            raw.session_row(item, sessions)
+            raw.message_rows(item, messages)
+        for ds, builder in ((GATEWAY, canonical), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens
     return DayRows(day, tables, tallies, generations, failures, statements, logged)

@@ -65,20 +65,16 @@ def message_prefix(session: str) -> str:
     return session + "-"
 
 
-def mid_part(mid, generation: int = 1) -> str:
-    """A message's part of its ids: ``<mid>[.g<n>]``."""
-    return f"{mid}{suffix(generation)}"
+def part_stem(prefix: str, mid, generation: int = 1) -> str:
+    """What the ids of message ``mid``'s parts start with (``prefix``: the session's
+    :func:`message_prefix`): part ``k``'s ``message_id`` is the stem and ``k``. One call
+    per message on the projection's hot path, so no call inside."""
+    return f"{prefix}{mid}-" if generation <= 1 else f"{prefix}{mid}.g{generation}-"
 
 
 def message_id(session: str, mid, generation: int, k: int) -> str:
     """The ``message_id`` of part ``k`` of message ``mid`` (SPEC §5.2, D15)."""
-    return f"{message_prefix(session)}{mid_part(mid, generation)}-{k}"
-
-
-def message_ids(session: str, mid, generation: int, parts: int) -> list[str]:
-    """The ``message_id`` of each of a message's ``parts`` parts, in order (one call per message)."""
-    stem = f"{message_prefix(session)}{mid_part(mid, generation)}-"
-    return [f"{stem}{k}" for k in range(parts)]
+    return f"{part_stem(message_prefix(session), mid, generation)}{k}"
 
 
 def part_id(message: str) -> str:

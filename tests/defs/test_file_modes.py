@@ -24,7 +24,7 @@ from hermes_assets.lib import capture
 from hermes_assets.lib import plan as planning
 from hermes_assets.lib.local_files import FileModes
 from hermes_assets.lib.policy import PolicyResolver
-from hermes_assets.lib.projection import ProjectionContext
+from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.stores import discover_stores
 from hermes_assets.lib.warehouse import Warehouse
 from tests.defs.harness import SMALL_DAYS, step_output_metadata

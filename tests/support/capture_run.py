@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermes_assets.lib import capture, policy, projection
+from hermes_assets.lib import capture, policy
 from hermes_assets.lib import plan as planning
 from hermes_assets.lib.capture import ProjectedRun, WrittenRun
 from hermes_assets.lib.plan import CapturePlan
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import Warehouse
 
@@ -48,7 +49,7 @@ def stage(
 ) -> ProjectedRun:
     """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``."""
     plan = plan_for(stores, days, policy_list=policy_list, now_s=now_s)
-    ctx = projection.ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=projection.NoGit())
+    ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit())
     return capture.project_rows(
         plan,
         ctx,

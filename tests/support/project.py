@@ -19,7 +19,7 @@ import pyarrow as pa
 from hermes_assets.lib import day_rows, errors, ids, schemas
 from hermes_assets.lib import plan as planning
 from hermes_assets.lib.errors import CellError, ErrorTally
-from hermes_assets.lib.projection import NoGit, ProjectionContext
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.state_db import ReaderFactory, StoreReader
 from hermes_assets.lib.stores import Store
