@@ -7,17 +7,19 @@ another thread at the fork stays held forever in the child). Workers
 therefore come from a clean process:
 
 * ``forkserver`` (the default): one server process per caller, a fresh
-  interpreter that never runs a thread, imports the worker's module once
-  (``set_forkserver_preload``) and forks each worker from itself;
-* ``spawn``: a fresh interpreter per worker, which imports the module itself.
+  interpreter that never runs a thread and forks each worker from itself;
+* ``spawn``: a fresh interpreter per worker.
+
+The server preloads this module alone (``set_forkserver_preload``), never the
+worker's: importing pyarrow starts threads (jemalloc's background thread,
+OpenBLAS's through numpy), and the server must never fork a threaded process.
+Each worker imports the worker's module itself, after the fork.
 
 Either way a worker begins in ``multiprocessing``'s preparation, which runs the
 caller's main script again (its ``if __name__ == "__main__"`` part excepted):
 for a run of the ``dg``/``dagster`` commands that is their imports, all of
 Dagster, about half a second of CPU per worker; a run the daemon or the UI
-launches (``python -m dagster api``) runs none. Only the worker's module is
-preloaded in the server: whatever else it imported could have started a thread,
-and the server must never fork one.
+launches (``python -m dagster api``) runs none.
 
 The run's state reaches each worker once (the pool's initializer) and stays in
 that process for every day it takes; anything a worker opens for the run (a
@@ -84,8 +86,8 @@ def map_days(
             yield fn(state, day)
         return
     context = multiprocessing.get_context(start_method)
-    if start_method == "forkserver":  # the server imports the worker's module once, for every worker it forks
-        context.set_forkserver_preload([__name__, fn.__module__])
+    if start_method == "forkserver":  # nothing that starts a thread (see the module docstring)
+        context.set_forkserver_preload([__name__])
     results: dict[str, R] = {}
     todo = collections.deque(days)
     running: dict[Future, str] = {}

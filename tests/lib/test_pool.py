@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import pyarrow  # noqa: F401  (as the capture's worker module does: importing it starts threads)
 import pytest
 
 from hermes_assets.lib import pool
@@ -71,7 +72,7 @@ def test_days_come_back_in_order_from_fresh_workers_never_forks_of_the_caller(me
     assert workers, "no day ran on a worker (the test proves nothing)"
     assert {s["marker"] for s in workers} == {"as imported"}, "a worker inherited the caller's memory"
     assert {s["marker"] for s in seen if s["pid"] == mine} <= {"changed in the caller"}
-    if method == "forkserver":  # forked from a server that runs no thread, never from the caller
+    if method == "forkserver":  # forked from a server that runs no thread (nor imports this module), never the caller
         assert {s["parent"] for s in workers} != {mine}
         assert {s["parent_threads"] for s in workers} == {1}
     else:
