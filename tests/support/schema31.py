@@ -247,7 +247,7 @@ class Store31:
 
     def prompt(self, text: str) -> str:
         """Store a prompt once, as v0.22 does (``INSERT OR IGNORE`` under its SHA-256); its hash."""
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        digest = prompt_hash(text)
         self.sql("INSERT OR IGNORE INTO system_prompts (hash, prompt) VALUES (?, ?)", (digest, text))
         return digest
 
