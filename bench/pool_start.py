@@ -100,7 +100,10 @@ def _python(code: str, *args: str, env: dict | None = None, strace: str | None =
     cmd = [sys.executable, "-c", code, *args]
     if strace:
         cmd = ["strace", "-f", "-qq", "-e", "trace=openat", "-o", strace, *cmd]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env or os.environ.copy())
+    env = env or os.environ.copy()
+    # `python -c` puts its working folder first on sys.path: another tree's code runs from that tree
+    cwd = env.get("PYTHONPATH") or REPO
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-4000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
