@@ -174,12 +174,13 @@ def rerun(work: Path, store: Path, workers: int, repeat: int, code: str | None) 
     _python(_CAPTURE, str(store), str(root), str(workers), method, env=env, strace=str(trace))
     opened: dict[str, int] = {}
     for line in trace.read_text().splitlines():
-        m = re.search(r'openat\(AT_FDCWD, "([^"]*/day=[^"/]+/part-0\.parquet)", O_RDONLY', line)
+        # a day's file by its path, or by the hard link the stage step reads it through (a pin)
+        m = re.search(r'openat\(AT_FDCWD, "([^"]*(?:/day=[^"/]+/part-0\.parquet|\.pin))", O_RDONLY', line)
         if m and " = -1 " not in line:
             opened[m.group(1)] = opened.get(m.group(1), 0) + 1
     per_file = statistics.mean(opened.values()) if opened else 0
     print(
-        f"rerun    [{label}] read-only opens of existing partition files: {sum(opened.values())} "
+        f"rerun    [{label}] read-only opens of existing day files (or their pins): {sum(opened.values())} "
         f"over {len(opened)} files ({per_file:.2f} per file)"
     )
     shutil.rmtree(root)
