@@ -172,15 +172,15 @@ def private_copy(store: Path, into: Path) -> Path:
 
 _CORE = r"""
 import json, os, sys, time
-from hermes_assets.lib import capture, policy
+from hermes_assets.lib import capture, plan as planning, policy
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.stores import Store
 t = time.perf_counter()
 stores = [Store(sys.argv[1])]
-plan = capture.plan_capture(stores, [], user_home="/home/bench")
+plan = planning.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
-plan = capture.plan_capture(stores, days, user_home="/home/bench")
-plan = capture.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
+plan = planning.plan_capture(stores, days, user_home="/home/bench")
+plan = planning.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 import tempfile
 from hermes_assets.lib.warehouse import Warehouse
@@ -280,7 +280,7 @@ def gateway_rows(warehouse: str) -> tuple[int, int]:
     rows = size = 0
     for dataset in ("ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages"):
         for day in wh.days(dataset):
-            with wh.fs.open_input_file(wh.path(dataset, day)) as f:
+            with wh.storage.open_input(wh.path(dataset, day)) as f:
                 size += f.size()
                 if dataset == "ai_gateway_messages_hermes":
                     rows += pq.ParquetFile(f).metadata.num_rows

@@ -78,8 +78,8 @@ def tables() -> dict[str, str]:
         "usage-source": hermes_table(schemas.USAGE_COLUMNS),
         "settings": settings_table(),
     }
-    for name, (schema, key, _sort) in {**schemas.DATASETS, **schemas.ANALYTICS}.items():
-        out[name] = arrow_table(schema) + f"\n\nKey: {', '.join(f'`{k}`' for k in key)}."
+    for name, spec in {**schemas.DATASETS, **schemas.ANALYTICS}.items():
+        out[name] = arrow_table(spec.schema) + f"\n\nKey: {', '.join(f'`{k}`' for k in spec.key)}."
     return out
 
 

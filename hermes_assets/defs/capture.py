@@ -24,9 +24,12 @@ from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import capture, errors, schemas, staging
-from hermes_assets.lib.capture import CapturePlan, ProjectedRun
+from hermes_assets.lib import plan as planning
+from hermes_assets.lib.capture import ProjectedRun
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.warehouse import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult
+from hermes_assets.lib.plan import CapturePlan
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import Warehouse, WriteResult
 
 log = get_logger()
 
@@ -71,7 +74,7 @@ def column_schema(dataset: str) -> dg.TableSchema:
 )
 def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy):
     days = list(context.partition_keys)
-    result = capture.plan_capture(
+    result = planning.plan_capture(
         hermes.stores(),
         days,
         user_home=usage_policy.user_home,
@@ -103,7 +106,7 @@ def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: 
     )
 
 
-def failed_stores(failures: list[capture.StoreFailure]) -> list[dict]:
+def failed_stores(failures: list[errors.StoreFailure]) -> list[dict]:
     """The metadata of stores that could not be read: path and ``error_kind`` of each."""
     return [{"path": f.path, "error_kind": f.error_kind} for f in failures]
 
@@ -112,7 +115,7 @@ def plan_metadata(p: CapturePlan) -> dict:
     return {
         "days": len(p.days),
         "stores": len(p.stores),
-        "stores_missing": [sp.store.path for sp in p.stores if sp.status == capture.MISSING],
+        "stores_missing": [sp.store.path for sp in p.stores if sp.status == planning.MISSING],
         "stores_failed": failed_stores(p.failures()),
         "sessions_in_range": p.sessions_in_range(),
         "sessions_out_of_range": len(p.out_of_range),
@@ -134,7 +137,7 @@ def apply_usage_policy(usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Outpu
             description=str(exc),
             metadata={"errors": 1, "errors_by_kind": {exc.error_kind: 1}, "path": exc.path},
         ) from exc
-    classified = capture.apply_usage_policy(plan, resolver)
+    classified = planning.apply_usage_policy(plan, resolver)
     counts = classified.policy
     return dg.Output(
         classified,
@@ -172,6 +175,7 @@ def project_rows(
         staging=staging_dir(wh, context.run.run_id, context.instance),
         workers=capture_runtime.workers,
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
+        start_method=capture_runtime.start_method,
         log_format=capture_runtime.log_format,
     )
     metadata: dict = {"days": len(run.days)}

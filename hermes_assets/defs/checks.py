@@ -12,7 +12,7 @@ from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import attempts, schemas
 from hermes_assets.lib.cursor import load_cursor
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
 
 def _tables(context, warehouse: HermesWarehouse, dataset: str, columns: list[str]):
@@ -25,7 +25,7 @@ def _tables(context, warehouse: HermesWarehouse, dataset: str, columns: list[str
 
 
 def _key_check(dataset: str) -> dg.AssetChecksDefinition:
-    keys = list(schemas.DATASETS[dataset][1])
+    keys = list(schemas.DATASETS[dataset].key)
 
     @dg.asset_check(
         asset=dataset,

@@ -7,17 +7,20 @@ and each can be swapped for another instance in tests.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.lib import policy
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
+from hermes_assets.lib.local_files import FileModes
+from hermes_assets.lib.pool import START_METHODS
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.state_db import ReaderFactory
 from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_assets.lib.stores import Store, discover_stores
-from hermes_assets.lib.warehouse import FileModes, Warehouse
+from hermes_assets.lib.warehouse import Warehouse
 
 
 class HermesStores(dg.ConfigurableResource):
@@ -62,10 +65,12 @@ class UsagePolicy(dg.ConfigurableResource):
 
 class CaptureRuntime(dg.ConfigurableResource):
     """How a run works: worker processes for the days (used from ``parallel_min_sessions``
-    sessions on), and the log format they use."""
+    sessions on), how they start (``forkserver`` or ``spawn``, never ``fork``), and the log
+    format they use."""
 
     workers: int = 1
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS
+    start_method: Literal[START_METHODS] = START_METHODS[0]  # type: ignore[valid-type]
     log_format: str | None = None
 
 

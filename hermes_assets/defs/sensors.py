@@ -25,7 +25,7 @@ from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.lib import attempts, changes
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
 

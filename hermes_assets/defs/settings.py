@@ -31,15 +31,14 @@ from urllib.parse import urlparse
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hermes_assets.lib import logs, policy, stores
-from hermes_assets.lib import warehouse as warehouse_modes
+from hermes_assets.lib import local_files, logs, policy, stores
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 
 EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
 LOG_FORMATS = logs.FORMATS
 LOG_LEVELS = logs.LEVELS
-FILE_MODES = tuple(warehouse_modes.FILE_MODES)
+FILE_MODES = tuple(local_files.FILE_MODES)
 #: schemes ``pyarrow.fs.FileSystem.from_uri`` opens
 URI_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 #: the sensor daemon evaluates sensors at most this often, whatever their interval

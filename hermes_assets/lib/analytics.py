@@ -27,7 +27,9 @@ import pyarrow.compute as pc
 
 from hermes_assets.lib import ids, schemas
 from hermes_assets.lib.loading import DatasetDays
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult, source_deleted_mask
+from hermes_assets.lib.retention import source_deleted_mask
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import Warehouse, WriteResult
 
 USAGE = "hermes_daily_usage"
 TOOLS = "hermes_daily_tools"

@@ -23,10 +23,11 @@ import time
 
 from hermes_assets.lib import errors
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.schemas import SESSIONS
 from hermes_assets.lib.state_db import ReaderFactory
 from hermes_assets.lib.stores import Store
 from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, ms_day, sane_instant
-from hermes_assets.lib.warehouse import SESSIONS, Warehouse
+from hermes_assets.lib.warehouse import Warehouse
 
 log = get_logger()
 
@@ -78,7 +79,7 @@ def first_day(
             continue
         if ms is not None:
             days.append(ms_day(ms))
-    if warehouse is not None and warehouse.posix:  # an object store is not listed at every load
+    if warehouse is not None and warehouse.storage.cheap_listing:  # an object store is not listed at every load
         captured = warehouse.days(SESSIONS)
         days += captured[:1]
     return min(days, default=None)

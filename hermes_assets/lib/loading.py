@@ -73,7 +73,9 @@ class DatasetDays:
     def __iter__(self) -> Iterator[tuple[str, pa.Table]]:
         # on an object store a long range (mostly empty days) is one listing, not one open per day
         present = (
-            None if self.warehouse.posix or len(self.days) < 2 else self.warehouse.existing(self.dataset, self.days)
+            None
+            if self.warehouse.storage.cheap_listing or len(self.days) < 2
+            else self.warehouse.existing(self.dataset, self.days)
         )
         for day in self.days:
             yield day, (self.read(day) if present is None or day in present else self.schema.empty_table())

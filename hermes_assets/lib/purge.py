@@ -6,18 +6,21 @@ from all three datasets, one atomic file replacement per day.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import ids, schemas
-from hermes_assets.lib.capture import STAGED_SUFFIXES, read_staged, write_staged
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.policy import is_under, under
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.staging import merge_files, read_staged, restage, staged_files
+from hermes_assets.lib.warehouse import Warehouse
 
 log = get_logger()
 
@@ -59,13 +62,13 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     if session_id:
         canonical.add(ids.canonical(session_id))
     children: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-    staged = _staged_files(warehouse)
+    staged = staged_files(warehouse.staging_root)
     columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
     session_tables = [warehouse.read(SESSIONS, day, columns=columns) for day in warehouse.days(SESSIONS)]
-    session_tables += [
-        t for t in (_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS) if t is not None
-    ]
+    session_tables += [_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS]
     for table in session_tables:
+        if table is None:  # gone meanwhile, or a staged file not whole
+            continue
         for row in table.to_pylist():
             scoped = ids.scoped_sid(row["store_label"], row["id"])
             own = ids.session_id(row["store_label"], row["id"])
@@ -89,7 +92,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
 
     purged = pa.array(sorted(canonical), pa.string())
 
-    def gateway_keep(table: pa.Table):
+    def gateway_keep(table: pa.Table) -> pa.Array:
         session_ids = table.column("session_id")
         if pa.types.is_dictionary(session_ids.type):
             session_ids = pc.cast(session_ids, pa.string())
@@ -100,10 +103,10 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
             drop = pc.or_(drop, under(table.column("cwd"), scope))
         return pc.invert(drop)
 
-    def raw_keep(sid_column: str):
+    def raw_keep(sid_column: str) -> Callable[[pa.Table], pa.Array]:
         keys = pa.array(sorted(f"{s}\x1f{i}" for s, i in raw), pa.string())
 
-        def keep(table: pa.Table):
+        def keep(table: pa.Table) -> pa.Array:
             joined = pc.binary_join_element_wise(
                 table.column("store"), pc.cast(table.column(sid_column), pa.string()), "\x1f"
             )
@@ -120,6 +123,11 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
                 result.days[dataset].append(day)
     for dataset, path in staged:
         result.staged += _scrub_staged(dataset, path, keeps[dataset])
+    # a pin holds a day's file as it was before the purge, a prepared file was merged from such a
+    # file: both go (without them the write merges the day again, from the scrubbed staged rows)
+    for _, path in merge_files(warehouse.staging_root):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     warehouse.fix_all_modes()  # every file, rewritten or not, private again (SPEC §2, D16)
     result.sessions = len(canonical)
     log.info(
@@ -133,17 +141,6 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     return result
 
 
-def _staged_files(warehouse: Warehouse) -> list[tuple[str, str]]:
-    """``(dataset, path)`` of every staged day file under the warehouse's staging folder."""
-    out = []
-    for folder, _, names in os.walk(warehouse.staging_root):
-        for name in names:
-            dataset = name.split(".", 1)[0]
-            if name.endswith(STAGED_SUFFIXES) and dataset in schemas.DATASETS:
-                out.append((dataset, os.path.join(folder, name)))
-    return sorted(out)
-
-
 def _read_staged(dataset: str, path: str, columns: list[str] | None = None) -> pa.Table | None:
     try:
         table = read_staged(dataset, path)
@@ -152,7 +149,7 @@ def _read_staged(dataset: str, path: str, columns: list[str] | None = None) -> p
     return table.select(columns) if columns else table
 
 
-def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
+def _scrub_staged(dataset: str, path: str, keep_mask_fn: Callable[[pa.Table], pa.Array]) -> int:
     """Drop the purged rows from a staged file (atomically); a dead, half-written one goes whole."""
     table = _read_staged(dataset, path)
     if table is None:
@@ -167,5 +164,5 @@ def _scrub_staged(dataset: str, path: str, keep_mask_fn) -> int:
     removed = table.num_rows - kept.num_rows
     if removed:
         # plain columns: a filtered dictionary column would still hold the purged values
-        write_staged(dataset, path, kept.cast(schemas.DATASETS[dataset][0]))
+        restage(dataset, path, kept.cast(schemas.DATASETS[dataset].schema))
     return removed

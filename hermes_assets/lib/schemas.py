@@ -9,6 +9,8 @@ hermes-agent 0.19 reads exactly as it did before the new columns existed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 TS = pa.timestamp("ms", tz="UTC")
@@ -179,7 +181,7 @@ _TIMESTAMP_COLUMNS = {"started_at", "ended_at", "timestamp"}
 _REQUIRED_RAW = {"id"}
 
 
-def _raw_fields(columns) -> list[pa.Field]:
+def _raw_fields(columns: tuple[tuple[str, str, object], ...]) -> list[pa.Field]:
     fields = []
     for name, sql_type, _ in columns:
         arrow_type = (
@@ -306,20 +308,41 @@ AI_GATEWAY_MESSAGES = pa.schema([pa.field(name, typ, nullable=not required) for 
 
 REQUIRED_GATEWAY_COLUMNS = tuple(name for name, _, required in GATEWAY_COLUMNS if required)
 
-#: dataset name -> (schema, key columns, sort columns)
-DATASETS = {
-    "hermes_sessions": (HERMES_SESSIONS, ("store", "id", "generation"), ("store", "id", "generation")),
-    "hermes_messages": (
+
+SESSIONS = "hermes_sessions"
+MESSAGES = "hermes_messages"
+GATEWAY = "ai_gateway_messages_hermes"
+#: the three capture datasets, in the order runs report them
+CAPTURE_DATASETS = (SESSIONS, MESSAGES, GATEWAY)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One dataset: its Arrow schema, the columns that identify a row, and the order of its files."""
+
+    name: str
+    schema: pa.Schema
+    #: the columns whose values identify one row (SPEC §6: a re-run replaces it, never adds one)
+    key: tuple[str, ...]
+    #: the columns a partition file is ordered by
+    sort_keys: tuple[str, ...]
+
+
+def _specs(*specs: DatasetSpec) -> dict[str, DatasetSpec]:
+    return {spec.name: spec for spec in specs}
+
+
+#: the captured datasets, by name
+DATASETS = _specs(
+    DatasetSpec(SESSIONS, HERMES_SESSIONS, ("store", "id", "generation"), ("store", "id", "generation")),
+    DatasetSpec(
+        MESSAGES,
         HERMES_MESSAGES,
         ("store", "session_id", "id", "generation"),
         ("store", "session_id", "id", "generation"),
     ),
-    "ai_gateway_messages_hermes": (
-        AI_GATEWAY_MESSAGES,
-        ("part_id",),
-        ("session_id", "message_index", "part_id"),
-    ),
-}
+    DatasetSpec(GATEWAY, AI_GATEWAY_MESSAGES, ("part_id",), ("session_id", "message_index", "part_id")),
+)
 
 # --------------------------------------------------------------------------
 # the analytics layer (SPEC §11): derived datasets, same layout and file rules
@@ -357,14 +380,15 @@ HERMES_DAILY_TOOLS = pa.schema(
     ]
 )
 
-#: derived dataset name -> (schema, key columns, sort columns), like :data:`DATASETS`
-ANALYTICS = {
-    "hermes_daily_usage": (HERMES_DAILY_USAGE, ("day", "model"), ("day", "model")),
-    "hermes_daily_tools": (HERMES_DAILY_TOOLS, ("day", "tool_name"), ("day", "tool_name")),
-}
+#: the derived datasets, by name (like :data:`DATASETS`)
+ANALYTICS = _specs(
+    DatasetSpec("hermes_daily_usage", HERMES_DAILY_USAGE, ("day", "model"), ("day", "model")),
+    DatasetSpec("hermes_daily_tools", HERMES_DAILY_TOOLS, ("day", "tool_name"), ("day", "tool_name")),
+)
 
 
-def _spec(dataset: str) -> tuple:
+def spec(dataset: str) -> DatasetSpec:
+    """A captured (:data:`DATASETS`) or derived (:data:`ANALYTICS`) dataset, by name."""
     found = DATASETS.get(dataset) or ANALYTICS.get(dataset)
     if found is None:
         known = ", ".join([*DATASETS, *ANALYTICS])
@@ -373,10 +397,10 @@ def _spec(dataset: str) -> tuple:
 
 
 def schema_of(dataset: str) -> pa.Schema:
-    """The Arrow schema of a captured (:data:`DATASETS`) or derived (:data:`ANALYTICS`) dataset."""
-    return _spec(dataset)[0]
+    """The Arrow schema of a captured or derived dataset."""
+    return spec(dataset).schema
 
 
 def sort_of(dataset: str) -> tuple[str, ...]:
     """The columns a dataset's partition file is ordered by."""
-    return _spec(dataset)[2]
+    return spec(dataset).sort_keys

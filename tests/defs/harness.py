@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import PART_FILE
 from tests.conftest import copy_fixture
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
@@ -100,12 +101,12 @@ def days_on_disk(warehouse: Path, dataset: str) -> list[str]:
 
 def read_day(warehouse: Path, dataset: str, day: str) -> pa.Table | None:
     path = day_path(warehouse, dataset, day)
-    return pq.read_table(path, schema=schemas.DATASETS[dataset][0]) if path.exists() else None
+    return pq.read_table(path, schema=schemas.DATASETS[dataset].schema) if path.exists() else None
 
 
 def read_all(warehouse: Path, dataset: str) -> list[dict]:
     """Every row of a dataset (all days) as dicts; JSON columns parsed, ``_day`` added."""
-    json_cols = {f.name for f in schemas.DATASETS[dataset][0] if f.type == schemas.JSON}
+    json_cols = {f.name for f in schemas.DATASETS[dataset].schema if f.type == schemas.JSON}
     out = []
     for day in days_on_disk(warehouse, dataset):
         for row in read_day(warehouse, dataset, day).to_pylist():

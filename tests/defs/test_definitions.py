@@ -144,7 +144,7 @@ def test_column_schema_is_the_dataset_schema(capture, dataset):
     table_schema = spec.metadata["dagster/column_schema"]
     if isinstance(table_schema, dg.MetadataValue):
         table_schema = table_schema.value
-    arrow = schemas.DATASETS[dataset][0]
+    arrow = schemas.DATASETS[dataset].schema
     got = [(c.name, c.type, c.constraints.nullable) for c in table_schema.columns]
     assert got == [(f.name, str(f.type), f.nullable) for f in arrow]
 

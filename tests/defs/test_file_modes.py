@@ -21,10 +21,12 @@ import pytest
 
 from hermes_assets.defs import capture as capture_defs
 from hermes_assets.lib import capture
+from hermes_assets.lib import plan as planning
+from hermes_assets.lib.local_files import FileModes
 from hermes_assets.lib.policy import PolicyResolver
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.stores import discover_stores
-from hermes_assets.lib.warehouse import FileModes, Warehouse
+from hermes_assets.lib.warehouse import Warehouse
 from tests.defs.harness import SMALL_DAYS, step_output_metadata
 from tests.sensor.harness import SensorDriver
 from tests.support.modes import GROUP, PRIVATE, names, open_up, umask, wrong_modes
@@ -60,8 +62,8 @@ def test_staged_days_are_private_while_they_exist(small, tmp_path, mask, mode):
     modes = FileModes.named(mode)
     wh = Warehouse(str(small.warehouse), modes=modes)
     with umask(mask):
-        plan = capture.plan_capture(discover_stores(None, str(small.home)), SMALL_DAYS[:3], user_home=str(tmp_path))
-        plan = capture.apply_usage_policy(plan, PolicyResolver(str(small.policy_list)))
+        plan = planning.plan_capture(discover_stores(None, str(small.home)), SMALL_DAYS[:3], user_home=str(tmp_path))
+        plan = planning.apply_usage_policy(plan, PolicyResolver(str(small.policy_list)))
         staging = capture_defs.staging_dir(wh, "a-run", dg.DagsterInstance.ephemeral())
         run = capture.project_rows(
             plan, ProjectionContext(user_home=str(tmp_path), now_s=plan.read_at), wh, staging=staging

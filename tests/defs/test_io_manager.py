@@ -20,7 +20,7 @@ from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.lib import schemas
 from hermes_assets.lib.loading import DatasetDays
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path, new_capture
 from tests.support.environ import use_environment
 
@@ -61,7 +61,7 @@ def load(defs: dg.Definitions, instance, dataset: str, **kwargs):
 
 def on_disk(captured, dataset: str, days: list[str], columns: list[str] | None = None) -> pa.Table:
     """The days' files read directly (no project code): the reference."""
-    schema = schemas.DATASETS[dataset][0]
+    schema = schemas.DATASETS[dataset].schema
     tables = [
         pq.read_table(day_path(captured.warehouse, dataset, d), schema=schema, columns=columns)
         for d in days
@@ -73,7 +73,7 @@ def on_disk(captured, dataset: str, days: list[str], columns: list[str] | None =
 
 def assert_pandas_types(frame: pd.DataFrame, dataset: str) -> None:
     """Every column typed after the dataset's own Arrow type, whatever the rows hold."""
-    schema = schemas.DATASETS[dataset][0]
+    schema = schemas.DATASETS[dataset].schema
     for name in frame.columns:
         arrow = schema.field(name).type
         dtype = frame[name].dtype
@@ -125,7 +125,7 @@ def test_load_one_day_as_pandas_by_default(defs, instance, captured, dataset):
 def test_load_one_day_as_arrow_in_the_datasets_own_types(defs, instance, captured, dataset):
     table = load(defs, instance, dataset, partition_key=DAY, python_type=pa.Table)
     assert isinstance(table, pa.Table)
-    assert table.schema == schemas.DATASETS[dataset][0]
+    assert table.schema == schemas.DATASETS[dataset].schema
     assert table.equals(on_disk(captured, dataset, [DAY]))
 
 
@@ -134,7 +134,7 @@ def test_a_day_with_no_file_loads_empty_with_the_datasets_columns(defs, instance
     assert not day_path(captured.warehouse, dataset, EMPTY_DAY).exists()
     assert daily_partitions.has_partition_key(EMPTY_DAY)
     table = load(defs, instance, dataset, partition_key=EMPTY_DAY, python_type=pa.Table)
-    assert table.num_rows == 0 and table.schema == schemas.DATASETS[dataset][0]
+    assert table.num_rows == 0 and table.schema == schemas.DATASETS[dataset].schema
     frame = load(defs, instance, dataset, partition_key=EMPTY_DAY)
     busy = load(defs, instance, dataset, partition_key=DAY)
     assert frame.empty and list(frame.columns) == list(busy.columns)

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import policy, schemas
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.defs.harness import (
     DATASETS,
     SMALL_DAYS,
@@ -145,7 +145,7 @@ def test_one_ranged_run_writes_every_day_of_the_three_datasets(small):
 def test_rows_are_sorted_and_readable_with_duckdb(small):
     assert small.materialize(FIRST, LAST).success
     for dataset in DATASETS:
-        sort = schemas.DATASETS[dataset][2]
+        sort = schemas.DATASETS[dataset].sort_keys
         for day in SMALL_DAYS:
             table = read_day(small.warehouse, dataset, day)
             assert table.equals(table.sort_by([(c, "ascending") for c in sort])), (dataset, day)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.defs.resources import CaptureRuntime
-from hermes_assets.lib import capture
+from hermes_assets.lib import pool
 from tests.defs.harness import SMALL_DAYS
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
@@ -39,7 +39,7 @@ def test_workers_are_fresh_interpreters_never_forks_of_the_caller(monkeypatch):
     (a module global changed here is back to its default there), so no lock or thread
     state of the caller can be copied into it half-way."""
     monkeypatch.setattr(__import__(__name__, fromlist=["MARKER"]), "MARKER", "changed in the caller")
-    seen = list(capture.map_days(_marker_in_worker, {}, [f"d{i}" for i in range(6)], workers=2))
+    seen = list(pool.map_days(_marker_in_worker, {}, [f"d{i}" for i in range(6)], workers=2))
     spawned = [marker for pid, marker in seen if pid != os.getpid()]
     assert len(spawned) >= 2, "no day ran in a worker (the test proves nothing)"
     assert set(spawned) == {"fresh interpreter"}, "a worker was forked from the caller"

@@ -13,7 +13,7 @@ import dagster as dg
 
 from hermes_assets.definitions import defs
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib.warehouse import MESSAGES
+from hermes_assets.lib.schemas import MESSAGES
 from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]

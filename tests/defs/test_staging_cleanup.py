@@ -17,7 +17,7 @@ import dagster as dg
 
 from hermes_assets.defs.capture import needs_staging
 from hermes_assets.lib import staging
-from hermes_assets.lib.warehouse import MESSAGES
+from hermes_assets.lib.schemas import MESSAGES
 from tests.defs.harness import RANGE_END, RANGE_START, SMALL_DAYS, part_files
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]

@@ -31,7 +31,10 @@ import pytest
 
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.purge import purge
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, READ_AT_FILE, SESSIONS, Warehouse
+from hermes_assets.lib.read_marks import READ_AT_FILE
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.storage import ArrowStorage
+from hermes_assets.lib.warehouse import PART_FILE, Warehouse
 from tests.defs.conftest import instance, small  # noqa: F401  (fixtures: the small store in an isolated installation)
 from tests.defs.harness import ANALYTICS, SMALL_DAYS, partition_metadata, source_deleted, store_sessions
 from tests.support.hermes_writer import HermesWriter
@@ -56,7 +59,7 @@ def contents(wh: Warehouse) -> dict[tuple[str, str], list[dict]]:
 
 def object_names(wh: Warehouse) -> list[str]:
     """Every file under the warehouse root, relative to it."""
-    infos = wh.fs.get_file_info(pafs.FileSelector(wh.root, recursive=True, allow_not_found=True))
+    infos = wh.storage.fs.get_file_info(pafs.FileSelector(wh.root, recursive=True, allow_not_found=True))
     return sorted(i.path[len(wh.root) + 1 :] for i in infos if i.type == pafs.FileType.File)
 
 
@@ -143,7 +146,7 @@ def test_file_uri_warehouse_holds_what_a_local_one_holds(small, monkeypatch, tmp
     expected = local_reference(small, tmp_path)
     root = tmp_path / "uri-warehouse"
     wh = use_warehouse(monkeypatch, root.as_uri(), tmp_path / "spool")
-    assert not wh.posix
+    assert isinstance(wh.storage, ArrowStorage)  # the pyarrow.fs code path
 
     result = small.materialize(DAYS[0], DAYS[-1])
     assert result.success
@@ -196,13 +199,13 @@ def test_a_temp_file_left_by_a_killed_writer_is_never_data_and_is_replaced(small
     assert small.materialize(day).success
     folder = f"{wh.day_dir(GATEWAY, day)}"
     dead = f"{folder}/.{PART_FILE}.tmp"
-    with wh.fs.open_output_stream(dead) as out:
+    with wh.storage.fs.open_output_stream(dead) as out:
         out.write(b"half a parquet file")
     assert wh.days(GATEWAY) == [day]
     rows = wh.read(GATEWAY, day).num_rows
 
     wh.rewrite_day(GATEWAY, day, lambda t: _all_but_first(t))  # the next write of the day reuses the name
-    assert wh.fs.get_file_info(dead).type == pafs.FileType.NotFound
+    assert wh.storage.fs.get_file_info(dead).type == pafs.FileType.NotFound
     assert wh.read(GATEWAY, day).num_rows == rows - 1
 
 
@@ -315,7 +318,7 @@ def test_the_analytics_layer_and_loading_on_an_s3_warehouse(small, monkeypatch, 
     for name in ANALYTICS:
         assert wh.days(name) == DAYS
         for day in DAYS:
-            with wh.fs.open_input_file(wh.path(name, day)) as f:
+            with wh.storage.fs.open_input_file(wh.path(name, day)) as f:
                 assert f.read() == (local / name / f"day={day}" / PART_FILE).read_bytes(), (name, day)
     defs = small.defs()
     for (name, day), table in expected.items():

@@ -28,7 +28,9 @@ import pyarrow.parquet as pq
 import structlog
 
 from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, PART_FILE, READ_AT_FILE, SESSIONS
+from hermes_assets.lib.read_marks import READ_AT_FILE
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import PART_FILE
 from tests.defs.harness import RANGE_END, RANGE_START, Capture, new_capture, step_output_metadata
 from tests.sensor.harness import SensorDriver
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter, openai_call
@@ -170,7 +172,7 @@ def warehouse_state(root: Path) -> WarehouseState:
     for dataset in DATASETS:
         rows[dataset] = {}
         for path in sorted((root / dataset).glob(f"day=*/{PART_FILE}")):
-            for row in pq.read_table(path, schema=schemas.DATASETS[dataset][0]).to_pylist():
+            for row in pq.read_table(path, schema=schemas.DATASETS[dataset].schema).to_pylist():
                 row["_day"] = path.parent.name[4:]
                 rows[dataset][row_key(dataset, row)] = row
     return WarehouseState(files, rows)
@@ -205,7 +207,7 @@ def assert_sound(root: Path) -> None:
         for folder in sorted((root / dataset).glob("day=*")):
             for entry in folder.iterdir():
                 if entry.name == PART_FILE:
-                    table = pq.read_table(entry, schema=schemas.DATASETS[dataset][0])
+                    table = pq.read_table(entry, schema=schemas.DATASETS[dataset].schema)
                     assert table.num_rows > 0, f"{entry}: an empty partition file (a day with no rows has none)"
                 else:
                     assert entry.name in (".lock", READ_AT_FILE), f"stray file in a partition folder: {entry}"

@@ -126,7 +126,7 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     import pyarrow as pa
 
     from hermes_assets.lib.analytics import USAGE_INPUTS, daily_usage
-    from hermes_assets.lib.warehouse import MESSAGES, SESSIONS
+    from hermes_assets.lib.schemas import MESSAGES, SESSIONS
 
     session = {
         "store": "/h/state.db",

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_assets.lib import analytics, capture, errors, schemas, state_db
+from hermes_assets.lib import analytics, day_rows, errors, schemas, state_db
+from hermes_assets.lib import plan as planning
 from hermes_assets.lib.state_db import StoreReader
 from hermes_assets.lib.stores import Store
 from tests.support.project import NOW_S, USER_HOME, project_store, rows
@@ -248,12 +249,12 @@ def test_the_parents_rows_are_read_once_per_day_not_per_row(store, tmp_path):
                 f"child{k}", "user", f"m{i}", timestamp=T + i, message_uid=f"u{i}", display_identity=b"%d" % i
             )
     store.close()
-    plan = capture.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
+    plan = planning.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
     from tests.support.project import default_ctx
 
-    day2 = capture.project_day(plan, DAY2, default_ctx())
+    day2 = day_rows.project_day(plan, DAY2, default_ctx())
     assert day2.statements["ancestor_identities"] == 1
-    day1 = capture.project_day(plan, DAY1, default_ctx())
+    day1 = day_rows.project_day(plan, DAY1, default_ctx())
     assert day1.statements["ancestor_identities"] == 0  # the parent's own day has no ancestor
     copied = day2.table("hermes_messages").column("copy_of").to_pylist()
     assert len(copied) == 9 and all(c and c.startswith("parent-") for c in copied)
@@ -435,7 +436,7 @@ def test_columns_of_a_newer_hermes_go_to_extra_columns_with_one_warning_per_stor
     store.message("s2", "user", "y", timestamp=T + 86401)
     store.close()
     with capture_logs() as logs:
-        plan = capture.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
+        plan = planning.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
         proj = project_store(store.path)
     assert plan.unknown_columns == {str(store.path): {"sessions": ["mood", "score"], "messages": ["future_blob"]}}
     extras = {r["id"]: r["extra_columns"] for r in rows(proj.sessions)}

@@ -35,7 +35,7 @@ from hermes_assets.defs.capture import hermes_capture
 from hermes_assets.defs.io_manager import datasets_io_manager
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.sensor.harness import (
     DAGSTER,
     PYTHON,

@@ -1,6 +1,6 @@
 """Run the core library end to end on one store: plan it, project every day of all three datasets.
 
-This is the capture pipeline's own projection (:func:`hermes_assets.lib.capture.project_day`,
+This is the capture pipeline's own projection (:func:`hermes_assets.lib.day_rows.project_day`,
 what the ``project_rows`` op runs per day) minus policy resolution (every session
 is ``full`` unless a test says otherwise) and minus partition files. Tests assert
 on the returned tables or on :func:`rows`, a decoded view of them.
@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hermes_assets.lib import capture, errors, ids, schemas
+from hermes_assets.lib import day_rows, errors, ids, schemas
+from hermes_assets.lib import plan as planning
 from hermes_assets.lib.errors import CellError, ErrorTally
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.state_db import ReaderFactory, StoreReader
 from hermes_assets.lib.stores import Store
-from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
 #: the fixed "now" of every deterministic projection in the tests (2026-09-21)
 NOW_S = 1790000000.0
@@ -94,7 +95,7 @@ def project_store(
     now_s: float = NOW_S,
 ) -> Projection:
     """Plan ``path`` (or ``store``) over every day it has and project each day with
-    :func:`capture.project_day`, as a capture run does.
+    :func:`day_rows.project_day`, as a capture run does.
 
     ``as_store`` names the store another path (``CANONICAL_STORE_PATH``) while its
     file is read here: the rows name that path. Sessions with no sane time at all
@@ -106,9 +107,9 @@ def project_store(
         readers = CopyReaders(copies=((as_store.path, store.path),))
         store = as_store
     ctx = dataclasses.replace(ctx or default_ctx(now_s=now_s), now_s=now_s)
-    plan = capture.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s, readers=readers)
+    plan = planning.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s, readers=readers)
     days = sorted({d for d in plan.stores[0].days.values() if d is not None})
-    plan = capture.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s, readers=readers)
+    plan = planning.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s, readers=readers)
     if plan.failures():
         raise errors.by_kind(plan.failures()[0].error_kind)(plan.failures()[0].message)
     if policy_classes:
@@ -121,17 +122,17 @@ def project_store(
         if day is None
     ]
     for day in days:
-        day_rows = capture.project_day(plan, day, ctx)
+        rows = day_rows.project_day(plan, day, ctx)
         for ds in tables:
-            tables[ds].append(day_rows.table(ds))
-            tallies[ds].merge(day_rows.tallies[ds])
-        cells += sorted(day_rows.cells, key=repr)
+            tables[ds].append(rows.table(ds))
+            tallies[ds].merge(rows.tallies[ds])
+        cells += sorted(rows.cells, key=repr)
     by_day: dict = {}
     for sid, day in sorted(plan.stores[0].days.items()):
         by_day.setdefault(day, []).append(sid)
     return Projection(
         *(
-            _sorted(pa.concat_tables(tables[ds]) if tables[ds] else schemas.DATASETS[ds][0].empty_table(), ds)
+            _sorted(pa.concat_tables(tables[ds]) if tables[ds] else schemas.DATASETS[ds].schema.empty_table(), ds)
             for ds in (GATEWAY, SESSIONS, MESSAGES)
         ),
         tallies,
@@ -141,7 +142,7 @@ def project_store(
 
 
 def _sorted(table: pa.Table, dataset: str) -> pa.Table:
-    keys = schemas.DATASETS[dataset][2]
+    keys = schemas.DATASETS[dataset].sort_keys
     return table.sort_by([(k, "ascending") for k in keys]) if table.num_rows else table
 
 

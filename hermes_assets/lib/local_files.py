@@ -1,0 +1,196 @@
+"""Files on this machine's disk: private modes, atomic replacement, locks (SPEC §2, D16).
+
+What the project creates locally (partition files of a local warehouse, staged
+days, the spool of a URI warehouse) gets the modes of :class:`FileModes`
+whatever the umask: folders ``0700``, files ``0600`` by default. A file is
+replaced whole or not at all (temp file in the same folder, fsync, rename,
+fsync the folder), so a reader or a crash never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class FileModes:
+    """Modes of what the project creates (SPEC §2, D16)."""
+
+    folder: int = 0o700
+    file: int = 0o600
+
+    @classmethod
+    def named(cls, name: str) -> FileModes:
+        """``private`` (0700/0600) or ``group`` (0750/0640)."""
+        if name not in FILE_MODES:
+            raise ValueError(f"file mode {name!r} is not one of {', '.join(FILE_MODES)}")
+        return FILE_MODES[name]
+
+
+PRIVATE = FileModes()
+#: the modes a user may choose (``HERMES_ASSETS_FILE_MODE``)
+FILE_MODES = {"private": PRIVATE, "group": FileModes(0o750, 0o640)}
+
+
+def make_dirs(folder: str, modes: FileModes, top: str | None = None) -> None:
+    """Create ``folder`` (and parents); give the folder mode to every folder created
+    and to every folder below ``top`` (exclusive) down to ``folder``, whatever the umask."""
+    folder = os.path.abspath(folder)
+    created, current = [], folder
+    while not os.path.isdir(current) and current != os.path.dirname(current):
+        created.append(current)
+        current = os.path.dirname(current)
+    os.makedirs(folder, exist_ok=True)
+    below_top = []
+    if top is not None:
+        top, current = os.path.abspath(top), folder
+        while current != top and current.startswith(top + os.sep):
+            below_top.append(current)
+            current = os.path.dirname(current)
+    for path in dict.fromkeys(created + below_top):
+        chmod_dir(path, modes)
+
+
+def chmod_dir(folder: str, modes: FileModes) -> None:
+    mode = modes.folder
+    try:
+        if modes.folder & 0o070 and os.stat(folder).st_mode & stat.S_ISGID:
+            mode |= stat.S_ISGID  # a team's group folder keeps its setgid bit
+        os.chmod(folder, mode)
+    except FileNotFoundError:
+        pass
+
+
+def chmod_files(folder: str, modes: FileModes) -> None:
+    """The file mode for every file directly in ``folder``."""
+    for entry in os.scandir(folder):
+        if entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(entry.path, modes.file)
+
+
+def chmod_tree(top: str, modes: FileModes) -> None:
+    """The modes for every folder and file under ``top`` (``top`` included)."""
+    for folder, _, _ in os.walk(top):
+        chmod_dir(folder, modes)
+        chmod_files(folder, modes)
+
+
+def open_private(path: str, mode: int = 0o600) -> BinaryIO:
+    """``open(path, "wb")``, the file created with ``mode`` and given it whatever the umask
+    (default ``0600``: only its owner reads)."""
+    f = open(path, "wb", opener=lambda p, flags: os.open(p, flags, mode))
+    try:
+        os.fchmod(f.fileno(), mode)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def read_bytes(path: str) -> pa.Buffer | None:
+    """A whole file's bytes (one read), or None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return pa.py_buffer(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool = True) -> None:
+    """Replace ``path`` by ``data``: temp file in the same folder (created with ``mode``),
+    fsync, rename, fsync the folder.
+
+    Called under the day's lock, so any other temp file in the folder belongs to a
+    writer that died (kill -9, power loss) before its rename: removed here.
+    """
+    folder, name = os.path.split(path)
+    tmp = temp_name(path)
+    remove_stale_temps(folder, name)
+    try:
+        with open_private(tmp, mode) as f:
+            f.write(memoryview(data))
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # a failed write() names no file: say which partition, and that it is intact
+            raise OSError(
+                exc.errno,
+                f"{exc.strerror} while writing {path}: the previous file is unchanged; free some space and re-run",
+            ) from exc
+        raise
+    if fsync:
+        fsync_dir(folder)
+
+
+def link_into_place(source: str, path: str, mode: int) -> None:
+    """Put the finished file ``source`` at ``path`` atomically without copying it: fsync it,
+    give it ``mode``, hard-link it beside ``path`` and rename the link over ``path``
+    (``source`` stays). A filesystem without hard links gets a copy (:func:`atomic_write`)."""
+    folder, name = os.path.split(path)
+    with open(source, "rb+") as f:
+        os.fsync(f.fileno())
+        os.fchmod(f.fileno(), mode)
+    remove_stale_temps(folder, name)
+    tmp = temp_name(path)
+    try:
+        os.link(source, tmp)
+    except OSError:  # a filesystem without hard links: copy
+        with open(source, "rb") as f:
+            atomic_write(path, pa.py_buffer(f.read()), mode)
+        return
+    os.replace(tmp, path)
+    fsync_dir(folder)
+
+
+def delete(path: str) -> None:
+    os.unlink(path)
+    fsync_dir(os.path.dirname(path))
+
+
+def temp_name(path: str) -> str:
+    """The temp file a replace of ``path`` by this process writes first (hidden, never a ``part-0.parquet``)."""
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+
+
+def remove_stale_temps(folder: str, name: str) -> None:
+    for entry in os.listdir(folder):
+        if entry.startswith(f".{name}.") and entry.endswith(".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, entry))
+
+
+def fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def locked(path: str, mode: int) -> Iterator[None]:
+    """An exclusive ``flock`` on the lock file ``path`` (created with ``mode``), held for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.fchmod(fd, mode)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

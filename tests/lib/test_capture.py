@@ -1,0 +1,131 @@
+"""lib/capture.py: days staged (in parallel), then written; a day's file is read once per run."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import shutil
+
+import pyarrow.compute as pc
+import pytest
+
+from hermes_assets.lib import capture, local_files, storage
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import Warehouse
+from tests.support.capture_run import capture_days, files, stage
+from tests.support.hermes_writer import START_S, HermesWriter
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Every read of a file through the storage, by file name: whole reads and opens."""
+    seen: collections.Counter = collections.Counter()
+    whole, opened = local_files.read_bytes, storage.LocalStorage.open_input
+
+    def read_bytes(path):
+        seen[os.path.basename(path)] += 1
+        return whole(path)
+
+    def open_input(self, path):
+        seen["open " + os.path.basename(path)] += 1
+        return opened(self, path)
+
+    monkeypatch.setattr(local_files, "read_bytes", read_bytes)
+    monkeypatch.setattr(storage.LocalStorage, "open_input", open_input)
+    return seen
+
+
+def test_a_rerun_reads_each_day_file_once_and_rewrites_nothing(fixture_copy, tmp_path, reads):
+    small = fixture_copy("small")
+    wh = Warehouse(str(tmp_path / "wh"))
+    first_run, first = capture_days([small], wh)
+    written = files(tmp_path / "wh")
+    assert len(written) == 3 * len(first_run.plan.days) and all(r.changed for ds in first.results.values() for r in ds)
+    inodes = {p: os.stat(tmp_path / "wh" / p).st_ino for p in written}
+
+    reads.clear()
+    run = stage([small], wh, run_id="again")
+    # the stage step read each file once, whole, through its pin; no column read of a day file
+    pins = {name: n for name, n in reads.items() if name.endswith(".pin")}
+    assert len(pins) == len(written) and set(pins.values()) == {1}
+    assert not [name for name in reads if name.startswith("open part-0")]
+    assert sum(len(day.prepared) for day in run.days) == len(written)
+    reads.clear()
+    again = capture.write_partitions(run, wh)
+    assert not [name for name in reads if "part-0" in name], "the write step read a day file again"
+    assert not any(r.changed for ds in again.results.values() for r in ds)
+    assert files(tmp_path / "wh") == written
+    assert {p: os.stat(tmp_path / "wh" / p).st_ino for p in written} == inodes
+    assert not os.path.exists(run.staging)  # staging, pins included, removed after the write
+    for dataset in CAPTURE_DATASETS:
+        assert again.totals(dataset)["rows_written"] == first.totals(dataset)["rows_written"]
+
+
+@pytest.fixture
+def changing_store(tmp_path):
+    """A store captured once, then changed: a new message, a deleted session, a message id reused."""
+    path = tmp_path / "hermes" / "state.db"
+    w = HermesWriter(path, start_s=START_S)
+    for sid in ("stays", "deleted", "restored"):
+        w.session(sid, "cli")
+        w.msg(sid, "user", f"question in {sid}")
+        w.msg(sid, "assistant", f"answer in {sid}")
+    yield w
+    w.close()
+
+
+def change(w: HermesWriter) -> None:
+    w.msg("stays", "user", "one more")
+    w.db.delete_session("deleted")
+    first = w.mids("restored")[0]  # a restored store: the id now holds another message (D15)
+    w.raw_sql("UPDATE messages SET role = 'tool', timestamp = timestamp + 3600 WHERE id = ?", (first,))
+
+
+def test_the_stage_steps_merge_writes_the_bytes_the_write_steps_merge_would(changing_store, tmp_path):
+    w = changing_store
+    a, b = Warehouse(str(tmp_path / "a")), Warehouse(str(tmp_path / "b"))
+    capture_days([w.path], a)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    change(w)
+    run_a = stage([w.path], a)
+    assert all(d.prepared for d in run_a.days)
+    written_a = capture.write_partitions(run_a, a)
+    run_b = stage([w.path], b)
+    stripped = dataclasses.replace(run_b, days=[dataclasses.replace(d, prepared={}) for d in run_b.days])
+    written_b = capture.write_partitions(stripped, b)
+    assert files(tmp_path / "a") == files(tmp_path / "b")
+    for dataset in CAPTURE_DATASETS:
+        assert written_a.totals(dataset) == written_b.totals(dataset)
+    # what the change did: the deleted session kept and flagged, the reused id a new generation
+    sessions = a.read(SESSIONS, "2026-06-01")
+    assert dict(zip(sessions.column("id").to_pylist(), sessions.column("source_deleted").to_pylist())) == {
+        "deleted": True,
+        "restored": False,
+        "stays": False,
+    }
+    messages = a.read(MESSAGES, "2026-06-01").filter(pc.equal(pc.field("session_id"), "restored"))
+    by_generation = sorted(zip(messages.column("generation").to_pylist(), messages.column("replaced").to_pylist()))
+    assert by_generation == [(1, False), (1, True), (2, False)]
+    assert written_a.totals(MESSAGES)["rows_replaced"] == 1
+
+
+def test_a_write_after_another_run_merges_again_and_loses_nothing(changing_store, tmp_path):
+    w = changing_store
+    wh = Warehouse(str(tmp_path / "wh"))
+    capture_days([w.path], wh)
+    slow = stage([w.path], wh, run_id="slow")  # a long run stages first ...
+    change(w)
+    capture_days([w.path], wh)  # ... another run captures the change meanwhile ...
+    after_fast = files(tmp_path / "wh")
+    capture.write_partitions(slow, wh)  # ... and the slow run's older read does not undo it
+    assert files(tmp_path / "wh") == after_fast
+
+
+def test_days_staged_on_workers_write_the_bytes_one_process_writes(fixture_copy, tmp_path):
+    small = fixture_copy("small")
+    one, two = Warehouse(str(tmp_path / "one")), Warehouse(str(tmp_path / "two"))
+    capture_days([small], one)
+    run, _ = capture_days([small], two, workers=2)
+    assert files(tmp_path / "one") == files(tmp_path / "two")
+    assert [d.day for d in run.days] == run.plan.days

@@ -1,0 +1,97 @@
+"""lib/pool.py: days in parallel on worker processes that are never a fork of the caller.
+
+The functions the workers run live in this module (a worker imports it by name).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import pyarrow  # noqa: F401  (as the capture's worker module does: importing it starts threads)
+import pytest
+
+from hermes_assets.lib import pool
+
+#: changed by the tests in the calling process; a worker forked from it would see the change
+MARKER = "as imported"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A run's state: each worker unpickles it once (``log``: a file each unpickling appends to)."""
+
+    log: str
+
+    def __reduce__(self):
+        return (_unpickled, (self.log,))
+
+
+def _unpickled(log: str) -> Job:
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return Job(log)
+
+
+def where(job: Job, day: str) -> dict:
+    time.sleep(0.05)  # a day's work: the caller cannot take every day before the workers are up
+    with open(f"/proc/{os.getppid()}/status") as f:
+        threads = int(next(line for line in f if line.startswith("Threads:")).split()[1])
+    return {"day": day, "pid": os.getpid(), "parent": os.getppid(), "parent_threads": threads, "marker": MARKER}
+
+
+def fail_on(job: Job, day: str) -> str:
+    if day == "d3":
+        raise ValueError(f"bad day {day}")
+    return day
+
+
+def busy() -> threading.Thread:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, args=(30,), daemon=True)
+    thread.start()
+    thread.stop = stop  # type: ignore[attr-defined]
+    return thread
+
+
+@pytest.mark.parametrize("method", pool.START_METHODS)
+def test_days_come_back_in_order_from_fresh_workers_never_forks_of_the_caller(method, tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__, fromlist=["MARKER"]), "MARKER", "changed in the caller")
+    thread = busy()  # the caller runs a thread, as a Dagster step does
+    try:
+        days = [f"d{i}" for i in range(8)]
+        log = tmp_path / "unpickled"
+        seen = list(pool.map_days(where, Job(str(log)), days, workers=3, start_method=method))
+    finally:
+        thread.stop.set()
+    assert [s["day"] for s in seen] == days
+    mine = os.getpid()
+    workers = [s for s in seen if s["pid"] != mine]
+    assert workers, "no day ran on a worker (the test proves nothing)"
+    assert {s["marker"] for s in workers} == {"as imported"}, "a worker inherited the caller's memory"
+    assert {s["marker"] for s in seen if s["pid"] == mine} <= {"changed in the caller"}
+    if method == "forkserver":  # forked from a server that runs no thread (nor imports this module), never the caller
+        assert {s["parent"] for s in workers} != {mine}
+        assert {s["parent_threads"] for s in workers} == {1}
+    else:
+        assert {s["parent"] for s in workers} == {mine}
+    # the state reached each worker once (when it started), whatever the number of days it took
+    unpickled = log.read_text().split()
+    assert len(unpickled) == len(set(unpickled)) <= 2 and {str(s["pid"]) for s in workers} <= set(unpickled)
+
+
+def test_one_worker_runs_every_day_in_the_caller(tmp_path):
+    seen = list(pool.map_days(where, Job(str(tmp_path / "log")), ["a", "b"], workers=1))
+    assert {s["pid"] for s in seen} == {os.getpid()} and not (tmp_path / "log").exists()
+
+
+def test_a_day_that_fails_fails_the_map(tmp_path):
+    with pytest.raises(ValueError, match="bad day d3"):
+        list(pool.map_days(fail_on, Job(str(tmp_path / "log")), [f"d{i}" for i in range(6)], workers=2))
+
+
+def test_an_unknown_start_method_is_refused_fork_first(tmp_path):
+    with pytest.raises(ValueError, match="not one of forkserver, spawn"):
+        list(pool.map_days(where, Job(str(tmp_path / "log")), ["a", "b"], workers=2, start_method="fork"))

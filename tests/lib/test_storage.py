@@ -1,0 +1,192 @@
+"""lib/storage.py: one interface over a local folder and pyarrow.fs, held to the same behaviour.
+
+Each test runs against a plain path (:class:`LocalStorage`) and the same disk as a
+``file://`` URI (:class:`ArrowStorage`, the code path of object stores); real files
+in ``tmp_path``, real pyarrow.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import stat
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from hermes_assets.lib import storage
+from hermes_assets.lib.local_files import FileModes
+from hermes_assets.lib.storage import ArrowStorage, LocalStorage, open_storage
+
+KINDS = ("local", "file")
+
+
+def make(kind: str, tmp_path, modes: FileModes = storage.PRIVATE) -> storage.Storage:
+    root = tmp_path / "wh"
+    if kind == "local":
+        return open_storage(str(root), modes=modes)
+    return open_storage(root.as_uri(), spool=str(tmp_path / "spool"), modes=modes)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_path_is_local_and_a_uri_goes_through_pyarrow(tmp_path):
+    assert isinstance(open_storage(str(tmp_path)), LocalStorage)
+    assert isinstance(open_storage("~/wh"), LocalStorage)
+    assert isinstance(open_storage("C:\\wh"), LocalStorage)  # a drive letter is not a scheme
+    s3 = open_storage("s3://bucket/prefix?region=us-east-1")
+    assert isinstance(s3, ArrowStorage) and not s3.local and not s3.cheap_listing
+    assert s3.root == "bucket/prefix" and s3.location("bucket/prefix/x") == "s3://bucket/prefix/x"
+    local_uri = open_storage((tmp_path / "wh").as_uri())
+    assert isinstance(local_uri, ArrowStorage) and local_uri.local
+    assert local_uri.location(local_uri.join(local_uri.root, "x")) == str(tmp_path / "wh" / "x")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_put_replaces_a_file_whole_with_private_modes(kind, tmp_path):
+    st = make(kind, tmp_path)
+    path = st.join(st.root, "ds", "day=2026-06-01", "part-0.parquet")
+    with st.lock("ds/day=2026-06-01"):  # as a write does: on disk the lock creates the day's folder
+        st.put(path, pa.py_buffer(b"first"))
+        st.put(path, pa.py_buffer(b"second version"))
+    assert st.read_bytes(path).to_pybytes() == b"second version"
+    assert mode(path) == 0o600 and mode(os.path.dirname(path)) == 0o700
+    # nothing but the file (and, on disk, the lock): no temp file left beside it
+    left = {"part-0.parquet", ".lock"} if kind == "local" else {"part-0.parquet"}
+    assert set(os.listdir(os.path.dirname(path))) == left
+    assert st.exists(path) and not st.exists(path + ".nope")
+    assert st.read_bytes(path + ".nope") is None
+    with st.open_input(path) as f:
+        assert f.size() == len(b"second version")
+    with pytest.raises(FileNotFoundError):
+        st.open_input(path + ".nope")
+    st.delete(path)
+    assert not st.exists(path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_group_modes_are_given_whatever_the_umask(kind, tmp_path):
+    st = make(kind, tmp_path, FileModes.named("group"))
+    path = st.join(st.root, "ds", "day=2026-06-01", "part-0.parquet")
+    old = os.umask(0o077)
+    try:
+        with st.lock("ds/day=2026-06-01"):
+            st.put(path, pa.py_buffer(b"x"))
+    finally:
+        os.umask(old)
+    assert mode(path) == 0o640 and mode(os.path.dirname(path)) == 0o750
+    os.chmod(path, 0o666)
+    st.fix_modes(os.path.dirname(path))
+    assert mode(path) == 0o640
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_folders_holding_names_only_folders_with_the_file(kind, tmp_path):
+    st = make(kind, tmp_path)
+    base = tmp_path / "wh" / "ds"
+    for day, name in (("day=1", "part-0.parquet"), ("day=2", ".lock"), ("day=3", "part-0.parquet")):
+        (base / day).mkdir(parents=True)
+        (base / day / name).write_bytes(b"")
+    assert sorted(st.folders_holding(st.join(st.root, "ds"), "part-0.parquet")) == ["day=1", "day=3"]
+    assert st.folders_holding(st.join(st.root, "nothing"), "part-0.parquet") == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_put_file_puts_a_finished_file_in_place_and_keeps_it(kind, tmp_path):
+    st = make(kind, tmp_path)
+    source = tmp_path / "staged.parquet"
+    source.write_bytes(b"encoded once")
+    os.chmod(source, 0o644)
+    path = st.join(st.root, "ds", "day=2026-06-01", "part-0.parquet")
+    with st.lock("ds/day=2026-06-01"):
+        st.put_file(path, str(source))
+    assert st.read_bytes(path).to_pybytes() == b"encoded once" and source.exists()
+    assert mode(path) == 0o600
+    if kind == "local":  # no copy: the staged file itself, linked into the day's folder
+        assert os.path.samefile(source, path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pin_holds_while_the_file_is_the_one_read_and_breaks_when_it_is_replaced(kind, tmp_path):
+    st = make(kind, tmp_path)
+    path = st.join(st.root, "ds", "day=2026-06-01", "part-0.parquet")
+    with st.lock("ds/day=2026-06-01"):
+        st.put(path, pa.py_buffer(b"v1"))
+    (tmp_path / "pins").mkdir()
+    data, pin = st.read_pinned(path, str(tmp_path / "pins" / "a.pin"))
+    assert data.to_pybytes() == b"v1" and st.still_current(path, pin)
+    with st.lock("ds/day=2026-06-01"):
+        st.put(path, pa.py_buffer(b"v1"))  # the same bytes, written again: another file
+    assert not st.still_current(path, pin)
+    st.delete(path)
+    assert not st.still_current(path, pin)
+    assert st.read_pinned(path, str(tmp_path / "pins" / "b.pin")) is None  # no file
+
+
+def test_an_object_store_cannot_pin_and_opens_no_client_to_say_so(tmp_path):
+    s3 = open_storage("s3://bucket/prefix?endpoint_override=127.0.0.1:1")
+    assert s3.read_pinned("bucket/prefix/x", str(tmp_path / "x.pin")) is None
+    assert s3._fs is None
+
+
+def test_a_pin_across_filesystems_is_refused_not_faked(tmp_path, monkeypatch):
+    st = make("local", tmp_path)
+    path = st.join(st.root, "f")
+    os.makedirs(st.root)
+    st.put(path, pa.py_buffer(b"x"))
+
+    def no_links(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert st.read_pinned(path, str(tmp_path / "x.pin")) is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_day_lock_is_exclusive(kind, tmp_path):
+    st = make(kind, tmp_path)
+    order: list[str] = []
+    held = threading.Event()
+
+    def first():
+        with st.lock("ds/day=2026-06-01"):
+            held.set()
+            time.sleep(0.3)
+            order.append("first out")
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait()
+    with st.lock("ds/day=2026-06-01"):
+        order.append("second in")
+    t.join()
+    assert order == ["first out", "second in"]
+
+
+def test_a_uri_storage_travels_to_a_worker_without_its_client(tmp_path):
+    st = make("file", tmp_path)
+    _ = st.fs  # opened here
+    copy = pickle.loads(pickle.dumps(st))
+    assert copy._fs is None and copy.root == st.root and copy.uri == st.uri
+    assert isinstance(pickle.loads(pickle.dumps(make("local", tmp_path))), LocalStorage)
+
+
+def test_s3_uploads_are_one_request_unless_the_uri_says_otherwise():
+    assert storage._with_one_request_uploads("s3://b/p") == "s3://b/p?allow_delayed_open=true"
+    assert storage._with_one_request_uploads("s3://b/p?region=x") == "s3://b/p?region=x&allow_delayed_open=true"
+    assert storage._with_one_request_uploads("s3://b/p?allow_delayed_open=false").endswith("=false")
+    assert storage._with_one_request_uploads("gs://b/p") == "gs://b/p"
+
+
+def test_a_default_spool_of_another_user_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage.tempfile, "gettempdir", lambda: str(tmp_path))
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.symlink(target, tmp_path / f"hermes_assets-spool-{os.getuid()}")
+    st = open_storage("s3://bucket/prefix")
+    with pytest.raises(PermissionError, match="HERMES_ASSETS_SPOOL"):
+        st.make_spool_dirs(os.path.join(st.spool, "locks"))
