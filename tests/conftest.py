@@ -22,6 +22,9 @@ import pytest
 from tests.support.hermes_writer import HermesWriter
 from tests.support.skips import unavailable
 
+#: ``slow`` marks (tests that start a process or run a Dagster job), kept honest
+pytest_plugins = ["tests.support.fast_lane"]
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 

@@ -116,6 +116,7 @@ def test_a_setting_a_definitions_module_cannot_honour_is_one_line_too(capture, m
     assert str(info.value) == "HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s==0.29.27 installed"
 
 
+@pytest.mark.slow
 def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, unwritable_folder):
     for warehouse, why in (
         (unwritable_folder, "cannot be written"),
@@ -138,6 +139,7 @@ def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, un
         settings.check({"HERMES_ASSETS_WAREHOUSE": "s3://b/p", "HERMES_ASSETS_SPOOL": str(unwritable_folder)})
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path):
     """A bad start date used to print 327 lines without naming the variable."""

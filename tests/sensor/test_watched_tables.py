@@ -95,7 +95,7 @@ def test_usage_rows_already_seen_are_not_requested_again(usage_world):
     assert sensor.tick().days == [A]
     checkpoint(db)
     tick = sensor.tick()
-    assert tick.run_requests == [] and tick.skip.startswith("no change: the files of 1 store(s) moved")
+    assert tick.run_requests == [] and tick.skip.startswith("no change: Hermes wrote to")
 
 
 def test_main_loop_usage_of_an_old_day_is_requested(usage_world):
