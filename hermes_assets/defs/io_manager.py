@@ -23,7 +23,8 @@ manager, which persists them ("re-execute from failure" needs that).
 import dagster as dg
 import pyarrow as pa
 
-from hermes_assets.defs.resources import HermesWarehouse, default_warehouse
+from hermes_assets.defs import settings
+from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import schemas
 from hermes_assets.lib.loading import DatasetDays
 from hermes_assets.lib.warehouse import Warehouse
@@ -68,10 +69,11 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
         return warehouse.days(dataset)  # an unpartitioned upstream: whatever is on disk
 
 
-def datasets_io_manager(warehouse: HermesWarehouse | None = None) -> HermesDatasetsIOManager:
-    return HermesDatasetsIOManager(warehouse=warehouse or default_warehouse())
+def datasets_io_manager(warehouse: HermesWarehouse) -> HermesDatasetsIOManager:
+    return HermesDatasetsIOManager(warehouse=warehouse)
 
 
 @dg.definitions
 def io_managers() -> dg.Definitions:
-    return dg.Definitions(resources={DATASETS_IO_MANAGER: datasets_io_manager()})
+    warehouse = HermesWarehouse.from_settings(settings.in_use())
+    return dg.Definitions(resources={DATASETS_IO_MANAGER: datasets_io_manager(warehouse)})
