@@ -33,6 +33,7 @@ DAGSTER = PYTHON.parent / "dagster"
 SENSOR = "hermes_state_sensor"
 RUN_KEY = re.compile(r"^(\d{4}-\d{2}-\d{2})@([0-9a-f]{12})$")
 
+
 class LoadedDefinitions:
     """The project's definitions as ``dagster dev`` loads them (the defs folder), loaded once per
     distinct settings of the environment: a tick reads the settings the definitions were loaded
