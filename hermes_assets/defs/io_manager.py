@@ -21,6 +21,7 @@ manager, which persists them ("re-execute from failure" needs that).
 """
 
 import dagster as dg
+import pandas as pd
 import pyarrow as pa
 
 from hermes_assets.defs import settings
@@ -39,7 +40,7 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
 
     warehouse: HermesWarehouse
 
-    def handle_output(self, context: dg.OutputContext, obj) -> None:
+    def handle_output(self, context: dg.OutputContext, obj: object) -> None:
         if obj is None:  # the files are written: nothing to store
             return
         raise dg.Failure(
@@ -48,7 +49,7 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
             "partition files in the asset and return None or a MaterializeResult, or use another io_manager_key"
         )
 
-    def load_input(self, context: dg.InputContext):
+    def load_input(self, context: dg.InputContext) -> pd.DataFrame | pa.Table | DatasetDays:
         dataset = context.asset_key.path[-1]
         schemas.schema_of(dataset)  # a clear error for an asset that is not a dataset
         columns = (context.definition_metadata or {}).get("columns")

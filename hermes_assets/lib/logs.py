@@ -52,8 +52,10 @@ _hooks: list[Hook] = []
 
 def resolve_format(fmt: str | None = None, stream: TextIO | None = None) -> LogFormat:
     """``fmt`` (``json`` or ``console``), else console on a terminal and JSON otherwise."""
-    if fmt == "json" or fmt == "console":
-        return fmt
+    if fmt == "json":
+        return "json"
+    if fmt == "console":
+        return "console"
     target = stream if stream is not None else sys.stderr
     return "console" if target.isatty() else "json"
 
