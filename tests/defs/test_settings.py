@@ -18,6 +18,7 @@ import pytest
 from hermes_assets.defs import console, settings
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.policy import LOCAL_ONLY, PolicyResolver
+from hermes_assets.lib.warehouse import FILE_MODES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -169,3 +170,50 @@ def test_the_core_library_reads_no_environment_variable():
         if pattern.search(line)
     ]
     assert offenders == []
+
+
+def test_paths_are_made_absolute_and_uris_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    s = settings.load(
+        {
+            "HERMES_HOME": "~/hermes",
+            "HERMES_ASSETS_WAREHOUSE": "relative/warehouse",
+            "HERMES_ASSETS_SPOOL": "~/spool",
+            "HERMES_ASSETS_LOG_LEVEL": "DEBUG",
+        }
+    )
+    assert (s.hermes_home, s.warehouse, s.spool) == (
+        str(tmp_path / "hermes"),
+        str(tmp_path / "relative" / "warehouse"),
+        str(tmp_path / "spool"),
+    )
+    assert s.log_level == "debug"  # the variable's case does not matter
+    assert settings.load({"HERMES_ASSETS_WAREHOUSE": "gs://bucket/x"}).warehouse == "gs://bucket/x"
+    assert settings.load({"HERMES_ASSETS_WAREHOUSE": "  "}).warehouse == os.path.abspath("warehouse")  # blank: unset
+
+
+def test_the_file_modes_are_the_warehouses():
+    """The settings name the modes ``lib/warehouse.py`` defines, no more, no fewer."""
+    assert tuple(FILE_MODES) == settings.FILE_MODES
+
+
+def test_the_settings_in_use_are_the_ones_the_definitions_loaded_with(capture, monkeypatch):
+    monkeypatch.setattr(settings, "_in_use", None)
+    with pytest.raises(RuntimeError, match="when the definitions load"):
+        settings.in_use()
+    monkeypatch.setenv("HERMES_ASSETS_SENSOR_MAX_RUNS", "3")
+    capture.defs()
+    assert settings.in_use() == settings.load() and settings.in_use().sensor_max_runs == 3
+
+
+def test_only_the_entry_points_read_the_environment():
+    """``definitions.py`` (each load), ``dev.py`` and ``python -m ...settings`` (``make run``)
+    read the settings; every definitions module takes them from ``settings.in_use()``."""
+    reads = re.compile(r"settings\.(load|check)\(|\bcheck\(\)|os\.environ|os\.getenv")
+    readers = {
+        p.relative_to(REPO / "hermes_assets").as_posix()
+        for p in (REPO / "hermes_assets").rglob("*.py")
+        if "lib" not in p.parts and reads.search(p.read_text())
+    }
+    assert readers == {"defs/settings.py", "defs/console.py", "dev.py"}, readers
