@@ -35,7 +35,7 @@ def automation_condition() -> dg.AutomationCondition:
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
     these assets too), with two changes, so that the analytics never fall behind the
-    datasets once nothing moves (issue 23):
+    datasets once nothing moves:
 
     - a capture is *handled* only by an analytics run requested after it: ``eager()``
       also counts the day's own update as handled, so a capture that lands while the

@@ -1,4 +1,4 @@
-"""What a person sees when the definitions load: one line for a mistake, no flood (issue 20).
+"""What a person sees when the definitions load: one line for a mistake, no flood.
 
 A setting that cannot be honoured (``defs/settings.py``: a bad value, a
 warehouse this user cannot write, an executor whose package is missing) is

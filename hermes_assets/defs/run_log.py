@@ -18,7 +18,7 @@ log, so the colored console logger would print every event a second time
 beside our own JSON line (a ``dagster asset materialize`` run then shows
 ``... - hermes_capture.plan - hermes.capture.plan {...}`` and the JSON line);
 and each run sets a managed logger to ``python_log_level`` (INFO here, for a
-quiet console), so ``HERMES_ASSETS_LOG_LEVEL=debug`` alone would no longer keep
+quiet console), so ``HERMES_ASSETS_LOG_LEVEL=debug`` alone would not keep
 our debug events in the run log. So the event is stored the way Dagster's own
 handler stores a ``context.log`` message, an ``EventLogEntry`` without a Dagster
 event, handed to the instance.

@@ -10,7 +10,7 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
-A day is done when its run succeeds (issue 23): each tick looks up, by run key,
+A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
 run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.attempts`).
 A day that keeps failing is named in every tick's log and by the
