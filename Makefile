@@ -55,7 +55,7 @@ types: install-test
 # Lint, types and the fast tests: every test not marked `slow` (one that starts a process or
 # runs a Dagster job; tests/support/fast_lane.py). `make test` runs them all.
 check: lint types
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -n auto -m "not slow"
 
 test: install-test
 	$(VENV)/bin/pytest
