@@ -157,11 +157,11 @@ def _no_store_reason(hermes: HermesStores) -> str:
     return "no Hermes store found"
 
 
-#: The daemon evaluates automation conditions through this sensor. It covers every asset
-#: (the capture assets have no condition, so it never requests them; an asset you add with
-#: one is kept current too); Dagster's own default sensor would start stopped, this one runs
-#: from the start, like hermes_state_sensor.
 def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefinition:
+    """``hermes_automation``: the daemon evaluates automation conditions through it. It covers every
+    asset (the capture assets have no condition, so it never requests them; an asset you add with
+    one is kept current too). Dagster's own default sensor would start stopped; this one runs from
+    the start, like ``hermes_state_sensor``."""
     return dg.AutomationConditionSensorDefinition(
         "hermes_automation",
         target=dg.AssetSelection.all(),
