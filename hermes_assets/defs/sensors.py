@@ -80,7 +80,7 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
         stores,
         context.cursor,
         is_partition=daily_partitions.has_partition_key,
-        busy_timeout_ms=hermes.busy_timeout_ms,
+        readers=hermes.readers(),
         outcomes=lambda keys: run_outcomes(context.instance, keys),
         max_runs=max_runs,
     )

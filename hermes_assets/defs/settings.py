@@ -39,9 +39,9 @@ from urllib.parse import urlparse
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hermes_assets.lib import logs, policy
-from hermes_assets.lib import state_db as store_discovery
+from hermes_assets.lib import logs, policy, stores
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 
 Executor = Literal["in_process", "multiprocess", "k8s", "celery"]
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -89,7 +89,7 @@ class Settings(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
-    hermes_home: AbsolutePath = Field(default_factory=store_discovery.default_hermes_home)
+    hermes_home: AbsolutePath = Field(default_factory=stores.default_hermes_home)
     state_db: str | None = None
     warehouse: PathOrUri
     #: None: the day of the earliest session in the stores (``defs/partitions.py``)
@@ -99,7 +99,7 @@ class Settings(pydantic.BaseModel):
     executor: Executor = "in_process"
     log_format: LogFormat | None = None
     log_level: LogLevel = "info"
-    busy_timeout_ms: PositiveInt = store_discovery.DEFAULT_BUSY_TIMEOUT_MS
+    busy_timeout_ms: PositiveInt = DEFAULT_BUSY_TIMEOUT_MS
     file_mode: FileMode = "private"
     spool: AbsolutePath | None = None
     workers: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
