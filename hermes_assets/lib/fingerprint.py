@@ -164,8 +164,7 @@ class Fingerprinter:
         indexes = reader.indexes
         col = lambda name: _q(name) if name in present else "NULL"  # noqa: E731
         self.started, self.ended = col("started_at"), col("ended_at")
-        now = reader.now_s
-        assert now is not None  # a StoreReader sets its clock when it is made
+        now = reader.clock_s
         # numbered parameters: the interior of the sane window in seconds (SPEC §2), less
         # one second at each edge; statements add theirs from ?3
         self.params = (SANE_MIN_S + 1, now + SANE_AHEAD_S - 1)

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, NoReturn
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _parse_float(text: str):
+def _parse_float(text: str) -> int | float:
     """Integral floats become integers at parse time (SPEC §5.5); inf is not JSON."""
     value = float(text)
     if value.is_integer():
@@ -36,7 +37,7 @@ _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _VALIDATE = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 
-def loads(text: str):
+def loads(text: str) -> Any:
     """Strict JSON: NaN/Infinity are not JSON; surrogate escapes become U+FFFD;
     integral floats come back as integers, so the result needs no normalizing."""
     value = _DECODE(text)
@@ -45,13 +46,13 @@ def loads(text: str):
     return value
 
 
-def dumps(value, *, normalized: bool = False) -> str:
+def dumps(value: Any, *, normalized: bool = False) -> str:
     """Compact, raw non-ASCII, integral floats as integers (``normalized``: the
     value came from :func:`loads` or :func:`normalize` and is already so)."""
     return _DUMPS(value if normalized else normalize(value))
 
 
-def normalize(value):
+def normalize(value: Any) -> Any:
     """``value`` with every integral float an integer (SPEC §5.5), as :func:`dumps` writes it."""
     if type(value) is float:
         return int(value) if value.is_integer() else value
@@ -78,7 +79,7 @@ def is_json(text: str) -> bool:
     return True
 
 
-def _scrub(value):
+def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value)
     if type(value) is dict:
