@@ -2,6 +2,7 @@
 #   make run    check the settings, then start Dagster (`dg dev`: webserver + daemon, sensor on)
 #               on ~/.hermes/state.db; Ctrl-C or `make stop` stops it
 #   make test   install the test extras and run the test suite
+#   make check  the maintainer's checks in under a minute: lint, format, types, the fast tests
 # and one queries what they wrote:
 #   make query  install DuckDB and open its shell where warehouse/ is (README's recipes)
 # `make clean` removes the venv, Dagster's records of runs and sensors in this folder, and
@@ -12,7 +13,7 @@ PORT   ?= 3000
 
 export DAGSTER_HOME ?= $(CURDIR)
 
-.PHONY: lint run stop test query install install-test install-query bench clean
+.PHONY: check lint types run stop test query install install-test install-query bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +43,19 @@ run: install
 stop:
 	@$(VENV)/bin/python -m hermes_assets.dev --stop
 
-# ruff: lint and format check (configured in pyproject.toml); .ci/run runs it before the tests
+# ruff: lint and format check; mypy: the types of hermes_assets/ (both configured in pyproject.toml).
+# .ci/run runs both before the tests.
 lint: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+types: install-test
+	$(VENV)/bin/mypy
+
+# Lint, types and the fast tests: every test not marked `slow` (one that starts a process or
+# runs a Dagster job; tests/support/fast_lane.py). `make test` runs them all.
+check: lint types
+	$(VENV)/bin/pytest -q -n auto -m "not slow"
 
 test: install-test
 	$(VENV)/bin/pytest

@@ -19,18 +19,25 @@ from pathlib import Path
 
 import pytest
 
+from hermes_assets.defs import settings
 from tests.support.hermes_writer import HermesWriter
 from tests.support.skips import unavailable
+
+#: ``slow`` marks (tests that start a process or run a Dagster job), kept honest
+pytest_plugins = ["tests.support.fast_lane"]
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 
 #: The daily partitions are built once per process, when ``hermes_assets.defs.partitions`` is
-#: first imported; unset, their start would depend on which test's Hermes home that happened
-#: in. This process pins them to a start that holds every fixture's days and today. Tests of
-#: the start-from-history rule load the definitions in a fresh process of their own.
+#: first imported, from the settings in use then; unset, their start would depend on which
+#: test's Hermes home that happened in. This process pins them to a start that holds every
+#: fixture's days and today. Tests of the start-from-history rule load the definitions in a
+#: fresh process of their own. (Each test that loads the definitions puts its own settings in
+#: use; these are in use for the modules tests import before any definitions load.)
 SUITE_START_DATE = "2025-01-01"
 os.environ["HERMES_ASSETS_START_DATE"] = SUITE_START_DATE
+settings.use(settings.load())
 import hermes_assets.defs.partitions  # noqa: E402,F401  (built now, with the pinned start)
 
 

@@ -4,7 +4,7 @@ Built on the captured datasets through the ``hermes_datasets`` IO manager
 (inputs read one day at a time, only the columns they need), on the same
 daily partitions. An ``eager()``-like condition (:func:`automation_condition`)
 keeps them current by themselves: after every capture, of any day, the
-``hermes_automation`` sensor (on by default, run by the daemon) recomputes the
+``hermes_automation`` sensor (``defs/sensors.py``; on by default, run by the daemon) recomputes the
 days whose inputs changed, and runs again a day whose analytics run failed. Each day is written as Parquet
 beside the other datasets (``<warehouse>/<asset>/day=YYYY-MM-DD/part-0.parquet``,
 the same file rules) and its totals are numeric metadata, which the asset
@@ -13,7 +13,6 @@ page plots over time.
 
 import dagster as dg
 
-from hermes_assets.defs import settings
 from hermes_assets.defs.capture import column_schema
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
@@ -36,7 +35,7 @@ def automation_condition() -> dg.AutomationCondition:
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
     these assets too), with two changes, so that the analytics never fall behind the
-    datasets once nothing moves (issue 23):
+    datasets once nothing moves:
 
     - a capture is *handled* only by an analytics run requested after it: ``eager()``
       also counts the day's own update as handled, so a capture that lands while the
@@ -146,18 +145,3 @@ def hermes_daily_tools(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, ai_gateway_messages_hermes: DatasetDays
 ) -> dg.MaterializeResult:
     return _materialize(context, warehouse, TOOLS, {ai_gateway_messages_hermes.dataset: ai_gateway_messages_hermes})
-
-
-#: The daemon evaluates automation conditions through this sensor. It covers every asset
-#: (the capture assets have no condition, so it never requests them; an asset you add with
-#: one is kept current too); Dagster's own default sensor would start stopped, this one runs
-#: from the start, like hermes_state_sensor.
-hermes_automation = dg.AutomationConditionSensorDefinition(
-    "hermes_automation",
-    target=dg.AssetSelection.all(),
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=settings.load().poll_seconds,
-    run_tags={"hermes/trigger": "automation"},
-    description="Brings the assets that have an automation condition (the hermes_analytics group) up to "
-    "date after each capture, of any day.",
-)

@@ -23,7 +23,7 @@ import dagster as dg
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
-from hermes_assets.lib import capture, errors, schemas, staging
+from hermes_assets.lib import capture, errors, logs, schemas, staging
 from hermes_assets.lib import plan as planning
 from hermes_assets.lib.capture import ProjectedRun
 from hermes_assets.lib.logs import get_logger
@@ -176,7 +176,7 @@ def project_rows(
         workers=capture_runtime.workers,
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
         start_method=capture_runtime.start_method,
-        log_format=capture_runtime.log_format,
+        log_format=logs.configured_format(),
     )
     metadata: dict = {"days": len(run.days)}
     for dataset in CAPTURE_DATASETS:

@@ -1,4 +1,4 @@
-"""What a person sees when the definitions load: one line for a mistake, no flood (issue 20).
+"""What a person sees when the definitions load: one line for a mistake, no flood.
 
 A setting that cannot be honoured (``defs/settings.py``: a bad value, a
 warehouse this user cannot write, an executor whose package is missing) is
@@ -30,6 +30,9 @@ import os
 import re
 import sys
 import warnings
+from collections.abc import Callable
+from types import TracebackType
+from typing import NoReturn
 
 import dagster as dg
 
@@ -66,15 +69,16 @@ def typed_command() -> bool:
 def setting_error(exc: BaseException) -> ConfigurationError | None:
     """The configuration error behind ``exc`` (Dagster wraps what a definitions module raises)."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ConfigurationError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ConfigurationError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
     return None
 
 
-def stop(error: ConfigurationError):
+def stop(error: ConfigurationError) -> NoReturn:
     """Stop loading with ``error``'s one line: printed and exit 2 in a typed command, else
     :class:`BadSetting` (what servers and the UI show)."""
     line = str(error)
@@ -92,22 +96,29 @@ def checked_settings() -> settings.Settings:
         stop(exc)
 
 
-def explain_partition_errors() -> None:
-    """In a typed command, an unknown partition key ends in one line naming what sets the
-    partitions (installed once; any other uncaught error keeps Python's own report)."""
-    if not typed_command() or getattr(sys.excepthook, "hermes_assets", False):
-        return
-    previous = sys.excepthook
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
-    def hook(kind, exc, tb):
+
+class PartitionErrorHook:
+    """``sys.excepthook`` of a typed command: Dagster's error for a partition key outside the
+    partitions becomes one line (:func:`_partition_line`); any other error goes on to the hook
+    it replaced (Python's own report)."""
+
+    def __init__(self, previous: ExceptHook) -> None:
+        self.previous = previous
+
+    def __call__(self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         line = _partition_line(exc) if isinstance(exc, dg.DagsterError) else None
         if line is None:
-            previous(kind, exc, tb)
+            self.previous(kind, exc, tb)
         else:
             print(line, file=sys.stderr, flush=True)
 
-    hook.hermes_assets = True
-    sys.excepthook = hook
+
+def explain_partition_errors() -> None:
+    """In a typed command, install :class:`PartitionErrorHook` (once per process)."""
+    if typed_command() and not isinstance(sys.excepthook, PartitionErrorHook):
+        sys.excepthook = PartitionErrorHook(sys.excepthook)
 
 
 _KEY = re.compile(r"partition (?:with )?key `([^`]*)`")
@@ -125,7 +136,9 @@ def _partition_line(exc: BaseException) -> str | None:
         daily_partitions.get_first_partition_key(),
         daily_partitions.get_last_partition_key(),
     )
-    start = settings.load().start_day
+    if first is None or last is None:  # a partitions definition with no day at all: nothing to say
+        return None
+    start = settings.in_use().start_day
     why = (
         f"HERMES_ASSETS_START_DATE={start}"
         if start
@@ -143,23 +156,22 @@ def _partition_line(exc: BaseException) -> str | None:
     return None
 
 
-class _NotOurLocationName(logging.Filter):
-    """Drops Dagster's warning that ``code_location_name`` of ``[tool.dg.project]`` is not
-    the name a CLI gives the location (``dagster ... -m hermes_assets.definitions`` names
-    it after the module): printed some 25 times per command. The name only serves
-    app-managed components, of which this project has none."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "configured on this project does not match the name" not in record.getMessage()
+#: the logger of Dagster's component tree; its only warnings concern app-managed components
+COMPONENT_TREE_LOGGER = "dagster.components.core.component_tree"
 
 
 def quiet_dagster_warnings() -> None:
-    """Silence the Dagster warnings this project's own set-up triggers (idempotent): the
-    location-name warning above, and the beta warning Dagster's own asset selection
-    parser raises for every ``--select``/``--assets`` string a command is given."""
-    tree = logging.getLogger("dagster.components.core.component_tree")
-    if not any(isinstance(f, _NotOurLocationName) for f in tree.filters):
-        tree.addFilter(_NotOurLocationName())
+    """Silence the Dagster warnings this project's own set-up triggers (idempotent).
+
+    - The component tree warns, some 25 times per command, that ``code_location_name`` of
+      ``[tool.dg.project]`` is not the name a CLI gives the location (``dagster ... -m
+      hermes_assets.definitions`` names it after the module; without the setting it compares
+      the folder's name instead). Its warnings only concern app-managed components, of which
+      this project has none: its logger is set to errors only.
+    - Dagster's own asset selection parser raises a beta warning for every ``--select`` /
+      ``--assets`` string a command is given.
+    """
+    logging.getLogger(COMPONENT_TREE_LOGGER).setLevel(logging.ERROR)
     warnings.filterwarnings(
         "ignore", message=r"Parameter `include_sources` of function `AssetSelection.all`", category=dg.BetaWarning
     )

@@ -8,9 +8,8 @@ from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
 
 
-def executor_for() -> dg.ExecutorDefinition:
+def executor_for(name: settings.Executor) -> dg.ExecutorDefinition:
     """The executor ``HERMES_ASSETS_EXECUTOR`` names (one of ``settings.EXECUTORS``, checked at load)."""
-    name = settings.load().executor
     if name == "in_process":
         return dg.in_process_executor
     if name == "multiprocess":
@@ -30,4 +29,4 @@ def executor_for() -> dg.ExecutorDefinition:
 
 @dg.definitions
 def executor() -> dg.Definitions:
-    return dg.Definitions(executor=executor_for())
+    return dg.Definitions(executor=executor_for(settings.in_use().executor))

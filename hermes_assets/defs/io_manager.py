@@ -21,9 +21,11 @@ manager, which persists them ("re-execute from failure" needs that).
 """
 
 import dagster as dg
+import pandas as pd
 import pyarrow as pa
 
-from hermes_assets.defs.resources import HermesWarehouse, default_warehouse
+from hermes_assets.defs import settings
+from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import schemas
 from hermes_assets.lib.loading import DatasetDays
 from hermes_assets.lib.warehouse import Warehouse
@@ -38,7 +40,7 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
 
     warehouse: HermesWarehouse
 
-    def handle_output(self, context: dg.OutputContext, obj) -> None:
+    def handle_output(self, context: dg.OutputContext, obj: object) -> None:
         if obj is None:  # the files are written: nothing to store
             return
         raise dg.Failure(
@@ -47,7 +49,7 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
             "partition files in the asset and return None or a MaterializeResult, or use another io_manager_key"
         )
 
-    def load_input(self, context: dg.InputContext):
+    def load_input(self, context: dg.InputContext) -> pd.DataFrame | pa.Table | DatasetDays:
         dataset = context.asset_key.path[-1]
         schemas.schema_of(dataset)  # a clear error for an asset that is not a dataset
         columns = (context.definition_metadata or {}).get("columns")
@@ -68,10 +70,11 @@ class HermesDatasetsIOManager(dg.ConfigurableIOManager):
         return warehouse.days(dataset)  # an unpartitioned upstream: whatever is on disk
 
 
-def datasets_io_manager(warehouse: HermesWarehouse | None = None) -> HermesDatasetsIOManager:
-    return HermesDatasetsIOManager(warehouse=warehouse or default_warehouse())
+def datasets_io_manager(warehouse: HermesWarehouse) -> HermesDatasetsIOManager:
+    return HermesDatasetsIOManager(warehouse=warehouse)
 
 
 @dg.definitions
 def io_managers() -> dg.Definitions:
-    return dg.Definitions(resources={DATASETS_IO_MANAGER: datasets_io_manager()})
+    warehouse = HermesWarehouse.from_settings(settings.in_use())
+    return dg.Definitions(resources={DATASETS_IO_MANAGER: datasets_io_manager(warehouse)})

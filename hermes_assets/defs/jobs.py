@@ -1,5 +1,8 @@
 """The purge job: remove a scope's or a session's rows from every partition."""
 
+from collections.abc import Iterator
+from typing import Any
+
 import dagster as dg
 
 from hermes_assets.defs.analytics import day_metadata
@@ -19,12 +22,14 @@ class PurgeConfig(dg.Config):
     description="Remove matching rows from every partition of the three datasets, atomically per file, "
     "and recompute the analytics days they fed."
 )
-def purge_scope(context: dg.OpExecutionContext, config: PurgeConfig, warehouse: HermesWarehouse):
+def purge_scope(
+    context: dg.OpExecutionContext, config: PurgeConfig, warehouse: HermesWarehouse
+) -> Iterator[dg.AssetMaterialization | dg.Output]:
     if not config.scope and not config.session_id:
         raise dg.Failure("purge_scope needs `scope` or `session_id` in its config")
     wh = warehouse.open()
     result = purge(wh, scope=config.scope, session_id=config.session_id)
-    summary = {
+    summary: dict[str, Any] = {
         "rows_removed": result.removed,
         "days_rewritten": {k: len(v) for k, v in result.days.items()},
         "sessions_matched": result.sessions,
@@ -42,5 +47,5 @@ def purge_scope(context: dg.OpExecutionContext, config: PurgeConfig, warehouse: 
 
 
 @dg.job(description="Purge captured rows of a scope path or a session (SPEC §7).", tags={"hermes/kind": "purge"})
-def purge_job():
+def purge_job() -> None:
     purge_scope()

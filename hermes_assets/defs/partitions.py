@@ -16,24 +16,23 @@ import datetime as dt
 import dagster as dg
 
 from hermes_assets.defs import settings
-from hermes_assets.defs.resources import default_warehouse
+from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import history
 from hermes_assets.lib.state_db import ReaderFactory
 from hermes_assets.lib.stores import discover_stores
 
 
-def first_day(s: settings.Settings | None = None) -> str:
+def first_day(s: settings.Settings) -> str:
     """The first partition: the setting, else where the history starts, else today (UTC)."""
-    s = s or settings.load()
     if s.start_day:
         return s.start_day
     found = history.first_day(
         discover_stores(s.state_db, s.hermes_home),
-        default_warehouse(s).open(),
+        HermesWarehouse.from_settings(s).open(),
         readers=ReaderFactory(busy_timeout_ms=s.busy_timeout_ms),
     )
     today = dt.datetime.now(dt.UTC).date().isoformat()
     return min(found or today, today)  # a session a writer's fast clock put in tomorrow starts nothing later
 
 
-daily_partitions = dg.DailyPartitionsDefinition(start_date=first_day(), timezone="UTC", end_offset=1)
+daily_partitions = dg.DailyPartitionsDefinition(start_date=first_day(settings.in_use()), timezone="UTC", end_offset=1)

@@ -1,17 +1,18 @@
 """Resources: the Hermes stores, the warehouse, the usage policy, the capture runtime.
 
-Each is built from the validated settings (SPEC §10, ``defs/settings.py``),
-and each can be swapped for another instance in tests.
+Each takes its values from the settings the definitions loaded with
+(``defs/settings.py``, SPEC §10: :meth:`from_settings`), its fields typed as
+the settings are, and each can be swapped for another instance in tests.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 import dagster as dg
 
 from hermes_assets.defs import settings
+from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
 from hermes_assets.lib import policy
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
 from hermes_assets.lib.local_files import FileModes
@@ -27,8 +28,12 @@ class HermesStores(dg.ConfigurableResource):
     """The Hermes store(s) to read: ``HERMES_STATE_DB``, else ``HERMES_HOME`` discovery."""
 
     state_db: str | None = None
-    hermes_home: str | None = None
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    hermes_home: AbsolutePath | None = None
+    busy_timeout_ms: PositiveInt = DEFAULT_BUSY_TIMEOUT_MS
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> HermesStores:
+        return cls(state_db=s.state_db, hermes_home=s.hermes_home, busy_timeout_ms=s.busy_timeout_ms)
 
     def stores(self) -> list[Store]:
         return discover_stores(self.state_db, self.hermes_home)
@@ -42,9 +47,13 @@ class HermesWarehouse(dg.ConfigurableResource):
     """Where the datasets' partition files live (SPEC §2): a local path, or a URI
     pyarrow's filesystem layer opens (``s3://bucket/prefix``, ``file:///…``)."""
 
-    root: str
-    spool: str | None = None
-    file_mode: str = "private"
+    root: PathOrUri
+    spool: AbsolutePath | None = None
+    file_mode: FileMode = "private"
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> HermesWarehouse:
+        return cls(root=s.warehouse, spool=s.spool, file_mode=s.file_mode)
 
     def open(self) -> Warehouse:
         return Warehouse(self.root, spool=self.spool, modes=FileModes.named(self.file_mode))
@@ -53,8 +62,12 @@ class HermesWarehouse(dg.ConfigurableResource):
 class UsagePolicy(dg.ConfigurableResource):
     """The usage-policy resolver of SPEC §7 (one fresh resolver per run)."""
 
-    list_path: str = policy.DEFAULT_LIST
-    user_home: str = os.path.expanduser("~")
+    list_path: AbsolutePath
+    user_home: str
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> UsagePolicy:
+        return cls(list_path=s.policy_list, user_home=s.user_home)
 
     def resolver(self) -> policy.PolicyResolver:
         return policy.PolicyResolver(self.list_path)
@@ -65,30 +78,28 @@ class UsagePolicy(dg.ConfigurableResource):
 
 class CaptureRuntime(dg.ConfigurableResource):
     """How a run works: worker processes for the days (used from ``parallel_min_sessions``
-    sessions on), how they start (``forkserver`` or ``spawn``, never ``fork``), and the log
-    format they use."""
+    sessions on) and how they start (``forkserver`` or ``spawn``, never ``fork``); they print
+    their events in the format of the run's process."""
 
-    workers: int = 1
+    workers: PositiveInt
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS
     start_method: Literal[START_METHODS] = START_METHODS[0]  # type: ignore[valid-type]
-    log_format: str | None = None
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> CaptureRuntime:
+        return cls(workers=s.workers)
 
 
-def default_warehouse(s: settings.Settings | None = None) -> HermesWarehouse:
-    s = s or settings.load()
-    return HermesWarehouse(root=s.warehouse, spool=s.spool, file_mode=s.file_mode)
-
-
-def default_resources(s: settings.Settings | None = None) -> dict:
-    s = s or settings.load()
+def resources_for(s: Settings) -> dict[str, dg.ConfigurableResource]:
+    """The resources of the definitions, by key, from the settings ``s``."""
     return {
-        "hermes": HermesStores(state_db=s.state_db, hermes_home=s.hermes_home, busy_timeout_ms=s.busy_timeout_ms),
-        "warehouse": default_warehouse(s),
-        "usage_policy": UsagePolicy(list_path=s.policy_list, user_home=s.user_home),
-        "capture_runtime": CaptureRuntime(workers=s.workers, log_format=s.log_format),
+        "hermes": HermesStores.from_settings(s),
+        "warehouse": HermesWarehouse.from_settings(s),
+        "usage_policy": UsagePolicy.from_settings(s),
+        "capture_runtime": CaptureRuntime.from_settings(s),
     }
 
 
 @dg.definitions
 def resources() -> dg.Definitions:
-    return dg.Definitions(resources=default_resources())
+    return dg.Definitions(resources=resources_for(settings.in_use()))

@@ -1,4 +1,5 @@
-"""The watermark sensor: request the days whose Hermes data changed (SPEC §8, spec R6).
+"""The sensors: the watermark sensor, which requests the days whose Hermes data changed
+(SPEC §8, spec R6), and the automation sensor that keeps the analytics current.
 
 Change detection lives in :mod:`hermes_assets.lib.changes`; this module turns
 its plan into one ``RunRequest`` per changed day for the three assets. A store
@@ -9,18 +10,22 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
-A day is done when its run succeeds (issue 23): each tick looks up, by run key,
+A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
 run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.attempts`).
 A day that keeps failing is named in every tick's log and by the
 ``days_captured`` asset check, which the sensor reports whenever the set of
 failing days changes.
+
+Both are built when the definitions load, from the settings they loaded with
+(``HERMES_ASSETS_POLL_SECONDS``, ``HERMES_ASSETS_SENSOR_MAX_RUNS``): a tick reads
+no setting.
 """
 
 import dagster as dg
 
 from hermes_assets.defs import settings
-from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, days_captured_evaluation
+from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.lib import attempts, changes
@@ -47,16 +52,29 @@ _OUTCOMES = {
 }
 
 
-@dg.sensor(
-    name="hermes_state_sensor",
-    target=HERMES_ASSETS,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=settings.load().poll_seconds,
-    description="Watches the Hermes store(s): a tick whose store files did not change runs no SQL; "
-    "otherwise one run per UTC day whose sessions or messages changed (SPEC §8). A day whose run "
-    "failed is requested again, with backoff, until a run of it succeeds.",
-)
-def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStores):
+def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
+    """``hermes_state_sensor``, ticking at most every ``poll_seconds``; a tick with more than
+    ``max_runs`` changed days requests one ranged run over them."""
+
+    @dg.sensor(
+        name=SENSOR_NAME,
+        target=HERMES_ASSETS,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=poll_seconds,
+        description="Watches the Hermes store(s): a tick whose store files did not change runs no SQL; "
+        "otherwise one run per UTC day whose sessions or messages changed (SPEC §8). A day whose run "
+        "failed is requested again, with backoff, until a run of it succeeds.",
+    )
+    def hermes_state_sensor(
+        context: dg.SensorEvaluationContext, hermes: HermesStores
+    ) -> dg.SensorResult | dg.SkipReason:
+        return tick(context, hermes, max_runs)
+
+    return hermes_state_sensor
+
+
+def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
+    """One evaluation of ``hermes_state_sensor``."""
     stores = hermes.stores()
     plan = changes.plan_tick(
         stores,
@@ -64,17 +82,17 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
         is_partition=daily_partitions.has_partition_key,
         readers=hermes.readers(),
         outcomes=lambda keys: run_outcomes(context.instance, keys),
-        max_runs=settings.load().sensor_max_runs,
+        max_runs=max_runs,
     )
     requests = [_run_request(days, key) for days, key in plan.runs]
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
-    failed = [{"store": s.store.label, "path": s.store.path, "error_kind": s.failure.error_kind} for s in plan.failures]
+    failed = [{"store": s.store.label, "path": s.store.path, "error_kind": f.error_kind} for s, f in plan.failed]
     log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **counts, **({"failed": failed} if failed else {}))
     context.log.info(f"hermes.sensor.tick {counts}")
-    for scan in plan.failures:  # D18: named in the tick's log, whatever else the tick requests
+    for scan, failure in plan.failed:  # D18: named in the tick's log, whatever else the tick requests
         context.log.error(
-            f"hermes.sensor.store_failed {scan.store.path} ({scan.failure.error_kind}): {scan.failure.message} "
+            f"hermes.sensor.store_failed {scan.store.path} ({failure.error_kind}): {failure.message} "
             "Its cursor entry is kept; the next tick reads it again."
         )
     if plan.retried:
@@ -104,7 +122,7 @@ def run_outcomes(instance: dg.DagsterInstance, run_keys: list[str]) -> dict[str,
     out: dict[str, str] = {}
     for run in instance.get_runs(filters=dg.RunsFilter(tags={RUN_KEY_TAG: list(run_keys)})):  # newest first
         key = run.tags.get(RUN_KEY_TAG)
-        if key in out:
+        if key is None or key in out:
             continue
         outcome = _OUTCOMES.get(run.status, attempts.RUNNING)
         if outcome == attempts.FAILED and run.tags.get(WILL_RETRY_TAG) == "true":
@@ -113,9 +131,8 @@ def run_outcomes(instance: dg.DagsterInstance, run_keys: list[str]) -> dict[str,
     return out
 
 
-def run_requests(requests: list[tuple[str, str]], max_runs: int | None = None) -> list[dg.RunRequest]:
+def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunRequest]:
     """One run per changed day, or one ranged run when there are too many days."""
-    max_runs = max_runs if max_runs is not None else settings.load().sensor_max_runs
     return [_run_request(days, key) for days, key in changes.run_groups(requests, max_runs)]
 
 
@@ -138,3 +155,27 @@ def _no_store_reason(hermes: HermesStores) -> str:
             f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
         )
     return "no Hermes store found"
+
+
+def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefinition:
+    """``hermes_automation``: the daemon evaluates automation conditions through it. It covers every
+    asset (the capture assets have no condition, so it never requests them; an asset you add with
+    one is kept current too). Dagster's own default sensor would start stopped; this one runs from
+    the start, like ``hermes_state_sensor``."""
+    return dg.AutomationConditionSensorDefinition(
+        "hermes_automation",
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=poll_seconds,
+        run_tags={"hermes/trigger": "automation"},
+        description="Brings the assets that have an automation condition (the hermes_analytics group) up to "
+        "date after each capture, of any day.",
+    )
+
+
+@dg.definitions
+def sensors() -> dg.Definitions:
+    loaded = settings.in_use()
+    return dg.Definitions(
+        sensors=[state_sensor(loaded.poll_seconds, loaded.sensor_max_runs), automation_sensor(loaded.poll_seconds)]
+    )

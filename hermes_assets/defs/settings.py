@@ -15,6 +15,14 @@ that line reaches a person (the CLI, the UI). Whether an explicit store
 exists is checked per run and per tick. The core library
 (``hermes_assets/lib``) never reads the environment: it receives these values
 as arguments.
+
+The settings are read once per load of the definitions: ``hermes_assets/
+definitions.py`` checks them and hands them over with :func:`use`, before
+any definitions module is imported. A module that needs a value while it is
+imported (the first partition, the sensors' intervals) or while Dagster
+builds its definitions (the resources, the executor) takes it from
+:func:`in_use`. Nothing re-reads the environment after that: not a sensor
+tick, not a run.
 """
 
 from __future__ import annotations
@@ -25,33 +33,38 @@ import re
 import sys
 import tempfile
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlparse
 
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hermes_assets.lib import local_files, logs, policy, stores
+from hermes_assets.lib import logs, policy, stores
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 
-EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
+Executor = Literal["in_process", "multiprocess", "k8s", "celery"]
+EXECUTORS: tuple[str, ...] = get_args(Executor)
+LogFormat = logs.LogFormat
 LOG_FORMATS = logs.FORMATS
+LogLevel = logs.LogLevel
 LOG_LEVELS = logs.LEVELS
-FILE_MODES = tuple(local_files.FILE_MODES)
+#: the names of ``hermes_assets.lib.local_files.FILE_MODES`` (tests/defs/test_settings.py holds them equal)
+FileMode = Literal["private", "group"]
+FILE_MODES: tuple[str, ...] = get_args(FileMode)
 #: schemes ``pyarrow.fs.FileSystem.from_uri`` opens
 URI_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 #: the sensor daemon evaluates sensors at most this often, whatever their interval
 MIN_POLL_SECONDS = 5
 
 
-def _iso_date(value):
+def _iso_date(value: Any) -> Any:
     if isinstance(value, str) and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
         raise ValueError("not YYYY-MM-DD")
     return value
 
 
-def _path(value: str) -> str:
+def _absolute(value: str) -> str:
     return os.path.abspath(os.path.expanduser(value))
 
 
@@ -61,11 +74,14 @@ def _path_or_uri(value: str) -> str:
         if parsed.scheme.lower() not in URI_SCHEMES:
             raise ValueError(f"unknown scheme {parsed.scheme}")
         return value
-    return _path(value)
+    return _absolute(value)
 
 
 PositiveInt = Annotated[int, Field(ge=1, strict=False)]
-Path = Annotated[str, AfterValidator(_path)]
+#: a path as given, with ``~`` expanded and made absolute
+AbsolutePath = Annotated[str, AfterValidator(_absolute)]
+#: a local folder (made absolute) or a URI of one of :data:`URI_SCHEMES`
+PathOrUri = Annotated[str, AfterValidator(_path_or_uri)]
 
 
 class Settings(pydantic.BaseModel):
@@ -73,19 +89,19 @@ class Settings(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
-    hermes_home: Path = Field(default_factory=stores.default_hermes_home)
+    hermes_home: AbsolutePath = Field(default_factory=stores.default_hermes_home)
     state_db: str | None = None
-    warehouse: Annotated[str, AfterValidator(_path_or_uri)]
+    warehouse: PathOrUri
     #: None: the day of the earliest session in the stores (``defs/partitions.py``)
     start_date: Annotated[dt.date | None, BeforeValidator(_iso_date)] = None
-    policy_list: Path = policy.DEFAULT_LIST
+    policy_list: AbsolutePath = policy.DEFAULT_LIST
     poll_seconds: Annotated[int, Field(ge=MIN_POLL_SECONDS)] = 30
-    executor: Literal[EXECUTORS] = "in_process"
-    log_format: Literal[LOG_FORMATS] | None = None
-    log_level: Literal[LOG_LEVELS] = "info"
+    executor: Executor = "in_process"
+    log_format: LogFormat | None = None
+    log_level: LogLevel = "info"
     busy_timeout_ms: PositiveInt = DEFAULT_BUSY_TIMEOUT_MS
-    file_mode: Literal[FILE_MODES] = "private"
-    spool: Path | None = None
+    file_mode: FileMode = "private"
+    spool: AbsolutePath | None = None
     workers: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
     sensor_max_runs: PositiveInt = 14
     user_home: str = Field(default_factory=lambda: os.path.expanduser("~"))
@@ -121,7 +137,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     Raises :class:`ConfigurationError` with one line naming the first bad variable.
     """
     environ = os.environ if environ is None else environ
-    values = {}
+    values: dict[str, Any] = {}
     for field, (name, _) in VARIABLES.items():
         raw = environ.get(name, "").strip()
         if raw:
@@ -137,6 +153,33 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         field = str(exc.errors()[0]["loc"][0])
         name, form = VARIABLES[field]
         raise ConfigurationError(f"{name}={values.get(field)!r} is not {form}") from None
+
+
+#: the settings of the definitions loaded in this process (:func:`use`, :func:`in_use`)
+_in_use: Settings | None = None
+
+
+def use(loaded: Settings) -> Settings:
+    """Make ``loaded`` the settings the definitions read (``hermes_assets/definitions.py`` calls
+    this each time the definitions load, before any definitions module is imported)."""
+    global _in_use
+    _in_use = loaded
+    return loaded
+
+
+def in_use() -> Settings:
+    """The settings the definitions were loaded with.
+
+    Raises :class:`RuntimeError` when no definitions have loaded in this process: a
+    definitions module is imported through ``hermes_assets.definitions`` (as Dagster does),
+    or after :func:`use` (as ``tests/conftest.py`` does), never on its own.
+    """
+    if _in_use is None:
+        raise RuntimeError(
+            "the settings are read when the definitions load: load hermes_assets.definitions "
+            "(or call hermes_assets.defs.settings.use(settings.check())) before importing a definitions module"
+        )
+    return _in_use
 
 
 #: the settings that name a local folder the project writes into (checked by :func:`check`)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -80,7 +81,7 @@ class DayFigures:
 # --------------------------------------------------------------------------
 
 
-def _model(value) -> str | None:
+def _model(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
@@ -95,11 +96,11 @@ def _usage_entries(text: str | None) -> list[dict]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
-def _int(value) -> int:
+def _int(value: object) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def _cost(value) -> float | None:
+def _cost(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -221,7 +222,7 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
 # --------------------------------------------------------------------------
 
 
-def _json(text: str):
+def _json(text: str) -> Any:
     try:
         return json.loads(text)
     except (ValueError, RecursionError):

@@ -1,4 +1,4 @@
-"""A day is done when its run succeeds: follow each requested capture to its end (issue 23).
+"""A day is done when its run succeeds: follow each requested capture to its end.
 
 The sensor requests a day when its fingerprint moves (:mod:`hermes_assets.lib.changes`)
 and remembers the request as an :class:`~hermes_assets.lib.cursor.Attempt`:

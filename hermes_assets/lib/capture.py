@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, local_files, pool, staging
+from hermes_assets.lib import errors, local_files, logs, pool, staging
 from hermes_assets.lib.day_merge import PreparedWrite
 from hermes_assets.lib.day_rows import project_day
 from hermes_assets.lib.errors import StoreFailure
@@ -144,7 +144,7 @@ def project_rows(
     *,
     staging: str,
     workers: int = 1,
-    log_format: str | None = None,
+    log_format: logs.LogFormat | None = None,
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
     start_method: str = pool.START_METHODS[0],
 ) -> ProjectedRun:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from hermes_assets.lib import attempts
 from hermes_assets.lib.cursor import Cursor, load_cursor
+from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import ReaderFactory
 from hermes_assets.lib.store_scan import (  # noqa: F401  (statuses and helpers, as callers know them here)
@@ -115,6 +116,11 @@ class TickPlan:
     @property
     def failures(self) -> list[StoreScan]:
         return [s for s in self.scans if s.status == FAILED]
+
+    @property
+    def failed(self) -> list[tuple[StoreScan, StoreFailure]]:
+        """The stores this tick could not read, each with what happened."""
+        return _failed(self.scans)
 
     def counts(self) -> dict:
         """Counts for the tick log (ids and counts only). Runs are counted by the sensor:
@@ -260,14 +266,19 @@ def _waiting_note(follow: attempts.FollowUp, coalesced: list[str], now_s: float)
     return note
 
 
+def _failed(scans: list[StoreScan]) -> list[tuple[StoreScan, StoreFailure]]:
+    # a FAILED scan always holds its failure (store_scan sets both together)
+    return [(s, s.failure) for s in scans if s.status == FAILED and s.failure is not None]
+
+
 def _skip_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str:
-    failed = [s for s in scans if s.status == FAILED]
+    failed = _failed(scans)
     healthy = [s for s in scans if s.status != FAILED]
     reason = _healthy_reason(healthy, changed, pending) if healthy else ""
     if not failed:
         return reason
     failures = "; ".join(
-        f"{s.store.path} could not be read ({s.failure.error_kind}): {s.failure.message}" for s in failed
+        f"{s.store.path} could not be read ({failure.error_kind}): {failure.message}" for s, failure in failed
     )
     text = (
         f"{_count(len(failed), 'store')} could not be read; the next check reads "

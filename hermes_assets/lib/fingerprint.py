@@ -68,8 +68,9 @@ from __future__ import annotations
 
 import hashlib
 import marshal
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hermes_assets.lib.state_db import StoreReader
 from hermes_assets.lib.text_cells import as_text
@@ -122,7 +123,7 @@ def day_name(day_number: int) -> str:
     return ms_day(day_number * DAY_MS)
 
 
-def digest(rows: Iterable[tuple]) -> str:
+def digest(rows: Iterable[Sequence[Any]]) -> str:
     """16 hex of blake2b over rows of SQLite cells (bytes, int, float, None), type-tagged."""
     h = hashlib.blake2b(digest_size=8)
     for row in rows:
@@ -163,7 +164,7 @@ class Fingerprinter:
         indexes = reader.indexes
         col = lambda name: _q(name) if name in present else "NULL"  # noqa: E731
         self.started, self.ended = col("started_at"), col("ended_at")
-        now = reader.now_s
+        now = reader.clock_s
         # numbered parameters: the interior of the sane window in seconds (SPEC §2), less
         # one second at each edge; statements add theirs from ?3
         self.params = (SANE_MIN_S + 1, now + SANE_AHEAD_S - 1)
@@ -179,7 +180,8 @@ class Fingerprinter:
         # its own ifnull; those with a default (counts, totals, flags) are summed bare and
         # the sum is NULL-guarded once (a NULL there is raw SQL: tier 2 sees the rest)
         declared = {as_text(r[1]): (bool(r[3]) or r[4] is not None) for r in info}
-        nullable, defaulted = [], []
+        nullable: list[str] = []
+        defaulted: list[str] = []
         for i, (c, scale) in enumerate((("ended_at", 1), *TIER1_NUMBERS)):
             if c in present:
                 term = f"{_k(i)} * {_q(c)}" + (f" * {scale}" if scale != 1 else "")
@@ -210,9 +212,9 @@ class Fingerprinter:
         )
         kinds = {as_text(r[1]): str(as_text(r[2]) or "").upper() for r in usage}
         numbers = [c for c, t in sorted(kinds.items()) if "INT" in t or "REAL" in t]
-        texts = [c for c in sorted(kinds) if c not in numbers]
+        usage_texts = [c for c in sorted(kinds) if c not in numbers]
         weighted = " + ".join(f"ifnull({_k(i)} * {_q(c, 'u')}, {_NULL})" for i, c in enumerate(numbers)) or "0"
-        joined = " || x'1e' || ".join(f"ifnull({_q(c, 'u')}, x'00')" for c in texts) or "NULL"
+        joined = " || x'1e' || ".join(f"ifnull({_q(c, 'u')}, x'00')" for c in usage_texts) or "NULL"
         weight = _WEIGHT.replace("s.rowid", "u.rowid")
         self._usage_digest = f"count(*), total({weight} * ({weighted})), group_concat({joined}, x'1f')" if usage else ""
         self._usage_seen = "last_seen" in kinds
@@ -280,8 +282,9 @@ class Fingerprinter:
                 day = day_name(day_number)
                 days[day] = digest([(self.schema,), aggs, *extra.pop(day, [])])
         unplaced = len(extra.pop(None, []))
-        for day, per_row in extra.items():
-            days[day] = digest([(self.schema,), (0,), *per_row])
+        for other_day, per_row in extra.items():  # days with sessions only the per-row pass placed
+            if other_day is not None:  # (popped above)
+                days[other_day] = digest([(self.schema,), (0,), *per_row])
         return Tier1(days, sum(r[1] for r in rows), unplaced)
 
     def tier2(self, days: Iterable[str]) -> dict[str, str]:
@@ -361,12 +364,12 @@ class Fingerprinter:
         times = [t for _, _, t in rows if isinstance(t, (int, float))]  # a text cell: raw SQL, tier 2's
         newest = max([*times, *([newest] if newest is not None else [])], default=None)
         # every row of the new margin is in ``rows``: the statement's margin starts no later
-        recent = [
+        margin = [
             [r, t]
             for r, _, t in rows
             if newest is not None and isinstance(t, (int, float)) and t > newest - USAGE_MARGIN_S
         ]
-        return changed, [top, newest, sorted(recent)]
+        return changed, [top, newest, sorted(margin)]
 
     def _per_row(self, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
         """``day -> [tier-1 values of each odd session]``, in rowid order."""

@@ -18,6 +18,7 @@ captured exactly as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -100,7 +101,9 @@ class Generations:
         return session, by_mid
 
 
-def _generation(entries, birth: tuple) -> tuple[int, bool]:
+def _generation(
+    entries: Sequence[tuple[int, *tuple[object, ...]]] | None, birth: tuple[object, ...]
+) -> tuple[int, bool]:
     """``(generation, reborn)``: 1 for a key never captured; the generation of the captured
     row with the same birth; else one more than the highest captured, a generation never
     captured before (``reborn``: the replacement is seen now)."""

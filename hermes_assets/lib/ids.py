@@ -65,14 +65,14 @@ def message_prefix(session: str) -> str:
     return session + "-"
 
 
-def part_stem(prefix: str, mid, generation: int = 1) -> str:
+def part_stem(prefix: str, mid: int, generation: int = 1) -> str:
     """What the ids of message ``mid``'s parts start with (``prefix``: the session's
     :func:`message_prefix`): part ``k``'s ``message_id`` is the stem and ``k``. One call
     per message on the projection's hot path, so no call inside."""
     return f"{prefix}{mid}-" if generation <= 1 else f"{prefix}{mid}.g{generation}-"
 
 
-def message_id(session: str, mid, generation: int, k: int) -> str:
+def message_id(session: str, mid: int, generation: int, k: int) -> str:
     """The ``message_id`` of part ``k`` of message ``mid`` (SPEC §5.2, D15)."""
     return f"{part_stem(message_prefix(session), mid, generation)}{k}"
 
@@ -91,7 +91,7 @@ def is_end_row(message: str) -> bool:
     return message.endswith("-" + END_ROW)
 
 
-def copy_of(scoped: str, mid) -> str:
+def copy_of(scoped: str, mid: int) -> str:
     """``copy_of`` of a copy: the first row of its logical message (D20)."""
     return f"{scoped}-{mid}"
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, NoReturn
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _parse_float(text: str):
+def _parse_float(text: str) -> int | float:
     """Integral floats become integers at parse time (SPEC §5.5); inf is not JSON."""
     value = float(text)
     if value.is_integer():
@@ -35,8 +36,9 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: the encoder's C core, made once: ``JSONEncoder.encode`` builds it again on every call, a
 #: cost paid per row on the hot path. Same arguments as ``encode`` passes, so the same text;
 #: no circular-reference check (``markers=None``): these values come from JSON or our own dicts.
+_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # untyped in typeshed
 _C_ENCODE = (
-    json.encoder.c_make_encoder(
+    _C_MAKE_ENCODER(
         None,
         _ENCODER.default,
         json.encoder.encode_basestring,  # ensure_ascii=False
@@ -47,12 +49,12 @@ _C_ENCODE = (
         _ENCODER.skipkeys,
         _ENCODER.allow_nan,
     )
-    if json.encoder.c_make_encoder is not None
+    if _C_MAKE_ENCODER is not None
     else None
 )
 
 
-def _encode(value) -> str:
+def _encode(value: object) -> str:
     if _C_ENCODE is None:  # a Python without the C accelerator
         return _ENCODER.encode(value)
     return "".join(_C_ENCODE(value, 0))
@@ -62,7 +64,7 @@ def _encode(value) -> str:
 _VALIDATE = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 
-def loads(text: str):
+def loads(text: str) -> Any:
     """Strict JSON: NaN/Infinity are not JSON; surrogate escapes become U+FFFD;
     integral floats come back as integers, so the result needs no normalizing."""
     value = _DECODE(text)
@@ -71,13 +73,13 @@ def loads(text: str):
     return value
 
 
-def dumps(value, *, normalized: bool = False) -> str:
+def dumps(value: Any, *, normalized: bool = False) -> str:
     """Compact, raw non-ASCII, integral floats as integers (``normalized``: the
     value came from :func:`loads` or :func:`normalize` and is already so)."""
     return _encode(value if normalized else normalize(value))
 
 
-def normalize(value):
+def normalize(value: Any) -> Any:
     """``value`` with every integral float an integer (SPEC §5.5), as :func:`dumps` writes it."""
     if type(value) is float:
         return int(value) if value.is_integer() else value
@@ -104,7 +106,7 @@ def is_json(text: str) -> bool:
     return True
 
 
-def _scrub(value):
+def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value)
     if type(value) is dict:

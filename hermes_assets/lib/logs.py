@@ -8,100 +8,111 @@ the ``HERMES_ASSETS_LOG_FORMAT`` setting, and the lowest level printed
 (``HERMES_ASSETS_LOG_LEVEL``, ``info`` by default). Lines go to the process's
 *current* ``sys.stderr`` unless :func:`configure` is given a stream.
 
-Sinks: the Dagster shell registers a callable with :func:`add_sink` that
-receives ``(level, event, fields)`` for every event, so the same events also
-reach Dagster's run log (``hermes_assets/defs/run_log.py``). A binder added
-with :func:`add_binder` returns fields to add to every event (the run and op
-an event was logged in). This module knows nothing of Dagster.
+Hooks: the Dagster shell adds one with :func:`add_hook` (a structlog
+processor) that sees every event before it is printed: it adds the run and
+op an event was logged in and stores the event in Dagster's run log
+(``hermes_assets/defs/run_log.py``). Hooks outlive :func:`configure`. This
+module knows nothing of Dagster.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TextIO, get_args
 
 import structlog
 
-FORMATS = ("json", "console")
+LogFormat = Literal["json", "console"]
+FORMATS: tuple[str, ...] = get_args(LogFormat)
 #: the lowest level printed (``info`` unless asked: ``HERMES_ASSETS_LOG_LEVEL``)
-LEVELS = ("debug", "info", "warning", "error")
+LogLevel = Literal["debug", "info", "warning", "error"]
+LEVELS: tuple[str, ...] = get_args(LogLevel)
 
-#: ``sink(level, event, fields)``; called for every event that passes the level filter
-Sink = Callable[[str, str, dict], None]
-
-_configured = False
-_format: str | None = None  # the format asked for (None: by terminal)
-_level = "info"
-_stream = None  # None: whatever sys.stderr is at the time of each write
-_sinks: list[Sink] = []
-_binders: list[Callable[[], dict]] = []
+#: a structlog processor: ``hook(logger, method_name, event_dict) -> event_dict``
+Hook = Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]
 
 
-def resolve_format(fmt: str | None = None, stream=None) -> str:
+@dataclass(frozen=True)
+class LogSetup:
+    """How events are printed: the format asked for (None: console on a terminal, else JSON
+    lines), the lowest level printed, and the stream (None: ``sys.stderr`` as it is at each write)."""
+
+    format: LogFormat | None = None
+    level: LogLevel = "info"
+    stream: TextIO | None = None
+
+
+#: the set-up in force; None until the first :func:`configure`
+_setup: LogSetup | None = None
+_hooks: list[Hook] = []
+
+
+def resolve_format(fmt: str | None = None, stream: TextIO | None = None) -> LogFormat:
     """``fmt`` (``json`` or ``console``), else console on a terminal and JSON otherwise."""
-    if fmt in FORMATS:
-        return fmt
+    if fmt == "json":
+        return "json"
+    if fmt == "console":
+        return "console"
     target = stream if stream is not None else sys.stderr
-    return "console" if getattr(target, "isatty", lambda: False)() else "json"
+    return "console" if target.isatty() else "json"
 
 
-def configure(fmt: str | None = None, stream=None, level: str | None = None) -> None:
-    """Configure structlog once per process (again whenever ``fmt``, ``stream`` or ``level`` is given)."""
-    global _configured, _stream, _format, _level
-    if _configured and (fmt is None or fmt == _format) and stream is None and (level is None or level == _level):
+def configure(fmt: LogFormat | None = None, stream: TextIO | None = None, level: LogLevel | None = None) -> None:
+    """Configure structlog once per process (again whenever ``fmt``, ``stream`` or ``level`` is given).
+
+    A call that only sets the level keeps the format and stream in force.
+    """
+    global _setup
+    current = _setup
+    if current is not None and fmt in (None, current.format) and stream is None and level in (None, current.level):
         return
-    if fmt is not None or stream is not None or not _configured:  # a call that only sets the level keeps them
-        _format, _stream = fmt, stream
-    _level = level or _level
-    chosen = resolve_format(_format, _stream)
-    renderer = (
+    if current is None or fmt is not None or stream is not None:
+        current = LogSetup(format=fmt, level=current.level if current else "info", stream=stream)
+    setup = replace(current, level=level or current.level)
+    renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(colors=False)
-        if chosen == "console"
+        if resolve_format(setup.format, setup.stream) == "console"
         else structlog.processors.JSONRenderer(ensure_ascii=False, default=str)
     )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            _bind,
-            _to_sinks,
+            _run_hooks,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, _level.upper())),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[setup.level.upper()]),
         logger_factory=_logger_factory,
         cache_logger_on_first_use=False,
     )
-    _configured = True
+    _setup = setup
 
 
-def get_logger(**initial):
+def configured_format() -> LogFormat | None:
+    """The format the last :func:`configure` asked for (None: by terminal), for worker processes
+    to print their events as this process does."""
+    return _setup.format if _setup is not None else None
+
+
+def get_logger(**initial: Any) -> Any:
     configure()
     return structlog.get_logger(**initial)
 
 
-def add_sink(sink: Sink) -> None:
-    """Also hand every event to ``sink`` (idempotent)."""
-    if sink not in _sinks:
-        _sinks.append(sink)
+def add_hook(hook: Hook) -> None:
+    """Run ``hook`` on every event that passes the level filter, before it is printed (idempotent)."""
+    if hook not in _hooks:
+        _hooks.append(hook)
 
 
-def remove_sink(sink: Sink) -> None:
-    if sink in _sinks:
-        _sinks.remove(sink)
-
-
-def add_binder(binder: Callable[[], dict]) -> None:
-    """Add the fields ``binder()`` returns to every event (fields the caller set win)."""
-    if binder not in _binders:
-        _binders.append(binder)
-
-
-def remove_binder(binder: Callable[[], dict]) -> None:
-    if binder in _binders:
-        _binders.remove(binder)
+def remove_hook(hook: Hook) -> None:
+    if hook in _hooks:
+        _hooks.remove(hook)
 
 
 # --------------------------------------------------------------------------
@@ -109,29 +120,15 @@ def remove_binder(binder: Callable[[], dict]) -> None:
 # --------------------------------------------------------------------------
 
 
-def _logger_factory(*_args):
-    return structlog.PrintLogger(file=_stream if _stream is not None else sys.stderr)
+def _logger_factory(*_args: Any) -> structlog.PrintLogger:
+    stream = _setup.stream if _setup is not None else None
+    return structlog.PrintLogger(file=stream if stream is not None else sys.stderr)
 
 
-def _bind(_logger, _method, event_dict: dict) -> dict:
-    for binder in _binders:
+def _run_hooks(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for hook in list(_hooks):
         try:
-            extra = binder()
-        except Exception:  # a broken binder must never cost the event
+            event_dict = hook(logger, method, event_dict)
+        except Exception:  # a hook (e.g. a closed run log) must never cost the event
             continue
-        for key, value in extra.items():
-            event_dict.setdefault(key, value)
-    return event_dict
-
-
-def _to_sinks(_logger, method: str, event_dict: dict) -> dict:
-    if _sinks:
-        event = str(event_dict.get("event", ""))
-        level = str(event_dict.get("level", method))
-        fields = {k: v for k, v in event_dict.items() if k not in ("event", "level")}
-        for sink in list(_sinks):
-            try:
-                sink(level, event, fields)
-            except Exception:  # a sink (e.g. a closed run log) must never cost the event
-                pass
     return event_dict

@@ -14,6 +14,7 @@ import json
 import os
 import stat
 from collections.abc import Mapping
+from typing import TypeGuard
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +42,7 @@ def most_restrictive(*classes: str) -> str:
     return min(classes, key=_RANK.__getitem__, default=FULL)
 
 
-def is_channel(source: str | None) -> bool:
+def is_channel(source: str | None) -> TypeGuard[str]:
     """True for every non-empty source that is not interactive (SPEC §5.7)."""
     return bool(source) and source not in INTERACTIVE_SOURCES
 
@@ -122,14 +123,15 @@ class PolicyResolver:
         return entries
 
     def _parse_list(self, path: str, doc: object) -> list[tuple[str, str]]:
-        version = doc.get("version") if isinstance(doc, dict) else None
+        fields: dict = doc if isinstance(doc, dict) else {}  # a list, a number ...: no version
+        version = fields.get("version")
         if version == 1 and type(version) is int:
-            dirs = doc.get("dirs")
+            dirs = fields.get("dirs")
             if isinstance(dirs, list) and all(_is_abs(d) for d in dirs):
                 return [(d, LOCAL_ONLY) for d in dirs]
             raise self._unreadable(path, 'is version 1 but "dirs" is not a list of absolute paths')
         if version == 2 and type(version) is int:
-            entries = doc.get("entries")
+            entries = fields.get("entries")
             if isinstance(entries, list) and all(_is_entry(e) for e in entries):
                 return [(e["dir"], e["class"]) for e in entries]
             raise self._unreadable(

@@ -52,7 +52,7 @@ class _ThisWorker:
 _this_worker = _ThisWorker()
 
 
-def _start_worker(state: object, log_format: str | None) -> None:
+def _start_worker(state: object, log_format: logs.LogFormat | None) -> None:
     logs.configure(log_format)
     _this_worker.state = state
 
@@ -67,7 +67,7 @@ def map_days(
     days: list[str],
     workers: int = 1,
     *,
-    log_format: str | None = None,
+    log_format: logs.LogFormat | None = None,
     start_method: str = START_METHODS[0],
 ) -> Iterator[R]:
     """``fn(state, day)`` for every day, in day order, on ``workers`` processes: this one

@@ -20,6 +20,7 @@ statement per chunk of sessions, for the hashes the chunk's sessions name.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 
 TABLE = "system_prompts"
 HASH_COLUMN = "system_prompt_hash"
@@ -62,7 +63,9 @@ def resolve(sessions: list[dict], prompts: dict[str, str]) -> list[str]:
     return missing
 
 
-def resolve_from(sessions: list[dict], query, *, has_table: bool) -> set[str]:
+def resolve_from(
+    sessions: list[dict], query: Callable[[str, list[str]], Iterable[tuple]], *, has_table: bool
+) -> set[str]:
     """:func:`resolve` with the rows fetched by ``query(sql, params)`` (the reader's, inside the
     day's read transaction): one statement for the hashes these sessions name.
     -> the sids whose ``system_prompt_hash`` named no row."""

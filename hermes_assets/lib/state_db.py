@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hermes_assets.lib import prompts
@@ -88,17 +89,17 @@ class SessionIndexEntry:
 class StoreReader(StoreConnection):
     """A reader of one store, over one read-only connection. Use as a context manager.
 
-    ``now_s``: the clock of the sanity window (SPEC §5.1) that places sessions on days.
+    ``now_s``: the clock of the sanity window (SPEC §5.1) that places sessions on days;
+    None: the time the reader is made. :attr:`clock_s` is the clock in force.
     """
 
     now_s: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__post_init__()
+        self.clock_s: float = time.time() if self.now_s is None else self.now_s
         self._index: dict[str, SessionIndexEntry] | None = None
         self._day_of = DayNames()
-        if self.now_s is None:
-            self.now_s = time.time()
 
     def _probe(self) -> None:
         super()._probe()
@@ -124,7 +125,14 @@ class StoreReader(StoreConnection):
 
     # -- selecting by name ------------------------------------------------------
 
-    def _select_list(self, table: str, columns, *, extras: bool = False, skip=frozenset()) -> str:
+    def _select_list(
+        self,
+        table: str,
+        columns: Iterable[tuple[str, object, object]],
+        *,
+        extras: bool = False,
+        skip: Collection[str] = frozenset(),
+    ) -> str:
         """The named columns (a column the store lacks as its default, or left out when in
         ``skip``), then, with ``extras``, the table's columns this contract does not name."""
         present = self.columns.get(table, set())
@@ -162,12 +170,12 @@ class StoreReader(StoreConnection):
         self._index = index
         return index
 
-    def _fallback_day(self, raw_id, ended_at) -> str | None:
+    def _fallback_day(self, raw_id: object, ended_at: object) -> str | None:
         """SPEC §2 for a session whose ``started_at`` is not sane (rare: one statement each)."""
         times = self._query(
             "SELECT timestamp FROM messages WHERE session_id = ?", (raw_id,), what="message_times_by_session"
         )
-        ms = session_start_ms(None, (t for (t,) in times), ended_at, self.now_s)
+        ms = session_start_ms(None, (t for (t,) in times), ended_at, self.clock_s)
         return None if ms is None else ms_day(ms)
 
     # -- one day's sessions, whole, in one read transaction ---------------------
@@ -181,7 +189,7 @@ class StoreReader(StoreConnection):
         return self.read_day_lineage(day, sessions).bundles
 
     def read_day_lineage(
-        self, day: str, sessions: list[tuple[str, object]], ancestors: list[tuple[str, object]] = ()
+        self, day: str, sessions: list[tuple[str, object]], ancestors: Sequence[tuple[str, object]] = ()
     ) -> DayRead:
         """:meth:`read_day`, and in the same read transaction, when the store's rows can
         be copies (schema 23+, D20), the identity columns of the rows of ``ancestors``
@@ -306,9 +314,9 @@ class StoreReader(StoreConnection):
         )
         return {str(sid): n for sid, n in rows}
 
-    def place_session(self, raw_id, started, ended_at) -> str | None:
+    def place_session(self, raw_id: object, started: object, ended_at: object) -> str | None:
         """The day of one session from its cells, exactly as :meth:`session_index` places it (SPEC §2)."""
-        ms = sane_instant(started, self.now_s)
+        ms = sane_instant(started, self.clock_s)
         if ms is not None:
             return self._day_of(ms)
         return self._fallback_day(raw_id, ended_at)
@@ -327,6 +335,6 @@ class ReaderFactory:
         return StoreReader(store, busy_timeout_ms=self.busy_timeout_ms, now_s=now_s)
 
 
-def _mid_key(msg: dict):
+def _mid_key(msg: dict) -> tuple[int, int | str]:
     mid = msg["id"]
     return (0, mid) if isinstance(mid, int) else (1, str(mid))

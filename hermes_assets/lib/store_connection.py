@@ -58,9 +58,9 @@ class StoreConnection:
     #: the rows still name ``store.path``)
     file: str | None = None
 
-    def __post_init__(self):
-        if self.file is None:
-            self.file = self.store.path
+    def __post_init__(self) -> None:
+        #: the file opened: ``file``, else the store's own
+        self.filename: str = self.store.path if self.file is None else self.file
         self._conn: sqlite3.Connection | None = None
         self._tmpdir: str | None = None
         self.columns: dict[str, set[str]] = {}
@@ -74,11 +74,11 @@ class StoreConnection:
         self.open()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def open(self) -> None:
-        path = self.file
+        path = self.filename
         if not os.path.isfile(path):
             raise FileNotFoundError(path)
         try:
@@ -99,7 +99,7 @@ class StoreConnection:
             self._open_in_readonly_directory(path, sqlite_exc)
         log.debug("hermes.store.opened", store=self.store.label, path=path)
 
-    def _open_in_readonly_directory(self, path: str, first: sqlite3.Error) -> None:
+    def _open_in_readonly_directory(self, path: str, first: BaseException | None) -> None:
         """The -shm cannot be created, so nobody can be writing this store (SPEC §1)."""
         if os.path.exists(path + "-journal"):
             raise errors.StoreBusy(
@@ -127,6 +127,13 @@ class StoreConnection:
         conn.text_factory = str  # fast path; a chunk with invalid UTF-8 is re-read per cell
         return conn
 
+    @property
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection (a statement before :meth:`open` or after :meth:`close` is a bug)."""
+        if self._conn is None:
+            raise RuntimeError(f"{self.filename} is not open")
+        return self._conn
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -143,15 +150,15 @@ class StoreConnection:
             # Hermes creates its schema one statement at a time: a store with no
             # tables, or with some of Hermes's own but not yet these, is being born.
             raise errors.StoreAbsent(
-                f"{self.file} is still being created by Hermes (tables so far: {sorted(tables)}): "
+                f"{self.filename} is still being created by Hermes (tables so far: {sorted(tables)}): "
                 "nothing to capture yet.",
-                path=self.file,
+                path=self.filename,
             )
         if not {"sessions", "messages"} <= tables:
             raise errors.NotAHermesStore(
-                f"{self.file} is a SQLite file but has no sessions/messages tables; "
+                f"{self.filename} is a SQLite file but has no sessions/messages tables; "
                 "point HERMES_STATE_DB at a Hermes state.db.",
-                path=self.file,
+                path=self.filename,
             )
         for table in ("sessions", "messages", "session_model_usage"):
             if table in tables:
@@ -171,11 +178,12 @@ class StoreConnection:
         try:
             return self._query_once(sql, params)
         except Undecodable:
-            self._conn.text_factory = decode_text
+            conn = self._connection
+            conn.text_factory = decode_text
             try:
                 return self._query_once(sql, params)
             finally:
-                self._conn.text_factory = str
+                conn.text_factory = str
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -186,28 +194,25 @@ class StoreConnection:
             yield
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
+                self._connection.execute("ROLLBACK")
             raise
         self._statement("COMMIT")  # a read transaction: ends the snapshot, writes nothing
 
     def _statement(self, sql: str) -> None:
         try:
-            self._conn.execute(sql)
+            self._connection.execute(sql)
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
 
     def _query_once(self, sql: str, params: Iterable = ()) -> list[tuple]:
+        conn = self._connection
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
         delay = 0.005
         while True:
             try:
-                return self._conn.execute(sql, tuple(params)).fetchall()
+                return conn.execute(sql, tuple(params)).fetchall()
             except sqlite3.Error as exc:
-                if (
-                    isinstance(exc, sqlite3.OperationalError)
-                    and "decode" in str(exc)
-                    and self._conn.text_factory is str
-                ):
+                if isinstance(exc, sqlite3.OperationalError) and "decode" in str(exc) and conn.text_factory is str:
                     raise Undecodable() from exc
                 code = getattr(exc, "sqlite_errorcode", 0) or 0
                 if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and time.monotonic() < deadline:
@@ -218,7 +223,7 @@ class StoreConnection:
 
     def _translate(self, exc: sqlite3.Error) -> errors.HermesAssetsError:
         code = getattr(exc, "sqlite_errorcode", 0) or 0
-        path = self.file
+        path = self.filename
         if code == _READONLY_ROLLBACK:
             return errors.StoreBusy(
                 f"{path} has a hot rollback journal ({path}-journal): a Hermes write was interrupted "
@@ -248,9 +253,10 @@ class StoreConnection:
         Nothing is decoded: change detection compares bytes, so a cell that is not
         valid UTF-8 costs nothing and never fails the statement.
         """
-        factory = self._conn.text_factory
-        self._conn.text_factory = bytes
+        conn = self._connection
+        factory = conn.text_factory
+        conn.text_factory = bytes
         try:
             return self._query_once(sql, params)
         finally:
-            self._conn.text_factory = factory
+            conn.text_factory = factory

@@ -71,7 +71,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from hermes_assets.lib import errors
-from hermes_assets.lib.cursor import DayMark, Rotation, StoreState
+from hermes_assets.lib.cursor import DayMark, FileIdentity, Rotation, StoreState
 from hermes_assets.lib.fingerprint import Fingerprinter
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.state_db import ReaderFactory
@@ -129,7 +129,7 @@ def _stamp(identity: dict) -> str:
     return ":".join(str(x) for x in (*db, *wal))
 
 
-def _settled_identity(before: dict, after: dict | None) -> dict:
+def _settled_identity(before: FileIdentity | None, after: FileIdentity | None) -> FileIdentity | None:
     """The identity to remember after a read.
 
     It must be taken BEFORE reading (a commit during the read then shows as a
@@ -137,7 +137,7 @@ def _settled_identity(before: dict, after: dict | None) -> dict:
     creating an empty ``-wal`` beside a store that had none: remember that one,
     or the next tick would read again for nothing.
     """
-    if after is None or after == before:
+    if before is None or after is None or after == before:
         return before
     if after["db"] == before["db"] and before["wal"] is None and after["wal"] is not None and after["wal"][1] == 0:
         return after
@@ -161,11 +161,11 @@ def scan_store(
         return scan, None  # nothing committed since the last tick, rotation idle: no SQL at all
 
     try:
-        if files_changed:
-            entry = _read(scan, old, identity, rotation, readers, now_s)
-        else:
+        if old is not None and not files_changed:
             with readers.open(store, now_s) as reader:
                 entry = _rotate(scan, old, rotation, Fingerprinter(reader))
+        else:
+            entry = _read(scan, old, identity, rotation, readers, now_s)
     except (FileNotFoundError, errors.StoreAbsent):
         return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
     except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:

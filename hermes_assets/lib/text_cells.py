@@ -11,6 +11,9 @@ lands (``bad_text``) and one bad cell never sinks a batch.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
 
 
 class Undecodable(Exception):
@@ -35,7 +38,7 @@ def decode_text(raw: bytes) -> str:
         return BadText(raw.decode("utf-8", "replace"))
 
 
-def text_or_none(value) -> str | None:
+def text_or_none(value: object) -> str | None:
     if value is None:
         return None
     return value if isinstance(value, str) else str(value)
@@ -71,6 +74,10 @@ def bad_cells(
     return out
 
 
-def as_text(value) -> object:
+@overload
+def as_text(value: bytes) -> str: ...
+@overload
+def as_text(value: T) -> T: ...
+def as_text(value: Any) -> Any:
     """A cell fetched as bytes, as the reader sees it (decoded, bad bytes replaced); other cells as they are."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

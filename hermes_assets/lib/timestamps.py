@@ -59,20 +59,18 @@ def round_ms_sql(seconds: str) -> str:
     return f"(CAST({v} AS INTEGER) - ({v} < CAST({v} AS INTEGER)))"
 
 
-def epoch_ms(value) -> int | None:
+def epoch_ms(value: object) -> int | None:
     """A time cell (REAL/INTEGER seconds, or TEXT per SPEC §5.1) as epoch ms; None if it is not a time."""
-    kind = type(value)
-    if kind is float or kind is int:
-        if kind is float and not math.isfinite(value):
-            return None
+    if type(value) is float:  # exact types: a bool is not a time
+        return round_ms(value) if math.isfinite(value) else None
+    if type(value) is int:
         return round_ms(value)
-    if kind is bytes:  # the sensor reads cells as bytes
+    if type(value) is bytes:  # the sensor reads cells as bytes
         try:
             value = value.decode("ascii")
         except UnicodeDecodeError:
             return None
-        kind = str
-    if kind is str or isinstance(value, str):
+    if isinstance(value, str):
         return _text_ms(value.strip())
     return None
 
@@ -108,7 +106,7 @@ def sane_ms(ms: int | None, now_s: float) -> bool:
     return ms is not None and SANE_MIN_S * 1000 <= ms <= upper_ms(now_s)
 
 
-def sane_instant(value, now_s: float) -> int | None:
+def sane_instant(value: object, now_s: float) -> int | None:
     """``epoch_ms(value)`` when it is sane, else None."""
     ms = epoch_ms(value)
     return ms if sane_ms(ms, now_s) else None
@@ -123,7 +121,7 @@ def day_start_ms(day: str) -> int:
     return int(dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.UTC).timestamp()) * 1000
 
 
-def session_start_ms(started_at, message_times: Iterable, ended_at, now_s: float) -> int | None:
+def session_start_ms(started_at: object, message_times: Iterable[object], ended_at: object, now_s: float) -> int | None:
     """When a session started, for its day (SPEC §2): ``started_at`` when sane, else the
     earliest sane message timestamp, else a sane ``ended_at``; None when none is sane."""
     ms = sane_instant(started_at, now_s)
@@ -144,7 +142,7 @@ class DayNames:
 
     __slots__ = ("_names",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._names: dict[int, str] = {}
 
     def __call__(self, ms: int) -> str:

@@ -28,6 +28,9 @@ from tests.defs.harness import (
 )
 from tests.support.hermes_writer import DAY_S, START_S, openai_call
 
+#: slow: every test but one materializes through Dagster; the last evaluates the sensors after captures
+pytestmark = pytest.mark.slow
+
 USAGE, TOOLS = ANALYTICS
 EVERYTHING = (*DATASETS, *ANALYTICS)
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]

@@ -89,6 +89,7 @@ class _Evaluator:
         return result
 
 
+@pytest.mark.slow
 def test_a_capture_landing_while_the_days_analytics_run_is_in_flight_leads_to_a_fresh_run(world):
     cap, writer, sid, instance = world
     defs = cap.defs()
@@ -131,6 +132,7 @@ def test_a_capture_landing_while_the_days_analytics_run_is_in_flight_leads_to_a_
     assert _requested(ticks.tick()) == set()
 
 
+@pytest.mark.slow
 def test_a_failed_analytics_run_is_run_again_without_a_new_capture(world):
     cap, _writer, _sid, instance = world
     defs = cap.defs()

@@ -90,6 +90,7 @@ def test_all_assets_share_one_daily_utc_partitions_def_with_today_included(captu
     assert today in first.get_partition_keys()
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_start_date_comes_from_the_environment(tmp_path):
     """``HERMES_ASSETS_START_DATE`` is read when the definitions load (a fresh process)."""
@@ -233,6 +234,7 @@ def test_unknown_executor_is_a_clear_configuration_error(capture, monkeypatch):
         assert name in message
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_unknown_executor_error_reaches_the_cli_user(capture, monkeypatch):
     env = {**os.environ, "HERMES_ASSETS_EXECUTOR": "bogus"}

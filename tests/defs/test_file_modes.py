@@ -43,6 +43,7 @@ def _days_in_this_process(monkeypatch):
     monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
 
 
+@pytest.mark.slow
 @UMASKS
 def test_runs_the_sensor_requests_write_private_files(small, instance, mask):
     tick = SensorDriver(small.home).tick()
@@ -76,6 +77,7 @@ def test_staged_days_are_private_while_they_exist(small, tmp_path, mask, mode):
     assert wrong_modes(small.warehouse, (modes.folder, modes.file)) == {}
 
 
+@pytest.mark.slow
 @UMASKS
 def test_group_mode_gives_0750_0640_and_keeps_the_roots_setgid_bit(small, instance, monkeypatch, mask):
     """A team's warehouse: the root is a setgid folder of the team's group."""
@@ -89,6 +91,7 @@ def test_group_mode_gives_0750_0640_and_keeps_the_roots_setgid_bit(small, instan
     assert wrong_modes(small.warehouse, GROUP, setgid_ok=True) == {}
 
 
+@pytest.mark.slow
 @UMASKS
 def test_a_rerun_closes_what_an_older_version_left_open(small, instance, mask):
     assert small.materialize(FIRST, THIRD, instance=instance).success
@@ -100,6 +103,7 @@ def test_a_rerun_closes_what_an_older_version_left_open(small, instance, mask):
     assert wrong_modes(small.warehouse) == {}
 
 
+@pytest.mark.slow
 @UMASKS
 def test_a_file_uri_warehouse_and_its_default_spool_are_private(small, instance, tmp_path, monkeypatch, mask):
     temp = tmp_path / "tmp"
@@ -116,6 +120,7 @@ def test_a_file_uri_warehouse_and_its_default_spool_are_private(small, instance,
     assert wrong_modes(spool) == {}
 
 
+@pytest.mark.slow
 def test_a_default_spool_left_open_is_closed_and_one_of_another_user_refused(small, instance, tmp_path, monkeypatch):
     temp = tmp_path / "tmp"
     spool = temp / f"hermes_assets-spool-{os.getuid()}"
@@ -138,6 +143,7 @@ def test_a_default_spool_left_open_is_closed_and_one_of_another_user_refused(sma
     assert str(spool) in failure.message and "HERMES_ASSETS_SPOOL" in failure.message
 
 
+@pytest.mark.slow
 @UMASKS
 def test_the_purge_job_makes_every_file_private(small, instance, mask):
     """The purge rewrites every day, and sets the modes of everything it keeps: days it

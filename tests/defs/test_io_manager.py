@@ -24,6 +24,9 @@ from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path, new_capture
 from tests.support.environ import use_environment
 
+#: slow: every test loads from one capture of the small fixture, run through Dagster
+pytestmark = pytest.mark.slow
+
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 DAY = "2026-06-07"
 EMPTY_DAY = "2026-05-20"  # a partition of the definition, before the fixture's first session

@@ -15,6 +15,7 @@ import sqlite3
 import dagster as dg
 import duckdb
 import pyarrow.parquet as pq
+import pytest
 
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
@@ -42,6 +43,9 @@ from tests.defs.harness import (
     with_descendants,
 )
 from tests.support.hermes_writer import DAY_S, START_S, openai_call
+
+#: slow: every test materializes through Dagster (some look up git remotes in a subprocess)
+pytestmark = pytest.mark.slow
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 DAY1 = "2026-06-01"  # the scenario stores' day (the writer's clock starts 2026-06-01T09:00Z)

@@ -18,6 +18,9 @@ import pytest
 from tests.defs.harness import SMALL_DAYS, step_output_metadata
 from tests.ecosystem.conftest import captured_logs, parse_json_lines
 
+#: slow: every test runs a capture through Dagster
+pytestmark = pytest.mark.slow
+
 PLAN_STEP = "hermes_capture.plan"
 WRITE_STEP = "hermes_capture.write_partitions"
 

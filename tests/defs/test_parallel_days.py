@@ -15,10 +15,14 @@ import threading
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from hermes_assets.defs.resources import CaptureRuntime
 from hermes_assets.lib import pool
 from tests.defs.harness import SMALL_DAYS
+
+#: slow: the capture's worker processes, in Dagster runs
+pytestmark = pytest.mark.slow
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 #: rounds of a ranged capture with two workers while the process churns threads (the fork

@@ -48,6 +48,7 @@ def _load_module(code: str, folder: Path):
     return module
 
 
+@pytest.mark.slow
 def test_the_downstream_asset_example_runs(small, instance, tmp_path):
     assert small.materialize(SMALL_DAYS[0], SMALL_DAYS[-1], instance=instance).success
     module = _load_module(examples()["downstream_asset"], tmp_path)
@@ -68,6 +69,7 @@ def test_the_downstream_asset_example_runs(small, instance, tmp_path):
     assert md["sessions"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_notebook_example_runs_in_a_fresh_interpreter(small, instance):
     everything = (*DATASETS, *ANALYTICS)

@@ -10,11 +10,15 @@ files come out exactly as a clean run writes them.
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from hermes_assets.definitions import defs
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.schemas import MESSAGES
 from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files
+
+#: slow: Dagster runs, re-executed from failure
+pytestmark = pytest.mark.slow
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 TAGS = {RANGE_START: FIRST, RANGE_END: LAST}

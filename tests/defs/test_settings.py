@@ -17,6 +17,7 @@ import pytest
 
 from hermes_assets.defs import console, settings
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.local_files import FILE_MODES
 from hermes_assets.lib.policy import LOCAL_ONLY, PolicyResolver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +117,7 @@ def test_a_setting_a_definitions_module_cannot_honour_is_one_line_too(capture, m
     assert str(info.value) == "HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s==0.29.27 installed"
 
 
+@pytest.mark.slow
 def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, unwritable_folder):
     for warehouse, why in (
         (unwritable_folder, "cannot be written"),
@@ -138,6 +140,7 @@ def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, un
         settings.check({"HERMES_ASSETS_WAREHOUSE": "s3://b/p", "HERMES_ASSETS_SPOOL": str(unwritable_folder)})
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path):
     """A bad start date used to print 327 lines without naming the variable."""
@@ -167,3 +170,50 @@ def test_the_core_library_reads_no_environment_variable():
         if pattern.search(line)
     ]
     assert offenders == []
+
+
+def test_paths_are_made_absolute_and_uris_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    s = settings.load(
+        {
+            "HERMES_HOME": "~/hermes",
+            "HERMES_ASSETS_WAREHOUSE": "relative/warehouse",
+            "HERMES_ASSETS_SPOOL": "~/spool",
+            "HERMES_ASSETS_LOG_LEVEL": "DEBUG",
+        }
+    )
+    assert (s.hermes_home, s.warehouse, s.spool) == (
+        str(tmp_path / "hermes"),
+        str(tmp_path / "relative" / "warehouse"),
+        str(tmp_path / "spool"),
+    )
+    assert s.log_level == "debug"  # the variable's case does not matter
+    assert settings.load({"HERMES_ASSETS_WAREHOUSE": "gs://bucket/x"}).warehouse == "gs://bucket/x"
+    assert settings.load({"HERMES_ASSETS_WAREHOUSE": "  "}).warehouse == os.path.abspath("warehouse")  # blank: unset
+
+
+def test_the_file_modes_are_the_warehouses():
+    """The settings name the modes ``lib/warehouse.py`` defines, no more, no fewer."""
+    assert tuple(FILE_MODES) == settings.FILE_MODES
+
+
+def test_the_settings_in_use_are_the_ones_the_definitions_loaded_with(capture, monkeypatch):
+    monkeypatch.setattr(settings, "_in_use", None)
+    with pytest.raises(RuntimeError, match="when the definitions load"):
+        settings.in_use()
+    monkeypatch.setenv("HERMES_ASSETS_SENSOR_MAX_RUNS", "3")
+    capture.defs()
+    assert settings.in_use() == settings.load() and settings.in_use().sensor_max_runs == 3
+
+
+def test_only_the_entry_points_read_the_environment():
+    """``definitions.py`` (each load), ``dev.py`` and ``python -m ...settings`` (``make run``)
+    read the settings; every definitions module takes them from ``settings.in_use()``."""
+    reads = re.compile(r"settings\.(load|check)\(|\bcheck\(\)|os\.environ|os\.getenv")
+    readers = {
+        p.relative_to(REPO / "hermes_assets").as_posix()
+        for p in (REPO / "hermes_assets").rglob("*.py")
+        if "lib" not in p.parts and reads.search(p.read_text())
+    }
+    assert readers == {"defs/settings.py", "defs/console.py", "dev.py"}, readers

@@ -14,11 +14,15 @@ import os
 import time
 
 import dagster as dg
+import pytest
 
 from hermes_assets.defs.capture import needs_staging
 from hermes_assets.lib import staging
 from hermes_assets.lib.schemas import MESSAGES
 from tests.defs.harness import RANGE_END, RANGE_START, SMALL_DAYS, part_files
+
+#: slow: Dagster runs, and a run killed in a subprocess
+pytestmark = pytest.mark.slow
 
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 TAGS = {RANGE_START: FIRST, RANGE_END: LAST}

@@ -12,6 +12,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from tests.conftest import REPO
 
 SIBLING = "shared"
@@ -57,6 +59,7 @@ def repository_files() -> list[str]:
     return files
 
 
+@pytest.mark.slow
 def test_nothing_refers_to_a_folder_beside_the_clone():
     offenders = []
     for name in repository_files():

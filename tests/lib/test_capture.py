@@ -122,6 +122,7 @@ def test_a_write_after_another_run_merges_again_and_loses_nothing(changing_store
     assert files(tmp_path / "wh") == after_fast
 
 
+@pytest.mark.slow  # worker processes
 def test_days_staged_on_workers_write_the_bytes_one_process_writes(fixture_copy, tmp_path):
     small = fixture_copy("small")
     one, two = Warehouse(str(tmp_path / "one")), Warehouse(str(tmp_path / "two"))

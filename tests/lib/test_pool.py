@@ -56,6 +56,7 @@ def busy() -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", pool.START_METHODS)
 def test_days_come_back_in_order_from_fresh_workers_never_forks_of_the_caller(method, tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__, fromlist=["MARKER"]), "MARKER", "changed in the caller")
@@ -87,6 +88,7 @@ def test_one_worker_runs_every_day_in_the_caller(tmp_path):
     assert {s["pid"] for s in seen} == {os.getpid()} and not (tmp_path / "log").exists()
 
 
+@pytest.mark.slow
 def test_a_day_that_fails_fails_the_map(tmp_path):
     with pytest.raises(ValueError, match="bad day d3"):
         list(pool.map_days(fail_on, Job(str(tmp_path / "log")), [f"d{i}" for i in range(6)], workers=2))

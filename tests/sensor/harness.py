@@ -23,6 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.lib.changes import ROTATION_TICKS
 
@@ -32,17 +33,25 @@ DAGSTER = PYTHON.parent / "dagster"
 SENSOR = "hermes_state_sensor"
 RUN_KEY = re.compile(r"^(\d{4}-\d{2}-\d{2})@([0-9a-f]{12})$")
 
-_definitions = None
 
+class LoadedDefinitions:
+    """The project's definitions as ``dagster dev`` loads them (the defs folder), loaded once per
+    distinct settings of the environment: a tick reads the settings the definitions were loaded
+    with (``HERMES_ASSETS_SENSOR_MAX_RUNS`` ...), so a test that sets one gets definitions of its own."""
 
-def definitions() -> dg.Definitions:
-    """The project's definitions, loaded once (the defs folder, as ``dagster dev`` loads it)."""
-    global _definitions
-    if _definitions is None:
+    def __init__(self) -> None:
+        self._by_settings: dict[settings.Settings, dg.Definitions] = {}
+
+    def __call__(self) -> dg.Definitions:
         from hermes_assets.definitions import defs
 
-        _definitions = defs()
-    return _definitions
+        current = settings.load()
+        if current not in self._by_settings:
+            self._by_settings[current] = defs()
+        return self._by_settings[current]
+
+
+definitions = LoadedDefinitions()
 
 
 _ephemeral = None

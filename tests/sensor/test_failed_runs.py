@@ -99,6 +99,7 @@ def _repair(daemon) -> None:
     (daemon.warehouse / MESSAGES).unlink()
 
 
+@pytest.mark.slow
 def test_a_day_whose_last_run_failed_is_requested_again_until_a_run_succeeds(daemon):
     first = daemon.tick()
     (request,) = first.run_requests
@@ -125,6 +126,7 @@ def test_a_day_whose_last_run_failed_is_requested_again_until_a_run_succeeds(dae
     assert daemon.tick().run_requests == []
 
 
+@pytest.mark.slow
 def test_a_day_that_keeps_failing_is_named_and_fails_the_days_captured_check(daemon, monkeypatch):
     monkeypatch.setattr(attempts, "BACKOFF_FIRST_S", 0.0)  # no waiting between the tries here
     _break(daemon)

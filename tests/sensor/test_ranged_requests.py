@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 import pyarrow.parquet as pq
+import pytest
 import structlog
 
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
@@ -33,6 +34,7 @@ def test_many_days_are_one_ranged_run_with_a_key_that_moves_with_any_day():
     assert again.run_key != request.run_key  # a reused key would be silently skipped by Dagster
 
 
+@pytest.mark.slow
 def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path, monkeypatch):
     """The small fixture spans 14 days; with the batch limit at 5, the first tick asks for one
     ranged run, and running exactly what it asks writes every day of the three datasets."""

@@ -17,6 +17,8 @@ import time
 import pytest
 import structlog
 
+from hermes_assets.defs import settings
+from tests.sensor import harness
 from tests.sensor.harness import SensorDriver, checkpoint, snapshot
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -105,6 +107,23 @@ def test_missing_store_skips_saying_so(world):
     assert again.skip == f"no Hermes installation at {world.db}"
     assert world.sensor.cursor == remembered
     assert not world.db.exists()  # we never create the store
+
+
+def test_a_tick_reads_no_settings(world, monkeypatch):
+    """The sensor is built from the settings the definitions loaded with: a tick reads none,
+    so a variable changed since counts from the next load (``defs/settings.py``)."""
+    loaded = harness.definitions()
+    monkeypatch.setattr(harness, "definitions", lambda: loaded)
+
+    def read(*args, **kwargs):
+        raise AssertionError("a sensor tick read the settings")
+
+    for name in ("load", "check", "use", "in_use"):
+        monkeypatch.setattr(settings, name, read)
+    monkeypatch.setenv("HERMES_ASSETS_SENSOR_MAX_RUNS", "1")  # read by a tick, it would request one day
+    world.build()  # its first tick requests all three days
+    world.close()
+    assert world.sensor.tick().run_requests == []
 
 
 def test_unchanged_files_mean_no_sql_at_all(built):

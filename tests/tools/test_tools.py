@@ -15,7 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, copy_fixture, fixture_dir, fixture_store
+
+#: slow: every test runs a tool in a subprocess
+pytestmark = pytest.mark.slow
 
 TOOLS = REPO / "tools"
 #: the tables a Hermes store's rows live in (FTS shadow tables follow from them)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 
 
-def arrow_array(values, typ: pa.DataType) -> pa.Array:
+def arrow_array(values: Sequence[object], typ: pa.DataType) -> pa.Array:
     if isinstance(typ, pa.ExtensionType):
         return pa.ExtensionArray.from_storage(typ, pa.array(values, type=typ.storage_type))
     return pa.array(values, type=typ)

@@ -11,6 +11,7 @@ and counts an ``oversized_cell`` warning.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from hermes_assets.lib import errors
 from hermes_assets.lib.errors import ErrorTally
@@ -23,8 +24,17 @@ COMPACT_SUMMARY_PREFIXES = ("[CONTEXT COMPACTION", "[CONTEXT SUMMARY]:")
 MERGED_SUMMARY_DELIMITER = "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]"
 _DATA_URI = re.compile(r"data:([^;,\s\"']*);base64,[A-Za-z0-9+/=_-]+")
 
+#: a content cell decoded: its text, the envelope's JSON (None: not one), the problems found
+Decoded = tuple[str, Any, tuple[str, ...]]
 
-def decode_content(content, tally: ErrorTally | None = None, scoped_sid=None, mid=None, cache: dict | None = None):
+
+def decode_content(
+    content: object,
+    tally: ErrorTally | None = None,
+    scoped_sid: str | None = None,
+    mid: int | None = None,
+    cache: dict[int | None, Decoded] | None = None,
+) -> tuple[str | None, Any]:
     """-> (content_text, decoded envelope or None). ``content_text`` is None for non-strings.
 
     ``cache`` (mid -> result) lets the builders of one session share each message's
@@ -44,8 +54,9 @@ def decode_content(content, tally: ErrorTally | None = None, scoped_sid=None, mi
     return text, decoded
 
 
-def _decode(content: str) -> tuple[str, object, tuple[str, ...]]:
-    decoded, problems = None, ()
+def _decode(content: str) -> Decoded:
+    decoded: Any = None
+    problems: tuple[str, ...] = ()
     text = content
     if content.startswith(ENVELOPE):
         try:
@@ -65,14 +76,16 @@ def _needs_decoding(content: str) -> bool:
     return content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS
 
 
-def content_text(content, tally: ErrorTally, scoped_sid, mid, cache: dict | None = None):
+def content_text(
+    content: object, tally: ErrorTally, scoped_sid: str, mid: int, cache: dict[int | None, Decoded] | None = None
+) -> tuple[str | None, Any]:
     """:func:`decode_content` for the cells that need it; any other text is its own."""
     if isinstance(content, str) and _needs_decoding(content):
         return decode_content(content, tally, scoped_sid, mid, cache)
     return (content if isinstance(content, str) else None), None
 
 
-def is_compact_summary(content) -> bool:
+def is_compact_summary(content: object) -> bool:
     """SPEC D2, as Hermes's ``ContextCompressor._is_context_summary_content`` reads it.
 
     Leading whitespace is ignored; in a merged summary (text, delimiter,
@@ -91,11 +104,11 @@ def is_compact_summary(content) -> bool:
     return (summary if merged else content).lstrip().startswith(COMPACT_SUMMARY_PREFIXES)
 
 
-def _strip_data(match: re.Match) -> str:
+def _strip_data(match: re.Match[str]) -> str:
     return f"data:{match.group(1) or 'application/octet-stream'};base64,<stripped>"
 
 
-def _envelope_text(decoded) -> str:
+def _envelope_text(decoded: Any) -> str:
     items = decoded if isinstance(decoded, list) else [decoded]
     texts = []
     for item in items:

@@ -35,7 +35,7 @@ class GitResolver:
             self._cache[key] = self._run(cwd, args)
         return self._cache[key]
 
-    def _run(self, cwd: str, args) -> str | None:
+    def _run(self, cwd: str, args: tuple[str, ...]) -> str | None:
         if not os.path.isdir(cwd):
             return None
         try:
@@ -55,7 +55,7 @@ class GitResolver:
 class NoGit(GitResolver):
     """A resolver that knows no repositories (deterministic tests, HypAware parity)."""
 
-    def _run(self, cwd, args):
+    def _run(self, cwd: str, args: tuple[str, ...]) -> str | None:
         return None
 
 

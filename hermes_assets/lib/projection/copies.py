@@ -64,7 +64,7 @@ def applies(message_columns: Collection[str]) -> bool:
     return not V23_MESSAGE_COLUMNS.isdisjoint(message_columns)
 
 
-def _active(value) -> bool:
+def _active(value: object) -> bool:
     return value is None or bool(value)  # ``active IS NULL`` means active (SPEC §1)
 
 

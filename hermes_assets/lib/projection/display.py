@@ -20,7 +20,7 @@ from hermes_assets.lib.jsonutil import is_json, quote
 MODEL_ONLY = "model_only"
 
 
-def model_only(display_metadata) -> bool:
+def model_only(display_metadata: object) -> bool:
     """Whether Hermes keeps this row out of every display (its ``_is_model_only_row``):
     a truthy ``model_only`` in the metadata object. A cell that is not a JSON object says no."""
     if not isinstance(display_metadata, str) or MODEL_ONLY not in display_metadata:
@@ -62,7 +62,7 @@ def with_fragment(attrs: str, fragment: str) -> str:
     return attrs.replace('"hermes":{', '"hermes":{' + fragment + ",", 1)
 
 
-def json_cell(value) -> str | None:
+def json_cell(value: object) -> str | None:
     """A JSON TEXT cell as the JSON column keeps it: the text when it is JSON (strict: no
     NaN), else None (the caller counts it: SPEC §9)."""
     return value if isinstance(value, str) and is_json(value) else None

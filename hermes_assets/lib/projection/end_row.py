@@ -37,7 +37,7 @@ def end_row(
     if ended_ms is None:
         tally.add(errors.BAD_TIMESTAMP, header.scoped, None, "ended_at")
         ended_ms = header.start_ms
-    end_hermes = {"session_end": True}
+    end_hermes: dict[str, object] = {"session_end": True}
     for key in END_NUMBERS:
         if s.get(key) is not None:
             end_hermes[key] = normalize(s[key])

@@ -11,6 +11,7 @@ columns. Each run reports such columns once per store, as an
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 
 from hermes_assets.lib.jsonutil import dumps
 
@@ -18,20 +19,20 @@ from hermes_assets.lib.jsonutil import dumps
 TABLES = ("sessions", "messages")
 
 
-def unknown(present: set[str], known) -> list[str]:
+def unknown(present: set[str], known: Iterable[tuple[str, *tuple[object, ...]]]) -> list[str]:
     """The columns of a table this contract does not name, sorted (``known``: its (name, ...) tuples)."""
     names = {column[0] for column in known}
     return sorted(c for c in present if c not in names)
 
 
-def encode(names: list[str], values) -> str | None:
+def encode(names: list[str], values: Iterable[object]) -> str | None:
     """One row's unknown cells as a JSON object (None when the store has no unknown column)."""
     if not names:
         return None
     return dumps({name: _value(value) for name, value in zip(names, values)}, normalized=True)
 
 
-def _value(value):
+def _value(value: object) -> object:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, float):

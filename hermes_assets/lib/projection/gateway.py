@@ -9,6 +9,8 @@ Arrow table without a per-row dict.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 
 from hermes_assets.lib import schemas
@@ -115,7 +117,7 @@ class GatewayColumns:
 _DICTIONARY_COLUMNS = frozenset(SESSION_COLUMNS) - {"session_id", "conversation_started_at"}
 
 
-def _session_dictionary(values, session_of_row: pa.Array) -> pa.DictionaryArray:
+def _session_dictionary(values: Iterable[str | None], session_of_row: pa.Array) -> pa.DictionaryArray:
     """Per-session text values, as a per-row dictionary array (nulls in the indices)."""
     position: dict[str, int] = {}
     indices = [None if v is None else position.setdefault(v, len(position)) for v in values]

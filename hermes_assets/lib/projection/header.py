@@ -9,12 +9,15 @@ hands it to the builders of the three datasets, with what it decided of it.
 
 from __future__ import annotations
 
+import enum
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from hermes_assets.lib import errors, ids, policy
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.jsonutil import dumps, normalize
+from hermes_assets.lib.projection.content import Decoded
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.copies import Marks
 from hermes_assets.lib.state_db import SessionBundle
@@ -82,7 +85,13 @@ GATEWAY_MESSAGE_READS = frozenset(
 )
 
 
-_UNSET = object()
+class _Unset(enum.Enum):
+    """Not computed yet (None is a value :func:`usage_by_model` returns)."""
+
+    UNSET = enum.auto()
+
+
+_UNSET: Final = _Unset.UNSET
 
 
 @dataclass(slots=True)
@@ -101,8 +110,8 @@ class SessionInput:
     #: the session's policy scope (SPEC §7), for ``hermes_sessions``
     scope_path: str | None = None
     #: each content cell decoded once, for both datasets that hold its text (mid -> decoding)
-    decoded: dict = field(default_factory=dict)
-    _models: object = field(default=_UNSET, init=False, repr=False)
+    decoded: dict[int | None, Decoded] = field(default_factory=dict)
+    _models: list[dict] | Literal[_Unset.UNSET] | None = field(default=_UNSET, init=False, repr=False)
 
     def usage_by_model(self) -> list[dict] | None:
         """:func:`usage_by_model` of the session, computed once for the end row and the session row."""
@@ -148,6 +157,7 @@ def session_header(item: SessionInput, ctx: ProjectionContext, tally: ErrorTally
     source = s.get("source") if isinstance(s.get("source"), str) else None
     raw_cwd = nonempty(s.get("cwd"))
     hermes: dict = {"source": source}
+    cwd: str | None
     if policy.is_channel(source):
         cwd = policy.channel_scope_path(source, ctx.user_home)
         if raw_cwd:
@@ -187,7 +197,7 @@ def session_header(item: SessionInput, ctx: ProjectionContext, tally: ErrorTally
     return SessionHeader(scoped, session_id, start_ms, hermes, attrs, dumps(attrs), columns)
 
 
-def normalize_provider(billing_base_url, billing_provider) -> str:
+def normalize_provider(billing_base_url: object, billing_provider: object) -> str:
     """SPEC §5.6 (D8)."""
     billing_provider = billing_provider if isinstance(billing_provider, str) and billing_provider else None
     host = _url_host(billing_base_url)
@@ -206,7 +216,7 @@ def _never_hermes(provider: str | None) -> str:
     return provider if provider and provider != "hermes" else "unknown"
 
 
-def _url_host(url) -> str | None:
+def _url_host(url: object) -> str | None:
     if not isinstance(url, str) or "://" not in url:
         return None
     try:
@@ -219,7 +229,7 @@ def _url_host(url) -> str | None:
     return f"[{host}]" if ":" in host else host
 
 
-def nonempty(value) -> str | None:
+def nonempty(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 

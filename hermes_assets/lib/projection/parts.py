@@ -15,15 +15,20 @@ from hermes_assets.lib import errors, ids
 from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.jsonutil import dumps, loads, quote
 from hermes_assets.lib.projection import display
-from hermes_assets.lib.projection.content import content_text, is_compact_summary
+from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
 from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
 TOOL_SUCCESS = '{"tool_status":"success"}'
 
+#: one part of a message: (part_type, provider_subtype, text, tool_name, call_id, args, result_for)
+Part = tuple[str, str, str | None, str | None, str | None, str | None, str | None]
+#: a tool call as its message holds it: (call_id, name, args_json)
+ToolCall = tuple[str | None, str | None, str]
 
-def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
+
+def parse_tool_calls(raw: object) -> list[ToolCall] | None:
     """-> [(call_id, name, args_json)], [] when absent, None when malformed."""
     if raw is None or raw == "":
         return []
@@ -37,12 +42,13 @@ def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
         return []
     if not isinstance(calls, list):
         return None
-    out = []
+    out: list[ToolCall] = []
     try:
         for call in calls:
             if not isinstance(call, dict):
                 return None
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call.get("function")
+            fn: dict = function if isinstance(function, dict) else {}
             call_id = nonempty(call.get("id")) or nonempty(call.get("call_id"))
             name = nonempty(fn.get("name")) or nonempty(call.get("name"))
             for holder, key in ((fn, "arguments"), (call, "arguments"), (call, "input")):
@@ -63,11 +69,16 @@ def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
 
 
 def message_parts(
-    msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str, decoded: dict | None
-) -> list[tuple]:
+    msg: dict,
+    role: str,
+    call_names: dict[str, str],
+    tally: ErrorTally,
+    scoped: str,
+    decoded: dict[int | None, Decoded] | None,
+) -> list[Part]:
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body, as
     ``(part_type, provider_subtype, text, tool_name, call_id, args, result_for)``."""
-    parts = []
+    parts: list[Part] = []
     reasoning = msg["reasoning"]
     if reasoning and isinstance(reasoning, str):
         parts.append(("reasoning", "thinking", reasoning, None, None, None, None))
@@ -193,12 +204,13 @@ def append_parts(
             usage = carrier and token_count is not None
             if flags or usage:
                 key = (tuple(flags), token_count if usage else None)
-                attrs = attrs_cache.get(key)
-                if attrs is None:
+                cached = attrs_cache.get(key)
+                if cached is None:
                     value = {**base_attrs, "hermes": {**hermes_attrs, **flags}}
                     if usage:
                         value["usage"] = {"total_tokens": token_count}
-                    attrs = attrs_cache[key] = dumps(value)
+                    cached = attrs_cache[key] = dumps(value)
+                attrs = cached
             if own:
                 attrs = display.with_fragment(attrs, own)
             append(

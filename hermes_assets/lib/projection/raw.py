@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,19 +39,19 @@ class RawColumns:
     def __init__(
         self,
         schema: pa.Schema,
-        source_columns,
+        source_columns: Iterable[str],
         derived: tuple[str, ...],
         *,
         now_s: float,
         tally: ErrorTally,
         messages: bool,
-    ):
+    ) -> None:
         self.schema = schema
         #: the cells of a row tuple, in order (a column the store lacks and reads as NULL may be
         #: left out: it becomes an all-NULL column)
         self.source = [(name, schema.field(name).type) for name in source_columns]
         self.rows: list[tuple] = []
-        self.derived = {name: [] for name in derived}
+        self.derived: dict[str, list[object]] = {name: [] for name in derived}
         self.runs: list[tuple[SessionBundle, str, int]] = []
         self.now_s = now_s
         self.tally = tally
@@ -65,7 +66,7 @@ class RawColumns:
     def to_table(self) -> pa.Table:
         n = len(self.rows)
         columns = dict(zip((name for name, _ in self.source), zip(*self.rows))) if n else {}
-        provenance = {"store": [], "store_label": [], "profile": [], "day": []}
+        provenance: dict[str, list[str | None]] = {"store": [], "store_label": [], "profile": [], "day": []}
         for bundle, day, count in self.runs:
             provenance["store"] += [bundle.store.path] * count
             provenance["store_label"] += [bundle.store.label] * count
@@ -98,7 +99,7 @@ class RawColumns:
         self.tally.add(kind, bundle.store.scoped(bundle.sid), mid, column)
 
 
-def _raw_array(values, typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[int]]:
+def _raw_array(values: Sequence[object], typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[int]]:
     """Hermes cells as their v22 type, and the indexes of the cells that became NULL.
 
     A cell of the wrong type (hostile or ancient data) becomes NULL on its own,
@@ -120,9 +121,9 @@ def _raw_array(values, typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[i
             return array, pc.indices_nonzero(nulled).to_pylist()
         return pa.array(values, typ), []
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-        cells = [_cell(v, typ, now_s) for v in values]
-        nulled = [i for i, (v, c) in enumerate(zip(values, cells)) if v is not None and c is None]
-        return pa.array(cells, schemas.TS if typ == schemas.TS else typ), nulled
+        coerced = [_cell(v, typ, now_s) for v in values]
+        nulled = [i for i, (v, c) in enumerate(zip(values, coerced)) if v is not None and c is None]
+        return pa.array(coerced, schemas.TS if typ == schemas.TS else typ), nulled
 
 
 def _timestamps(seconds: pa.Array, now_s: float) -> pa.Array:
@@ -132,7 +133,7 @@ def _timestamps(seconds: pa.Array, now_s: float) -> pa.Array:
     return pc.cast(pc.cast(pc.if_else(sane, ms, None), pa.int64()), schemas.TS)
 
 
-def _cell(value, arrow_type: pa.DataType, now_s: float):
+def _cell(value: object, arrow_type: pa.DataType, now_s: float) -> object:
     """A SQLite cell coerced to its v22 type; a value of the wrong type is NULL."""
     if value is None:
         return None
@@ -149,13 +150,13 @@ def _cell(value, arrow_type: pa.DataType, now_s: float):
     if arrow_type == pa.int64():
         return value if type(value) is int and -(2**63) <= value < 2**63 else None
     if arrow_type == pa.float64():
-        return float(value) if type(value) in (int, float) else None
+        return float(value) if type(value) is int or type(value) is float else None
     if arrow_type == pa.binary():
         return value if isinstance(value, bytes) else None
     return value
 
 
-def sessions_columns(now_s: float, tally: ErrorTally, unknown: list[str] = ()) -> RawColumns:
+def sessions_columns(now_s: float, tally: ErrorTally, unknown: Sequence[str] = ()) -> RawColumns:
     """``unknown``: the store's ``sessions`` columns this contract does not name (D22)."""
     out = RawColumns(
         schemas.HERMES_SESSIONS,
@@ -170,7 +171,12 @@ def sessions_columns(now_s: float, tally: ErrorTally, unknown: list[str] = ()) -
 
 
 def messages_columns(
-    now_s: float, tally: ErrorTally, unknown: list[str] = (), *, grouped: bool = False, names: list[str] | None = None
+    now_s: float,
+    tally: ErrorTally,
+    unknown: Sequence[str] = (),
+    *,
+    grouped: bool = False,
+    names: list[str] | None = None,
 ) -> RawColumns:
     """``unknown``: as :func:`sessions_columns`; ``grouped``: the store's rows can be copies
     (schema 23+, D20), so ``superseded`` is true or false (NULL before); ``names``: the
