@@ -183,6 +183,10 @@ class StoreFailure:
             return cls(path, label, exc.error_kind, str(exc))
         return cls(path, label, StoreCorrupt.error_kind, f"{path} cannot be read: {exc}")
 
+    def log_fields(self) -> dict[str, str]:
+        """The fields a log event names the store and its failure with."""
+        return {"path": self.path, "store": self.label, "error_kind": self.error_kind, "reason": self.message}
+
 
 @dataclass(frozen=True)
 class CellError:

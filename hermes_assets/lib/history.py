@@ -69,13 +69,7 @@ def first_day(
             ms = earliest_session_ms(store, now_s, readers)
         except (errors.HermesAssetsError, OSError) as exc:
             failure = errors.StoreFailure.of(store.path, store.label, exc)
-            log.warning(
-                "hermes.history.store_unreadable",
-                path=store.path,
-                store=store.label,
-                error_kind=failure.error_kind,
-                reason=failure.message,
-            )
+            log.warning("hermes.history.store_unreadable", **failure.log_fields())
             continue
         if ms is not None:
             days.append(ms_day(ms))

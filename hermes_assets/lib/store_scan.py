@@ -293,13 +293,7 @@ def _digest(
 def _failed(store: Store, exc: Exception) -> StoreScan:
     """A store that cannot be read this tick (SPEC D18): reported, its cursor entry kept."""
     failure = errors.StoreFailure.of(store.path, store.label, exc)
-    log.error(
-        "hermes.sensor.store_failed",
-        path=store.path,
-        store=store.label,
-        error_kind=failure.error_kind,
-        reason=failure.message,
-    )
+    log.error("hermes.sensor.store_failed", **failure.log_fields())
     return StoreScan(store, FAILED, failure=failure)
 
 
