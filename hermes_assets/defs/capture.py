@@ -20,6 +20,7 @@ import os
 
 import dagster as dg
 
+from hermes_assets.defs import checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
@@ -191,8 +192,12 @@ def project_rows(
 
 @dg.op(
     description="Merge each staged day into its partition files and replace them atomically, under "
-    "each day's lock; rows whose source vanished are kept, flagged source_deleted.",
-    out={dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
+    "each day's lock; rows whose source vanished are kept, flagged source_deleted. Then evaluate the "
+    "checks of the written files (keys unique, required columns, dates).",
+    out={
+        **{dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
+        **{checks.check_output(dataset, name): dg.Out(is_required=False) for dataset, name in checks.WRITE_CHECKS},
+    },
 )
 def write_partitions(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, capture_runtime: CaptureRuntime, run: ProjectedRun
@@ -218,6 +223,9 @@ def write_partitions(
             )
         totals = written.totals(dataset)
         yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
+    # the checks judge every file of the run's days, written now or left as it was
+    days = {dataset: [r.day for r in results if r.rows] for dataset, results in written.results.items()}
+    yield from checks.written_checks(wh, days, workers=max(2, capture_runtime.workers))
     try:
         written.raise_for_failures()
     except errors.HermesAssetsError as exc:  # one line naming the store(s); the typed error is its cause
@@ -308,15 +316,17 @@ COMMON = dict(kinds={"sqlite", "parquet", "python"}, owners=["team:hermes-assets
             description="Every Hermes store of the run could be read; a store that cannot "
             "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18).",
         ),
+        *checks.write_check_specs(),
     ],
 )
 def hermes_capture():
     planned, range_check, stores_check = plan()
-    sessions, messages, gateway = write_partitions(project_rows(apply_usage_policy(planned)))
+    sessions, messages, gateway, *written_checks = write_partitions(project_rows(apply_usage_policy(planned)))
     return {
         SESSIONS: sessions,
         MESSAGES: messages,
         GATEWAY: gateway,
+        **{checks.check_output(*check): result for check, result in zip(checks.WRITE_CHECKS, written_checks)},
         f"{GATEWAY}_{RANGE_CHECK}": range_check,
         f"{GATEWAY}_{STORES_CHECK}": stores_check,
     }
