@@ -8,11 +8,16 @@ of --repeat runs (wall seconds and CPU seconds of the whole process tree):
               the packages that dominate it (cumulative, top level)
   partitions  `dg launch` of the three datasets over 1, 10, 30 and 330 days that hold no
               session (so our own work per day is nil): the cost of a ranged run per partition,
-              on the SQLite instance (dagster.yaml) and on a Postgres one (a throwaway cluster,
-              fsync on, as tests/ecosystem/pg_cluster.py starts it)
+              on the SQLite instance (dagster.yaml, its batched event log), on the same with
+              Dagster's own SQLite event log, and on a Postgres one (a throwaway cluster, fsync
+              on, as tests/ecosystem/pg_cluster.py starts it)
   batch       the 330-day run again with DAGSTER_EVENT_BATCH_SIZE=1000, and with
               DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1 (one planned event per asset
               instead of one per partition), on both instances
+  daemon      the store's whole range as one backfill launched the way the UI launches it
+              (GraphQL launchPartitionBackfill on a real `dg dev`: the backfill daemon creates the
+              run, the run launcher starts it in its own process), against the same range through
+              `dg launch`: each run's events, and its time from creation to its end
   workers     a spawned worker's start (a fresh interpreter importing the library), against a
               forkserver's fork; and the library over the first 1, 3, 10 and 30 days of the
               store on one process and on two: where parallel days start to pay
@@ -42,7 +47,7 @@ from bench.run import CAPTURED, DG, PY, dagster_env, measure, private_copy, stor
 
 EMPTY_START = "2024-01-01"  # days before any generated store's history: no session on them
 SIZES = (1, 10, 30, 330)
-SECTIONS = ("import", "partitions", "batch", "workers")
+SECTIONS = ("import", "partitions", "batch", "daemon", "workers")
 
 
 def median_of(repeat: int, fn) -> dict:
@@ -127,14 +132,25 @@ class Instances:
                 return None
             self.cluster = PgCluster(bin_dir).start()
             # durable commits, as SQLite's (the test cluster turns fsync off)
-            self.cluster.query("ALTER SYSTEM SET fsync = on")
-            self.cluster.query("ALTER SYSTEM SET full_page_writes = on")
-            self.cluster.query("SELECT pg_reload_conf()")
+            for sql in (
+                "ALTER SYSTEM SET fsync = on",
+                "ALTER SYSTEM SET full_page_writes = on",
+                "SELECT pg_reload_conf()",
+            ):
+                self.cluster._run("psql", "-h", "127.0.0.1", "-p", str(self.cluster.port), "-U", "postgres", "-c", sql)
         return self.cluster.url
 
     def env(self, kind: str, store: Path, name: str) -> dict:
+        """``kind``: ``sqlite`` (the project's dagster.yaml), ``sqlite-dagster`` (the same without its
+        batched event log: Dagster's own), ``postgres`` (deploy/postgres/dagster.yaml)."""
         home = self.work / name / "home"
         env = dagster_env(home, store, str(self.work / name / "warehouse"), EMPTY_START)
+        if kind == "sqlite-dagster":
+            import yaml
+
+            config = yaml.safe_load((home / "dagster.yaml").read_text())
+            del config["event_log_storage"]
+            (home / "dagster.yaml").write_text(yaml.safe_dump(config))
         if kind == "postgres":
             url = self.postgres_url()
             if url is None:
@@ -188,6 +204,97 @@ def batch(instances: Instances, store: Path, kinds: list[str], repeat: int) -> d
             out[kind][name] = median_of(repeat, lambda env=env: ranged(env, n))
             out[kind][name]["events"] = sum(event_counts(env).values())
             print(f"{kind} {name}: " + json.dumps(out[kind][name]), file=sys.stderr)
+    return out
+
+
+# --------------------------------------------------------------------------
+# a backfill through the daemon, against the CLI
+# --------------------------------------------------------------------------
+
+_RUN_FACTS = r"""
+import collections, json, dagster as dg
+with dg.DagsterInstance.get() as instance:
+    out = []
+    for run in instance.get_runs(limit=5):
+        records = instance.get_records_for_run(run.run_id, limit=1_000_000).records
+        counts = collections.Counter(
+            r.event_log_entry.dagster_event.event_type_value if r.event_log_entry.dagster_event else "LOG" for r in records
+        )
+        stats = instance.get_run_stats(run.run_id)
+        rec = instance.get_run_record_by_id(run.run_id)
+        out.append({
+            "tags": {k: v for k, v in run.tags.items() if k.startswith("dagster/")},
+            "status": run.status.value,
+            "events": sum(counts.values()),
+            "by_type": dict(counts),
+            # created (the CLI or the daemon) -> started (in its process) -> ended
+            "created_to_start_s": (stats.start_time - rec.create_timestamp.timestamp()) if stats.start_time else None,
+            "start_to_end_s": (stats.end_time - stats.start_time) if stats.end_time and stats.start_time else None,
+        })
+    print(json.dumps(out))
+"""
+
+
+def run_facts(env: dict) -> list[dict]:
+    out = subprocess.run([PY, "-c", _RUN_FACTS], capture_output=True, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else [{"error": out.stderr[-2000:]}]
+
+
+def daemon(store: Path, work: Path) -> dict:
+    """One backfill of the store's range through GraphQL and the daemon, one through the CLI."""
+    import time
+
+    from tests.e2e.test_backfill_graphql import BACKFILL_Q, LAUNCH_M, DagsterDev
+
+    facts = store_facts(store)
+    days = [
+        day_after(facts["first_day"], i)
+        for i in range((dt.date.fromisoformat(facts["last_day"]) - dt.date.fromisoformat(facts["first_day"])).days + 1)
+    ]
+    out: dict = {}
+    # the CLI: one run, created and executed in the command's process
+    env = dagster_env(work / "cli" / "home", store, str(work / "cli" / "warehouse"), facts["first_day"])
+    cli = measure([DG, "launch", "--assets", CAPTURED, "--partition-range", f"{days[0]}...{days[-1]}"], env)
+    out["cli"] = {"command_s": cli["seconds"], "command_cpu": cli["cpu"], "run": run_facts(env)[0]}
+    # the UI's way: dg dev (webserver, daemon, code server); the store in place once the sensors are off
+    aside = work / "daemon" / "store-aside"
+    aside.mkdir(parents=True)
+    moved = aside / "state.db"
+    shutil.copyfile(store, moved)
+    env = dagster_env(
+        work / "daemon" / "home",
+        work / "daemon" / "hermes" / "state.db",
+        str(work / "daemon" / "warehouse"),
+        facts["first_day"],
+    )
+    env["HERMES_ASSETS_POLL_SECONDS"] = "3600"
+    dev = DagsterDev(env, work / "daemon" / "dg-dev.log", dg=True)
+    try:
+        dev.wait_ready()
+        dev.settle_and_stop_sensors()
+        (work / "daemon" / "hermes").mkdir()
+        shutil.move(moved, work / "daemon" / "hermes" / "state.db")
+        params = {
+            "assetSelection": [{"path": [n]} for n in CAPTURED.split(",")],
+            "partitionNames": days,
+            "fromFailure": False,
+            "tags": [],
+            "title": "bench",
+        }
+        start = time.monotonic()
+        launched = dev.graphql(LAUNCH_M, {"params": params})["launchPartitionBackfill"]
+        while True:
+            backfill = dev.graphql(BACKFILL_Q, {"id": launched["backfillId"]})["partitionBackfillOrError"]
+            if backfill["status"] in ("COMPLETED", "COMPLETED_SUCCESS", "FAILED", "COMPLETED_FAILED", "CANCELED"):
+                break
+            time.sleep(0.5)
+        out["daemon"] = {
+            "launch_to_done_s": time.monotonic() - start,
+            "status": backfill["status"],
+            "runs": [r for r in run_facts(env) if "dagster/backfill" in r.get("tags", {})],
+        }
+    finally:
+        dev.stop()
     return out
 
 
@@ -261,7 +368,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", required=True, help="a state.db (copied first)")
     ap.add_argument("--sections", default=",".join(SECTIONS))
-    ap.add_argument("--instances", default="sqlite,postgres")
+    ap.add_argument("--instances", default="sqlite-dagster,sqlite,postgres")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
@@ -280,6 +387,9 @@ def main() -> None:
             figures["partitions"] = partitions(instances, store, kinds, args.repeat)
         if "batch" in sections:
             figures["batch"] = batch(instances, store, kinds, args.repeat)
+        if "daemon" in sections:
+            figures["daemon"] = daemon(store, work)
+            print("daemon: " + json.dumps(figures["daemon"]), file=sys.stderr)
         if "workers" in sections:
             figures["workers"] = workers(store, args.repeat)
     finally:
