@@ -14,6 +14,9 @@ of --repeat runs (wall seconds and CPU seconds of the whole process tree):
   batch       the 330-day run again with DAGSTER_EVENT_BATCH_SIZE=1000, and with
               DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1 (one planned event per asset
               instead of one per partition), on both instances
+  backfill    the store's whole range through `dg launch` (a fresh warehouse each time) and an
+              empty one-day run, on each instance (Postgres with DAGSTER_EVENT_BATCH_SIZE=1000,
+              as deploy/README.md advises)
   daemon      the store's whole range as one backfill launched the way the UI launches it
               (GraphQL launchPartitionBackfill on a real `dg dev`: the backfill daemon creates the
               run, the run launcher starts it in its own process), against the same range through
@@ -47,7 +50,7 @@ from bench.run import CAPTURED, DG, PY, dagster_env, measure, private_copy, stor
 
 EMPTY_START = "2024-01-01"  # days before any generated store's history: no session on them
 SIZES = (1, 10, 30, 330)
-SECTIONS = ("import", "partitions", "batch", "daemon", "workers")
+SECTIONS = ("import", "partitions", "batch", "backfill", "daemon", "workers")
 
 
 def median_of(repeat: int, fn) -> dict:
@@ -204,6 +207,43 @@ def batch(instances: Instances, store: Path, kinds: list[str], repeat: int) -> d
             out[kind][name] = median_of(repeat, lambda env=env: ranged(env, n))
             out[kind][name]["events"] = sum(event_counts(env).values())
             print(f"{kind} {name}: " + json.dumps(out[kind][name]), file=sys.stderr)
+    return out
+
+
+def backfill(instances: Instances, store: Path, kinds: list[str], repeat: int) -> dict:
+    facts = store_facts(store)
+    out: dict = {}
+    for kind in kinds:
+        env = instances.env(kind, store, f"backfill-{kind}")
+        if kind == "postgres":
+            env["DAGSTER_EVENT_BATCH_SIZE"] = "1000"
+        empty = median_of(repeat, lambda env=env: ranged(env, 1))
+        env["HERMES_ASSETS_START_DATE"] = facts["first_day"]
+        runs = []
+        for i in range(repeat):
+            here = {**env, "HERMES_ASSETS_WAREHOUSE": f"{env['HERMES_ASSETS_WAREHOUSE']}-{i}"}
+            runs.append(
+                measure(
+                    [
+                        DG,
+                        "launch",
+                        "--assets",
+                        CAPTURED,
+                        "--partition-range",
+                        f"{facts['first_day']}...{facts['last_day']}",
+                    ],
+                    here,
+                )
+            )
+        out[kind] = {
+            "empty": empty,
+            "backfill": {
+                "seconds": statistics.median(r["seconds"] for r in runs),
+                "cpu": statistics.median(r["cpu"] for r in runs),
+                "all": [round(r["seconds"], 2) for r in runs],
+            },
+        }
+        print(f"backfill {kind}: " + json.dumps(out[kind]), file=sys.stderr)
     return out
 
 
@@ -387,6 +427,8 @@ def main() -> None:
             figures["partitions"] = partitions(instances, store, kinds, args.repeat)
         if "batch" in sections:
             figures["batch"] = batch(instances, store, kinds, args.repeat)
+        if "backfill" in sections:
+            figures["backfill"] = backfill(instances, store, kinds, args.repeat)
         if "daemon" in sections:
             figures["daemon"] = daemon(store, work)
             print("daemon: " + json.dumps(figures["daemon"]), file=sys.stderr)
