@@ -363,15 +363,16 @@ if __name__ == "__main__":
 
 _LIBRARY_DAYS = r"""
 import json, os, sys, tempfile, time
-from hermes_assets.lib import capture, policy, projection
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib import capture, policy
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import Warehouse
 stores = [Store(sys.argv[1])]
 plan = capture.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})[: int(sys.argv[3])]
 plan = capture.plan_capture(stores, days, user_home="/home/bench")
 plan = capture.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
-ctx = projection.ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=projection.NoGit())
+ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 t = time.perf_counter()
 with tempfile.TemporaryDirectory() as scratch:
     run = capture.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),

@@ -192,15 +192,16 @@ def private_copy(store: Path, into: Path) -> Path:
 _LIBRARY = r"""
 import json, os, sys, tempfile, time
 t = time.perf_counter()
-from hermes_assets.lib import capture, policy, projection
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib import capture, policy
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import Warehouse
 stores = [Store(sys.argv[1])]
 plan = capture.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
 plan = capture.plan_capture(stores, days, user_home="/home/bench")
 plan = capture.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
-ctx = projection.ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=projection.NoGit())
+ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 with tempfile.TemporaryDirectory() as scratch:  # an empty warehouse: every day is staged as its final file
     run = capture.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
                                staging=os.path.join(scratch, "run"), workers=int(sys.argv[2]))

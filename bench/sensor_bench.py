@@ -126,7 +126,8 @@ def run(source: Path, work: Path, args) -> dict:
 
     from hermes_assets.lib import attempts, changes, logs
     from hermes_assets.lib.fingerprint import Fingerprinter
-    from hermes_assets.lib.state_db import Store, StoreReader
+    from hermes_assets.lib.state_db import StoreReader
+    from hermes_assets.lib.stores import Store
 
     t = time.perf_counter()
     db = _copy_store(source, work)

@@ -78,7 +78,7 @@ def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: 
         user_home=usage_policy.user_home,
         first_day=daily_partitions.get_first_partition_key(),
         last_day=daily_partitions.get_last_partition_key(),
-        busy_timeout_ms=hermes.busy_timeout_ms,
+        readers=hermes.readers(),
     )
     yield dg.Output(result, "plan", metadata=plan_metadata(result))
     yield dg.AssetCheckResult(
@@ -160,7 +160,6 @@ def apply_usage_policy(usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Outpu
 )
 def project_rows(
     context: dg.AssetExecutionContext,
-    hermes: HermesStores,
     warehouse: HermesWarehouse,
     usage_policy: UsagePolicy,
     capture_runtime: CaptureRuntime,
@@ -174,7 +173,6 @@ def project_rows(
         staging=staging_dir(wh, context.run.run_id, context.instance),
         workers=capture_runtime.workers,
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
-        busy_timeout_ms=hermes.busy_timeout_ms,
         log_format=capture_runtime.log_format,
     )
     metadata: dict = {"days": len(run.days)}

@@ -18,7 +18,8 @@ import dagster as dg
 from hermes_assets.defs import settings
 from hermes_assets.defs.resources import default_warehouse
 from hermes_assets.lib import history
-from hermes_assets.lib.state_db import discover_stores
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.stores import discover_stores
 
 
 def first_day(s: settings.Settings | None = None) -> str:
@@ -27,7 +28,9 @@ def first_day(s: settings.Settings | None = None) -> str:
     if s.start_day:
         return s.start_day
     found = history.first_day(
-        discover_stores(s.state_db, s.hermes_home), default_warehouse(s).open(), busy_timeout_ms=s.busy_timeout_ms
+        discover_stores(s.state_db, s.hermes_home),
+        default_warehouse(s).open(),
+        readers=ReaderFactory(busy_timeout_ms=s.busy_timeout_ms),
     )
     today = dt.datetime.now(dt.UTC).date().isoformat()
     return min(found or today, today)  # a session a writer's fast clock put in tomorrow starts nothing later

@@ -11,9 +11,12 @@ import os
 import dagster as dg
 
 from hermes_assets.defs import settings
-from hermes_assets.lib import policy, projection
+from hermes_assets.lib import policy
 from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, discover_stores
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.stores import Store, discover_stores
 from hermes_assets.lib.warehouse import FileModes, Warehouse
 
 
@@ -26,6 +29,10 @@ class HermesStores(dg.ConfigurableResource):
 
     def stores(self) -> list[Store]:
         return discover_stores(self.state_db, self.hermes_home)
+
+    def readers(self) -> ReaderFactory:
+        """How the stores are opened (the busy budget belongs to the reader)."""
+        return ReaderFactory(busy_timeout_ms=self.busy_timeout_ms)
 
 
 class HermesWarehouse(dg.ConfigurableResource):
@@ -49,8 +56,8 @@ class UsagePolicy(dg.ConfigurableResource):
     def resolver(self) -> policy.PolicyResolver:
         return policy.PolicyResolver(self.list_path)
 
-    def projection_context(self, now_s: float) -> projection.ProjectionContext:
-        return projection.ProjectionContext(user_home=self.user_home, now_s=now_s)
+    def projection_context(self, now_s: float) -> ProjectionContext:
+        return ProjectionContext(user_home=self.user_home, now_s=now_s)
 
 
 class CaptureRuntime(dg.ConfigurableResource):

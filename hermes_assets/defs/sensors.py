@@ -62,7 +62,7 @@ def hermes_state_sensor(context: dg.SensorEvaluationContext, hermes: HermesStore
         stores,
         context.cursor,
         is_partition=daily_partitions.has_partition_key,
-        busy_timeout_ms=hermes.busy_timeout_ms,
+        readers=hermes.readers(),
         outcomes=lambda keys: run_outcomes(context.instance, keys),
         max_runs=settings.load().sensor_max_runs,
     )

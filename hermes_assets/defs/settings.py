@@ -31,10 +31,10 @@ from urllib.parse import urlparse
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hermes_assets.lib import logs, policy
-from hermes_assets.lib import state_db as store_discovery
+from hermes_assets.lib import logs, policy, stores
 from hermes_assets.lib import warehouse as warehouse_modes
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 
 EXECUTORS = ("in_process", "multiprocess", "k8s", "celery")
 LOG_FORMATS = logs.FORMATS
@@ -74,7 +74,7 @@ class Settings(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
-    hermes_home: Path = Field(default_factory=store_discovery.default_hermes_home)
+    hermes_home: Path = Field(default_factory=stores.default_hermes_home)
     state_db: str | None = None
     warehouse: Annotated[str, AfterValidator(_path_or_uri)]
     #: None: the day of the earliest session in the stores (``defs/partitions.py``)
@@ -84,7 +84,7 @@ class Settings(pydantic.BaseModel):
     executor: Literal[EXECUTORS] = "in_process"
     log_format: Literal[LOG_FORMATS] | None = None
     log_level: Literal[LOG_LEVELS] = "info"
-    busy_timeout_ms: PositiveInt = store_discovery.DEFAULT_BUSY_TIMEOUT_MS
+    busy_timeout_ms: PositiveInt = DEFAULT_BUSY_TIMEOUT_MS
     file_mode: Literal[FILE_MODES] = "private"
     spool: Path | None = None
     workers: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)

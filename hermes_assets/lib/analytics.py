@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.generations import canonical_session_id
+from hermes_assets.lib import ids, schemas
 from hermes_assets.lib.loading import DatasetDays
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS, Warehouse, WriteResult, source_deleted_mask
 
@@ -170,7 +169,7 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
     for s in sessions.to_pylist():
         key = (s["store"], s["id"])
         own = own_model[key] = _model(s["model"])
-        canonical[canonical_session_id(s["store_label"], s["id"], s["generation"] or 1)] = key
+        canonical[ids.session_id(s["store_label"], s["id"], s["generation"] or 1)] = key
         acc[own]["sessions"].add(key)
         for source in _usage_entries(s["usage_by_model"]) or [s]:
             row = acc[_model(source.get("model"))]

@@ -47,11 +47,15 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import copies, errors, logs, policy, projection, schemas
+from hermes_assets.lib import errors, logs, policy, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
+from hermes_assets.lib.projection import copies, gateway, raw
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.projection.header import SessionInput
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import (
     CAPTURE_DATASETS,
     GATEWAY,
@@ -79,15 +83,6 @@ PARALLEL_MIN_SESSIONS = 1500
 READ = "read"
 MISSING = "missing"  # not installed (discovery): nothing to read, its rows untouched
 FAILED = "failed"  # a store-level error: its rows untouched, the run fails naming it
-
-#: what a failed store's error says (the exception of its ``error_kind`` is raised at the end)
-_STORE_ERRORS = (
-    errors.StoreBusy,
-    errors.StoreCorrupt,
-    errors.StoreReplaced,
-    errors.NotAHermesStore,
-    errors.StoreMissing,
-)
 
 
 @dataclass
@@ -180,6 +175,8 @@ class CapturePlan:
     policy: PolicyCounts | None = None
     #: store path -> table -> the columns this contract does not name (D22), stores with some only
     unknown_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    #: how the stores are opened again to read the days (the busy budget, SPEC §1)
+    readers: ReaderFactory = field(default_factory=ReaderFactory)
 
     def sessions_in_range(self) -> int:
         wanted = set(self.days)
@@ -231,26 +228,25 @@ def plan_capture(
     first_day: str | None = None,
     last_day: str | None = None,
     now_s: float | None = None,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    readers: ReaderFactory | None = None,
 ) -> CapturePlan:
     """Place every session of every store on its day (one statement over ``sessions``
     per store). A missing store is a state; a store that cannot be read is a failure
     recorded in its :class:`StorePlan`, never raised here."""
     read_at = time.time() if now_s is None else now_s
     wanted = set(days)
-    plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at)
+    readers = readers or ReaderFactory()
+    plan = CapturePlan(days=sorted(wanted), stores=[], read_at=read_at, readers=readers)
     statements: Counter = Counter()
     for store in stores:
         sp = StorePlan(store)
         plan.stores.append(sp)
         try:
-            if not store.exists():
-                raise FileNotFoundError(store.path)
-            with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=read_at) as reader:
+            with readers.open(store, read_at) as reader:
                 index = reader.session_index()
                 unknown = reader.unknown_columns()
                 statements.update(reader.statements)
-        except (FileNotFoundError, errors.StoreMissing) as exc:  # not installed, vanished, or not created yet
+        except (FileNotFoundError, errors.StoreAbsent) as exc:  # not installed, vanished, or not created yet
             if store.explicit and not store.exists():
                 _fail(sp, store.missing_error())
             else:
@@ -259,10 +255,10 @@ def plan_capture(
                     "hermes.store.missing",
                     path=store.path,
                     store=store.label,
-                    reason=str(exc) if isinstance(exc, errors.StoreMissing) else "no file",
+                    reason=str(exc) if isinstance(exc, errors.StoreAbsent) else "no file",
                 )
             continue
-        except _STORE_ERRORS as exc:
+        except errors.STORE_ERRORS as exc:
             _fail(sp, exc)
             continue
         if unknown:  # D22: once per store and run; the cells are kept in extra_columns
@@ -414,9 +410,8 @@ class DayRows:
 def project_day(
     plan: CapturePlan,
     day: str,
-    ctx: projection.ProjectionContext,
+    ctx: ProjectionContext,
     *,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     births: dict[str, Births] | None = None,
 ) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store) and
@@ -426,7 +421,7 @@ def project_day(
     a reused id with another birth gets the next generation (D15).
     """
     with _gc_paused():
-        return _project_day(plan, day, ctx, busy_timeout_ms, births or {})
+        return _project_day(plan, day, ctx, births or {})
 
 
 @contextlib.contextmanager
@@ -443,9 +438,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _project_day(
-    plan: CapturePlan, day: str, ctx: projection.ProjectionContext, busy_timeout_ms: int, births: dict[str, Births]
-) -> DayRows:
+def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: dict[str, Births]) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
@@ -458,7 +451,7 @@ def _project_day(
             continue
         ancestors = sp.ancestors_off(kept)
         try:
-            with StoreReader(sp.store, busy_timeout_ms=busy_timeout_ms, now_s=plan.read_at) as reader:
+            with plan.readers.open(sp.store, plan.read_at) as reader:
                 read = reader.read_day_lineage(
                     day,
                     [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
@@ -466,8 +459,10 @@ def _project_day(
                 )
                 unknown, selected = reader.unknown_columns(), reader.selected["messages"]
                 statements.update(reader.statements)
-        except (FileNotFoundError, *_STORE_ERRORS) as exc:
-            if isinstance(exc, FileNotFoundError):
+        except (FileNotFoundError, errors.StoreAbsent, *errors.STORE_ERRORS) as exc:
+            if isinstance(exc, errors.StoreAbsent):  # read at the plan, being created again now
+                exc = errors.StoreMissing(str(exc), path=exc.path)
+            elif isinstance(exc, FileNotFoundError):
                 exc = (
                     sp.store.missing_error()
                     if sp.store.explicit
@@ -490,38 +485,26 @@ def _project_day(
             if read.grouped
             else {}
         )
-        gateway = projection.GatewayColumns()
-        sessions = projection.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", ()))
-        messages = projection.messages_columns(
+        canonical = gateway.GatewayColumns()
+        sessions = raw.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", ()))
+        messages = raw.messages_columns(
             plan.read_at, tallies[MESSAGES], unknown.get("messages", ()), grouped=read.grouped, names=selected
         )
         gens, store_births = Generations(), births.get(sp.store.path) or Births()
         for bundle in bundles:
-            cls = sp.classes.get(bundle.sid, policy.FULL)
             session_gen, message_gens = gens.assign(store_births, bundle)
-            decoded: dict = {}  # each content cell decoded once, for both datasets that hold its text
-            copied = marks.get(bundle.sid)
-            projection.project_session(
+            item = SessionInput(
                 bundle,
-                gateway,
-                ctx,
-                tallies[GATEWAY],
-                policy_class=cls,
-                session_generation=session_gen,
-                message_generations=message_gens,
-                decoded=decoded,
-                marks=copied,
-            )
-            projection.session_row(
-                bundle,
-                sessions,
-                day=day,
-                scope_path=sp.scopes.get(bundle.sid, (None,))[0],
-                policy_class=cls,
+                policy_class=sp.classes.get(bundle.sid, policy.FULL),
                 generation=session_gen,
+                message_generations=message_gens,
+                marks=marks.get(bundle.sid),
+                scope_path=sp.scopes.get(bundle.sid, (None,))[0],
             )
-            projection.message_rows(bundle, messages, day=day, generations=message_gens, decoded=decoded, marks=copied)
-        for ds, builder in ((GATEWAY, gateway), (SESSIONS, sessions), (MESSAGES, messages)):
+            gateway.project_session(item, canonical, ctx, tallies[GATEWAY])
+            raw.session_row(item, sessions)
+            raw.message_rows(item, messages)
+        for ds, builder in ((GATEWAY, canonical), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens
     return DayRows(day, tables, tallies, generations, failures, statements, logged)
@@ -576,12 +559,11 @@ class ProjectedRun:
 
 def project_rows(
     plan: CapturePlan,
-    ctx: projection.ProjectionContext,
+    ctx: ProjectionContext,
     warehouse: Warehouse,
     *,
     staging: str,
     workers: int = 1,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     log_format: str | None = None,
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
 ) -> ProjectedRun:
@@ -601,7 +583,6 @@ def project_rows(
         "plan": plan,
         "ctx": ctx,
         "staging": staging,
-        "busy_timeout_ms": busy_timeout_ms,
         "log_format": log_format,
         "existing": existing,
         "file_mode": warehouse.modes.file,
@@ -628,7 +609,7 @@ def stage_day(state: dict, day: str) -> StagedDay:
     cheap to write and to map back; the Parquet encoding happens once, at the write."""
     plan = state["plan"]
     births = read_births(_warehouse(state), day, [sp.store.path for sp in plan.readable()], state["existing"])
-    rows = project_day(plan, day, state["ctx"], busy_timeout_ms=state["busy_timeout_ms"], births=births)
+    rows = project_day(plan, day, state["ctx"], births=births)
     order = {sp.store.path: i for i, sp in enumerate(state["plan"].stores)}
     datasets = {}
     for dataset, by_store in rows.tables.items():

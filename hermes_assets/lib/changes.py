@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from hermes_assets.lib import attempts
 from hermes_assets.lib.cursor import Cursor, load_cursor
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store
+from hermes_assets.lib.state_db import ReaderFactory
 from hermes_assets.lib.store_scan import (  # noqa: F401  (statuses and helpers, as callers know them here)
     _READ_STATUSES,
     FAILED,
@@ -59,6 +59,7 @@ from hermes_assets.lib.store_scan import (  # noqa: F401  (statuses and helpers,
     file_identity,
     scan_store,
 )
+from hermes_assets.lib.stores import Store
 
 log = get_logger()
 
@@ -153,7 +154,7 @@ def plan_tick(
     cursor_text: str | None,
     *,
     is_partition: Callable[[str], bool],
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    readers: ReaderFactory | None = None,
     now_s: float | None = None,
     outcomes: attempts.Outcomes | None = None,
     max_runs: int = 1 << 30,
@@ -170,10 +171,11 @@ def plan_tick(
     t0 = time.perf_counter()
     wall = time.time() if now_s is None else now_s
     cursor = load_cursor(cursor_text)
+    readers = readers or ReaderFactory()
     pending_before = dict(cursor.pending)
     scans, read = [], False
     for store in stores:  # stores not discovered, missing or failed keep their entry
-        scan, entry = scan_store(store, cursor.stores.get(store.path), busy_timeout_ms, now_s)
+        scan, entry = scan_store(store, cursor.stores.get(store.path), readers, now_s)
         scans.append(scan)
         if entry is not None:
             cursor.stores[store.path] = entry

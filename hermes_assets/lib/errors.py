@@ -1,8 +1,18 @@
-"""The typed errors of hermes_assets.
+"""The typed errors of hermes_assets, and the one list of their kinds (SPEC §9).
 
-Every failure the project reports has an ``error_kind`` (SPEC §9). Store-level
-kinds fail a run and change no partition file; cell-level kinds are counted
-(see :class:`ErrorTally`) and never raised.
+Every failure the project reports has an ``error_kind``. :data:`KINDS` names
+each one once, with its level (store, policy, cell, run), whether it is an
+error or a warning, and the exception that carries it when it is raised;
+every other list of kinds derives from it. Store-level errors fail a run and
+change no partition file; cell- and policy-level kinds are counted (see
+:class:`ErrorTally`) and never raised. A warning is counted and logged, and
+the data is kept whole.
+
+A store that is not there is one of two things (SPEC §1): Hermes not
+installed, or a store Hermes is still creating, is the idle case
+(:class:`StoreAbsent`, never an error); a file named in ``HERMES_STATE_DB``
+that does not exist is a configuration mistake (:class:`StoreMissing`,
+``store_missing``): a typo must never look like success.
 """
 
 from __future__ import annotations
@@ -10,7 +20,25 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-# Cell-level kinds (counted, never raised).
+ERROR, WARNING = "error", "warning"
+#: where a kind arises: a whole store (fails the run), the usage policy, one cell, the run's set-up
+STORE, POLICY, CELL, RUN = "store", "policy", "cell", "run"
+
+# Store level (a store that cannot be read: the run fails naming it, its rows untouched).
+STORE_BUSY = "store_busy"
+STORE_CORRUPT = "store_corrupt"
+STORE_REPLACED = "store_replaced"
+STORE_MISSING = "store_missing"
+NOT_A_HERMES_STORE = "not_a_hermes_store"
+# Store level, once per store and run (D22): columns of a newer Hermes, kept in ``extra_columns``.
+UNKNOWN_COLUMNS = "unknown_columns"
+# Run level: the run cannot start.
+POLICY_LIST_UNREADABLE = "policy_list_unreadable"
+CONFIGURATION_ERROR = "configuration_error"
+# Policy level (the session is ignored, counted).
+HYPIGNORE_UNREADABLE = "hypignore_unreadable"
+BAD_CLASS_TOKEN = "bad_class_token"
+# Cell level (counted, never raised).
 BAD_TOOL_CALLS = "bad_tool_calls"
 BAD_TIMESTAMP = "bad_timestamp"
 BAD_TEXT = "bad_text"
@@ -21,19 +49,6 @@ OUT_OF_RANGE_SESSION = "out_of_range_session"
 BAD_VALUE = "bad_value"
 #: D19: a ``system_prompt_hash`` that names no ``system_prompts`` row (the prompt reads as NULL)
 SYSTEM_PROMPT_MISSING = "system_prompt_missing"
-# Store level, once per store and run (D22): columns of a newer Hermes, kept in ``extra_columns``.
-UNKNOWN_COLUMNS = "unknown_columns"
-# Policy level (the session is ignored, counted).
-HYPIGNORE_UNREADABLE = "hypignore_unreadable"
-BAD_CLASS_TOKEN = "bad_class_token"
-
-#: kinds that are warnings: counted and logged, but the data is kept whole.
-WARNING_KINDS = frozenset({OVERSIZED_CELL, "store_replaced", BAD_CLASS_TOKEN, SYSTEM_PROMPT_MISSING, UNKNOWN_COLUMNS})
-
-
-def error_count(by_kind: dict[str, int]) -> int:
-    """Errors proper in counts by ``error_kind`` (the warnings of :data:`WARNING_KINDS` excluded)."""
-    return sum(n for kind, n in by_kind.items() if kind not in WARNING_KINDS)
 
 
 class HermesAssetsError(Exception):
@@ -46,47 +61,110 @@ class HermesAssetsError(Exception):
         self.path = path
 
 
-class StoreMissing(HermesAssetsError):
-    """Not a failure but a state (SPEC R9): no store, or one Hermes has created but
-    not yet given its tables. Callers treat it as "nothing to capture yet"."""
+class StoreAbsent(Exception):
+    """Not a failure but a state (SPEC R9): no store (Hermes not installed), or one Hermes
+    has created but not yet given its tables. Callers treat it as "nothing to capture yet"."""
 
-    error_kind = "store_missing"
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class StoreMissing(HermesAssetsError):
+    """A store the run must read is not there: a file named in ``HERMES_STATE_DB`` that does
+    not exist (a typo), or a store that vanished while a run was reading it."""
+
+    error_kind = STORE_MISSING
 
 
 class StoreBusy(HermesAssetsError):
     """The store stayed locked past the retry budget, or a writer is mid-transaction."""
 
-    error_kind = "store_busy"
+    error_kind = STORE_BUSY
 
 
 class StoreCorrupt(HermesAssetsError):
     """SQLite reports the file as malformed or not a database."""
 
-    error_kind = "store_corrupt"
+    error_kind = STORE_CORRUPT
 
 
 class StoreReplaced(HermesAssetsError):
     """The file changed identity under us (new inode, ids went backwards)."""
 
-    error_kind = "store_replaced"
+    error_kind = STORE_REPLACED
 
 
 class NotAHermesStore(HermesAssetsError):
     """A SQLite file without the ``sessions`` and ``messages`` tables."""
 
-    error_kind = "not_a_hermes_store"
+    error_kind = NOT_A_HERMES_STORE
 
 
 class PolicyListUnreadable(HermesAssetsError):
     """The machine-local usage-policy list exists but cannot be read or parsed."""
 
-    error_kind = "policy_list_unreadable"
+    error_kind = POLICY_LIST_UNREADABLE
 
 
 class ConfigurationError(HermesAssetsError):
     """A setting (environment variable) that cannot be honoured."""
 
-    error_kind = "configuration_error"
+    error_kind = CONFIGURATION_ERROR
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One ``error_kind``: where it arises, how severe it is, what raises it (if anything does)."""
+
+    name: str
+    level: str
+    severity: str
+    exception: type[HermesAssetsError] | None = None
+
+
+#: every error_kind, once (SPEC §9)
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind(STORE_BUSY, STORE, ERROR, StoreBusy),
+        Kind(STORE_CORRUPT, STORE, ERROR, StoreCorrupt),
+        Kind(STORE_REPLACED, STORE, WARNING, StoreReplaced),
+        Kind(STORE_MISSING, STORE, ERROR, StoreMissing),
+        Kind(NOT_A_HERMES_STORE, STORE, ERROR, NotAHermesStore),
+        Kind(UNKNOWN_COLUMNS, STORE, WARNING),
+        Kind(POLICY_LIST_UNREADABLE, RUN, ERROR, PolicyListUnreadable),
+        Kind(CONFIGURATION_ERROR, RUN, ERROR, ConfigurationError),
+        Kind(HYPIGNORE_UNREADABLE, POLICY, ERROR),
+        Kind(BAD_CLASS_TOKEN, POLICY, WARNING),
+        Kind(BAD_TOOL_CALLS, CELL, ERROR),
+        Kind(BAD_TIMESTAMP, CELL, ERROR),
+        Kind(BAD_TEXT, CELL, ERROR),
+        Kind(BAD_ENVELOPE, CELL, ERROR),
+        Kind(OVERSIZED_CELL, CELL, WARNING),
+        Kind(OUT_OF_RANGE_SESSION, CELL, ERROR),
+        Kind(BAD_VALUE, CELL, ERROR),
+        Kind(SYSTEM_PROMPT_MISSING, CELL, WARNING),
+    )
+}
+
+#: kinds that are warnings: counted and logged, but the data is kept whole.
+WARNING_KINDS = frozenset(name for name, kind in KINDS.items() if kind.severity == WARNING)
+#: what reading one store can raise: it fails that store alone (SPEC §8, D18)
+STORE_ERRORS: tuple[type[HermesAssetsError], ...] = tuple(
+    kind.exception for kind in KINDS.values() if kind.level == STORE and kind.exception is not None
+)
+
+
+def error_count(by_kind: dict[str, int]) -> int:
+    """Errors proper in counts by ``error_kind`` (the warnings of :data:`WARNING_KINDS` excluded)."""
+    return sum(n for kind, n in by_kind.items() if kind not in WARNING_KINDS)
+
+
+def by_kind(error_kind: str) -> type[HermesAssetsError]:
+    """The exception class of a store- or run-level ``error_kind``."""
+    kind = KINDS.get(error_kind)
+    return kind.exception if kind is not None and kind.exception is not None else HermesAssetsError
 
 
 @dataclass(frozen=True)
@@ -104,22 +182,6 @@ class StoreFailure:
         if isinstance(exc, HermesAssetsError):
             return cls(path, label, exc.error_kind, str(exc))
         return cls(path, label, StoreCorrupt.error_kind, f"{path} cannot be read: {exc}")
-
-
-def by_kind(error_kind: str) -> type[HermesAssetsError]:
-    """The exception class of a store- or configuration-level ``error_kind``."""
-    for cls in (
-        StoreMissing,
-        StoreBusy,
-        StoreCorrupt,
-        StoreReplaced,
-        NotAHermesStore,
-        PolicyListUnreadable,
-        ConfigurationError,
-    ):
-        if cls.error_kind == error_kind:
-            return cls
-    return HermesAssetsError
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ not compare. A day's few hundred rows come to Python, hashed whole.
 **Placement** (SPEC §2) is computed in SQL where it is safe: a ``started_at``
 stored as a number inside the sane window and more than one second from its
 edges, placed with the arithmetic of :func:`~hermes_assets.lib.timestamps.epoch_ms`
-(``floor(x * 1000 + 0.5)`` ms, UTC days of 86,400,000 ms). Every other session
+(:func:`~hermes_assets.lib.timestamps.round_ms_sql`, UTC days of 86,400,000 ms). Every other session
 (NULL, text, out of range, on an edge; found through ``idx_sessions_started``,
 so few) is read alone and placed by :meth:`StoreReader.place_session`, the
 code of the assets' session index; its row's aggregates join its day's digest.
@@ -72,7 +72,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day
+from hermes_assets.lib.text_cells import as_text
+from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day, round_ms_sql
 
 #: short text columns whose content tier 1 compares on every tick: those Hermes rewrites
 #: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares); the
@@ -139,11 +140,6 @@ def digest(rows: Iterable[tuple]) -> str:
     return h.hexdigest()
 
 
-def _text(value) -> object:
-    """A cell fetched as bytes, as the assets' reader sees it (decoded, bad bytes replaced)."""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 @dataclass
 class Tier1:
     """Tier 1 of one store: a digest per day."""
@@ -159,11 +155,11 @@ class Fingerprinter:
     def __init__(self, reader: StoreReader):
         self.reader = reader
         info = reader.fetch_raw("PRAGMA table_info(sessions)")
-        names = sorted(_text(r[1]) for r in info)
+        names = sorted(as_text(r[1]) for r in info)
         present = set(names)
         #: the columns and their declared types: part of every day's tier 1, so that a
         #: schema change (a Hermes upgrade adding columns) is a change of every day
-        self.schema = repr(sorted((_text(r[1]), _text(r[2])) for r in info)).encode()
+        self.schema = repr(sorted((as_text(r[1]), as_text(r[2])) for r in info)).encode()
         indexes = reader.indexes
         col = lambda name: _q(name) if name in present else "NULL"  # noqa: E731
         self.started, self.ended = col("started_at"), col("ended_at")
@@ -171,10 +167,7 @@ class Fingerprinter:
         # numbered parameters: the interior of the sane window in seconds (SPEC §2), less
         # one second at each edge; statements add theirs from ?3
         self.params = (SANE_MIN_S + 1, now + SANE_AHEAD_S - 1)
-        self.day_sql = (
-            f"(CASE WHEN {self.started} BETWEEN ?1 AND ?2 "
-            f"THEN CAST({self.started} * 1000.0 + 0.5 AS INTEGER) / {DAY_MS} END)"
-        )
+        self.day_sql = f"(CASE WHEN {self.started} BETWEEN ?1 AND ?2 THEN {round_ms_sql(self.started)} / {DAY_MS} END)"
         inactive = "0"
         if "active" in reader.columns.get("messages", ()) and "idx_messages_session_active" in indexes:
             inactive = "(SELECT count(*) FROM messages AS m WHERE m.session_id = s.id AND m.active = 0)"
@@ -185,7 +178,7 @@ class Fingerprinter:
         # the number columns in one float sum per row: a column Hermes may leave NULL gets
         # its own ifnull; those with a default (counts, totals, flags) are summed bare and
         # the sum is NULL-guarded once (a NULL there is raw SQL: tier 2 sees the rest)
-        declared = {_text(r[1]): (bool(r[3]) or r[4] is not None) for r in info}
+        declared = {as_text(r[1]): (bool(r[3]) or r[4] is not None) for r in info}
         nullable, defaulted = [], []
         for i, (c, scale) in enumerate((("ended_at", 1), *TIER1_NUMBERS)):
             if c in present:
@@ -215,7 +208,7 @@ class Fingerprinter:
         usage = (
             reader.fetch_raw("PRAGMA table_info(session_model_usage)") if "session_model_usage" in reader.tables else []
         )
-        kinds = {_text(r[1]): str(_text(r[2]) or "").upper() for r in usage}
+        kinds = {as_text(r[1]): str(as_text(r[2]) or "").upper() for r in usage}
         numbers = [c for c, t in sorted(kinds.items()) if "INT" in t or "REAL" in t]
         texts = [c for c in sorted(kinds) if c not in numbers]
         weighted = " + ".join(f"ifnull({_k(i)} * {_q(c, 'u')}, {_NULL})" for i, c in enumerate(numbers)) or "0"
@@ -244,7 +237,10 @@ class Fingerprinter:
                 f"SELECT s.rowid, s.id, {self.started}, {self.ended} FROM sessions AS s WHERE {where}", self.params
             )
             self._odd = {
-                rowid: (str(_text(raw_id)), self.reader.place_session(_text(raw_id), _text(started), _text(ended)))
+                rowid: (
+                    str(as_text(raw_id)),
+                    self.reader.place_session(as_text(raw_id), as_text(started), as_text(ended)),
+                )
                 for rowid, raw_id, started, ended in rows
             }
         return self._odd
@@ -255,9 +251,9 @@ class Fingerprinter:
         select = f"SELECT s.rowid, s.id, {self.day_sql} FROM sessions AS s"
         for rowid, raw_id, day_number in self._where_in(select, "s.id", list(sids)):
             if day_number is not None:
-                out[str(_text(raw_id))] = day_name(day_number)
+                out[str(as_text(raw_id))] = day_name(day_number)
             else:
-                out[str(_text(raw_id))] = self.odd_sessions().get(rowid, (None, None))[1]
+                out[str(as_text(raw_id))] = self.odd_sessions().get(rowid, (None, None))[1]
         return out
 
     def _where_in(self, select: str, column: str, values: list) -> Iterator[tuple]:
@@ -360,7 +356,7 @@ class Fingerprinter:
             f"SELECT u.rowid, u.session_id, {seen} FROM session_model_usage AS u WHERE u.rowid > ? OR {seen} > ?",
             (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S),
         )
-        changed = {str(_text(sid)) for rowid, sid, t in rows if (rowid, t) not in known}
+        changed = {str(as_text(sid)) for rowid, sid, t in rows if (rowid, t) not in known}
         top = max([top, *(r for r, _, _ in rows)])
         times = [t for _, _, t in rows if isinstance(t, (int, float))]  # a text cell: raw SQL, tier 2's
         newest = max([*times, *([newest] if newest is not None else [])], default=None)

@@ -6,7 +6,7 @@ it had already used. A message is therefore known by its key *and its birth*
 (``role``, ``timestamp`` in ms, its session); a session by its id and its
 ``started_at``. A stored message whose key matches a captured row but whose
 birth differs is another message: it gets the next *generation* (its ids carry
-``.g<n>``), and the captured row stays, flagged ``replaced``.
+``.g<n>``, :mod:`hermes_assets.lib.ids`), and the captured row stays, flagged ``replaced``.
 
 The generation of a message is 1, or 1 + the highest generation already
 captured for the same (store, sid, mid) with a different birth, in that
@@ -123,18 +123,3 @@ def _generations(table: pa.Table) -> list[int]:
 def _ms(column: pa.ChunkedArray) -> list[int | None]:
     """A ``timestamp[ms]`` column as epoch ms."""
     return pc.cast(column, pa.int64()).to_pylist()
-
-
-def suffix(generation: int) -> str:
-    """What a generation adds to an id: nothing for the first, ``.g<n>`` after."""
-    return "" if generation <= 1 else f".g{generation}"
-
-
-def of_suffix(tail: str) -> int:
-    """The generation an id's tail says: ``""`` -> 1, ``".g2"`` -> 2 (the reverse of :func:`suffix`)."""
-    return int(tail[2:]) if tail.startswith(".g") and tail[2:].isdigit() else 1
-
-
-def canonical_session_id(store_label: str | None, sid: str, generation: int = 1) -> str:
-    """``session_id`` of a session's canonical rows: ``hermes-<scoped sid>[.g<n>]`` (SPEC §1, D15)."""
-    return "hermes-" + (f"{store_label}:{sid}" if store_label else sid) + suffix(generation)

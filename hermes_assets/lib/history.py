@@ -23,7 +23,8 @@ import time
 
 from hermes_assets.lib import errors
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import DEFAULT_BUSY_TIMEOUT_MS, Store, StoreReader
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, ms_day, sane_instant
 from hermes_assets.lib.warehouse import SESSIONS, Warehouse
 
@@ -37,12 +38,16 @@ EARLIEST_SESSION_SQL = (
 )
 
 
-def earliest_session_ms(store: Store, now_s: float, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> int | None:
-    """The earliest sane ``started_at`` of one store, in ms; None when it has no session (or no file)."""
+def earliest_session_ms(store: Store, now_s: float, readers: ReaderFactory | None = None) -> int | None:
+    """The earliest sane ``started_at`` of one store, in ms; None when it has no session (or no
+    file, or Hermes is still creating it: the idle case)."""
     if not store.exists():
         return None
-    with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
-        rows = reader.fetch_raw(EARLIEST_SESSION_SQL, (SANE_MIN_S, now_s + SANE_AHEAD_S))
+    try:
+        with (readers or ReaderFactory()).open(store, now_s) as reader:
+            rows = reader.fetch_raw(EARLIEST_SESSION_SQL, (SANE_MIN_S, now_s + SANE_AHEAD_S))
+    except errors.StoreAbsent:
+        return None
     instants = [ms for (cell,) in rows if (ms := sane_instant(cell, now_s)) is not None]
     return min(instants, default=None)
 
@@ -52,7 +57,7 @@ def first_day(
     warehouse: Warehouse | None = None,
     *,
     now_s: float | None = None,
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    readers: ReaderFactory | None = None,
 ) -> str | None:
     """The UTC day of the earliest session of ``stores``, or of the earliest day captured in a
     local ``warehouse`` if that is earlier; None when there is neither (no history yet)."""
@@ -60,7 +65,7 @@ def first_day(
     days = []
     for store in stores:
         try:
-            ms = earliest_session_ms(store, now_s, busy_timeout_ms)
+            ms = earliest_session_ms(store, now_s, readers)
         except (errors.HermesAssetsError, OSError) as exc:
             failure = errors.StoreFailure.of(store.path, store.label, exc)
             log.warning(

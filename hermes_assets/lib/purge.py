@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib import ids, schemas
 from hermes_assets.lib.capture import STAGED_SUFFIXES, read_staged, write_staged
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.policy import is_under, under
@@ -57,7 +57,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     canonical: set[str] = set()
     raw: set[tuple[str, str]] = set()  # (store, sid)
     if session_id:
-        canonical.add(session_id if session_id.startswith("hermes-") else "hermes-" + session_id)
+        canonical.add(ids.canonical(session_id))
     children: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     staged = _staged_files(warehouse)
     columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
@@ -67,36 +67,35 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     ]
     for table in session_tables:
         for row in table.to_pylist():
-            scoped = f"{row['store_label']}:{row['id']}" if row["store_label"] else row["id"]
+            scoped = ids.scoped_sid(row["store_label"], row["id"])
+            own = ids.session_id(row["store_label"], row["id"])
             if row["parent_session_id"]:
-                children.setdefault((row["store"], row["parent_session_id"]), []).append(
-                    (row["store"], row["id"], scoped)
-                )
-            hit = ("hermes-" + scoped) in canonical or (session_id in (row["id"], scoped))
+                children.setdefault((row["store"], row["parent_session_id"]), []).append((row["store"], row["id"], own))
+            hit = own in canonical or (session_id in (row["id"], scoped))
             if scope and row["scope_path"] is not None:
                 hit = hit or is_under(row["scope_path"], scope)
             if hit:
                 raw.add((row["store"], row["id"]))
-                canonical.add("hermes-" + scoped)
+                canonical.add(own)
     # a session's subagents and continuations inherit its class (SPEC §7): purge them too
     todo = list(raw)
     while todo:
-        for store, sid, scoped in children.get(todo.pop(), []):
+        for store, sid, own in children.get(todo.pop(), []):
             if (store, sid) not in raw:
                 raw.add((store, sid))
-                canonical.add("hermes-" + scoped)
+                canonical.add(own)
                 todo.append((store, sid))
     result = PurgeResult()
 
-    ids = pa.array(sorted(canonical), pa.string())
+    purged = pa.array(sorted(canonical), pa.string())
 
     def gateway_keep(table: pa.Table):
         session_ids = table.column("session_id")
         if pa.types.is_dictionary(session_ids.type):
             session_ids = pc.cast(session_ids, pa.string())
         # every generation of a session (``hermes-<sid>.g<n>``, D15) is that session
-        base = pc.replace_substring_regex(session_ids, pattern=r"\.g[0-9]+$", replacement="")
-        drop = pc.or_(pc.is_in(session_ids, value_set=ids), pc.is_in(base, value_set=ids))
+        base = ids.without_generation(session_ids)
+        drop = pc.or_(pc.is_in(session_ids, value_set=purged), pc.is_in(base, value_set=purged))
         if scope:
             drop = pc.or_(drop, under(table.column("cwd"), scope))
         return pc.invert(drop)

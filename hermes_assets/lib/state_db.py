@@ -1,29 +1,22 @@
-"""Read a Hermes ``state.db`` read-only (SPEC §1).
+"""What is read from a Hermes ``state.db`` (SPEC §1, §2, §8): a reader of one store.
 
-The store is live: Hermes writes it in WAL mode while we read. We open it with
-``mode=ro``, probe which columns this store's schema has, read one day of one
-store in one short read transaction (never one across days), retry
-busy/locked on the primary result code, and turn SQLite's failures into the
-typed errors of :mod:`hermes_assets.lib.errors`.
+:class:`StoreReader` reads over one read-only connection
+(:mod:`hermes_assets.lib.store_connection`: ``mode=ro``, busy retry, typed
+errors): the session index that places every session on its day, one day's
+sessions whole in one short read transaction (never one across days), columns
+selected by name whatever the schema version, and the marks change detection
+compares. :class:`ReaderFactory`, handed out by the Hermes stores resource,
+opens readers with the run's busy budget.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import shutil
-import sqlite3
-import tempfile
 import time
-import urllib.parse
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from hermes_assets.lib import copies, errors, extra_columns, prompts
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib import prompts
+from hermes_assets.lib.projection import copies, extra_columns
 from hermes_assets.lib.schemas import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -31,138 +24,13 @@ from hermes_assets.lib.schemas import (
     V23_MESSAGE_COLUMNS,
     V23_SESSION_COLUMNS,
 )
+from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS, StoreConnection
+from hermes_assets.lib.stores import Store
+from hermes_assets.lib.text_cells import bad_cells, bad_text_count, text_or_none
 from hermes_assets.lib.timestamps import DayNames, ms_day, sane_instant, session_start_ms
 
-log = get_logger()
-
-STORE_FILE = "state.db"
-#: the first table Hermes's schema script creates: with it but without sessions/messages,
-#: the store is mid-creation (Hermes runs its schema one statement at a time)
-HERMES_FIRST_TABLE = "schema_version"
-DEFAULT_BUSY_TIMEOUT_MS = 2000
 #: sessions per ``IN (...)`` statement: bounds one statement's memory and time.
 SESSION_CHUNK = 200
-
-# SQLite result codes (primary = code & 0xFF).
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
-_SQLITE_CORRUPT, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 11, 14, 26
-_READONLY_ROLLBACK = _SQLITE_READONLY | (3 << 8)
-_READONLY_CANTINIT = _SQLITE_READONLY | (5 << 8)
-_READONLY_DIRECTORY = _SQLITE_READONLY | (6 << 8)
-
-
-# --------------------------------------------------------------------------
-# stores and their discovery
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Store:
-    """One Hermes store: where it is and how its ids are scoped (SPEC §1).
-
-    ``explicit``: named in ``HERMES_STATE_DB`` (a file that must exist), as
-    opposed to found by discovery (absent = Hermes not installed, the idle case).
-    """
-
-    path: str
-    label: str = ""
-    profile: str | None = None
-    explicit: bool = False
-
-    def scoped(self, sid: str) -> str:
-        return f"{self.label}:{sid}" if self.label else sid
-
-    @property
-    def path_hash(self) -> str:
-        return hashlib.sha256(self.path.encode("utf-8")).hexdigest()[:16]
-
-    @property
-    def file(self) -> str:
-        """The file to open: the store's path (a test may read a copy under another name)."""
-        return self.path
-
-    def exists(self) -> bool:
-        return os.path.isfile(self.file)
-
-    def missing_error(self) -> errors.StoreMissing:
-        return errors.StoreMissing(
-            f"HERMES_STATE_DB names {self.path}, which does not exist: check the path "
-            "(unset HERMES_STATE_DB to use the Hermes home's own store).",
-            path=self.path,
-        )
-
-
-def default_hermes_home() -> str:
-    """Hermes's own default home, ``~/.hermes``."""
-    return os.path.join(os.path.expanduser("~"), ".hermes")
-
-
-def discover_stores(state_db: str | None = None, hermes_home: str | None = None) -> list[Store]:
-    """The stores to read: ``state_db`` (``HERMES_STATE_DB``) if given, else the Hermes
-    home and its profiles.
-
-    The default store is listed even when it does not exist (a missing store is a
-    state, not an error: SPEC R9); profiles are listed when their file exists.
-    """
-    if state_db and state_db.strip():
-        return _explicit_stores([p for p in state_db.split(":") if p.strip()])
-    home = os.path.abspath(os.path.expanduser(hermes_home or default_hermes_home()))
-    stores = [Store(os.path.join(home, STORE_FILE))]
-    profiles = Path(home, "profiles")
-    if profiles.is_dir():
-        for db in sorted(profiles.glob(f"*/{STORE_FILE}")):
-            name = db.parent.name
-            stores.append(Store(str(db.absolute()), label=name, profile=name))
-    return stores
-
-
-def _explicit_stores(paths: list[str]) -> list[Store]:
-    paths = [os.path.abspath(os.path.expanduser(p.strip())) for p in paths]
-    if len(paths) == 1 and not os.path.isdir(paths[0]):
-        return [Store(paths[0], explicit=True)]
-    stores: list[Store] = []
-    for path in paths:
-        if os.path.isdir(path):
-            for db in sorted(Path(path).rglob(STORE_FILE)):
-                rel = os.path.relpath(db.parent, path)
-                stores.append(Store(str(db), label="" if rel == "." else rel.replace(os.sep, "/")))
-        else:
-            stores.append(Store(path, label=os.path.basename(os.path.dirname(path)), explicit=True))
-    labels = [s.label for s in stores]
-    clashes = sorted({label for label in labels if labels.count(label) > 1})
-    if clashes:
-        raise errors.ConfigurationError(
-            f"HERMES_STATE_DB names several stores with the same label {clashes}: "
-            "labels come from each store's folder name; put the stores in folders with distinct names."
-        )
-    return stores
-
-
-# --------------------------------------------------------------------------
-# text decoding (SPEC §1 "Text")
-# --------------------------------------------------------------------------
-
-
-class _Undecodable(Exception):
-    """A fetched TEXT cell is not valid UTF-8 (internal: triggers the per-cell re-read)."""
-
-
-class BadText(str):
-    """A TEXT cell that was not valid UTF-8, decoded with U+FFFD replacements."""
-
-    __slots__ = ()
-
-
-#: how many cells failed strict UTF-8 in this process (cheap "did anything go wrong" probe)
-_BAD_TEXT_SEEN = [0]
-
-
-def _decode_text(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        _BAD_TEXT_SEEN[0] += 1
-        return BadText(raw.decode("utf-8", "replace"))
 
 
 # --------------------------------------------------------------------------
@@ -217,118 +85,24 @@ class SessionIndexEntry:
 
 
 @dataclass
-class StoreReader:
-    """A read-only session on one store. Use as a context manager.
+class StoreReader(StoreConnection):
+    """A reader of one store, over one read-only connection. Use as a context manager.
 
-    ``statements`` counts the SQL statements run, by what they read
-    (``sessions_scan``, ``sessions_by_id``, ``messages_by_session`` ...): the
-    figures behind "the sessions table is scanned once per run".
+    ``now_s``: the clock of the sanity window (SPEC §5.1) that places sessions on days.
     """
 
-    store: Store
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
     now_s: float | None = None
 
     def __post_init__(self):
-        self._conn: sqlite3.Connection | None = None
-        self._tmpdir: str | None = None
-        self.columns: dict[str, set[str]] = {}
-        self.tables: set[str] = set()  # the store's tables and indexes, as the probe found them
-        self.indexes: set[str] = set()
+        super().__post_init__()
         self._index: dict[str, SessionIndexEntry] | None = None
         self._day_of = DayNames()
-        self.statements: Counter = Counter()
         if self.now_s is None:
             self.now_s = time.time()
 
-    # -- opening ------------------------------------------------------------
-
-    def __enter__(self) -> StoreReader:
-        self.open()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def open(self) -> None:
-        path = self.store.file
-        if not os.path.isfile(path):
-            raise FileNotFoundError(path)
-        try:
-            self._conn = self._connect(path, {"mode": "ro"})
-            self._probe()
-        except (sqlite3.Error, errors.HermesAssetsError) as exc:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            # The open is lazy: SQLite's error surfaces in _probe's first statement,
-            # which has already turned it into a typed error; look at its cause.
-            sqlite_exc = exc if isinstance(exc, sqlite3.Error) else exc.__cause__
-            code = getattr(sqlite_exc, "sqlite_errorcode", None)
-            if code not in (_READONLY_DIRECTORY, _READONLY_CANTINIT, _SQLITE_CANTOPEN):
-                if isinstance(exc, errors.HermesAssetsError):
-                    raise
-                raise self._translate(exc) from exc
-            self._open_in_readonly_directory(path, sqlite_exc)
-        log.debug("hermes.store.opened", store=self.store.label, path=path)
-
-    def _open_in_readonly_directory(self, path: str, first: sqlite3.Error) -> None:
-        """The -shm cannot be created, so nobody can be writing this store (SPEC §1)."""
-        if os.path.exists(path + "-journal"):
-            raise errors.StoreBusy(
-                f"{path} has a rollback journal and sits in a read-only folder; "
-                "it cannot be read consistently until its writer finishes.",
-                path=path,
-            ) from first
-        wal = path + "-wal"
-        try:
-            if os.path.exists(wal) and os.path.getsize(wal) > 0:
-                self._tmpdir = tempfile.mkdtemp(prefix="hermes-ro-")
-                copy = os.path.join(self._tmpdir, STORE_FILE)
-                shutil.copyfile(path, copy)
-                shutil.copyfile(wal, copy + "-wal")
-                self._conn = self._connect(copy, {"mode": "ro"})
-            else:
-                self._conn = self._connect(path, {"mode": "ro", "immutable": 1})
-            self._probe()
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from exc
-
-    def _connect(self, path: str, params: dict) -> sqlite3.Connection:
-        uri = "file:" + urllib.parse.quote(path) + "?" + urllib.parse.urlencode(params)
-        conn = sqlite3.connect(uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False)
-        conn.text_factory = str  # fast path; a chunk with invalid UTF-8 is re-read per cell
-        return conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
-
     def _probe(self) -> None:
-        entries = self._query("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'index')", what="schema")
-        tables = self.tables = {name for kind, name in entries if kind == "table"}
-        self.indexes = {name for kind, name in entries if kind == "index"}
-        if not {"sessions", "messages"} <= tables and (not tables or HERMES_FIRST_TABLE in tables):
-            # Hermes creates its schema one statement at a time: a store with no
-            # tables, or with some of Hermes's own but not yet these, is being born.
-            raise errors.StoreMissing(
-                f"{self.store.file} is still being created by Hermes (tables so far: {sorted(tables)}): "
-                "nothing to capture yet.",
-                path=self.store.file,
-            )
-        if not {"sessions", "messages"} <= tables:
-            raise errors.NotAHermesStore(
-                f"{self.store.file} is a SQLite file but has no sessions/messages tables; "
-                "point HERMES_STATE_DB at a Hermes state.db.",
-                path=self.store.file,
-            )
-        for table in ("sessions", "messages", "session_model_usage"):
-            if table in tables:
-                self.columns[table] = {r[1] for r in self._query(f"PRAGMA table_info({table})", what="schema")}
+        super()._probe()
+        # what this contract selects of the store's columns, and which it does not name
         self._unknown = {
             "sessions": extra_columns.unknown(self.columns["sessions"], SESSION_COLUMNS),
             "messages": extra_columns.unknown(self.columns["messages"], MESSAGE_COLUMNS),
@@ -347,91 +121,6 @@ class StoreReader:
         """``table -> [column]``: the ``sessions``/``messages`` columns this contract does not
         name (a Hermes newer than schema 31, D22), tables with none left out."""
         return {table: names for table, names in self._unknown.items() if names}
-
-    # -- statements with busy retry -------------------------------------------
-
-    def _query(self, sql: str, params: Iterable = (), what: str = "other") -> list[tuple]:
-        """Run one statement to completion; ``what`` names it in :attr:`statements`.
-
-        Outside :meth:`snapshot` a statement is its own short read transaction.
-        TEXT is decoded by SQLite's C path; if any cell is not valid UTF-8 the
-        statement is re-run decoding per cell, so one bad cell costs one re-read
-        and never fails the batch (SPEC §1 "Text").
-        """
-        self.statements[what] += 1
-        try:
-            return self._query_once(sql, params)
-        except _Undecodable:
-            self._conn.text_factory = _decode_text
-            try:
-                return self._query_once(sql, params)
-            finally:
-                self._conn.text_factory = str
-
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[None]:
-        """One read transaction around the statements inside: they all see the same
-        state of the store. Keep it short: an open read pins Hermes's WAL (SPEC §1)."""
-        self._statement("BEGIN")
-        try:
-            yield
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
-            raise
-        self._statement("COMMIT")  # a read transaction: ends the snapshot, writes nothing
-
-    def _statement(self, sql: str) -> None:
-        try:
-            self._conn.execute(sql)
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from exc
-
-    def _query_once(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        delay = 0.005
-        while True:
-            try:
-                return self._conn.execute(sql, tuple(params)).fetchall()
-            except sqlite3.Error as exc:
-                if (
-                    isinstance(exc, sqlite3.OperationalError)
-                    and "decode" in str(exc)
-                    and self._conn.text_factory is str
-                ):
-                    raise _Undecodable() from exc
-                code = getattr(exc, "sqlite_errorcode", 0) or 0
-                if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and time.monotonic() < deadline:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.1)
-                    continue
-                raise self._translate(exc) from exc
-
-    def _translate(self, exc: sqlite3.Error) -> errors.HermesAssetsError:
-        code = getattr(exc, "sqlite_errorcode", 0) or 0
-        path = self.store.file
-        if code == _READONLY_ROLLBACK:
-            return errors.StoreBusy(
-                f"{path} has a hot rollback journal ({path}-journal): a Hermes write was interrupted "
-                "mid-transaction, so the file is not read around it; nothing was written. Hermes rolls "
-                "the journal back the next time it opens the store; the next run will retry.",
-                path=path,
-            )
-        if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            return errors.StoreBusy(
-                f"{path} stayed locked by a Hermes writer for {self.busy_timeout_ms} ms "
-                f"({exc}); nothing was written, the next run will retry.",
-                path=path,
-            )
-        if code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in str(exc):
-            return errors.StoreCorrupt(
-                f"{path} is corrupt ({exc}); captured rows are kept. "
-                "Repair or restore the store (Hermes: `hermes doctor`), then re-run.",
-                path=path,
-            )
-        if isinstance(exc, errors.HermesAssetsError):
-            return exc
-        return errors.StoreCorrupt(f"{path} cannot be read: {exc}", path=path)
 
     # -- selecting by name ------------------------------------------------------
 
@@ -466,8 +155,8 @@ class StoreReader:
             index[str(raw_id)] = SessionIndexEntry(
                 raw_id,
                 self.place_session(raw_id, started, ended_at),
-                _text_or_none(source),
-                _text_or_none(cwd),
+                text_or_none(source),
+                text_or_none(cwd),
                 None if parent is None else str(parent) or None,
             )
         self._index = index
@@ -519,7 +208,7 @@ class StoreReader:
 
     def _read_chunk(self, day: str, sids: list[str], raw_ids: list) -> list[SessionBundle]:
         marks = ",".join("?" * len(raw_ids))
-        before = _bad_text_count()
+        before = bad_text_count()
         sessions = self._query(
             f"SELECT {self._select_list('sessions', SESSION_COLUMNS, extras=True, skip=V23_SESSION_COLUMNS)} "
             f"FROM sessions WHERE id IN ({marks})",
@@ -545,7 +234,7 @@ class StoreReader:
         u_names = [c[0] for c in USAGE_COLUMNS]
         rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}  # zip stops before the unknown columns
         missing = self._resolve_prompts(list(rows.values()))
-        bad = _bad_cells(sessions, messages, rows, self.selected, self._unknown) if _bad_text_count() != before else {}
+        bad = bad_cells(sessions, messages, rows, self.selected, self._unknown) if bad_text_count() != before else {}
         msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
         for row in messages:
             msg = dict(zip(m_names, row))
@@ -617,19 +306,6 @@ class StoreReader:
         )
         return {str(sid): n for sid, n in rows}
 
-    def fetch_raw(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        """One statement (its own short read transaction, busy retry), TEXT cells as ``bytes``.
-
-        Nothing is decoded: change detection compares bytes, so a cell that is not
-        valid UTF-8 costs nothing and never fails the statement.
-        """
-        factory = self._conn.text_factory
-        self._conn.text_factory = bytes
-        try:
-            return self._query_once(sql, params)
-        finally:
-            self._conn.text_factory = factory
-
     def place_session(self, raw_id, started, ended_at) -> str | None:
         """The day of one session from its cells, exactly as :meth:`session_index` places it (SPEC §2)."""
         ms = sane_instant(started, self.now_s)
@@ -638,42 +314,19 @@ class StoreReader:
         return self._fallback_day(raw_id, ended_at)
 
 
-def _text_or_none(value) -> str | None:
-    if value is None:
-        return None
-    return value if isinstance(value, str) else str(value)
+@dataclass(frozen=True)
+class ReaderFactory:
+    """How stores are opened: one value, handed out by the Hermes stores resource, that owns
+    the busy budget (SPEC §1 "Busy and locked"), so that nothing between the settings and a
+    read carries it. A plain value: it travels to worker processes with the run's plan."""
+
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+
+    def open(self, store: Store, now_s: float | None = None) -> StoreReader:
+        """A reader of ``store`` (not yet open: use it as a context manager)."""
+        return StoreReader(store, busy_timeout_ms=self.busy_timeout_ms, now_s=now_s)
 
 
 def _mid_key(msg: dict):
     mid = msg["id"]
     return (0, mid) if isinstance(mid, int) else (1, str(mid))
-
-
-def _bad_text_count() -> int:
-    return _BAD_TEXT_SEEN[0]
-
-
-def _bad_cells(
-    sessions: list[tuple],
-    messages: list[tuple],
-    resolved: dict[str, dict],
-    selected: dict[str, list[str]],
-    unknown: dict[str, list[str]],
-) -> dict[str, list]:
-    """``sid -> [(table, column, mid)]`` of the cells :func:`_decode_text` had to repair
-    (``resolved``: the session rows with their prompts in place, D19)."""
-    out: dict[str, list] = defaultdict(list)
-    s_names = selected["sessions"] + unknown["sessions"]
-    for row in sessions:
-        for name, value in zip(s_names, row):
-            if type(value) is BadText:
-                out[str(row[0])].append(("sessions", name, None))
-        prompt = resolved[str(row[0])]["system_prompt"]
-        if type(prompt) is BadText and prompt is not row[s_names.index("system_prompt")]:
-            out[str(row[0])].append(("sessions", "system_prompt", None))
-    m_names = selected["messages"] + unknown["messages"]
-    for row in messages:
-        for name, value in zip(m_names, row):
-            if type(value) is BadText:
-                out[str(row[1])].append(("messages", name, row[0]))
-    return out

@@ -74,7 +74,8 @@ from hermes_assets.lib import errors
 from hermes_assets.lib.cursor import DayMark, Rotation, StoreState
 from hermes_assets.lib.fingerprint import Fingerprinter
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.state_db import ReaderFactory
+from hermes_assets.lib.stores import Store
 
 log = get_logger()
 
@@ -144,7 +145,7 @@ def _settled_identity(before: dict, after: dict | None) -> dict:
 
 
 def scan_store(
-    store: Store, old: StoreState | None, busy_timeout_ms: int, now_s: float | None
+    store: Store, old: StoreState | None, readers: ReaderFactory, now_s: float | None
 ) -> tuple[StoreScan, StoreState | None]:
     """One store's scan and its new cursor entry (None: keep the old one)."""
     try:
@@ -161,11 +162,11 @@ def scan_store(
 
     try:
         if files_changed:
-            entry = _read(scan, old, identity, rotation, busy_timeout_ms, now_s)
+            entry = _read(scan, old, identity, rotation, readers, now_s)
         else:
-            with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
+            with readers.open(store, now_s) as reader:
                 entry = _rotate(scan, old, rotation, Fingerprinter(reader))
-    except (FileNotFoundError, errors.StoreMissing):
+    except (FileNotFoundError, errors.StoreAbsent):
         return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
     except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
         if isinstance(exc.__cause__, (sqlite3.ProgrammingError, sqlite3.InterfaceError)):
@@ -180,13 +181,13 @@ def _read(
     old: StoreState | None,
     identity: dict,
     rotation: Rotation,
-    busy_timeout_ms: int,
+    readers: ReaderFactory,
     now_s: float | None,
 ) -> StoreState:
     """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation."""
     store = scan.store
     old_days = {} if old is None else old.days
-    with StoreReader(store, busy_timeout_ms=busy_timeout_ms, now_s=now_s) as reader:
+    with readers.open(store, now_s) as reader:
         fp = Fingerprinter(reader)
         max_mid, seq = reader.message_marks()
         replaced = _replaced(old, identity, seq)

@@ -10,7 +10,10 @@ after "now": anything else is a bad timestamp (SPEC §9).
 
 Every place that turns a time cell into an instant or a day uses this module:
 the projection, the raw datasets, the day placement of sessions and the
-sensor. Nothing here reads the store.
+sensor. The rounding has three forms, one per engine that runs it:
+:func:`round_ms` (Python), :func:`round_ms_array` (Arrow, a column at a time)
+and :func:`round_ms_sql` (SQLite, the sensor's day placement); the tests hold
+the other two against :func:`round_ms`. Nothing here reads the store.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import datetime as dt
 import math
 import re
 from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 DAY_MS = 86_400_000
 #: the earliest sane instant: 2000-01-01T00:00:00Z, in seconds
@@ -34,13 +40,32 @@ _ISO = re.compile(
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+def round_ms(seconds: float) -> int:
+    """Epoch seconds as integer ms, rounded half up: ``floor(x * 1000 + 0.5)`` (SPEC §5.1)."""
+    return int((seconds * 1000 + 0.5) // 1)
+
+
+def round_ms_array(seconds: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """:func:`round_ms` of a float64 column, as float64 (NULL stays NULL)."""
+    return pc.floor(pc.add(pc.multiply(seconds, 1000.0), 0.5))
+
+
+def round_ms_sql(seconds: str) -> str:
+    """:func:`round_ms` as a SQLite expression over the SQL expression ``seconds`` (an INTEGER
+    or REAL value; NULL stays NULL). SQLite has no ``floor`` (it is an optional build), and
+    ``CAST(... AS INTEGER)`` truncates toward zero: one less below zero where it cut a fraction.
+    Exact wherever the ms fit in 64 bits (SQLite's CAST clamps beyond them)."""
+    v = f"({seconds} * 1000.0 + 0.5)"
+    return f"(CAST({v} AS INTEGER) - ({v} < CAST({v} AS INTEGER)))"
+
+
 def epoch_ms(value) -> int | None:
     """A time cell (REAL/INTEGER seconds, or TEXT per SPEC §5.1) as epoch ms; None if it is not a time."""
     kind = type(value)
     if kind is float or kind is int:
         if kind is float and not math.isfinite(value):
             return None
-        return int((value * 1000 + 0.5) // 1)
+        return round_ms(value)
     if kind is bytes:  # the sensor reads cells as bytes
         try:
             value = value.decode("ascii")

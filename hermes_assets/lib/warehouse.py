@@ -32,10 +32,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.generations import canonical_session_id, of_suffix
+from hermes_assets.lib import ids, schemas
+from hermes_assets.lib.jsonutil import dumps, loads
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.projection import dumps, loads
 
 log = get_logger()
 
@@ -811,7 +810,7 @@ def _fate(dataset: str, row: dict, attrs: dict | None, by_path: dict, by_hash: d
         if facts is None or sid is None:
             return KEEP
         session_gen, mid, gen = _gateway_generations(row, attrs)
-        end_row = row["message_id"].endswith("-session_end")
+        end_row = ids.is_end_row(row["message_id"])
     else:
         facts = by_path.get(row["store"])
         sid = row["id"] if dataset == SESSIONS else row["session_id"]
@@ -843,14 +842,14 @@ def _fate(dataset: str, row: dict, attrs: dict | None, by_path: dict, by_hash: d
 def _gateway_generations(row: dict, attrs: dict) -> tuple[int, int | None, int]:
     """``(session generation, mid, message generation)`` of a canonical row, from its ids:
     ``hermes-<scoped sid>[.g<n>]-<mid>[.g<n>]-<k>`` (SPEC D15)."""
-    base = canonical_session_id(attrs.get("hermes", {}).get("store"), attrs["gateway"]["native_id"])
-    session_gen = of_suffix(row["session_id"][len(base) :]) if row["session_id"].startswith(base) else 1
+    session_gen = ids.session_generation(
+        row["session_id"], attrs.get("hermes", {}).get("store"), attrs["gateway"]["native_id"]
+    )
     mid = row["provider_uuid"]
     mid = int(mid) if mid is not None and mid.isdigit() else None
     if mid is None:
         return session_gen, None, 1
-    mid_part = row["message_id"][len(row["session_id"]) + 1 :].rpartition("-")[0]
-    return session_gen, mid, of_suffix(mid_part[len(str(mid)) :])
+    return session_gen, mid, ids.message_generation(row["message_id"], row["session_id"], mid)
 
 
 def _flag(dataset: str, table: pa.Table, fates: list[str], attrs: list[dict | None]) -> pa.Table:

@@ -22,8 +22,8 @@ import pytest
 from hermes_assets.defs import capture as capture_defs
 from hermes_assets.lib import capture
 from hermes_assets.lib.policy import PolicyResolver
-from hermes_assets.lib.projection import ProjectionContext
-from hermes_assets.lib.state_db import discover_stores
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.stores import discover_stores
 from hermes_assets.lib.warehouse import FileModes, Warehouse
 from tests.defs.harness import SMALL_DAYS, step_output_metadata
 from tests.sensor.harness import SensorDriver

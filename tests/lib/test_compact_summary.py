@@ -22,7 +22,7 @@ from agent.context_compressor import (
 )
 from hermes_state import SessionDB
 
-from hermes_assets.lib.projection import MERGED_SUMMARY_DELIMITER, is_compact_summary
+from hermes_assets.lib.projection.content import MERGED_SUMMARY_DELIMITER, is_compact_summary
 from tests.support.project import project_store
 
 BODY = "## Active Task\nrename the config loader\n## Done\nread settings.py"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from hermes_assets.lib import history
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import Warehouse
 from tests.support.hermes_writer import DAY_S, START_S
 

@@ -15,7 +15,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from hermes_assets.lib import analytics, capture, errors, schemas, state_db
-from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.state_db import StoreReader
+from hermes_assets.lib.stores import Store
 from tests.support.project import NOW_S, USER_HOME, project_store, rows
 from tests.support.schema31 import Schema31Store, prompt_hash
 

@@ -1,5 +1,5 @@
 """Tests of the read-only store reader (SPEC §1, §2): opening, schema probing,
-discovery, session days, per-cell text decoding, busy stores."""
+session days, per-cell text decoding, busy stores (discovery: test_stores.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.errors import ConfigurationError, NotAHermesStore, StoreBusy, StoreCorrupt
-from hermes_assets.lib.state_db import Store, StoreReader, discover_stores
+from hermes_assets.lib.errors import NotAHermesStore, StoreBusy, StoreCorrupt
+from hermes_assets.lib.state_db import StoreReader
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
@@ -193,9 +194,9 @@ def test_empty_file_is_a_store_not_created_yet(tmp_path):
     failure; a sensor tick in that window must not error."""
     path = tmp_path / "state.db"
     path.write_bytes(b"")
-    with pytest.raises(errors.StoreMissing) as info:
+    with pytest.raises(errors.StoreAbsent) as info:
         StoreReader(Store(str(path))).open()
-    assert info.value.error_kind == "store_missing"
+    assert not isinstance(info.value, errors.HermesAssetsError)  # a state, with no error_kind
 
 
 def test_sqlite_file_with_other_tables_is_not_a_hermes_store(tmp_path):
@@ -222,73 +223,6 @@ def test_truncated_store_is_store_corrupt(fixture_copy):
     db.write_bytes(data[: len(data) // 3])
     with pytest.raises(StoreCorrupt):
         read_everything(Store(str(db)))
-
-
-# --------------------------------------------------------------------------
-# discovery and labels (SPEC §1, D14)
-# --------------------------------------------------------------------------
-
-
-def touch_store(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"")
-    return path
-
-
-def test_hermes_state_db_single_file_has_empty_label(tmp_path):
-    db = touch_store(tmp_path / "x" / "state.db")
-    assert discover_stores(str(db)) == [Store(str(db), label="", explicit=True)]
-
-
-def test_hermes_state_db_several_files_are_labelled_by_parent_folder(tmp_path):
-    a = touch_store(tmp_path / "laptop" / "state.db")
-    b = touch_store(tmp_path / "server" / "state.db")
-    stores = discover_stores(f"{a}:{b}")
-    assert [(s.path, s.label, s.profile, s.explicit) for s in stores] == [
-        (str(a), "laptop", None, True),
-        (str(b), "server", None, True),
-    ]
-
-
-def test_hermes_state_db_label_clash_is_a_configuration_error(tmp_path):
-    a = touch_store(tmp_path / "one" / "same" / "state.db")
-    b = touch_store(tmp_path / "two" / "same" / "state.db")
-    with pytest.raises(ConfigurationError) as info:
-        discover_stores(f"{a}:{b}")
-    assert "same" in str(info.value)
-
-
-def test_hermes_state_db_directory_labels_are_relative_folders(tmp_path):
-    root = tmp_path / "stores"
-    top = touch_store(root / "state.db")
-    m1 = touch_store(root / "m1" / "state.db")
-    deep = touch_store(root / "team" / "m2" / "state.db")
-    (root / "empty").mkdir()
-    stores = discover_stores(str(root))
-    assert sorted((s.path, s.label, s.explicit) for s in stores) == sorted(
-        [(str(top), "", False), (str(m1), "m1", False), (str(deep), "team/m2", False)]
-    )
-
-
-def test_hermes_home_with_profiles(tmp_path):
-    home = tmp_path / "hh"
-    work = touch_store(home / "profiles" / "work" / "state.db")
-    (home / "profiles" / "no-store").mkdir(parents=True)
-    stores = discover_stores(None, str(home))
-    assert stores[0] == Store(str(home / "state.db"))  # listed even though missing (R9)
-    assert not stores[0].exists()
-    assert [(s.path, s.label, s.profile) for s in stores[1:]] == [(str(work), "work", "work")]
-
-
-def test_default_home_is_dot_hermes_under_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    stores = discover_stores()
-    assert stores == [Store(str(tmp_path / ".hermes" / "state.db"))]
-
-
-def test_label_scopes_session_ids():
-    assert Store("/x/state.db").scoped("s1") == "s1"
-    assert Store("/x/state.db", label="work").scoped("s1") == "work:s1"
 
 
 # --------------------------------------------------------------------------
@@ -468,15 +402,6 @@ def test_lock_released_within_the_budget_is_retried_not_failed(delete_journal_co
         locker.close()
 
 
-def test_explicit_store_that_does_not_exist_is_listed_as_explicit(tmp_path):
-    """A store named in HERMES_STATE_DB is listed even when its file is missing, marked
-    explicit: a run then fails naming it (a typo must not look like success, SPEC §1)."""
-    path = tmp_path / "later" / "state.db"
-    (store,) = discover_stores(str(path))
-    assert store == Store(str(path), explicit=True) and not store.exists()
-    assert str(path) in str(store.missing_error()) and store.missing_error().error_kind == "store_missing"
-
-
 def test_one_day_is_one_read_transaction_and_none_is_held_between_days(tmp_path, monkeypatch):
     """SPEC §1 "Stream, briefly" and issue 11: a day's sessions, read in several
     statements (chunks of 2 here), all come from ONE snapshot: a message Hermes commits
@@ -530,5 +455,5 @@ def test_store_mid_creation_is_not_ready_rather_than_foreign(tmp_path):
     conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL)")
     conn.commit()
     conn.close()
-    with pytest.raises(errors.StoreMissing):
+    with pytest.raises(errors.StoreAbsent):
         StoreReader(Store(str(path))).open()

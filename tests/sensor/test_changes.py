@@ -10,7 +10,8 @@ import structlog
 from hermes_assets.lib import changes
 from hermes_assets.lib.cursor import CURSOR_VERSION
 from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.state_db import StoreReader
+from hermes_assets.lib.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
 A, B = "2026-06-01", "2026-06-02"

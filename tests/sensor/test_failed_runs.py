@@ -23,7 +23,7 @@ import structlog
 
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.lib import attempts, changes
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import MESSAGES
 from tests.sensor.harness import SENSOR, definitions
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter

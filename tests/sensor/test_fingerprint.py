@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.state_db import StoreReader
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.timestamps import SANE_MIN_S
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 

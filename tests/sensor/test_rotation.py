@@ -14,7 +14,7 @@ import math
 import pytest
 
 from hermes_assets.lib import changes
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib.stores import Store
 from tests.sensor.harness import SensorDriver
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 

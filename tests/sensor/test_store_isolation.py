@@ -212,7 +212,7 @@ def test_a_store_named_in_hermes_state_db_that_does_not_exist_is_a_named_failure
     """SPEC §1: a typo in HERMES_STATE_DB must not look like success: the tick skips naming
     the path and `store_missing`, where a missing default store is the quiet idle case."""
     from hermes_assets.lib import changes
-    from hermes_assets.lib.state_db import discover_stores
+    from hermes_assets.lib.stores import discover_stores
 
     typo = tmp_path / "typo" / "state.db"
     plan = changes.plan_tick(discover_stores(str(typo)), None, is_partition=lambda day: True)

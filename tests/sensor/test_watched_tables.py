@@ -19,7 +19,8 @@ import pytest
 
 from hermes_assets.lib import changes
 from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.state_db import Store, StoreReader
+from hermes_assets.lib.state_db import StoreReader
+from hermes_assets.lib.stores import Store
 from tests.sensor.harness import SensorDriver, checkpoint
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.schema31 import SESSIONS_COLUMNS, Store31
@@ -95,7 +96,7 @@ def test_usage_rows_already_seen_are_not_requested_again(usage_world):
     assert sensor.tick().days == [A]
     checkpoint(db)
     tick = sensor.tick()
-    assert tick.run_requests == [] and tick.skip.startswith("no change: the files of 1 store(s) moved")
+    assert tick.run_requests == [] and tick.skip.startswith("no change: Hermes wrote to the Hermes store")
 
 
 def test_main_loop_usage_of_an_old_day_is_requested(usage_world):

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hermes_assets.lib import capture, errors, schemas
+from hermes_assets.lib import capture, errors, ids, schemas
 from hermes_assets.lib.errors import CellError, ErrorTally
-from hermes_assets.lib.projection import NoGit, ProjectionContext
-from hermes_assets.lib.state_db import Store
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.state_db import ReaderFactory, StoreReader
+from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import GATEWAY, MESSAGES, SESSIONS
 
 #: the fixed "now" of every deterministic projection in the tests (2026-09-21)
@@ -38,14 +39,15 @@ JSON_COLUMNS = frozenset(
 
 
 @dataclass(frozen=True)
-class StoreCopy(Store):
-    """A store named ``path`` whose file is a copy elsewhere (``copy``): the rows name ``path``."""
+class CopyReaders(ReaderFactory):
+    """Opens each store from a copy elsewhere (``copies``: store path -> the copy's path):
+    the rows name the store's path, not the copy's."""
 
-    copy: str = ""
+    copies: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def file(self) -> str:
-        return self.copy
+    def open(self, store: Store, now_s: float | None = None) -> StoreReader:
+        file = dict(self.copies).get(store.path)
+        return StoreReader(store, busy_timeout_ms=self.busy_timeout_ms, now_s=now_s, file=file)
 
 
 def default_ctx(git=None, now_s: float = NOW_S) -> ProjectionContext:
@@ -79,7 +81,7 @@ class Projection:
         return rows(self.gateway, session_id)
 
     def session_rows(self, sid: str, label: str = "") -> list[dict]:
-        return self.rows("hermes-" + (f"{label}:{sid}" if label else sid))
+        return self.rows(ids.session_id(label, sid))
 
 
 def project_store(
@@ -99,12 +101,14 @@ def project_store(
     (day ``None``) are out of range: the plan reports them, as in a run.
     """
     store = store or Store(str(path))
+    readers = ReaderFactory()
     if as_store is not None:
-        store = StoreCopy(as_store.path, as_store.label, as_store.profile, copy=store.file)
+        readers = CopyReaders(copies=((as_store.path, store.path),))
+        store = as_store
     ctx = dataclasses.replace(ctx or default_ctx(now_s=now_s), now_s=now_s)
-    plan = capture.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s)
+    plan = capture.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s, readers=readers)
     days = sorted({d for d in plan.stores[0].days.values() if d is not None})
-    plan = capture.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s)
+    plan = capture.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s, readers=readers)
     if plan.failures():
         raise errors.by_kind(plan.failures()[0].error_kind)(plan.failures()[0].message)
     if policy_classes:

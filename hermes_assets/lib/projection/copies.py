@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 
+from hermes_assets.lib import ids
 from hermes_assets.lib.schemas import V23_MESSAGE_COLUMNS
 
 #: the ``messages`` columns the grouping reads, in the order of an ancestor row
@@ -130,7 +131,7 @@ def mark(
             mid, active = rows[i][0], rows[i][8]
             superseded = active is not None and not active and last_active.get(g, mid) > mid
             if head != i or superseded:
-                marks[mid] = (None if head == i else f"{scoped(sids[head])}-{rows[head][0]}", superseded)
+                marks[mid] = (None if head == i else ids.copy_of(scoped(sids[head]), rows[head][0]), superseded)
         out[sid] = marks
     return out
 

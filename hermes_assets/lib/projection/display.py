@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+from hermes_assets.lib.jsonutil import is_json, quote
+
 #: Hermes's ``MODEL_ONLY_DISPLAY_METADATA_KEY``
 MODEL_ONLY = "model_only"
 
@@ -23,17 +25,11 @@ def model_only(display_metadata) -> bool:
     a truthy ``model_only`` in the metadata object. A cell that is not a JSON object says no."""
     if not isinstance(display_metadata, str) or MODEL_ONLY not in display_metadata:
         return False
-    try:
+    try:  # read as Hermes reads it (Python's own json.loads), not by our stricter jsonutil.loads
         meta = json.loads(display_metadata)
     except (ValueError, RecursionError):
         return False
     return isinstance(meta, dict) and bool(meta.get(MODEL_ONLY))
-
-
-def _jstr(text: str) -> str:
-    if text.isascii() and text.isalnum():  # uids are hex: nothing to escape
-        return f'"{text}"'
-    return json.dumps(text, ensure_ascii=False)
 
 
 def hermes_fragment(msg: dict, mark: tuple[str | None, bool] | None) -> str:
@@ -43,16 +39,16 @@ def hermes_fragment(msg: dict, mark: tuple[str | None, bool] | None) -> str:
     out = ""
     uid = msg.get("message_uid")
     if uid and isinstance(uid, str):
-        out = '"message_uid":' + _jstr(uid)
+        out = '"message_uid":' + quote(uid)
     if mark is not None:
         copy_of, superseded = mark
         if copy_of is not None:
-            out += (',"copy_of":' if out else '"copy_of":') + _jstr(copy_of)
+            out += (',"copy_of":' if out else '"copy_of":') + quote(copy_of)
         if superseded:
             out += ',"superseded":true' if out else '"superseded":true'
     kind = msg.get("display_kind")
     if kind and isinstance(kind, str):
-        out += (',"display_kind":' if out else '"display_kind":') + _jstr(kind)
+        out += (',"display_kind":' if out else '"display_kind":') + quote(kind)
     meta = msg.get("display_metadata")
     if meta is not None and model_only(meta):
         out += ',"model_only":true' if out else '"model_only":true'
@@ -66,20 +62,7 @@ def with_fragment(attrs: str, fragment: str) -> str:
     return attrs.replace('"hermes":{', '"hermes":{' + fragment + ",", 1)
 
 
-def _not_json(name):
-    raise ValueError(f"{name} is not JSON")
-
-
-_STRICT = json.JSONDecoder(parse_constant=_not_json).decode
-
-
 def json_cell(value) -> str | None:
     """A JSON TEXT cell as the JSON column keeps it: the text when it is JSON (strict: no
     NaN), else None (the caller counts it: SPEC §9)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        _STRICT(value)
-    except (ValueError, RecursionError):
-        return None
-    return value
+    return value if isinstance(value, str) and is_json(value) else None

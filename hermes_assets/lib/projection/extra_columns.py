@@ -11,9 +11,8 @@ columns. Each run reports such columns once per store, as an
 from __future__ import annotations
 
 import base64
-import json
 
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+from hermes_assets.lib.jsonutil import dumps
 
 #: the tables whose unknown columns are kept
 TABLES = ("sessions", "messages")
@@ -29,7 +28,7 @@ def encode(names: list[str], values) -> str | None:
     """One row's unknown cells as a JSON object (None when the store has no unknown column)."""
     if not names:
         return None
-    return _DUMPS({name: _value(value) for name, value in zip(names, values)})
+    return dumps({name: _value(value) for name, value in zip(names, values)}, normalized=True)
 
 
 def _value(value):

@@ -1,0 +1,72 @@
+"""The session-end row (SPEC §5.2, §5.5, D4).
+
+It exists when ``ended_at`` is set (non-zero): role ``system``, part type
+``status``, no content, at ``ended_at``, last in the session's part list. It
+carries the session's *current* totals: usage, costs, API calls, per-model usage.
+"""
+
+from __future__ import annotations
+
+from hermes_assets.lib import errors, ids
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.jsonutil import dumps, normalize
+from hermes_assets.lib.projection.header import SessionHeader, SessionInput
+from hermes_assets.lib.timestamps import DayNames, sane_instant
+
+#: the session row's numbers the end row names in ``attributes.hermes``, when not null
+END_NUMBERS = ("end_reason", "estimated_cost_usd", "actual_cost_usd", "api_call_count")
+#: the session row's totals in the end row's ``attributes.usage`` (Hermes stores input net of cache)
+END_USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
+def end_row(
+    item: SessionInput,
+    header: SessionHeader,
+    index: int,
+    prev: str,
+    day_of: DayNames,
+    now_s: float,
+    tally: ErrorTally,
+) -> tuple | None:
+    """The end row's tuple (``gateway.ROW_COLUMNS`` order) at ``index``, after the part whose
+    id ``prev`` names; None when the session has not ended."""
+    s = item.bundle.session
+    if not s.get("ended_at"):  # unset, or zero
+        return None
+    ended_ms = sane_instant(s.get("ended_at"), now_s)
+    if ended_ms is None:
+        tally.add(errors.BAD_TIMESTAMP, header.scoped, None, "ended_at")
+        ended_ms = header.start_ms
+    end_hermes = {"session_end": True}
+    for key in END_NUMBERS:
+        if s.get(key) is not None:
+            end_hermes[key] = normalize(s[key])
+    models = item.usage_by_model()
+    if models:
+        end_hermes["usage_by_model"] = models
+    attrs = {
+        **header.attrs,
+        "hermes": {**end_hermes, **header.hermes},
+        "usage": {k: normalize(s.get(k)) for k in END_USAGE},
+    }
+    message_id = ids.end_row_id(header.session_id)
+    return (
+        message_id,
+        prev,
+        None,
+        index,
+        ended_ms,
+        "system",
+        ids.part_id(message_id),
+        "status",
+        "status",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        dumps(attrs, normalized=True),
+        day_of(ended_ms),
+    )

@@ -1,0 +1,143 @@
+"""The canonical rows of ``ai_gateway_messages_hermes``, column by column (SPEC §5).
+
+:func:`project_session` builds one session's rows from its header
+(:mod:`.header`), its messages' parts (:mod:`.parts`) and its end row
+(:mod:`.end_row`) into :class:`GatewayColumns`: one tuple per row for the
+columns that vary, one per session for those constant over it, turned into an
+Arrow table without a per-row dict.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from hermes_assets.lib import schemas
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.projection.arrays import arrow_array
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.projection.end_row import end_row
+from hermes_assets.lib.projection.header import SessionInput, session_header
+from hermes_assets.lib.projection.parts import append_parts
+from hermes_assets.lib.timestamps import DayNames
+
+#: columns that vary per row, in the order of a row tuple
+ROW_COLUMNS = (
+    "message_id",
+    "previous_message_id",
+    "provider_uuid",
+    "message_index",
+    "message_created_at",
+    "role",
+    "part_id",
+    "part_type",
+    "provider_subtype",
+    "content_text",
+    "tool_name",
+    "tool_call_id",
+    "tool_args",
+    "tool_result_for",
+    "is_compact_summary",
+    "status",
+    "attributes",
+    "date",
+)
+#: columns constant over a session (one value per session, repeated at build time)
+SESSION_COLUMNS = (
+    "session_id",
+    "provider",
+    "model",
+    "system_text",
+    "conversation_started_at",
+    "cwd",
+    "git_branch",
+    "git_remote",
+    "repo_root",
+    "entrypoint",
+    "parent_thread_id",
+)
+_CONSTANTS = {
+    "gateway_id": "hypaware-local",
+    "schema_version": 7,
+    "conversation_source": "hermes",
+    "client_name": "hermes",
+    "part_index": 0,
+}
+
+
+class GatewayColumns:
+    """Buffers for ``ai_gateway_messages_hermes`` rows: one tuple per row for the
+    varying columns, one tuple per session for the session-constant ones.
+
+    :meth:`to_table` builds the session-constant text columns (system prompt,
+    model, cwd ...) as dictionary arrays, one value per session: a long system
+    prompt is stored once per session, not once per row, until the Parquet
+    encoder writes it as a dictionary page.
+    """
+
+    def __init__(self):
+        self.rows: list[tuple] = []
+        self.sessions: list[tuple] = []
+        self.session_rows: list[int] = []
+        self.day_names = DayNames()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_table(self) -> pa.Table:
+        n = len(self.rows)
+        schema = schemas.AI_GATEWAY_MESSAGES
+        row_cols = dict(zip(ROW_COLUMNS, zip(*self.rows))) if n else {c: () for c in ROW_COLUMNS}
+        sess_cols = (
+            dict(zip(SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in SESSION_COLUMNS}
+        )
+        session_of_row = pa.array([i for i, count in enumerate(self.session_rows) for _ in range(count)], pa.int32())
+        fields, arrays = [], []
+        for f in schema:
+            name = f.name
+            if name in row_cols:
+                array = arrow_array(row_cols[name], f.type)
+            elif name in _DICTIONARY_COLUMNS:
+                array = _session_dictionary(sess_cols[name], session_of_row)
+                f = f.with_type(array.type)
+            elif name in sess_cols:
+                array = arrow_array(sess_cols[name], f.type).take(session_of_row)
+            elif name in _CONSTANTS:
+                array = pa.repeat(pa.scalar(_CONSTANTS[name], f.type), n)
+            else:
+                array = pa.nulls(n, type=f.type)
+            fields.append(f)
+            arrays.append(array)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+#: session-constant text columns kept as dictionaries (one value per session): all but
+#: ``session_id``, the file's first sort key (compared as plain text), and the start, a time
+_DICTIONARY_COLUMNS = frozenset(SESSION_COLUMNS) - {"session_id", "conversation_started_at"}
+
+
+def _session_dictionary(values, session_of_row: pa.Array) -> pa.DictionaryArray:
+    """Per-session text values, as a per-row dictionary array (nulls in the indices)."""
+    position: dict[str, int] = {}
+    indices = [None if v is None else position.setdefault(v, len(position)) for v in values]
+    per_session = pa.array(indices, pa.int32())
+    return pa.DictionaryArray.from_arrays(per_session.take(session_of_row), pa.array(list(position), pa.string()))
+
+
+def project_session(item: SessionInput, out: GatewayColumns, ctx: ProjectionContext, tally: ErrorTally) -> int:
+    """Append the session's canonical rows to ``out``: its header's columns, its messages'
+    parts, its end row; return how many (none for a session with no sane time at all).
+
+    Generations (SPEC D15) above 1 mark the ids: ``hermes-<sid>.g<n>`` for a session,
+    ``<mid>.g<n>`` in a message's ids (:mod:`hermes_assets.lib.ids`).
+    """
+    header = session_header(item, ctx, tally)
+    if header is None:
+        return 0
+    out.sessions.append(header.columns)
+    index, prev = append_parts(item, header, out.rows, out.day_names, ctx.now_s, tally)
+    end = end_row(item, header, index, prev, out.day_names, ctx.now_s, tally)
+    if end is not None:
+        out.rows.append(end)
+        index += 1
+    out.session_rows.append(index)
+    return index

@@ -1,0 +1,228 @@
+"""Each message expanded into its canonical parts (SPEC §5.2, tool calls §5.3, D1).
+
+A message yields, in order: a reasoning part, one tool_call part per call, and
+a body part (always a tool_result for ``role = 'tool'``, else a text part when
+the content is a non-empty string). A message with no part uses no index. Only
+the last part of a message carries its usage and finish reason.
+
+This is the hot path of a capture: one tuple per row, built without a per-row
+dict; attributes that repeat are encoded once per session.
+"""
+
+from __future__ import annotations
+
+from hermes_assets.lib import errors, ids
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.jsonutil import dumps, loads, quote
+from hermes_assets.lib.projection import display
+from hermes_assets.lib.projection.content import content_text, is_compact_summary
+from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
+from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
+
+FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
+TOOL_SUCCESS = '{"tool_status":"success"}'
+
+
+def parse_tool_calls(raw) -> list[tuple[str | None, str | None, str]] | None:
+    """-> [(call_id, name, args_json)], [] when absent, None when malformed."""
+    if raw is None or raw == "":
+        return []
+    if not isinstance(raw, str):
+        return None
+    try:
+        calls = loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        return None
+    out = []
+    try:
+        for call in calls:
+            if not isinstance(call, dict):
+                return None
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            call_id = nonempty(call.get("id")) or nonempty(call.get("call_id"))
+            name = nonempty(fn.get("name")) or nonempty(call.get("name"))
+            for holder, key in ((fn, "arguments"), (call, "arguments"), (call, "input")):
+                if key in holder:
+                    args = holder[key]
+                    break
+            else:
+                args = None
+            if isinstance(args, str):
+                try:
+                    args = loads(args)
+                except (ValueError, RecursionError):
+                    pass
+            out.append((call_id, name, dumps(args, normalized=True)))
+    except RecursionError:
+        return None
+    return out
+
+
+def message_parts(
+    msg: dict, role: str, call_names: dict, tally: ErrorTally, scoped: str, decoded: dict | None
+) -> list[tuple]:
+    """SPEC §5.2 expansion of one message: reasoning, tool calls, body, as
+    ``(part_type, provider_subtype, text, tool_name, call_id, args, result_for)``."""
+    parts = []
+    reasoning = msg["reasoning"]
+    if reasoning and isinstance(reasoning, str):
+        parts.append(("reasoning", "thinking", reasoning, None, None, None, None))
+    else:
+        fallback = msg["reasoning_content"]
+        if fallback and isinstance(fallback, str) and not fallback.isspace():
+            parts.append(("reasoning", "thinking", fallback, None, None, None, None))
+    raw_calls = msg["tool_calls"]
+    if raw_calls is not None:
+        calls = parse_tool_calls(raw_calls)
+        if calls is None:
+            tally.add(errors.BAD_TOOL_CALLS, scoped, msg["id"], "tool_calls")
+        else:
+            for call_id, name, args in calls:
+                parts.append(("tool_call", "tool_use", None, name, call_id, args, None))
+                if call_id and name:
+                    call_names[call_id] = name
+    content = msg["content"]
+    if role == "tool":
+        text, _ = content_text(content, tally, scoped, msg["id"], decoded)
+        call_id = nonempty(msg["tool_call_id"])
+        name = call_names.get(call_id) if call_id else None
+        parts.append(
+            (
+                "tool_result",
+                "tool_result",
+                "" if text is None else text,
+                name or nonempty(msg["tool_name"]),
+                call_id,
+                None,
+                call_id,
+            )
+        )
+    elif content and isinstance(content, str):
+        content, _ = content_text(content, tally, scoped, msg["id"], decoded)
+        parts.append(("text", "text", content, None, None, None, None))
+    return parts
+
+
+_FINISH_STATUS: dict[str, str] = {}
+
+
+def _finish_status(finish: str) -> str:
+    text = _FINISH_STATUS.get(finish)
+    if text is None:
+        text = dumps({"finish_reason": FINISH_REASONS.get(finish, finish)})
+        if len(_FINISH_STATUS) < 1000:
+            _FINISH_STATUS[finish] = text
+    return text
+
+
+def append_parts(
+    item: SessionInput, header: SessionHeader, rows: list, day_of: DayNames, now_s: float, tally: ErrorTally
+) -> tuple[int, str]:
+    """Append the row tuple of every part of the session's messages to ``rows`` (the order of
+    ``gateway.ROW_COLUMNS``). -> (the number of parts, the last part's id as its successor's
+    ``previous_message_id``)."""
+    messages, marks, decoded, message_generations = (
+        item.bundle.messages,
+        item.marks,
+        item.decoded,
+        item.message_generations,
+    )
+    scoped, session_id, start_ms = header.scoped, header.session_id, header.start_ms
+    base_attrs, hermes_attrs, plain_attrs = header.attrs, header.hermes, header.plain_attrs
+    append = rows.append
+    # a part's previous_message_id is its predecessor's id as a JSON array: the session's
+    # part of the ids is escaped once, the rest (mid, generation, k) never needs it
+    prefix = ids.message_prefix(session_id)
+    tail_at, esc_prefix = len(prefix), quote(prefix)[:-1]
+    part_stem = ids.part_stem
+    call_names: dict[str, str] = {}
+    attrs_cache: dict[tuple, str] = {}
+    prev = "[]"
+    index = 0
+    # fast path for the usual REAL cell; the bounds are exact on the rounded ms
+    lo_s, hi_s = SANE_MIN_S, now_s + SANE_AHEAD_S + 1
+    lo_ms, hi_ms = int(SANE_MIN_S * 1000), upper_ms(now_s)
+
+    for msg in messages:
+        mid = msg["id"]
+        role = msg["role"] if isinstance(msg["role"], str) else str(msg["role"])
+        parts = message_parts(msg, role, call_names, tally, scoped, decoded)
+        if not parts:
+            continue
+        ts = msg["timestamp"]
+        ts_ms = round_ms(ts) if type(ts) is float and lo_s <= ts <= hi_s else None
+        if ts_ms is None or not lo_ms <= ts_ms <= hi_ms:
+            ts_ms = sane_instant(ts, now_s)
+            if ts_ms is None:
+                tally.add(errors.BAD_TIMESTAMP, scoped, mid, "timestamp")
+                ts_ms = start_ms
+        day = day_of(ts_ms)
+        content = msg["content"]
+        summary = True if msg.get("_compressed_summary") == 1 or is_compact_summary(content) else None
+        # D20/D21: a row's own attributes; ``marks`` is None for a store before schema 23, which has none
+        own = display.hermes_fragment(msg, marks.get(mid)) if marks is not None else ""
+        active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
+        flags = {}
+        if active == 0 or compacted or observed:
+            if active is not None and not active:
+                flags["active"] = False
+            if compacted:
+                flags["compacted"] = True
+            if observed:
+                flags["observed"] = True
+        token_count = msg["token_count"]
+        finish = msg["finish_reason"] if role == "assistant" else None
+        last = len(parts) - 1
+        uuid = str(mid)
+        stem = part_stem(prefix, mid, message_generations[mid] if message_generations else 1)
+        esc_stem = esc_prefix + stem[tail_at:]
+        for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
+            message_id = f"{stem}{k}"
+            carrier = k == last
+            if ptype == "tool_result":
+                status = TOOL_SUCCESS
+            elif carrier and finish and isinstance(finish, str):
+                status = _finish_status(finish)
+            else:
+                status = None
+            attrs = plain_attrs
+            usage = carrier and token_count is not None
+            if flags or usage:
+                key = (tuple(flags), token_count if usage else None)
+                attrs = attrs_cache.get(key)
+                if attrs is None:
+                    value = {**base_attrs, "hermes": {**hermes_attrs, **flags}}
+                    if usage:
+                        value["usage"] = {"total_tokens": token_count}
+                    attrs = attrs_cache[key] = dumps(value)
+            if own:
+                attrs = display.with_fragment(attrs, own)
+            append(
+                (
+                    message_id,
+                    prev,
+                    uuid,
+                    index,
+                    ts_ms,
+                    role,
+                    message_id + ids.PART_SUFFIX,
+                    ptype,
+                    subtype,
+                    text,
+                    tool_name,
+                    call_id,
+                    args,
+                    result_for,
+                    summary,
+                    status,
+                    attrs,
+                    day,
+                )
+            )
+            prev = f'[{esc_stem}{k}"]'
+            index += 1
+    return index, prev

@@ -1,0 +1,70 @@
+"""The session-end row (:mod:`hermes_assets.lib.projection.end_row`, SPEC §5.2, D4)."""
+
+from __future__ import annotations
+
+import json
+
+from hermes_assets.lib import errors
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.projection.end_row import end_row
+from hermes_assets.lib.projection.gateway import ROW_COLUMNS
+from hermes_assets.lib.projection.header import SessionInput, session_header
+from hermes_assets.lib.timestamps import DayNames
+from tests.lib.projection.bundles import NOW_S, T0, bundle, message
+
+CTX = ProjectionContext(user_home="/home/u", now_s=NOW_S, git=NoGit())
+
+
+def _end(b, tally=None):
+    tally = tally if tally is not None else ErrorTally()
+    item = SessionInput(b)
+    header = session_header(item, CTX, tally)
+    row = end_row(item, header, 3, '["prev"]', DayNames(), NOW_S, tally)
+    return None if row is None else dict(zip(ROW_COLUMNS, row))
+
+
+def test_a_session_not_ended_has_no_end_row():
+    assert _end(bundle(message(1))) is None
+    assert _end(bundle(message(1), ended_at=0)) is None
+
+
+def test_the_end_row_carries_the_current_totals():
+    row = _end(
+        bundle(
+            message(1),
+            ended_at=T0 + 60,
+            end_reason="user_exit",
+            estimated_cost_usd=0.5,
+            api_call_count=2.0,
+            input_tokens=10.0,
+            output_tokens=3,
+        )
+    )
+    assert (row["message_id"], row["part_id"], row["role"], row["part_type"]) == (
+        "hermes-s-session_end",
+        "hermes-s-session_end#0",
+        "system",
+        "status",
+    )
+    assert (row["message_index"], row["previous_message_id"], row["message_created_at"]) == (
+        3,
+        '["prev"]',
+        int((T0 + 60) * 1000),
+    )
+    attrs = json.loads(row["attributes"])
+    assert attrs["hermes"] == {
+        "session_end": True,
+        "end_reason": "user_exit",
+        "estimated_cost_usd": 0.5,
+        "api_call_count": 2,
+        "source": "cli",
+    }
+    assert attrs["usage"]["input_tokens"] == 10 and '"input_tokens":10,' in row["attributes"]
+
+
+def test_an_insane_end_time_is_counted_and_falls_back_to_the_start():
+    tally = ErrorTally()
+    row = _end(bundle(message(1), ended_at="soon"), tally)
+    assert row["message_created_at"] == int(T0 * 1000)
+    assert tally.counts[errors.BAD_TIMESTAMP] == 1

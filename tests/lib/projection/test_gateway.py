@@ -1,0 +1,63 @@
+"""One session's canonical rows (:func:`hermes_assets.lib.projection.gateway.project_session`):
+header, parts and end row put together, ids and their chain (SPEC §5.2, D15)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hermes_assets.lib import ids
+from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.projection.gateway import GatewayColumns, project_session
+from hermes_assets.lib.projection.header import SessionInput
+from hermes_assets.lib.stores import Store
+from tests.lib.projection.bundles import NOW_S, T0, bundle, message
+
+CTX = ProjectionContext(user_home="/home/u", now_s=NOW_S, git=NoGit())
+
+
+def _rows(item: SessionInput) -> list[dict]:
+    out = GatewayColumns()
+    n = project_session(item, out, CTX, ErrorTally())
+    table = out.to_table()
+    assert table.num_rows == n == out.session_rows[-1]
+    return table.to_pylist()
+
+
+@pytest.mark.parametrize("sid", ["s", 'we"ird\\sid', "ünï-cødé.g2", "a:b-c"])
+def test_the_ids_chain_whatever_the_sid(sid):
+    """previous_message_id is JSON naming the previous part, however the sid must be escaped."""
+    store = Store("/h/profiles/team/state.db", label="team/x", profile="team")
+    calls = json.dumps([{"id": "c1", "function": {"name": "ls", "arguments": "{}"}}])
+    b = bundle(
+        message(1, "user", "hello"),
+        message(2, "assistant", "", tool_calls=calls, reasoning="think"),
+        message(3, "tool", "out", tool_call_id="c1"),
+        sid=sid,
+        store=store,
+        ended_at=T0 + 10,
+    )
+    rows = _rows(SessionInput(b, generation=2, message_generations={1: 1, 2: 3, 3: 1}))
+    session = ids.session_id("team/x", sid, 2)
+    assert [r["message_id"] for r in rows] == [
+        ids.message_id(session, 1, 1, 0),
+        ids.message_id(session, 2, 3, 0),
+        ids.message_id(session, 2, 3, 1),
+        ids.message_id(session, 3, 1, 0),
+        ids.end_row_id(session),
+    ]
+    assert all(r["part_id"] == ids.part_id(r["message_id"]) for r in rows)
+    assert [json.loads(r["previous_message_id"]) for r in rows] == [[]] + [[r["message_id"]] for r in rows[:-1]]
+    assert [r["message_index"] for r in rows] == list(range(5))
+    assert {r["session_id"] for r in rows} == {session}
+    assert [r["part_type"] for r in rows] == ["text", "reasoning", "tool_call", "tool_result", "status"]
+    assert rows[3]["tool_name"] == "ls"  # named by the earlier call of the session
+
+
+def test_a_session_with_no_sane_time_yields_no_row():
+    b = bundle(message(1, timestamp=None), started_at=None)
+    out = GatewayColumns()
+    assert project_session(SessionInput(b), out, CTX, ErrorTally()) == 0
+    assert out.to_table().num_rows == 0 and out.sessions == []
