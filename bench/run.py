@@ -30,7 +30,8 @@ then, once:
 Times are min / median / max over the rounds. Memory is the peak of the summed
 PSS (proportional set size: shared pages split between their sharers) of the
 run's whole process tree, sampled every 50 ms. Figures depend on the machine's
-load: quote them with the core count the header prints.
+load: quote them with the core count the header prints and the 1-minute load
+averages the last line prints (before each round, the library and the one-day run).
 """
 
 from __future__ import annotations
@@ -356,9 +357,11 @@ def rounds(args, store: Path, facts: dict, work: Path, warehouse_uri) -> dict:
     cpu: dict[str, list[float]] = {name: [] for name in times}
     pss: dict[str, list[float]] = {"empty": [], "ours": []}
     rows = {}
+    loads: list[float] = []
     with_dlt = has_dlt()
     day_range = f"{facts['first_day']}...{facts['last_day']}"
     for i in range(args.rounds):
+        loads.append(os.getloadavg()[0])
         here = work / f"round{i}"
         warehouse = warehouse_uri(here)
         env = dagster_env(here / "dagster_home", store, warehouse, facts["first_day"])
@@ -384,7 +387,7 @@ def rounds(args, store: Path, facts: dict, work: Path, warehouse_uri) -> dict:
             cpu["dlt"].append(r["cpu"])
             rows["dlt"] = last_json(r)["rows"]
         print(
-            f"round {i + 1}/{args.rounds}: "
+            f"round {i + 1}/{args.rounds} (load average {loads[-1]:.2f} before it): "
             + ", ".join(f"{name} {values[-1]:.2f} s" for name, values in times.items() if values),
             file=sys.stderr,
         )
@@ -395,6 +398,7 @@ def rounds(args, store: Path, facts: dict, work: Path, warehouse_uri) -> dict:
     out["cpu"] = {name: spread(values) for name, values in cpu.items() if values}
     out["pss_mb"] = {name: max(values) for name, values in pss.items()}
     out["rows"] = rows
+    out["load"] = {"rounds": loads + [os.getloadavg()[0]]}
     return out
 
 
@@ -435,6 +439,7 @@ def main() -> None:
 
         figures.update(rounds(args, store, facts, work, warehouse_uri))
 
+        figures["load"]["library"] = os.getloadavg()[0]
         r = measure([PY, "-c", _LIBRARY, str(store), str(args.workers or os.cpu_count() or 1)])
         library = last_json(r)
         figures["library"] = {
@@ -453,6 +458,7 @@ def main() -> None:
         if "rerun" in extra:
             figures["rerun"] = launch(env, "--partition-range", day_range)["seconds"]
         day = append_messages(store, 100)
+        figures["load"]["incremental"] = os.getloadavg()[0]
         r = launch(env, "--partition", day)
         figures["incremental"] = {"seconds": r["seconds"], "cpu": r["cpu"], "pss_mb": r["pss_mb"], "day": day}
         if "sensor" in extra:
@@ -550,6 +556,13 @@ def report(f: dict, large: bool, args) -> None:
         print(f"  {name:<{widths[0]}}  {value:>{widths[1]}}  {cpu_s:>{widths[2]}}  {note}")
     print(
         f"\n  rows: gateway {f['rows'].get('ours', 0):,}; floor and dlt copy {f['rows'].get('floor', 0):,} source rows"
+    )
+    load = f["load"]
+    print(
+        "  load average (1 min; the machine is shared): before each round "
+        + ", ".join(f"{v:.2f}" for v in load["rounds"][:-1])
+        + f", after the last {load['rounds'][-1]:.2f}; before the library {load['library']:.2f}, "
+        f"before the one-day run {load['incremental']:.2f}"
     )
 
 
