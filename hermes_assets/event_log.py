@@ -86,16 +86,19 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
     storing a batch of asset events in one transaction per database."""
 
     def __init__(self, base_dir: str | None = None, inst_data: ConfigurableClassData | None = None):
-        if base_dir is None:
-            home = os.environ.get("DAGSTER_HOME")
-            if not home:
-                raise dg.DagsterInvariantViolationError(
-                    "BatchedSqliteEventLogStorage needs `base_dir` in its config or DAGSTER_HOME set"
-                )
-            base_dir = os.path.join(home, "history", "runs")
-        super().__init__(base_dir, inst_data)
+        # Dagster gives its own storage <instance folder>/history/runs from its defaults, but a
+        # storage named in dagster.yaml only its config: without a base_dir the folder is the
+        # instance's, known when the instance registers (DAGSTER_HOME may name another one)
+        self._inst_data = inst_data
+        if base_dir is not None:
+            super().__init__(base_dir, inst_data)
         # Dagster's only switch for batches, read per event (see the module's docstring)
         os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+
+    def register_instance(self, instance: dg.DagsterInstance) -> None:
+        if not hasattr(self, "_base_dir"):
+            super().__init__(os.path.join(instance.root_directory, "history", "runs"), self._inst_data)
+        super().register_instance(instance)
 
     @classmethod
     def config_type(cls) -> dict:

@@ -424,14 +424,26 @@ def test_the_postgres_instance_runs_without_this_module(small):
     assert "hermes_assets.defs.checks" in loaded and "hermes_assets.event_log" not in loaded
 
 
-def test_the_storage_needs_a_home(monkeypatch, tmp_path):
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+@pytest.mark.parametrize("dagster_home", ["unset", "another folder"])
+def test_the_log_is_in_the_instances_folder_as_dagsters_own(monkeypatch, tmp_path, dagster_home):
+    """An instance opened from its folder (DagsterInstance.from_config, a ref in a child process)
+    keeps its event log where Dagster's own would be, whatever DAGSTER_HOME says."""
+    if dagster_home == "unset":
+        monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    else:
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))
     monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
-    with pytest.raises(dg.DagsterInvariantViolationError, match="DAGSTER_HOME"):
-        BatchedSqliteEventLogStorage()
-    storage = BatchedSqliteEventLogStorage(str(tmp_path / "runs"))
+    folders = {}
+    for batched in (False, True):
+        with _instance(tmp_path / f"home-{batched}", batched=batched) as instance:
+            folders[batched] = _runs_dir(instance).relative_to(tmp_path / f"home-{batched}")
+            with dg.DagsterInstance.from_ref(instance.get_ref()) as child:  # as a run worker opens it
+                assert _runs_dir(child) == _runs_dir(instance)
+    assert folders[True] == folders[False] == Path("history", "runs")
+    assert not (tmp_path / "elsewhere").exists()
+    storage = BatchedSqliteEventLogStorage(str(tmp_path / "given"))  # a base_dir in its config
     try:
-        assert Path(storage._base_dir) == tmp_path / "runs"
+        assert Path(storage._base_dir) == tmp_path / "given"
     finally:
         storage.dispose()
 
@@ -443,6 +455,7 @@ def test_the_storage_needs_a_home(monkeypatch, tmp_path):
 #: what event_log.py overrides or calls on Dagster's SQLite event log, with the parameters it passes
 RELIED_ON = {
     "__init__": "self, base_dir, inst_data=None",
+    "register_instance": "self, instance",
     "from_config_value": "inst_data, config_value",
     "store_event": "self, event",
     "store_event_batch": "self, events",
@@ -472,6 +485,13 @@ def test_the_dagster_methods_it_relies_on_keep_their_signature(name):
     assert method is not None, f"{where} is gone. {advice}"
     got = _parameters(method)
     assert got == RELIED_ON[name], f"{where}({got}), was ({RELIED_ON[name]}). {advice}"
+
+
+def test_the_instance_registers_its_event_log_once_its_folder_is_known():
+    source = inspect.getsource(dg.DagsterInstance.__init__)
+    advice = f"Dagster {dg.__version__} changed DagsterInstance.__init__: re-read hermes_assets/event_log.py"
+    assert source.index("self._local_artifact_storage =") < source.index("_event_storage.register_instance"), advice
+    assert isinstance(inspect.getattr_static(dg.DagsterInstance, "root_directory"), property), advice
 
 
 def test_the_events_it_groups_are_the_ones_dagster_batches_and_mirrors():
