@@ -82,7 +82,7 @@ BATCH_SIZE = "1000"
 
 
 class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
-    """Dagster's SQLite event log (the same files under ``<DAGSTER_HOME>/history/runs``),
+    """Dagster's SQLite event log (the same files, under ``<instance folder>/history/runs``),
     storing a batch of asset events in one transaction per database."""
 
     def __init__(self, base_dir: str | None = None, inst_data: ConfigurableClassData | None = None):
