@@ -1,24 +1,37 @@
 #!/usr/bin/env python3
-"""hermes_assets benchmark: one table of figures on realistic Hermes stores.
+"""hermes_assets benchmark: issue 21's side-by-side table on a realistic Hermes store.
 
-Not a test: it measures. Stores are generated with the real Hermes writer
-(tools/gen_state_db.py) and cached in --cache-dir; the large one is a
-raw-SQL multiple of the medium one (tools/multiply_db.py).
+Not a test: it measures, on a private copy of the store (never the original).
+Stores are generated with the real Hermes writer (tools/gen_state_db.py) and
+cached in --cache-dir (``<cache>/medium/state.db``, ``<cache>/large/state.db``);
+the large one is a raw-SQL multiple of the medium one (tools/multiply_db.py).
 
-    python bench/run.py                       # medium store, every section
-    python bench/run.py --store large         # ~1M messages
-    python bench/run.py --sections core,backfill --store medium
-    python bench/run.py --warehouse s3        # the warehouse in a bucket (moto's S3 server on loopback)
+    python bench/run.py                          # medium store, 3 interleaved rounds
+    python bench/run.py --store large            # ~1M messages
+    python bench/run.py --rounds 5 --json out.json
+    python bench/run.py --warehouse s3           # the warehouse in a bucket (moto's S3 server on loopback)
 
-Sections:
-  core         the library alone: plan + read + project + stage the three datasets of every day
-               (capture.project_rows on every core, no Dagster, no partition file): canonical rows/s
-  floor        plain SELECT of sessions+messages into Arrow + writing as many Parquet bytes
-  backfill     `dg launch --assets <the three datasets> --partition-range` over the store's days
-  empty        the same CLI on one empty day (Dagster's fixed cost)
-  rerun        the backfill again, nothing changed
-  incremental  100 new messages through the real writer, then one day's materialization
-  sensor       no-change tick and a tick after 100 new messages (bench/sensor_bench.py)
+Each round runs, one after the other (so a drift of the machine's speed hits
+every contender alike), each as a whole process from its start:
+
+  empty     `dg launch` of the three datasets on one day without sessions: Dagster's fixed cost
+  ours      `dg launch --partition-range` over every day of the store: one run, a fresh warehouse
+  floor     a plain SELECT of `sessions` and `messages` into Arrow, then one Parquet file each
+  dlt       dlt's `sql_database` source, backend="pyarrow", the same two tables to Parquet
+            (only when dlt is installed: `pip install -e '.[bench]'`)
+
+then, once:
+
+  library      read + project + stage the three datasets of every day (no Dagster): canonical rows/s
+  incremental  100 new messages through the real Hermes writer, then `dg launch` of that one day
+  rerun        the backfill again, nothing changed            (--sections rerun)
+  sensor       bench/sensor_bench.py's ticks                   (--sections sensor)
+
+Times are min / median / max over the rounds. Memory is the peak of the summed
+PSS (proportional set size: shared pages split between their sharers) of the
+run's whole process tree, sampled every 50 ms. Figures depend on the machine's
+load: quote them with the core count the header prints and the 1-minute load
+averages the last line prints (before each round, the library and the one-day run).
 """
 
 from __future__ import annotations
@@ -26,11 +39,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,9 +54,24 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tools"
 PY = sys.executable
 DG = str(Path(PY).with_name("dg"))
-SECTIONS = ("core", "floor", "backfill", "empty", "rerun", "incremental", "sensor")
 #: the three captured datasets (the analytics layer downstream is not part of a capture's figures)
 CAPTURED = "hermes_sessions,hermes_messages,ai_gateway_messages_hermes"
+EMPTY_DAY = "2024-01-01"  # before any generated store's history: a partition with no session
+EXTRA_SECTIONS = ("rerun", "sensor")
+#: issue 21's targets: (medium store, 1M-message store); None where the issue sets none
+TARGETS = {
+    "ours_vs_dlt": (4.0, None),
+    "backfill_s": (None, 30.0),
+    "compute_vs_floor": (3.0, None),
+    "library_rows_per_s": (100_000, 100_000),
+    "incremental_s": (3.0, None),
+    "pss_mb": (400, 500),
+}
+
+
+# --------------------------------------------------------------------------
+# measuring one command: wall time and the peak PSS of its process tree
+# --------------------------------------------------------------------------
 
 
 def _tree(root: int) -> list[int]:
@@ -62,51 +93,45 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-def _memory_kb(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of one process in kB; PSS splits shared pages between their sharers."""
-    rss = pss = 0
+def _pss_kb(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Rss:"):
-                    rss = int(line.split()[1])
-                elif line.startswith("Pss:"):
-                    pss = int(line.split()[1])
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
     except OSError:
         pass
-    return rss, pss
+    return 0
 
 
-def measure(cmd: list[str], env: dict | None = None) -> dict:
-    """Run ``cmd``: wall time, and the peak memory of its WHOLE process tree (workers
-    included), sampled every 20 ms: the peak of the summed RSS and of the summed PSS."""
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-    peak_rss = peak_pss = procs = 0
-    out: list[str] = []
-    reader = __import__("threading").Thread(target=lambda: out.append(proc.communicate()), daemon=True)
+def measure(cmd: list[str], env: dict | None = None, *, cwd: Path = REPO) -> dict:
+    """Run ``cmd`` to its end: wall seconds, CPU seconds (user + system of the whole tree: a
+    figure the machine's load moves less than the wall time), the peak summed PSS of its process
+    tree (workers included) and the most processes it had at once; a failure stops the benchmark."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    out: list[tuple[str, str]] = []
+    reader = threading.Thread(target=lambda: out.append(proc.communicate()), daemon=True)
     reader.start()
+    peak_pss = procs = 0
     while proc.poll() is None:
         tree = _tree(proc.pid)
-        sizes = [_memory_kb(pid) for pid in tree]
-        peak_rss = max(peak_rss, sum(r for r, _ in sizes))
-        peak_pss = max(peak_pss, sum(p for _, p in sizes))
+        peak_pss = max(peak_pss, sum(_pss_kb(pid) for pid in tree))
         procs = max(procs, len(tree))
-        time.sleep(0.02)
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
     reader.join()
-    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     stdout, stderr = out[0] if out else ("", "")
     if proc.returncode != 0:
         raise SystemExit(f"command failed: {' '.join(cmd)}\n{stderr[-4000:]}")
-    return {
-        "rc": proc.returncode,
-        "wall": wall,
-        "rss_mb": peak_rss / 1024,
-        "pss_mb": peak_pss / 1024,
-        "processes": procs,
-        "stdout": stdout[-4000:],
-        "stderr": stderr[-4000:],
-    }
+    return {"seconds": wall, "cpu": cpu, "pss_mb": peak_pss / 1024, "processes": procs, "stdout": stdout[-4000:]}
+
+
+def last_json(result: dict) -> dict:
+    return json.loads(result["stdout"].strip().splitlines()[-1])
 
 
 # --------------------------------------------------------------------------
@@ -121,17 +146,8 @@ def ensure_store(kind: str, cache: Path) -> Path:
     if not medium.exists():
         print("generating the medium store (about 2.5 min) ...", file=sys.stderr)
         subprocess.run(
-            [
-                PY,
-                str(TOOLS / "gen_state_db.py"),
-                str(medium.parent),
-                "--sessions",
-                "4500",
-                "--seed",
-                "42",
-                "--days",
-                "30",
-            ],
+            [PY, str(TOOLS / "gen_state_db.py"), str(medium.parent), "--sessions", "4500", "--seed", "42"]
+            + ["--days", "30"],
             check=True,
         )
     if kind == "medium":
@@ -152,7 +168,10 @@ def store_facts(path: Path) -> dict:
         messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     finally:
         conn.close()
-    day = lambda s: time.strftime("%Y-%m-%d", time.gmtime(s))  # noqa: E731
+
+    def day(s: float) -> str:
+        return time.strftime("%Y-%m-%d", time.gmtime(s))
+
     return {"sessions": sessions, "messages": messages, "first_day": day(lo), "last_day": day(hi)}
 
 
@@ -167,69 +186,74 @@ def private_copy(store: Path, into: Path) -> Path:
 
 
 # --------------------------------------------------------------------------
-# sections
+# the contenders
 # --------------------------------------------------------------------------
 
-_CORE = r"""
-import json, os, sys, time
+#: the library alone: plan + policy + read + project + stage of every day, no Dagster, no partition file
+_LIBRARY = r"""
+import json, os, sys, tempfile, time
+t = time.perf_counter()
 from hermes_assets.lib import capture, plan as planning, policy
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.stores import Store
-t = time.perf_counter()
+from hermes_assets.lib.warehouse import Warehouse
 stores = [Store(sys.argv[1])]
 plan = planning.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
 plan = planning.plan_capture(stores, days, user_home="/home/bench")
 plan = planning.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
-import tempfile
-from hermes_assets.lib.warehouse import Warehouse
 with tempfile.TemporaryDirectory() as scratch:  # an empty warehouse: every day is staged as its final file
     run = capture.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
-                               staging=os.path.join(scratch, "run"), workers=os.cpu_count() or 1)
+                               staging=os.path.join(scratch, "run"), workers=int(sys.argv[2]))
 rows = run.totals("ai_gateway_messages_hermes")[0]
 print(json.dumps({"rows": rows, "seconds": time.perf_counter() - t}))
 """
 
+#: the floor: what any copy of these two tables into Parquet must do
 _FLOOR = r"""
-import json, sqlite3, sys, time, tempfile, os
+import json, os, sqlite3, sys, time
 import pyarrow as pa, pyarrow.parquet as pq
-path, nbytes = sys.argv[1], int(sys.argv[2])
-t = time.perf_counter()
+path, out = sys.argv[1], sys.argv[2]
 conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 rows = 0
 for table in ("sessions", "messages"):
     cur = conn.execute(f"SELECT * FROM {table}")
     names = [d[0] for d in cur.description]
-    while True:
-        batch = cur.fetchmany(50000)
-        if not batch:
-            break
-        cols = list(zip(*batch))
-        pa.table({n: pa.array(c) for n, c in zip(names, cols)})
+    parts = []
+    while batch := cur.fetchmany(50_000):
+        parts.append(pa.table(dict(zip(names, map(list, zip(*batch))))))
         rows += len(batch)
-select = time.perf_counter() - t
-# Write the same number of Parquet bytes our run wrote (incompressible-ish payload).
-payload = pa.table({"x": pa.array([os.urandom(1024).hex() for _ in range(max(1, nbytes // 2048))])})
-t2 = time.perf_counter()
-with tempfile.TemporaryDirectory() as tmp:
-    pq.write_table(payload, os.path.join(tmp, "f.parquet"), compression="zstd")
-write = time.perf_counter() - t2
-print(json.dumps({"rows": rows, "select": select, "write": write, "seconds": select + write}))
+    # a column all NULL in one batch is typed null there: promoted to the others' type
+    whole = pa.concat_tables(parts, promote_options="permissive")
+    pq.write_table(whole, os.path.join(out, table + ".parquet"), compression="zstd")
+print(json.dumps({"rows": rows}))
+"""
+
+#: dlt's SQL source with its Arrow backend, into Parquet files on the local filesystem
+_DLT = r"""
+import json, sys
+import dlt
+from dlt.sources.sql_database import sql_database
+path, out = sys.argv[1], sys.argv[2]
+source = sql_database(f"sqlite:///file:{path}?mode=ro&uri=true", table_names=["sessions", "messages"],
+                      backend="pyarrow")
+pipeline = dlt.pipeline(pipeline_name="bench", pipelines_dir=f"{out}/pipelines", dataset_name="hermes",
+                        destination=dlt.destinations.filesystem(f"file://{out}/data"))
+info = pipeline.run(source, loader_file_format="parquet")
+print(json.dumps({"rows": sum(pipeline.last_trace.last_normalize_info.row_counts.get(t, 0)
+                              for t in ("sessions", "messages"))}))
 """
 
 
-def run_python(code: str, *args: str) -> dict:
-    out = subprocess.run(
-        [PY, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "HERMES_ASSETS_LOG_FORMAT": "json"},
-    )
-    if out.returncode != 0:
-        raise SystemExit(out.stderr)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def has_dlt() -> bool:
+    return subprocess.run([PY, "-c", "import dlt.sources.sql_database"], capture_output=True).returncode == 0
+
+
+def dlt_env(scratch: Path) -> dict:
+    env = dict(os.environ)
+    env.update(RUNTIME__DLTHUB_TELEMETRY="false", DLT_DATA_DIR=str(scratch / "dlt-home"))
+    return env
 
 
 def dagster_env(home: Path, store: Path, warehouse: str, start: str) -> dict:
@@ -246,48 +270,24 @@ def dagster_env(home: Path, store: Path, warehouse: str, start: str) -> dict:
     return env
 
 
-def statements(env: dict) -> dict:
-    """The SQL statements of the newest run, from its ops' metadata (by what they read)."""
-    code = r"""
-import json, dagster as dg
-with dg.DagsterInstance.get() as instance:
-    (run,) = instance.get_runs(limit=1)
-    total = {}
-    for record in instance.get_records_for_run(run.run_id).records:
-        event = record.event_log_entry.dagster_event
-        if event and event.event_type_value == "STEP_OUTPUT" and event.step_key in (
-                "hermes_capture.plan", "hermes_capture.project_rows"):
-            md = event.event_specific_data.metadata.get("sql_statements")
-            if md is not None and event.step_key.endswith("project_rows"):
-                total = md.value  # the projection's figures include the plan's
-    print(json.dumps(total))
-"""
-    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
-    return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {}
-
-
-def materialize(env: dict, *partition: str) -> dict:
+def launch(env: dict, *partition: str) -> dict:
     return measure([DG, "launch", "--assets", CAPTURED, *partition], env)
 
 
-def gateway_rows(warehouse: str) -> tuple[int, int]:
-    """Canonical rows and Parquet bytes in the warehouse (a path or a URI)."""
+def gateway_rows(warehouse: str) -> int:
     import pyarrow.parquet as pq
 
     from hermes_assets.lib.warehouse import Warehouse
 
     wh = Warehouse(warehouse)
-    rows = size = 0
-    for dataset in ("ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages"):
-        for day in wh.days(dataset):
-            with wh.storage.open_input(wh.path(dataset, day)) as f:
-                size += f.size()
-                if dataset == "ai_gateway_messages_hermes":
-                    rows += pq.ParquetFile(f).metadata.num_rows
-    return rows, size
+    rows = 0
+    for day in wh.days("ai_gateway_messages_hermes"):
+        with wh.storage.open_input(wh.path("ai_gateway_messages_hermes", day)) as f:
+            rows += pq.ParquetFile(f).metadata.num_rows
+    return rows
 
 
-def start_s3(work: Path) -> tuple[str, subprocess.Popen]:
+def start_s3() -> tuple[str, subprocess.Popen]:
     """moto's S3-compatible server on loopback, one bucket; -> (warehouse URI, server process)."""
     import socket
 
@@ -338,11 +338,76 @@ print(time.strftime("%Y-%m-%d", time.gmtime(started)))
     return out.stdout.strip().splitlines()[-1]
 
 
+# --------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------
+
+
+def spread(values: list[float]) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "all": values}
+
+
+def fmt(s: dict, unit: str = "s", digits: int = 2) -> str:
+    return f"{s['min']:.{digits}f} / {s['median']:.{digits}f} / {s['max']:.{digits}f} {unit}"
+
+
+def rounds(args, store: Path, facts: dict, work: Path, warehouse_uri) -> dict:
+    """The interleaved rounds: empty, ours, floor, dlt; each round with a fresh instance and warehouse."""
+    times: dict[str, list[float]] = {"empty": [], "ours": [], "floor": [], "dlt": []}
+    cpu: dict[str, list[float]] = {name: [] for name in times}
+    pss: dict[str, list[float]] = {"empty": [], "ours": []}
+    rows = {}
+    loads: list[float] = []
+    with_dlt = has_dlt()
+    day_range = f"{facts['first_day']}...{facts['last_day']}"
+    for i in range(args.rounds):
+        loads.append(os.getloadavg()[0])
+        here = work / f"round{i}"
+        warehouse = warehouse_uri(here)
+        env = dagster_env(here / "dagster_home", store, warehouse, facts["first_day"])
+        if args.workers:
+            env["HERMES_ASSETS_WORKERS"] = str(args.workers)
+        r = launch({**env, "HERMES_ASSETS_START_DATE": EMPTY_DAY}, "--partition", EMPTY_DAY)
+        times["empty"].append(r["seconds"])
+        cpu["empty"].append(r["cpu"])
+        pss["empty"].append(r["pss_mb"])
+        r = launch(env, "--partition-range", day_range)
+        times["ours"].append(r["seconds"])
+        cpu["ours"].append(r["cpu"])
+        pss["ours"].append(r["pss_mb"])
+        rows["ours"] = gateway_rows(warehouse)
+        (here / "floor").mkdir()
+        r = measure([PY, "-c", _FLOOR, str(store), str(here / "floor")])
+        times["floor"].append(r["seconds"])
+        cpu["floor"].append(r["cpu"])
+        rows["floor"] = last_json(r)["rows"]
+        if with_dlt:
+            r = measure([PY, "-c", _DLT, str(store), str(here / "dlt")], dlt_env(here))
+            times["dlt"].append(r["seconds"])
+            cpu["dlt"].append(r["cpu"])
+            rows["dlt"] = last_json(r)["rows"]
+        print(
+            f"round {i + 1}/{args.rounds} (load average {loads[-1]:.2f} before it): "
+            + ", ".join(f"{name} {values[-1]:.2f} s" for name, values in times.items() if values),
+            file=sys.stderr,
+        )
+        shutil.rmtree(here, ignore_errors=True)
+    out = {name: spread(values) for name, values in times.items() if values}
+    compute = [ours - empty for ours, empty in zip(times["ours"], times["empty"])]
+    out["compute"] = spread(compute)
+    out["cpu"] = {name: spread(values) for name, values in cpu.items() if values}
+    out["pss_mb"] = {name: max(values) for name, values in pss.items()}
+    out["rows"] = rows
+    out["load"] = {"rounds": loads + [os.getloadavg()[0]]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", default="medium", help="medium, large, or a path to a state.db")
     ap.add_argument("--cache-dir", default=os.environ.get("HERMES_BENCH_CACHE", "/tmp/hermes-bench"))
-    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sections", default="", help=f"extra sections, comma-separated: {', '.join(EXTRA_SECTIONS)}")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--workers", type=int, help="HERMES_ASSETS_WORKERS of the runs (default: the CPU count)")
     ap.add_argument(
@@ -353,138 +418,152 @@ def main() -> None:
         "or a bucket on moto's S3 server (needs the test extra)",
     )
     args = ap.parse_args()
-    sections = [s for s in args.sections.split(",") if s]
-    cache = Path(args.cache_dir)
-    source = ensure_store(args.store, cache)
+    extra = {s for s in args.sections.split(",") if s}
+    source = ensure_store(args.store, Path(args.cache_dir))
     facts = store_facts(source)
+    large = facts["messages"] > 500_000
     work = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
-    figures: dict = {"store": str(source), "warehouse": args.warehouse, **facts}
-    table: list[tuple[str, str, str]] = []
+    figures: dict = {"store": str(source), "warehouse": args.warehouse, "cores": os.cpu_count(), **facts}
     server = None
     try:
         store = private_copy(source, work / "hermes")
-        warehouse = str(work / "warehouse")
-        if args.warehouse == "file":
-            warehouse = (work / "warehouse").as_uri()
-        elif args.warehouse == "s3":
-            warehouse, server = start_s3(work)
-        env = dagster_env(work / "dagster_home", store, warehouse, facts["first_day"])
-        env.update({k: v for k, v in os.environ.items() if k.startswith("AWS_")})
-        env["HERMES_ASSETS_SPOOL"] = str(work / "spool")
+        if args.warehouse == "s3":
+            uri, server = start_s3()
+
+            def warehouse_uri(here: Path) -> str:
+                return uri.replace("s3://bench/warehouse", f"s3://bench/{here.name}")
+        else:
+
+            def warehouse_uri(here: Path) -> str:
+                return (here / "warehouse").as_uri() if args.warehouse == "file" else str(here / "warehouse")
+
+        figures.update(rounds(args, store, facts, work, warehouse_uri))
+
+        figures["load"]["library"] = os.getloadavg()[0]
+        r = measure([PY, "-c", _LIBRARY, str(store), str(args.workers or os.cpu_count() or 1)])
+        library = last_json(r)
+        figures["library"] = {
+            **library,
+            "rows_per_s": library["rows"] / library["seconds"],
+            "cpu": r["cpu"],
+            "pss_mb": r["pss_mb"],
+        }
+
+        # one warehouse and instance for the runs that follow a backfill
+        env = dagster_env(work / "dagster_home", store, warehouse_uri(work), facts["first_day"])
         if args.workers:
             env["HERMES_ASSETS_WORKERS"] = str(args.workers)
-            figures["workers"] = args.workers
         day_range = f"{facts['first_day']}...{facts['last_day']}"
-
-        if "core" in sections:
-            r = measure([PY, "-c", _CORE, str(store)])
-            core = json.loads(r["stdout"].strip().splitlines()[-1])
-            figures["core"] = {
-                **core,
-                "rows_per_s": core["rows"] / core["seconds"],
-                "rss_mb": r["rss_mb"],
-                "pss_mb": r["pss_mb"],
-            }
-            table.append(
-                (
-                    "core: read + project 3 datasets (no Dagster)",
-                    f"{core['seconds']:.2f} s",
-                    f"{core['rows'] / core['seconds']:,.0f} canonical rows/s, tree RSS {r['rss_mb']:.0f} MB",
-                )
-            )
-        if "empty" in sections:
-            # First, so the instance's databases exist (as on any machine after the first run):
-            # Dagster's fixed cost of a run, subtracted from the backfill to get our compute.
-            empty_day = "2024-01-01"
-            r = materialize({**env, "HERMES_ASSETS_START_DATE": empty_day}, "--partition", empty_day)
-            figures["empty"] = {"seconds": r["wall"]}
-        if {"backfill", "rerun", "floor", "empty"} & set(sections):
-            r = materialize(env, "--partition-range", day_range)
-            rows, size = gateway_rows(warehouse)
-            figures["backfill"] = {
-                "seconds": r["wall"],
-                "rows": rows,
-                "bytes": size,
-                "rss_mb": r["rss_mb"],
-                "pss_mb": r["pss_mb"],
-                "processes": r["processes"],
-                "statements": statements(env),
-            }
-            table.append(
-                (
-                    "full backfill (CLI, one run, 3 assets)",
-                    f"{r['wall']:.2f} s",
-                    f"{rows / r['wall']:,.0f} gateway rows/s; process tree peak: RSS {r['rss_mb']:.0f} MB, "
-                    f"PSS {r['pss_mb']:.0f} MB ({r['processes']} processes)",
-                )
-            )
-            table.append(("  SQL statements of the run", "", json.dumps(figures["backfill"]["statements"])))
-        if "empty" in sections:
-            compute = figures["backfill"]["seconds"] - figures["empty"]["seconds"]
-            figures["compute"] = compute
-            table.append(
-                (
-                    "empty one-day run (Dagster fixed cost)",
-                    f"{figures['empty']['seconds']:.2f} s",
-                    f"compute = backfill - empty = {compute:.2f} s",
-                )
-            )
-        if "floor" in sections:
-            floor = run_python(_FLOOR, str(store), str(figures["backfill"]["bytes"]))
-            figures["floor"] = floor
-            ratio = (figures.get("compute") or figures["backfill"]["seconds"]) / floor["seconds"]
-            figures["floor_ratio"] = ratio
-            table.append(
-                (
-                    "floor: SELECT all into Arrow + write as many Parquet bytes",
-                    f"{floor['seconds']:.2f} s",
-                    f"ours / floor = {ratio:.1f}x",
-                )
-            )
-        if "rerun" in sections:
-            r = materialize(env, "--partition-range", day_range)
-            figures["rerun"] = {"seconds": r["wall"]}
-            table.append(
-                (
-                    "re-run of the same backfill (nothing changed)",
-                    f"{r['wall']:.2f} s",
-                    f"{r['wall'] / figures['backfill']['seconds']:.0%} of the first run",
-                )
-            )
-        if "incremental" in sections:
-            day = append_messages(store, 100)
-            r = materialize(env, "--partition", day)
-            figures["incremental"] = {"seconds": r["wall"], "day": day}
-            table.append(("one day after 100 new messages (CLI run)", f"{r['wall']:.2f} s", f"day {day}"))
-        if "sensor" in sections and (REPO / "bench" / "sensor_bench.py").exists():
+        launch(env, "--partition-range", day_range)
+        if "rerun" in extra:
+            figures["rerun"] = launch(env, "--partition-range", day_range)["seconds"]
+        day = append_messages(store, 100)
+        figures["load"]["incremental"] = os.getloadavg()[0]
+        r = launch(env, "--partition", day)
+        figures["incremental"] = {"seconds": r["seconds"], "cpu": r["cpu"], "pss_mb": r["pss_mb"], "day": day}
+        if "sensor" in extra:
             out = subprocess.run(
                 [PY, str(REPO / "bench" / "sensor_bench.py"), "--store", str(source), "--json"],
                 capture_output=True,
                 text=True,
                 cwd=REPO,
             )
-            if out.returncode == 0:
-                sensor = json.loads(out.stdout.strip().splitlines()[-1])
-                figures["sensor"] = sensor
-                for name, value in sensor.items():
-                    if isinstance(value, (int, float)):
-                        table.append((f"sensor: {name}", f"{value:.2f} ms" if "ms" in name else str(value), ""))
-            else:
-                table.append(("sensor", "failed", out.stderr.strip().splitlines()[-1] if out.stderr else ""))
+            figures["sensor"] = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {}
     finally:
         if server is not None:
             server.terminate()
         shutil.rmtree(work, ignore_errors=True)
-
-    print(
-        f"\nstore: {source}  ({facts['sessions']:,} sessions, {facts['messages']:,} messages, "
-        f"{facts['first_day']} .. {facts['last_day']}; {os.cpu_count()} cores; warehouse: {args.warehouse})\n"
-    )
-    width = max(len(t[0]) for t in table) if table else 10
-    for name, value, note in table:
-        print(f"  {name:<{width}}  {value:>10}  {note}")
+    report(figures, large, args)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+def _verdict(name: str, value: float, large: bool, *, at_least: bool = False) -> str:
+    target = TARGETS[name][1 if large else 0]
+    if target is None:
+        return ""
+    met = value >= target if at_least else value <= target
+    return f"target {'>=' if at_least else '<='} {target:,g}: {'met' if met else 'MISSED'}"
+
+
+def report(f: dict, large: bool, args) -> None:
+    print(
+        f"\nstore: {f['store']}  ({f['sessions']:,} sessions, {f['messages']:,} messages, "
+        f"{f['first_day']} .. {f['last_day']}); {f['cores']} cores; warehouse: {f['warehouse']}; "
+        f"{args.rounds} interleaved rounds: wall min / median / max, CPU (user + system) median\n"
+    )
+    cpu = f["cpu"]
+    rows: list[tuple[str, str, str, str]] = [
+        (
+            "ours: dg launch --partition-range, one run",
+            fmt(f["ours"]),
+            f"{cpu['ours']['median']:.1f} s",
+            _verdict("backfill_s", f["ours"]["median"], large),
+        ),
+        ("ours: an empty one-day run (Dagster's fixed cost)", fmt(f["empty"]), f"{cpu['empty']['median']:.1f} s", ""),
+    ]
+    floor, compute = f["floor"]["median"], f["compute"]["median"]
+    rows.append(
+        (
+            "floor: SELECT sessions, messages into Arrow + Parquet",
+            fmt(f["floor"]),
+            f"{cpu['floor']['median']:.1f} s",
+            f"compute (ours - empty) {compute:.2f} s = {compute / floor:.1f}x the floor; "
+            + _verdict("compute_vs_floor", compute / floor, large),
+        )
+    )
+    if "dlt" in f:
+        ratio = f["ours"]["median"] / f["dlt"]["median"]
+        rows.append(
+            (
+                "dlt sql_database, backend=pyarrow, to Parquet",
+                fmt(f["dlt"]),
+                f"{cpu['dlt']['median']:.1f} s",
+                f"ours = {ratio:.1f}x dlt; " + _verdict("ours_vs_dlt", ratio, large),
+            )
+        )
+    else:
+        rows.append(("dlt sql_database, backend=pyarrow", "not installed", "", "pip install -e '.[bench]'"))
+    lib = f["library"]
+    rows.append(
+        (
+            "library alone: read + project + stage 3 datasets",
+            f"{lib['seconds']:.2f} s",
+            f"{lib['cpu']:.1f} s",
+            f"{lib['rows_per_s']:,.0f} canonical rows/s; "
+            + _verdict("library_rows_per_s", lib["rows_per_s"], large, at_least=True),
+        )
+    )
+    inc = f["incremental"]
+    rows.append(
+        (
+            "one day after 100 new messages (dg launch)",
+            f"{inc['seconds']:.2f} s",
+            f"{inc['cpu']:.1f} s",
+            _verdict("incremental_s", inc["seconds"], large),
+        )
+    )
+    pss = max(f["pss_mb"]["ours"], inc["pss_mb"])
+    rows.append(("whole process tree, peak PSS", f"{pss:.0f} MB", "", _verdict("pss_mb", pss, large)))
+    if "rerun" in f:
+        rows.append(("re-run of the backfill, nothing changed", f"{f['rerun']:.2f} s", "", ""))
+    for name, value in (f.get("sensor") or {}).items():
+        if isinstance(value, (int, float)):
+            rows.append((f"sensor: {name}", f"{value:.2f}" + (" ms" if "ms" in name else ""), "", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    print(f"  {'':<{widths[0]}}  {'wall':>{widths[1]}}  {'CPU':>{widths[2]}}")
+    for name, value, cpu_s, note in rows:
+        print(f"  {name:<{widths[0]}}  {value:>{widths[1]}}  {cpu_s:>{widths[2]}}  {note}")
+    print(
+        f"\n  rows: gateway {f['rows'].get('ours', 0):,}; floor and dlt copy {f['rows'].get('floor', 0):,} source rows"
+    )
+    load = f["load"]
+    print(
+        "  load average (1 min; the machine is shared): before each round "
+        + ", ".join(f"{v:.2f}" for v in load["rounds"][:-1])
+        + f", after the last {load['rounds'][-1]:.2f}; before the library {load['library']:.2f}, "
+        f"before the one-day run {load['incremental']:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ by the run's IO manager, so "re-execute from failure" of the write works.
 """
 
 import os
+from collections.abc import Iterator
 
 import dagster as dg
 
+from hermes_assets.defs import checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
@@ -72,7 +74,9 @@ def column_schema(dataset: str) -> dg.TableSchema:
     "and keep those of the run's days.",
     out={"plan": dg.Out(CapturePlan), RANGE_CHECK: dg.Out(is_required=False), STORES_CHECK: dg.Out(is_required=False)},
 )
-def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy):
+def plan(
+    context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy
+) -> Iterator[dg.Output | dg.AssetCheckResult]:
     days = list(context.partition_keys)
     result = planning.plan_capture(
         hermes.stores(),
@@ -139,6 +143,7 @@ def apply_usage_policy(usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Outpu
         ) from exc
     classified = planning.apply_usage_policy(plan, resolver)
     counts = classified.policy
+    assert counts is not None  # apply_usage_policy counts every plan it classifies
     return dg.Output(
         classified,
         metadata={
@@ -193,12 +198,16 @@ def project_rows(
 
 @dg.op(
     description="Merge each staged day into its partition files and replace them atomically, under "
-    "each day's lock; rows whose source vanished are kept, flagged source_deleted.",
-    out={dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
+    "each day's lock; rows whose source vanished are kept, flagged source_deleted. Then evaluate the "
+    "checks of the written files (keys unique, required columns, dates).",
+    out={
+        **{dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
+        **{checks.check_output(dataset, name): dg.Out(is_required=False) for dataset, name in checks.WRITE_CHECKS},
+    },
 )
 def write_partitions(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, capture_runtime: CaptureRuntime, run: ProjectedRun
-):
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     wh = warehouse.open()
     if (
         run.days
@@ -220,6 +229,9 @@ def write_partitions(
             )
         totals = written.totals(dataset)
         yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
+    # the checks judge every file of the run's days, written now or left as it was
+    days = {dataset: [r.day for r in results if r.rows] for dataset, results in written.results.items()}
+    yield from checks.written_checks(wh, days, workers=max(2, capture_runtime.workers))
     try:
         written.raise_for_failures()
     except errors.HermesAssetsError as exc:  # one line naming the store(s); the typed error is its cause
@@ -281,7 +293,8 @@ def needs_staging(instance: dg.DagsterInstance, run_id: str) -> bool | None:
 # --------------------------------------------------------------------------
 
 GROUP = "hermes"
-COMMON = dict(kinds={"sqlite", "parquet", "python"}, owners=["team:hermes-assets"])
+KINDS = {"sqlite", "parquet", "python"}
+OWNERS = ["team:hermes-assets"]
 
 
 @dg.graph_multi_asset(
@@ -291,7 +304,8 @@ COMMON = dict(kinds={"sqlite", "parquet", "python"}, owners=["team:hermes-assets
         dataset: dg.AssetOut(
             description=DESCRIPTIONS[dataset],
             metadata={"dagster/column_schema": column_schema(dataset)},
-            **COMMON,
+            kinds=KINDS,
+            owners=OWNERS,
         )
         for dataset in CAPTURE_DATASETS
     },
@@ -310,15 +324,17 @@ COMMON = dict(kinds={"sqlite", "parquet", "python"}, owners=["team:hermes-assets
             description="Every Hermes store of the run could be read; a store that cannot "
             "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18).",
         ),
+        *checks.write_check_specs(),
     ],
 )
 def hermes_capture():
     planned, range_check, stores_check = plan()
-    sessions, messages, gateway = write_partitions(project_rows(apply_usage_policy(planned)))
+    sessions, messages, gateway, *written_checks = write_partitions(project_rows(apply_usage_policy(planned)))
     return {
         SESSIONS: sessions,
         MESSAGES: messages,
         GATEWAY: gateway,
+        **{checks.check_output(*check): result for check, result in zip(checks.WRITE_CHECKS, written_checks)},
         f"{GATEWAY}_{RANGE_CHECK}": range_check,
         f"{GATEWAY}_{STORES_CHECK}": stores_check,
     }

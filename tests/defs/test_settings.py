@@ -209,11 +209,14 @@ def test_the_settings_in_use_are_the_ones_the_definitions_loaded_with(capture, m
 
 def test_only_the_entry_points_read_the_environment():
     """``definitions.py`` (each load), ``dev.py`` and ``python -m ...settings`` (``make run``)
-    read the settings; every definitions module takes them from ``settings.in_use()``."""
+    read the settings; every definitions module takes them from ``settings.in_use()``. The
+    event log (named by ``dagster.yaml``, not a definitions module) sets Dagster's own batch
+    switch, ``DAGSTER_EVENT_BATCH_SIZE``, and reads no setting of ours."""
     reads = re.compile(r"settings\.(load|check)\(|\bcheck\(\)|os\.environ|os\.getenv")
     readers = {
         p.relative_to(REPO / "hermes_assets").as_posix()
         for p in (REPO / "hermes_assets").rglob("*.py")
         if "lib" not in p.parts and reads.search(p.read_text())
     }
-    assert readers == {"defs/settings.py", "defs/console.py", "dev.py"}, readers
+    assert readers == {"defs/settings.py", "defs/console.py", "dev.py", "event_log.py"}, readers
+    assert "HERMES_ASSETS" not in (REPO / "hermes_assets" / "event_log.py").read_text()

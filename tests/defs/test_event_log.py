@@ -1,0 +1,505 @@
+"""The default instance's event log writes Dagster's event batches in one go (issue 21).
+
+``dagster.yaml`` names :class:`~hermes_assets.event_log.BatchedSqliteEventLogStorage`.
+It must store exactly what Dagster's own SQLite event log stores, where it
+stores it: the same rows in the same tables of the same databases (the index
+and one per run), so the same events of a run, the same materialized and
+failed partitions (what the UI shows), the same latest materialization per
+partition. Captures here run on two instances that differ only in their
+event log; events of every kind are also replayed into both storages, split
+into batches every way, and through Dagster's own batching with a write that
+fails. It subclasses a private Dagster class: the methods it relies on are
+pinned here.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import json
+import logging
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import sqlalchemy.exc
+import yaml
+from dagster._core.definitions.events import (
+    AssetMaterializationFailure,
+    AssetMaterializationFailureReason,
+    AssetMaterializationFailureType,
+)
+from dagster._core.events import (
+    ASSET_EVENTS,
+    BATCH_WRITABLE_EVENTS,
+    AssetObservationData,
+    DagsterEvent,
+    DagsterEventBatchMetadata,
+    DagsterEventType,
+)
+from dagster._core.events.log import EventLogEntry
+from dagster._core.instance.methods.event_methods import EventMethods
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+
+from hermes_assets import event_log
+from hermes_assets.defs import capture as capture_defs
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.event_log import BatchedSqliteEventLogStorage
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from tests.defs.harness import DATASETS, SMALL_DAYS, md_values
+
+pytestmark = pytest.mark.slow  # Dagster runs (tests/support/fast_lane.py)
+
+REPO = Path(__file__).resolve().parents[2]
+FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
+#: Dagster's release these storages were compared on (pyproject.toml pins it)
+DAGSTER = "1.13.27"
+
+
+# --------------------------------------------------------------------------
+# two instances, and what they stored
+# --------------------------------------------------------------------------
+
+
+def _instance(home: Path, *, batched: bool) -> dg.DagsterInstance:
+    config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    assert config["event_log_storage"]["class"] == BatchedSqliteEventLogStorage.__name__
+    if not batched:
+        del config["event_log_storage"]  # Dagster's own SQLite event log
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return dg.DagsterInstance.from_config(str(home))
+
+
+#: columns SQLite fills with the wall clock when a row is inserted: they differ between any two writes
+CLOCK = {"create_timestamp", "update_timestamp", "migration_completed"}
+#: the columns of a run's rows that two runs of the same capture share (ids included: the same order);
+#: the rest holds the runs' own times and ids (timestamps, serialized events and their records)
+SAME_IN_TWO_RUNS = {
+    "id",
+    "run_id",
+    "dagster_event_type",
+    "step_key",
+    "asset_key",
+    "partition",
+    "event_id",
+    "key",
+    "check_name",
+    "execution_status",
+    "evaluation_event_storage_id",
+    "materialization_event_storage_id",
+    "last_run_id",
+    "name",
+}
+
+
+def _tables(runs_dir: Path, *, runs: list[str] | None = None) -> dict:
+    """Every row of every table of every database of an event log (``index`` and one per run), in
+    the order of its ids. ``runs``: the run ids of a capture, compared by their place in it with
+    another capture's (then only :data:`SAME_IN_TWO_RUNS`); otherwise every column but :data:`CLOCK`."""
+    names = {run_id: f"run {i}" for i, run_id in enumerate(runs or [])}
+    out = {}
+    for path in sorted(runs_dir.glob("*.db")):
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"):
+                cursor = conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid')
+                columns = [c[0] for c in cursor.description]
+                keep = [i for i, c in enumerate(columns) if c not in CLOCK and (runs is None or c in SAME_IN_TWO_RUNS)]
+                out[(names.get(path.stem, path.stem), table)] = [
+                    tuple((columns[i], names.get(row[i], row[i])) for i in keep) for row in cursor
+                ]
+        finally:
+            conn.close()
+    return out
+
+
+def _runs_dir(instance: dg.DagsterInstance) -> Path:
+    return Path(instance.event_log_storage._base_dir)
+
+
+def _events(instance: dg.DagsterInstance, run_id: str) -> collections.Counter:
+    records = instance.get_records_for_run(run_id, limit=100_000).records
+    return collections.Counter(
+        r.event_log_entry.dagster_event_type for r in records if r.event_log_entry.is_dagster_event
+    )
+
+
+def _status(instance: dg.DagsterInstance) -> dict[str, tuple[list[str], list[str]]]:
+    """Per dataset: (materialized, failed) partitions, as the UI's partition status computes them."""
+    out = {}
+    for dataset in DATASETS:
+        value = get_and_update_asset_status_cache_value(instance, dg.AssetKey(dataset), daily_partitions)
+        out[dataset] = (
+            sorted(value.deserialize_materialized_partition_subsets(daily_partitions).get_partition_keys()),
+            sorted(value.deserialize_failed_partition_subsets(daily_partitions).get_partition_keys()),
+        )
+    return out
+
+
+def _latest(instance: dg.DagsterInstance) -> dict:
+    """(dataset, day) -> rows_written of the partition's latest materialization."""
+    out = {}
+    for dataset in DATASETS:
+        for day in SMALL_DAYS:
+            found = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(dataset), asset_partitions=[day]), limit=1
+            ).records
+            mat = found[0].asset_materialization if found else None
+            out[(dataset, day)] = md_values(mat.metadata)["rows_written"] if mat else None
+    return out
+
+
+@pytest.fixture
+def stored_batches(monkeypatch):
+    """The groups the storage wrote in one go (sizes), spied on its own method."""
+    sizes: list[int] = []
+    write = BatchedSqliteEventLogStorage._store_asset_events
+
+    def spy(self, events):
+        sizes.append(len(events))
+        return write(self, events)
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_store_asset_events", spy)
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)  # the storage turns batching on
+    return sizes
+
+
+# --------------------------------------------------------------------------
+# real captures on both instances
+# --------------------------------------------------------------------------
+
+
+def test_the_batched_event_log_stores_what_dagsters_own_stores(small, stored_batches, tmp_path):
+    results = {}
+    for batched in (False, True):
+        with _instance(tmp_path / f"home-{batched}", batched=batched) as instance:
+            assert isinstance(instance.event_log_storage, BatchedSqliteEventLogStorage) == batched
+            first = small.materialize(FIRST, LAST, instance=instance)
+            again = small.materialize(FIRST, LAST, instance=instance)
+            assert first.success and again.success
+            results[batched] = (
+                _events(instance, first.run_id),
+                _events(instance, again.run_id),
+                _status(instance),
+                _latest(instance),
+                _tables(_runs_dir(instance), runs=[first.run_id, again.run_id]),
+            )
+    assert results[True] == results[False]
+    events, _, status, latest, _ = results[True]
+    days = len(SMALL_DAYS)
+    assert events[dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED] == 3 * days
+    assert events[dg.DagsterEventType.ASSET_MATERIALIZATION] == 3 * days
+    assert events[dg.DagsterEventType.ASSET_CHECK_EVALUATION] > 0
+    assert all(status[d] == (SMALL_DAYS, []) for d in DATASETS)
+    assert all(rows is not None for rows in latest.values())
+    # two runs: their planned events in one batch each, then each dataset's days in one
+    assert stored_batches.count(days) == 2 * 3 and max(stored_batches) > days
+
+
+def test_a_failed_run_marks_its_partitions_failed_as_before(small, stored_batches, tmp_path):
+    small.policy_list.parent.mkdir(parents=True)
+    small.policy_list.write_text("{ not json")  # the run fails before any day is written
+    statuses = {}
+    for batched in (False, True):
+        with _instance(tmp_path / f"home-{batched}", batched=batched) as instance:
+            result = small.materialize(FIRST, LAST, instance=instance, raise_on_error=False)
+            assert not result.success
+            statuses[batched] = (
+                _events(instance, result.run_id),
+                _status(instance),
+                _tables(_runs_dir(instance), runs=[result.run_id]),
+            )
+    assert statuses[True] == statuses[False]
+    events, status, _ = statuses[True]
+    assert events[dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED] == 3 * len(SMALL_DAYS)
+    # Dagster keeps no failed-to-materialize event in an SQLite event log: the status comes from the run
+    assert events[dg.DagsterEventType.ASSET_FAILED_TO_MATERIALIZE] == 0
+    assert all(status[d] == ([], SMALL_DAYS) for d in DATASETS), status
+
+
+def test_a_run_stopped_between_two_batches_stores_what_dagsters_own_stores(
+    small, stored_batches, monkeypatch, tmp_path
+):
+    """Stopped as a cancel stops it (Dagster raises this in user code when the run worker is told to
+    stop), in the write step after the sessions' output: its batch stored, the next ones never made."""
+    metadata = capture_defs.day_metadata
+
+    def canceled(result, projected):
+        if result.dataset == MESSAGES:
+            raise dg.DagsterExecutionInterruptedError("the run was canceled")
+        return metadata(result, projected)
+
+    monkeypatch.setattr(capture_defs, "day_metadata", canceled)
+    results = {}
+    for batched in (False, True):
+        with _instance(tmp_path / f"home-{batched}", batched=batched) as instance:
+            result = small.materialize(FIRST, LAST, instance=instance, raise_on_error=False)
+            assert not result.success
+            results[batched] = (
+                _events(instance, result.run_id),
+                _status(instance),
+                _tables(_runs_dir(instance), runs=[result.run_id]),
+            )
+    assert results[True] == results[False]
+    events, status, _ = results[True]
+    assert events[dg.DagsterEventType.ASSET_MATERIALIZATION] == len(SMALL_DAYS)
+    assert status == {SESSIONS: (SMALL_DAYS, []), MESSAGES: ([], SMALL_DAYS), GATEWAY: ([], SMALL_DAYS)}
+
+
+# --------------------------------------------------------------------------
+# events of every kind, replayed into both storages
+# --------------------------------------------------------------------------
+
+
+def _captured(small, home: Path, last: str = SMALL_DAYS[2]) -> list[EventLogEntry]:
+    """Every event of one capture of the first days, as Dagster's own event log stored them."""
+    with _instance(home, batched=False) as instance:
+        result = small.materialize(FIRST, last, instance=instance)
+        return [r.event_log_entry for r in instance.get_records_for_run(result.run_id, limit=100_000).records]
+
+
+def _asset_event(run_id: str, dataset: str, day: str, *, failed: bool = False) -> EventLogEntry:
+    """An observation (with a data version, a tag the index keeps) or a failed materialization:
+    events a capture does not emit, which Dagster batches and mirrors in the index."""
+    if failed:
+        event = DagsterEvent.build_asset_failed_to_materialize_event(
+            "__ASSET_JOB",
+            "hermes_capture.write_partitions",
+            AssetMaterializationFailure(
+                asset_key=dataset,
+                partition=day,
+                failure_type=AssetMaterializationFailureType.FAILED,
+                reason=AssetMaterializationFailureReason.FAILED_TO_MATERIALIZE,
+            ),
+        )
+    else:
+        observation = dg.AssetObservation(dataset, partition=day, tags={"dagster/data_version": f"v-{day}"})
+        event = DagsterEvent(
+            DagsterEventType.ASSET_OBSERVATION.value,
+            "__ASSET_JOB",
+            event_specific_data=AssetObservationData(observation),
+        )
+    return EventLogEntry(
+        error_info=None,
+        level=logging.DEBUG,
+        user_message="",
+        run_id=run_id,
+        timestamp=time.time(),
+        step_key=None,
+        job_name="__ASSET_JOB",
+        dagster_event=event,
+    )
+
+
+def _every_kind(small, home: Path) -> list[EventLogEntry]:
+    """A capture's events (planned, materialized, checks planned and evaluated, steps, the run, log
+    lines), observations of its run, then failed materializations of another run within them."""
+    events = _captured(small, home)
+    run_id = events[0].run_id
+    extra = [_asset_event(run_id, d, day) for d in DATASETS for day in SMALL_DAYS[:3]]
+    other = [_asset_event("a" * 8 + "-other-run", d, day, failed=True) for d in DATASETS for day in SMALL_DAYS[:2]]
+    extra[4:4] = other
+    kinds = {e.dagster_event_type for e in events + extra}
+    assert set(event_log.BATCHED) <= kinds and DagsterEventType.ASSET_CHECK_EVALUATION in kinds
+    return events + extra
+
+
+def _own(events: list[EventLogEntry], runs_dir: Path) -> dict:
+    storage = SqliteEventLogStorage(str(runs_dir))
+    try:
+        for event in events:
+            storage.store_event(event)
+    finally:
+        storage.dispose()
+    return _tables(runs_dir)
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 1000])
+def test_replayed_events_of_every_kind_give_the_same_rows(small, stored_batches, tmp_path, size):
+    events = _every_kind(small, tmp_path / "source")
+    expected = _own(events, tmp_path / "own")
+    storage = BatchedSqliteEventLogStorage(str(tmp_path / "batched"))
+    try:
+        for i in range(0, len(events), size):
+            storage.store_event_batch(events[i : i + size])
+    finally:
+        storage.dispose()
+    assert _tables(tmp_path / "batched") == expected
+    assert sum(stored_batches) > 0 if size > 1 else not stored_batches
+
+
+def _handled(instance: dg.DagsterInstance, events: list[EventLogEntry]) -> list[EventLogEntry]:
+    """The events through Dagster's instance as a run emits them: the batchable ones as one batch
+    (Dagster's buffer, its call of store_event_batch and its fallback), the others one by one (no
+    run's own events: there is no run in this instance). -> the events in the order they are stored."""
+    events = [e for e in events if not e.get_dagster_event().is_job_event]
+    batch = [e for e in events if e.dagster_event_type in BATCH_WRITABLE_EVENTS]
+    metadata = DagsterEventBatchMetadata("one-batch", False)
+    order = []
+    for event in events:
+        if event.dagster_event_type in BATCH_WRITABLE_EVENTS:
+            last = event is batch[-1]
+            instance.handle_new_event(event, batch_metadata=metadata._replace(is_end=last))
+            order.extend(batch if last else [])
+        else:
+            instance.handle_new_event(event)
+            order.append(event)
+    return order
+
+
+@pytest.mark.parametrize("failing", [1, 2], ids=["first group", "second group"])
+def test_a_write_that_fails_in_a_batch_stores_each_event_once(small, stored_batches, monkeypatch, tmp_path, failing):
+    """The index refuses one group of asset events (locked past the busy timeout): the first group,
+    so nothing of the batch is stored and Dagster stores it again event by event; or a later one."""
+    events = [e for e in _captured(small, tmp_path / "source") if e.is_dagster_event]
+    calls = []
+    tags = BatchedSqliteEventLogStorage._store_asset_event_tags
+
+    def locked_once(self, conn, batch, ids):
+        calls.append(len(batch))
+        if len(calls) == failing:
+            raise sqlalchemy.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("database is locked"))
+        return tags(self, conn, batch, ids)
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_store_asset_event_tags", locked_once)
+    with _instance(tmp_path / "home", batched=True) as instance:
+        stored = _handled(instance, events)
+        tables = _tables(_runs_dir(instance))
+    assert tables == _own(stored, tmp_path / "own")
+    assert len(calls) > failing and calls[failing - 1] > 1  # the failure hit a group, then events went on
+
+
+def test_an_interrupt_in_a_write_leaves_no_event_the_index_lacks(small, stored_batches, monkeypatch, tmp_path):
+    events = [e for e in _captured(small, tmp_path / "source") if e.is_dagster_event]
+    planned = [e for e in events if e.dagster_event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED]
+
+    def interrupted(self, conn, batch, ids):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_store_asset_event_tags", interrupted)
+    storage = BatchedSqliteEventLogStorage(str(tmp_path / "batched"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            storage.store_event_batch(planned)
+        assert not storage.get_records_for_run(planned[0].run_id).records
+        assert not storage.get_asset_records()
+    finally:
+        storage.dispose()
+    tables = _tables(tmp_path / "batched")
+    assert not tables[(planned[0].run_id, "event_logs")] and not tables[("index", "event_logs")]
+
+
+# --------------------------------------------------------------------------
+# configuration: the switch Dagster reads, the Postgres instance, the home
+# --------------------------------------------------------------------------
+
+
+def test_the_storage_turns_dagsters_batches_on_unless_the_user_set_them(monkeypatch, tmp_path):
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    BatchedSqliteEventLogStorage(str(tmp_path / "a")).dispose()
+    assert EventMethods._get_event_batch_size(None) == int(event_log.BATCH_SIZE)
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "0")  # the user's: batches off
+    BatchedSqliteEventLogStorage(str(tmp_path / "b")).dispose()
+    assert EventMethods._get_event_batch_size(None) == 0
+
+
+def test_the_postgres_instance_runs_without_this_module(small):
+    """deploy/postgres/dagster.yaml has no event_log_storage, and nothing of the project imports the
+    module: an instance without it never loads it (and a Dagster upgrade that breaks it leaves such
+    an instance alone). A capture on a dagster.yaml without it: the tests above, Dagster's own."""
+    config = yaml.safe_load((REPO / "deploy" / "postgres" / "dagster.yaml").read_text())
+    assert "postgres" in config["storage"] and "event_log_storage" not in config
+    code = (
+        "import sys; from hermes_assets.definitions import defs; defs(); "
+        "print(sorted(m for m in sys.modules if m.startswith('hermes_assets')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=small.environ(), cwd=REPO, check=True
+    )
+    loaded = json.loads(out.stdout.strip().splitlines()[-1].replace("'", '"'))
+    assert "hermes_assets.defs.checks" in loaded and "hermes_assets.event_log" not in loaded
+
+
+@pytest.mark.parametrize("dagster_home", ["unset", "another folder"])
+def test_the_log_is_in_the_instances_folder_as_dagsters_own(monkeypatch, tmp_path, dagster_home):
+    """An instance opened from its folder (DagsterInstance.from_config, a ref in a child process)
+    keeps its event log where Dagster's own would be, whatever DAGSTER_HOME says."""
+    if dagster_home == "unset":
+        monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    else:
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    folders = {}
+    for batched in (False, True):
+        with _instance(tmp_path / f"home-{batched}", batched=batched) as instance:
+            folders[batched] = _runs_dir(instance).relative_to(tmp_path / f"home-{batched}")
+            with dg.DagsterInstance.from_ref(instance.get_ref()) as child:  # as a run worker opens it
+                assert _runs_dir(child) == _runs_dir(instance)
+    assert folders[True] == folders[False] == Path("history", "runs")
+    assert not (tmp_path / "elsewhere").exists()
+    storage = BatchedSqliteEventLogStorage(str(tmp_path / "given"))  # a base_dir in its config
+    try:
+        assert Path(storage._base_dir) == tmp_path / "given"
+    finally:
+        storage.dispose()
+
+
+# --------------------------------------------------------------------------
+# the private Dagster API it relies on
+# --------------------------------------------------------------------------
+
+#: what event_log.py overrides or calls on Dagster's SQLite event log, with the parameters it passes
+RELIED_ON = {
+    "__init__": "self, base_dir, inst_data=None",
+    "register_instance": "self, instance",
+    "from_config_value": "inst_data, config_value",
+    "store_event": "self, event",
+    "store_event_batch": "self, events",
+    "run_connection": "self, run_id=None",
+    "index_transaction": "self",
+    "prepare_insert_event": "self, event",
+    "_store_asset_event_tags": "self, conn, events, event_ids",
+    "_store_asset_event": "self, conn, event, event_id",
+}
+
+
+def _parameters(fn) -> str:
+    return ", ".join(
+        p.name + ("" if p.default is inspect.Parameter.empty else f"={p.default!r}")
+        for p in inspect.signature(fn).parameters.values()
+    )
+
+
+@pytest.mark.parametrize("name", sorted(RELIED_ON))
+def test_the_dagster_methods_it_relies_on_keep_their_signature(name):
+    method = getattr(SqliteEventLogStorage, name, None)
+    where = f"Dagster {dg.__version__}: SqliteEventLogStorage.{name}"
+    advice = (
+        f"hermes_assets/event_log.py subclasses it and was checked against Dagster {DAGSTER} "
+        "(pyproject.toml pins it): re-read Dagster's SQLite event log and this storage before upgrading"
+    )
+    assert method is not None, f"{where} is gone. {advice}"
+    got = _parameters(method)
+    assert got == RELIED_ON[name], f"{where}({got}), was ({RELIED_ON[name]}). {advice}"
+
+
+def test_the_instance_registers_its_event_log_once_its_folder_is_known():
+    source = inspect.getsource(dg.DagsterInstance.__init__)
+    advice = f"Dagster {dg.__version__} changed DagsterInstance.__init__: re-read hermes_assets/event_log.py"
+    assert source.index("self._local_artifact_storage =") < source.index("_event_storage.register_instance"), advice
+    assert isinstance(inspect.getattr_static(dg.DagsterInstance, "root_directory"), property), advice
+
+
+def test_the_events_it_groups_are_the_ones_dagster_batches_and_mirrors():
+    advice = f"Dagster {dg.__version__} changed its event sets: re-read hermes_assets/event_log.py"
+    assert event_log.BATCHED <= ASSET_EVENTS, advice  # Dagster's store_event mirrors them in the index
+    assert event_log.BATCHED <= BATCH_WRITABLE_EVENTS, advice  # and its runs hand them over in batches
+    # the one switch of batches, read on every event
+    assert "DAGSTER_EVENT_BATCH_SIZE" in inspect.getsource(EventMethods._get_event_batch_size), advice
+    assert "_is_batch_writing_enabled" in inspect.getsource(EventMethods.handle_new_event), advice
