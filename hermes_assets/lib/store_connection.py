@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Self
 
@@ -178,12 +178,17 @@ class StoreConnection:
         try:
             return self._query_once(sql, params)
         except Undecodable:
-            conn = self._connection
-            conn.text_factory = decode_text
-            try:
-                return self._query_once(sql, params)
-            finally:
-                conn.text_factory = str
+            return self._query_decoded_by(decode_text, sql, params)
+
+    def _query_decoded_by(self, text_factory: Callable[[bytes], object], sql: str, params: Iterable) -> list[tuple]:
+        """One statement with TEXT cells made by ``text_factory``; the connection's own after it."""
+        conn = self._connection
+        factory = conn.text_factory
+        conn.text_factory = text_factory
+        try:
+            return self._query_once(sql, params)
+        finally:
+            conn.text_factory = factory
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -253,10 +258,4 @@ class StoreConnection:
         Nothing is decoded: change detection compares bytes, so a cell that is not
         valid UTF-8 costs nothing and never fails the statement.
         """
-        conn = self._connection
-        factory = conn.text_factory
-        conn.text_factory = bytes
-        try:
-            return self._query_once(sql, params)
-        finally:
-            conn.text_factory = factory
+        return self._query_decoded_by(bytes, sql, params)
