@@ -21,9 +21,9 @@ of --repeat runs (wall seconds and CPU seconds of the whole process tree):
               (GraphQL launchPartitionBackfill on a real `dg dev`: the backfill daemon creates the
               run, the run launcher starts it in its own process), against the same range through
               `dg launch`: each run's events, and its time from creation to its end
-  workers     a spawned worker's start (a fresh interpreter importing the library), against a
-              forkserver's fork; and the library over the first 1, 3, 10 and 30 days of the
-              store on one process and on two: where parallel days start to pay
+  workers     the library over the first 1, 3, 10 and 30 days of the store on one process
+              and on two: where parallel days start to pay (a worker's start by start method,
+              through the capture's own pool: bench/pool_start.py)
 
     python bench/dagster_costs.py --store /path/to/medium/state.db
     python bench/dagster_costs.py --store ... --sections partitions,batch --repeat 3 --json out.json
@@ -342,36 +342,17 @@ def daemon(store: Path, work: Path) -> dict:
 # workers
 # --------------------------------------------------------------------------
 
-_START = r"""
-import json, multiprocessing, sys, time
-from concurrent.futures import ProcessPoolExecutor
-import importlib, os
-if __name__ == "__main__":
-    method = sys.argv[1]
-    ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["hermes_assets.lib.capture"])
-    times = []
-    for _ in range(3):  # the first pool, then two more: a forkserver is started once
-        t = time.perf_counter()
-        with ProcessPoolExecutor(1, mp_context=ctx, initializer=importlib.import_module,
-                                 initargs=("hermes_assets.lib.capture",)) as pool:
-            pool.submit(os.getpid).result()
-        times.append(time.perf_counter() - t)
-    print(json.dumps(times))
-"""
-
 _LIBRARY_DAYS = r"""
 import json, os, sys, tempfile, time
-from hermes_assets.lib import capture, policy
+from hermes_assets.lib import capture, plan as planning, policy
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.stores import Store
 from hermes_assets.lib.warehouse import Warehouse
 stores = [Store(sys.argv[1])]
-plan = capture.plan_capture(stores, [], user_home="/home/bench")
+plan = planning.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})[: int(sys.argv[3])]
-plan = capture.plan_capture(stores, days, user_home="/home/bench")
-plan = capture.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
+plan = planning.plan_capture(stores, days, user_home="/home/bench")
+plan = planning.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 t = time.perf_counter()
 with tempfile.TemporaryDirectory() as scratch:
@@ -382,13 +363,7 @@ print(json.dumps({"sessions": plan.sessions_in_range(), "seconds": time.perf_cou
 
 
 def workers(store: Path, repeat: int) -> dict:
-    out: dict = {"start": {}}
-    for method in ("spawn", "forkserver"):
-        runs = [
-            json.loads(measure([PY, "-c", _START, method])["stdout"].strip().splitlines()[-1]) for _ in range(repeat)
-        ]
-        out["start"][method] = [round(statistics.median(r[i] for r in runs), 3) for i in range(3)]
-    out["days"] = {}
+    out: dict = {"days": {}}
     for n in (1, 3, 10, 30):
         row = {}
         for w in (1, 2):

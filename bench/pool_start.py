@@ -10,8 +10,7 @@ Not a test: it measures, on a copy of a cached store (never the cached file itse
 Sections:
   startup  pool creation -> the first day a worker returns, for a trivial day job whose
            module imports what the capture's does (each try in a fresh process, then a second
-           pool in that process, its forkserver running already); also a
-           forkserver that preloads the job's module (what the pool must not do: it has threads)
+           pool in that process, its forkserver running already)
   capture  a whole capture of the store's days (plan, project_rows, write_partitions) into an
            empty warehouse on --workers processes, each start method
   rerun    the same capture again, nothing changed: its time and how many times the run
@@ -44,11 +43,6 @@ import pool_job  # the day job's module: it imports the capture's modules, as st
 from hermes_assets.lib import pool
 method = sys.argv[1]
 t0 = time.monotonic()
-if method == "forkserver+module":  # the server started here, preloading the job's module too (threads: not used)
-    import multiprocessing, multiprocessing.forkserver
-    multiprocessing.get_context("forkserver").set_forkserver_preload([pool.__name__, pool_job.__name__])
-    multiprocessing.forkserver.ensure_running()
-    method = "forkserver"
 days = [f"d{i}" for i in range(64)]
 out = list(pool.map_days(pool_job.when, None, days, workers=2, start_method=method))
 workers = [t for pid, t in out if pid != os.getpid()]
@@ -116,7 +110,7 @@ def _python(code: str, *args: str, env: dict | None = None, strace: str | None =
 def startup(work: Path, repeat: int) -> None:
     (work / "job").mkdir(exist_ok=True)
     (work / "job" / "pool_job.py").write_text(_POOL_JOB)
-    for method in (*METHODS, "forkserver+module"):
+    for method in METHODS:
         tries = [_python(_STARTUP, method, str(work / "job")) for _ in range(repeat)]
         for key, what in (("first_worker_s", "first pool "), ("second_pool_s", "second pool")):
             got = [t[key] for t in tries if t[key] is not None]
