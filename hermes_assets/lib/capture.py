@@ -212,7 +212,8 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     for dataset in CAPTURE_DATASETS:
         old_file = old[dataset] if dataset in old else _read_old(job, dataset, day)
         if old_file is not None:
-            new = {path: read_staged(dataset, file) for path, file in datasets[dataset].staged.items()}
+            # the tables just staged, as they are in memory (not read back from their files)
+            new = {path: rows.tables[dataset][path] for path in datasets[dataset].staged}
             stage_as = os.path.join(job.staging, staging.prepared_name(dataset, day))
             ready = job.warehouse.prepare_write(dataset, day, new, facts, plan.read_at, old_file, stage_as)
             if ready is not None:

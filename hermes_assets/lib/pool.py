@@ -85,7 +85,8 @@ def map_days(
         for day in days:
             yield fn(state, day)
         return
-    context = multiprocessing.get_context(start_method)
+    # never "fork": the caller runs threads (checked above; named here so the call shows it)
+    context = multiprocessing.get_context("spawn" if start_method == "spawn" else "forkserver")
     if start_method == "forkserver":  # nothing that starts a thread (see the module docstring)
         context.set_forkserver_preload([__name__])
     results: dict[str, R] = {}

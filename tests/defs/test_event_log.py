@@ -202,19 +202,26 @@ def test_the_batched_event_log_stores_what_dagsters_own_stores(small, stored_bat
     assert stored_batches.count(days) == 2 * 3 and max(stored_batches) > days
 
 
-def test_a_failed_run_marks_its_partitions_failed_as_before(small, stored_batches, tmp_path):
-    small.policy_list.parent.mkdir(parents=True)
-    small.policy_list.write_text("{ not json")  # the run fails before any day is written
-    statuses = {}
+def _failed_run_both_ways(small, tmp_path) -> dict[bool, tuple]:
+    """A run of the small range that fails, on Dagster's own event log (False) and on the batched
+    one (True): per log, its events by type, the partition status and every table row."""
+    results = {}
     for batched in (False, True):
         with _instance(tmp_path / f"home-{batched}", batched=batched) as instance:
             result = small.materialize(FIRST, LAST, instance=instance, raise_on_error=False)
             assert not result.success
-            statuses[batched] = (
+            results[batched] = (
                 _events(instance, result.run_id),
                 _status(instance),
                 _tables(_runs_dir(instance), runs=[result.run_id]),
             )
+    return results
+
+
+def test_a_failed_run_marks_its_partitions_failed_as_before(small, stored_batches, tmp_path):
+    small.policy_list.parent.mkdir(parents=True)
+    small.policy_list.write_text("{ not json")  # the run fails before any day is written
+    statuses = _failed_run_both_ways(small, tmp_path)
     assert statuses[True] == statuses[False]
     events, status, _ = statuses[True]
     assert events[dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED] == 3 * len(SMALL_DAYS)
@@ -236,16 +243,7 @@ def test_a_run_stopped_between_two_batches_stores_what_dagsters_own_stores(
         return metadata(result, projected)
 
     monkeypatch.setattr(capture_defs, "day_metadata", canceled)
-    results = {}
-    for batched in (False, True):
-        with _instance(tmp_path / f"home-{batched}", batched=batched) as instance:
-            result = small.materialize(FIRST, LAST, instance=instance, raise_on_error=False)
-            assert not result.success
-            results[batched] = (
-                _events(instance, result.run_id),
-                _status(instance),
-                _tables(_runs_dir(instance), runs=[result.run_id]),
-            )
+    results = _failed_run_both_ways(small, tmp_path)
     assert results[True] == results[False]
     events, status, _ = results[True]
     assert events[dg.DagsterEventType.ASSET_MATERIALIZATION] == len(SMALL_DAYS)
