@@ -110,11 +110,6 @@ def add_hook(hook: Hook) -> None:
         _hooks.append(hook)
 
 
-def remove_hook(hook: Hook) -> None:
-    if hook in _hooks:
-        _hooks.remove(hook)
-
-
 # --------------------------------------------------------------------------
 # processors
 # --------------------------------------------------------------------------
