@@ -10,6 +10,13 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
+A path named in ``HERMES_STATE_DB`` that is gone (a store or folder removed
+while Dagster runs) is a mistake in the setting, not a store that failed
+alone: the tick fails with the one line naming it (``BadSetting``, a Dagster
+error, so the UI shows the tick red with that line, not a wrapper of it),
+requests nothing and keeps its cursor. The first tick after the path is back
+reads it from that cursor and requests what changed meanwhile.
+
 A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
 run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.attempts`).
@@ -26,9 +33,11 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
+from hermes_assets.defs.console import BadSetting
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.lib import attempts, changes
+from hermes_assets.lib.errors import STORE_MISSING
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
@@ -95,6 +104,9 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
             f"hermes.sensor.store_failed {scan.store.path} ({failure.error_kind}): {failure.message} "
             "Its cursor entry is kept; the next tick reads it again."
         )
+    missing = [failure for scan, failure in plan.failed if scan.store.explicit and failure.error_kind == STORE_MISSING]
+    if missing:  # the setting names a path that is gone: the tick fails, red in the UI, with the line
+        raise BadSetting(missing[0].message)
     if plan.retried:
         context.log.warning(f"hermes.sensor.retry: the capture of {', '.join(plan.retried)} failed; requested again")
     if plan.failing:  # named on every tick until a run of the day succeeds

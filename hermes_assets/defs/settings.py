@@ -11,8 +11,9 @@ of every value, and that the local folders the project writes can be
 written), and ``make run`` checks them before it starts Dagster
 (``python -m hermes_assets.defs.settings``, exit status 2), so a mistake is
 one line before anything runs; ``hermes_assets/defs/console.py`` decides how
-that line reaches a person (the CLI, the UI). Whether an explicit store
-exists is checked per run and per tick. The core library
+that line reaches a person (the CLI, the UI). So does a path of
+``HERMES_STATE_DB`` that does not exist; one that vanishes later fails the
+sensor's tick, or the run reading it, with the same line. The core library
 (``hermes_assets/lib``) never reads the environment: it receives these values
 as arguments.
 
@@ -192,7 +193,10 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
     must be creatable. One probe each, in the folder or its nearest existing parent: a
     temporary folder made and removed at once (the only way to ask that also answers
     for root on a read-only mount). A URI warehouse is not probed (its store keeps
-    its own access control).
+    its own access control). Then whether every file or folder ``HERMES_STATE_DB``
+    names exists: a path that does not is a mistake in the setting (a typo must not
+    look like an idle Hermes, nor move the partitions' start), where a Hermes home
+    with no store yet is the quiet idle case (SPEC §1).
 
     Raises :class:`ConfigurationError` with one line naming the setting.
     """
@@ -206,6 +210,9 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
         if problem:
             name, _ = VARIABLES[field]
             raise ConfigurationError(f"{name}={value!r} is not a folder this user can write: {problem}")
+    missing = stores.missing_named(settings.state_db)
+    if missing:
+        raise ConfigurationError(stores.missing_line(missing[0]))
     return settings
 
 
