@@ -117,6 +117,32 @@ def test_a_setting_a_definitions_module_cannot_honour_is_one_line_too(capture, m
     assert str(info.value) == "HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s==0.29.27 installed"
 
 
+def test_a_state_db_naming_a_path_that_does_not_exist_is_a_bad_setting(tmp_path):
+    """A file or a folder, alone or one of several: the first missing path is named, in one line.
+    Paths that exist pass (a folder with no state.db in it yet is the sensor's to report)."""
+    db, folder = tmp_path / "hermes" / "state.db", tmp_path / "stores"
+    db.parent.mkdir()
+    db.write_bytes(b"")
+    folder.mkdir()
+    base = {"HERMES_ASSETS_WAREHOUSE": str(tmp_path / "warehouse")}
+    for named in (str(db), str(folder), f"{db}:{folder}"):
+        assert settings.check({**base, "HERMES_STATE_DB": named}).state_db == named
+    for typo in (tmp_path / "hermes" / "stat.db", tmp_path / "storse"):
+        for named in (str(typo), f"{db}:{typo}"):
+            with pytest.raises(ConfigurationError) as info:
+                settings.check({**base, "HERMES_STATE_DB": named})
+            assert str(info.value) == (
+                f"HERMES_STATE_DB names {typo}, which does not exist: check the path "
+                "(unset HERMES_STATE_DB to use the Hermes home's own store)."
+            )
+    link = tmp_path / "dangling.db"
+    link.symlink_to(tmp_path / "gone.db")
+    with pytest.raises(ConfigurationError, match="dangling.db, which does not exist"):
+        settings.check({**base, "HERMES_STATE_DB": str(link)})
+    # unset: the Hermes home's own store, absent here: the quiet idle case, never a bad setting
+    assert settings.check({**base, "HERMES_HOME": str(tmp_path / "no-hermes")}).state_db is None
+
+
 @pytest.mark.slow
 def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, unwritable_folder):
     for warehouse, why in (
