@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+ with venv):
 #   make run    check the settings, then start Dagster (`dg dev`: webserver + daemon, sensor on)
-#               on ~/.hermes/state.db; Ctrl-C or `make stop` stops it
+#               on ~/.hermes/state.db, UI on port 3000 (`make run PORT=3001`: another);
+#               Ctrl-C or `make stop` stops it
 #   make test   install the test extras and run the test suite
 #   make check  the maintainer's checks in under a minute: lint, format, types, the fast tests
 # and one queries what they wrote:
@@ -33,11 +34,13 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 install-query: $(VENV)/.installed-query
 
-# The settings are checked before Dagster starts: a bad one stops make with that one line
-# (exit 2). hermes_assets.dev then becomes `dg dev`, stoppable by Ctrl-C or `make stop`.
+# Checked before Dagster starts: the settings, no Dagster already running for this
+# DAGSTER_HOME, the port free. A problem stops make with that one line (exit 2).
+# hermes_assets.dev then becomes `dg dev`, stoppable by Ctrl-C or `make stop`
+# (which returns when its webserver, daemon and code server have all exited).
 run: install
-	$(eval BAD_SETTING := $(shell $(VENV)/bin/python -m hermes_assets.defs.settings 2>&1))
-	$(if $(BAD_SETTING),$(error $(BAD_SETTING)))
+	$(eval REFUSED := $(shell $(VENV)/bin/python -m hermes_assets.dev --check --port $(PORT) 2>&1))
+	$(if $(REFUSED),$(error $(REFUSED)))
 	$(VENV)/bin/python -m hermes_assets.dev --port $(PORT)
 
 stop:
