@@ -137,7 +137,7 @@ def test_a_state_db_naming_a_path_that_does_not_exist_is_a_bad_setting(tmp_path)
             )
     link = tmp_path / "dangling.db"
     link.symlink_to(tmp_path / "gone.db")
-    with pytest.raises(ConfigurationError, match="dangling.db, which does not exist"):
+    with pytest.raises(ConfigurationError, match=r"dangling\.db, which does not exist"):
         settings.check({**base, "HERMES_STATE_DB": str(link)})
     # unset: the Hermes home's own store, absent here: the quiet idle case, never a bad setting
     assert settings.check({**base, "HERMES_HOME": str(tmp_path / "no-hermes")}).state_db is None
