@@ -5,7 +5,7 @@
 #   make test   install the test extras and run the test suite
 #   make check  the maintainer's checks in under a minute: lint, format, types, the fast tests
 # and one queries what they wrote:
-#   make query  install DuckDB and open its shell where warehouse/ is (README's recipes)
+#   make query  install DuckDB and open its shell where warehouse/ is (docs/querying.md: recipes)
 # `make clean` removes the venv, Dagster's records of runs and sensors in this folder, and
 # the captured datasets (warehouse/); it never touches Hermes's own files.
 PYTHON ?= python3
@@ -63,9 +63,9 @@ check: lint types
 test: install-test
 	$(VENV)/bin/pytest
 
-# DuckDB's shell in $(DAGSTER_HOME), where the default warehouse/ is: the README's recipes run as pasted
+# DuckDB's shell in $(DAGSTER_HOME), where the default warehouse/ is: the recipes (README, docs/querying.md) run as pasted
 query: install-query
-	@echo "DuckDB in $(DAGSTER_HOME): paste a recipe from README.md; .quit to leave"
+	@echo "DuckDB in $(DAGSTER_HOME): paste a recipe from docs/querying.md; .quit to leave"
 	@cd "$(DAGSTER_HOME)" && "$(abspath $(VENV))/bin/duckdb"
 
 $(VENV)/.installed-bench: $(VENV)/.installed-test
