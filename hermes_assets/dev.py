@@ -145,20 +145,71 @@ class Running:
 
 
 def running() -> Running | None:
-    """The ``make run`` running for this folder, or None: whoever holds the pid file's lock."""
+    """The Dagster running for this folder, or None: whoever holds the pid file's lock (a
+    ``make run``), else a ``dg dev`` / ``dagster dev`` started by hand on this folder."""
     path = pid_file()
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return None
+        return _started_by_hand()
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return _recorded(path)
-        return None  # nobody holds it: what the file names has ended
     finally:
         os.close(fd)
+    return _started_by_hand()  # nobody holds the lock: what the file names has ended
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [p.decode(errors="replace") for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
+    except OSError:
+        return []
+
+
+def _is(cmd: list[str], module: str, script: str) -> bool:
+    return any(part == module or os.path.basename(part) == script for part in cmd[:3])
+
+
+def _dev(cmd: list[str]) -> bool:
+    """``dg dev`` or ``dagster dev`` (run as a script by its venv's python, or directly)."""
+    return "dev" in cmd[:3] and any(os.path.basename(part) in ("dg", "dagster") for part in cmd[:2])
+
+
+def _home_of(pid: int) -> Path | None:
+    """The ``DAGSTER_HOME`` process ``pid`` was started with (relative to its working folder)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+    for entry in env:
+        if entry.startswith(b"DAGSTER_HOME="):
+            value = entry.split(b"=", 1)[1].decode(errors="replace")
+            return Path(cwd, value).resolve() if value else None
+    return None
+
+
+def _started_by_hand() -> Running | None:
+    """A Dagster daemon of this folder that no ``make run`` started: the ``dg dev`` / ``dagster dev``
+    above it (or the daemon itself), and the port of the webserver beside it."""
+    home = dagster_home()
+    for pid in _all_pids():
+        if pid == os.getpid() or not _is(_cmdline(pid), "dagster._daemon", "dagster-daemon"):
+            continue
+        if _home_of(pid) != home:
+            continue
+        stat = _stat(pid)
+        root = stat[1] if stat is not None and _dev(_cmdline(stat[1])) else pid
+        port = "?"
+        for proc in _descendants({p for p in [_proc(root)] if p is not None}):
+            cmd = _cmdline(proc.pid)
+            if _is(cmd, "dagster_webserver", "dagster-webserver"):
+                port = _option(cmd, ("--port", "-p"), str(DEFAULT_PORT))
+        return Running(root, port)
+    return None
 
 
 def _recorded(path: Path) -> Running:

@@ -5,6 +5,8 @@
   exit status 2, within seconds; the first keeps serving. ``make stop`` then stops
   that first instance, and returns only when its webserver, daemon and code
   server have all exited.
+- So is a second start beside a ``dg dev`` typed by hand on the folder, which
+  ``make stop`` stops too.
 - A port another program holds is refused the same way, naming the port and how
   to choose another (``make run PORT=...``).
 - A store named in ``HERMES_STATE_DB`` that vanishes while Dagster runs fails the
@@ -30,7 +32,7 @@ from hermes_assets.lib.schemas import MESSAGES
 from tests.defs.harness import new_capture, read_day
 from tests.e2e.conftest import REPO
 from tests.e2e.test_backfill_graphql import _free_port
-from tests.e2e.test_first_hour import _graphql, clean_env, make, run
+from tests.e2e.test_first_hour import DG, _graphql, clean_env, make, run
 from tests.support.hermes_writer import HermesWriter
 
 pytestmark = pytest.mark.e2e
@@ -150,6 +152,34 @@ def test_a_second_make_run_is_refused_in_one_line_and_make_stop_stops_the_first_
     assert not serves(port)
     again = run(make("stop", env), env)
     assert again.returncode == 0 and again.stdout.startswith("nothing to stop"), again.stdout
+
+
+def test_a_dagster_started_by_hand_on_the_folder_is_refused_too_and_make_stop_stops_it(install, tmp_path):
+    """A ``dg dev`` typed by hand with this ``DAGSTER_HOME`` holds no lock: its daemon, found by the
+    instance it serves, is what ``make run`` refuses to start a second of, and what ``make stop`` stops."""
+    port = _free_port()
+    env = clean_env(**install.environ())
+    log = tmp_path / "by-hand.txt"
+    with open(log, "wb") as out:
+        by_hand = subprocess.Popen(
+            [DG, "dev", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        wait_up(by_hand, port, log)
+        lines, took, second = refused(env, _free_port())
+        assert second.returncode == 2 and took < REFUSAL_S, lines
+        assert len(lines) == 1 and f"pid {by_hand.pid}, port {port}" in lines[0], lines
+        services = tree(by_hand.pid)
+    finally:
+        stop = stop_for_good(by_hand, env)
+    assert stop.returncode == 0 and stop.stdout.startswith(f"stopped dg dev (pid {by_hand.pid}"), stop.stdout
+    assert running(services) == []
 
 
 def test_a_busy_port_is_refused_in_one_line_naming_it(install):
