@@ -9,7 +9,7 @@ value and the accepted form::
 The definitions check the settings when they load (:func:`check`: the form
 of every value, and that the local folders the project writes can be
 written), and ``make run`` checks them before it starts Dagster
-(``python -m hermes_assets.defs.settings``, exit status 2), so a mistake is
+(``python -m hermes_assets.dev --check``, exit status 2), so a mistake is
 one line before anything runs; ``hermes_assets/defs/console.py`` decides how
 that line reaches a person (the CLI, the UI). So does a path of
 ``HERMES_STATE_DB`` that does not exist; one that vanishes later fails the
@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
@@ -234,18 +233,3 @@ def _unwritable(folder: str) -> str | None:
         what = "it" if probe == folder else f"its parent {probe}"
         return f"{what} cannot be written ({exc.strerror or exc})"
     return None
-
-
-def main() -> int:
-    """``python -m hermes_assets.defs.settings``: check the settings of this environment
-    (``make run`` does, before it starts Dagster); one line and status 2 on a bad one."""
-    try:
-        check()
-    except ConfigurationError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -234,7 +234,7 @@ def test_the_settings_in_use_are_the_ones_the_definitions_loaded_with(capture, m
 
 
 def test_only_the_entry_points_read_the_environment():
-    """``definitions.py`` (each load), ``dev.py`` and ``python -m ...settings`` (``make run``)
+    """``definitions.py`` (each load) and ``dev.py`` (``make run``, before Dagster starts)
     read the settings; every definitions module takes them from ``settings.in_use()``. The
     event log (named by ``dagster.yaml``, not a definitions module) sets Dagster's own batch
     switch, ``DAGSTER_EVENT_BATCH_SIZE``, and reads no setting of ours."""
