@@ -122,19 +122,21 @@ def _descendants(roots: set[Proc]) -> set[Proc]:
     return found
 
 
-def _command(pid: int) -> str:
+def _cmdline(pid: int) -> list[str]:
     try:
-        parts = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        return [p.decode(errors="replace") for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
     except OSError:
-        return "?"
-    return " ".join(
-        os.path.basename(p.decode(errors="replace")) if i == 0 else p.decode(errors="replace")
-        for i, p in enumerate(parts)
-    )[:80]
+        return []
+
+
+def _command(pid: int) -> str:
+    """``pid``'s command line as ``ps`` shows it, its program by name, cut to 80 characters."""
+    parts = _cmdline(pid)
+    return " ".join([os.path.basename(parts[0]), *parts[1:]])[:80] if parts else "?"
 
 
 # --------------------------------------------------------------------------
-# the instance of this folder: the holder of the pid file's lock
+# the instance of this folder: the holder of the pid file's lock, else a daemon serving it
 # --------------------------------------------------------------------------
 
 
@@ -160,13 +162,6 @@ def running() -> Running | None:
     finally:
         os.close(fd)
     return _started_by_hand()  # nobody holds the lock: what the file names has ended
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return [p.decode(errors="replace") for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
-    except OSError:
-        return []
 
 
 def _is(cmd: list[str], module: str, script: str) -> bool:
