@@ -33,8 +33,8 @@ class Start(NamedTuple):
     no_history: bool = False
 
 
-def first_day(s: settings.Settings) -> Start:
-    """The first partition: the setting, else where the history starts, else today (UTC)."""
+def start(s: settings.Settings) -> Start:
+    """The first partition: the setting, else where the history starts, else today (UTC); and why."""
     if s.start_day:
         return Start(s.start_day, f"HERMES_ASSETS_START_DATE={s.start_day}")
     stores = discover_stores(s.state_db, s.hermes_home)
@@ -54,7 +54,15 @@ def first_day(s: settings.Settings) -> Start:
     return Start(today, f"no Hermes store at {where}, so they start today", True)
 
 
-#: where the partitions start, and why (the setting, or where the Hermes history starts)
-START = first_day(settings.in_use())
+#: where the loaded partitions start, and why (set by :func:`first_day` as they are built)
+START = Start("", "not loaded yet")
 
-daily_partitions = dg.DailyPartitionsDefinition(start_date=START.day, timezone="UTC", end_offset=1)
+
+def first_day(s: settings.Settings) -> str:
+    """The first partition of the definitions being loaded (:func:`start`); remembers why in :data:`START`."""
+    global START
+    START = start(s)
+    return START.day
+
+
+daily_partitions = dg.DailyPartitionsDefinition(start_date=first_day(settings.in_use()), timezone="UTC", end_offset=1)

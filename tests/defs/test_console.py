@@ -153,17 +153,17 @@ def test_the_first_partition_says_why_it_is_that_day(tmp_path, fixture_copy):
 
     today = dt.datetime.now(dt.UTC).date().isoformat()
     base = {"HERMES_ASSETS_WAREHOUSE": str(tmp_path / "warehouse")}
-    start = partitions.first_day(settings.load({**base, "HERMES_ASSETS_START_DATE": "2026-05-01"}))
+    start = partitions.start(settings.load({**base, "HERMES_ASSETS_START_DATE": "2026-05-01"}))
     assert start == partitions.Start("2026-05-01", "HERMES_ASSETS_START_DATE=2026-05-01", False)
     small = fixture_copy("small")
-    start = partitions.first_day(settings.load({**base, "HERMES_STATE_DB": str(small)}))
+    start = partitions.start(settings.load({**base, "HERMES_STATE_DB": str(small)}))
     assert (start.day, start.no_history) == ("2026-06-01", False) and "earliest Hermes session" in start.why
     home = tmp_path / "no-hermes"
-    start = partitions.first_day(settings.load({**base, "HERMES_HOME": str(home)}))
+    start = partitions.start(settings.load({**base, "HERMES_HOME": str(home)}))
     assert start == partitions.Start(today, f"no Hermes store at {home / 'state.db'}, so they start today", True)
     empty = tmp_path / "stores"
     empty.mkdir()
-    start = partitions.first_day(settings.load({**base, "HERMES_STATE_DB": str(empty)}))
+    start = partitions.start(settings.load({**base, "HERMES_STATE_DB": str(empty)}))
     assert start.no_history and start.why == f"no Hermes store at {empty} (no state.db in it), so they start today"
 
 
