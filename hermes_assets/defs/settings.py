@@ -194,14 +194,17 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
     must be creatable. One probe each, in the folder or its nearest existing parent: a
     temporary folder made and removed at once (the only way to ask that also answers
     for root on a read-only mount). A URI warehouse is not probed (its store keeps
-    its own access control). Then whether every file or folder ``HERMES_STATE_DB``
-    names exists: a path that does not is a mistake in the setting (a typo must not
-    look like an idle Hermes, nor move the partitions' start), where a Hermes home
-    with no store yet is the quiet idle case (SPEC §1).
+    its own access control). First of all, whether every file or folder
+    ``HERMES_STATE_DB`` names exists: a path that does not is a mistake in the setting
+    (a typo must not look like an idle Hermes, nor move the partitions' start), where a
+    Hermes home with no store yet is the quiet idle case (SPEC §1).
 
     Raises :class:`ConfigurationError` with one line naming the setting.
     """
     settings = load(environ)
+    missing = stores.missing_named(settings.state_db)
+    if missing:
+        raise ConfigurationError(stores.missing_line(missing[0]))
     for field in WRITTEN_FOLDERS:
         value = getattr(settings, field)
         parsed = urlparse(value or "")
@@ -211,9 +214,6 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
         if problem:
             name, _ = VARIABLES[field]
             raise ConfigurationError(f"{name}={value!r} is not a folder this user can write: {problem}")
-    missing = stores.missing_named(settings.state_db)
-    if missing:
-        raise ConfigurationError(stores.missing_line(missing[0]))
     return settings
 
 
