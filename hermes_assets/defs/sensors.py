@@ -10,13 +10,6 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
-A path named in ``HERMES_STATE_DB`` that is gone (a store or folder removed
-while Dagster runs) is a mistake in the setting, not a store that failed
-alone: the tick fails with the one line naming it (``BadSetting``, a Dagster
-error, so the UI shows the tick red with that line, not a wrapper of it),
-requests nothing and keeps its cursor. The first tick after the path is back
-reads it from that cursor and requests what changed meanwhile.
-
 A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
 run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.changes.attempts`).
@@ -27,18 +20,23 @@ failing days changes.
 Both are built when the definitions load, from the settings they loaded with
 (``HERMES_ASSETS_POLL_SECONDS``, ``HERMES_ASSETS_SENSOR_MAX_RUNS``): a tick reads
 no setting.
+
+A path named in ``HERMES_STATE_DB`` that is gone (a store or folder removed
+while Dagster runs) is a mistake in the setting, not a store that failed
+alone: the tick fails with the one line naming it (``BadSetting``, a Dagster
+error, so the UI shows the tick red with that line, not a wrapper of it),
+requests nothing and keeps its cursor. The first tick after the path is back
+reads it from that cursor and requests what changed meanwhile.
 """
 
 import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
-from hermes_assets.defs.console import BadSetting
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.defs.tags import RUN_KEY_TAG, TRIGGER_TAG, WILL_RETRY_TAG
 from hermes_assets.lib.changes import attempts, watch
-from hermes_assets.lib.errors import STORE_MISSING
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
@@ -90,6 +88,7 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
         max_runs=max_runs,
     )
     requests = [_run_request(days, key) for days, key in plan.runs]
+    _fail_if_a_named_path_is_gone(plan)
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
     failed = [{"store": s.store.label, "path": s.store.path, "error_kind": f.error_kind} for s, f in plan.failed]
@@ -100,9 +99,6 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
             f"hermes.sensor.store_failed {scan.store.path} ({failure.error_kind}): {failure.message} "
             "Its cursor entry is kept; the next tick reads it again."
         )
-    missing = [failure for scan, failure in plan.failed if scan.store.explicit and failure.error_kind == STORE_MISSING]
-    if missing:  # the setting names a path that is gone: the tick fails, red in the UI, with the line
-        raise BadSetting(missing[0].message)
     if plan.retried:
         context.log.warning(f"hermes.sensor.retry: the capture of {', '.join(plan.retried)} failed; requested again")
     if plan.failing:  # named on every tick until a run of the day succeeds
@@ -163,6 +159,18 @@ def _no_store_reason(hermes: HermesStores) -> str:
             f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
         )
     return "no Hermes store found"
+
+
+def _fail_if_a_named_path_is_gone(plan: watch.TickPlan) -> None:
+    """Fail the tick (red in the UI, the one line as its error) when a path ``HERMES_STATE_DB``
+    names is gone: a mistake in the setting, not one store failing alone. The library has logged
+    it (``hermes.sensor.store_failed``); the cursor stays as it was."""
+    from hermes_assets.defs.console import BadSetting
+    from hermes_assets.lib.errors import STORE_MISSING
+
+    gone = [failure for scan, failure in plan.failed if scan.store.explicit and failure.error_kind == STORE_MISSING]
+    if gone:
+        raise BadSetting(gone[0].message)
 
 
 def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefinition:
