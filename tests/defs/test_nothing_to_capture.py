@@ -1,4 +1,4 @@
-"""Mistakes must not look like success (issue 14; SPEC §1, §2), in process.
+"""Mistakes must not look like success (SPEC §1, §2), in process.
 
 - A path named in ``HERMES_STATE_DB`` that does not exist is a bad setting: the
   definitions do not load, with one line naming the path. One that vanishes
