@@ -43,7 +43,7 @@ ASSETS = ",".join(DATASETS)
 #: how long the first capture of five days may take under load (sensor tick + runs)
 CAPTURE_TIMEOUT_S = 240
 
-#: each bad setting of the issue, and the line a person must see
+#: each kind of bad setting, and the line a person must see
 BAD = {
     "start_date": (
         "HERMES_ASSETS_START_DATE",
