@@ -64,6 +64,8 @@ class DatasetDay:
     samples: tuple[dict, ...]
     #: store path -> the staged file of that store's rows of the day
     staged: dict[str, str]
+    #: secrets redacted from the cells the day's rows were built from, by kind (never a value)
+    secrets_redacted: dict[str, int] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -112,6 +114,13 @@ class ProjectedRun:
             by_kind.update(d.errors_by_kind)
             samples.extend(d.samples[: max(0, 10 - len(samples))])
         return rows, by_kind, samples
+
+    def secrets_redacted(self, dataset: str) -> Counter:
+        """Secrets redacted, by kind, from the cells one dataset's rows were built from."""
+        total: Counter = Counter()
+        for staged in self.days:
+            total.update(staged.datasets[dataset].secrets_redacted)
+        return total
 
     def reborn(self) -> int:
         """Stored sessions and messages whose id was captured before with another birth (D15)."""
@@ -179,6 +188,15 @@ def project_rows(
         log.info(
             "hermes.capture.project", dataset=dataset, days=len(days), rows=rows, errors=errors.error_count(by_kind)
         )
+    # one event per run: how many secrets, of which kinds (never a value, never a marker)
+    found = {ds: run.secrets_redacted(ds) for ds in CAPTURE_DATASETS}
+    log.info(
+        "hermes.capture.secrets_redacted",
+        redaction="on" if ctx.redaction is not None else "off",
+        secrets_redacted={ds: sum(c.values()) for ds, c in found.items()},
+        kinds=sorted({kind for c in found.values() for kind in c}),
+        by_kind={ds: dict(sorted(c.items())) for ds, c in found.items() if c},
+    )
     return run
 
 
@@ -205,7 +223,11 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
             staging.stage(dataset, table, staged[path], job.warehouse.modes.file)
         tally = rows.tallies[dataset]
         datasets[dataset] = DatasetDay(
-            sum(t.num_rows for t in by_store.values()), tally.as_dict(), tuple(tally.sample_dicts()[:10]), staged
+            sum(t.num_rows for t in by_store.values()),
+            tally.as_dict(),
+            tuple(tally.sample_dicts()[:10]),
+            staged,
+            dict(sorted(rows.secrets.get(dataset, {}).items())),
         )
     facts = plan.facts(day, rows.generations, skip={f.path for f in rows.failures})
     prepared = {}
