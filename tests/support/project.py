@@ -9,8 +9,11 @@ on the returned tables or on :func:`rows`, a decoded view of them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import datetime as dt
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from hermes_assets.lib import day_rows, errors, ids, schemas
 from hermes_assets.lib import plan as planning
 from hermes_assets.lib.errors import CellError, ErrorTally
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.redact import RedactionConfig
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.state_db import ReaderFactory, StoreReader
 from hermes_assets.lib.stores import Store
@@ -51,8 +55,27 @@ class CopyReaders(ReaderFactory):
         return StoreReader(store, busy_timeout_ms=self.busy_timeout_ms, now_s=now_s, file=file)
 
 
+
+
+def _test_key() -> str:
+    """A fixed key (the goldens' markers do not change between runs), in a private file of this process."""
+    folder = tempfile.mkdtemp(prefix="hermes-assets-tests-key-")
+    path = os.path.join(folder, "redaction.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(hashlib.sha256(b"hermes_assets tests: the redaction key").digest())
+    return path
+
+
+#: every projection of the tests redacts, as a capture does by default (a fixed key, no .env
+#: files): a store without secrets must come out exactly as it did without redaction
+TEST_REDACTION = RedactionConfig(_test_key())
+
+
 def default_ctx(git=None, now_s: float = NOW_S) -> ProjectionContext:
-    return ProjectionContext(user_home=USER_HOME, now_s=now_s, git=git if git is not None else NoGit())
+    return ProjectionContext(
+        user_home=USER_HOME, now_s=now_s, git=git if git is not None else NoGit(), redaction=TEST_REDACTION
+    )
 
 
 @dataclass
