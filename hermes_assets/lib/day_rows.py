@@ -135,12 +135,11 @@ def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: di
             else {}
         )
         if redactor is not None:  # after the copies are marked: they compare the cells as Hermes stored them
-            for bundle in bundles:
-                found = redact.redact_bundle(redactor, bundle)
-                secrets[SESSIONS].update(found.sessions)
-                secrets[MESSAGES].update(found.messages)
-                secrets[GATEWAY].update(found.sessions)
-                secrets[GATEWAY].update(found.messages)
+            found = redact.redact_bundles(redactor, bundles)
+            secrets[SESSIONS].update(found.sessions)
+            secrets[MESSAGES].update(found.messages)
+            secrets[GATEWAY].update(found.sessions)
+            secrets[GATEWAY].update(found.messages)
         canonical = gateway.GatewayColumns()
         sessions = raw.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", []))
         messages = raw.messages_columns(

@@ -25,6 +25,7 @@ screen`); the patterns only run on the few cells that contain a hint.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import hashlib
 import hmac
@@ -35,7 +36,13 @@ import secrets as _random
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hermes_assets.lib import schemas
 
 #: bumped whenever the patterns change what they find: files written under an older
 #: version are redacted again by the next run
@@ -124,7 +131,7 @@ PATTERNS: tuple[Pattern, ...] = (
         _B + r"sk-(?!ant-|or-)(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}" + _E,
         "OpenAI API keys: legacy sk- and 48 characters, project (sk-proj-), service account (sk-svcacct-), admin",
         ("sk-",),
-        accept=lambda s: _has_digit(s) and "--" not in s,
+        accept=_has_digit,
     ),
     _p(
         "google_api_key",
@@ -351,6 +358,33 @@ _NAME_HINTS = ("key", "token", "secret", "pass", "pwd", "auth", "credential", "p
 #: what a cell must hold for any assignment to be worth a look (lower-cased hints)
 _ASSIGN_CHARS = ("=", ":")
 
+#: one RE2 alternation (Arrow's ``match_substring_regex``) that every cell holding a secret
+#: matches: the screen of a whole column in one pass; only the cells it flags meet the patterns
+RE2_SCREENS = (
+    r"sk-[A-Za-z0-9_-]{16}",
+    r"(?:sk|rk)_(?:live|test)_|whsec_",
+    r"AIza[A-Za-z0-9_-]{30}|GOCSPX-|ya29\.|1//0[A-Za-z0-9_-]{20}",
+    r"A(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}",
+    r"gh[pousr]_[A-Za-z0-9]{20}|github_pat_",
+    r"xox[abposre]-|xapp-|hooks\.slack\.com/",
+    r"hf_[A-Za-z0-9]{20}",
+    r"\d{8}:[A-Za-z0-9_-]{30}",
+    r"eyJ[A-Za-z0-9_-]{8,}\.eyJ",
+    r"PRIVATE KEY",
+    r"://[^\s/@]*:[^\s/@]+@",
+    r"(?i:bearer\s|authorization)",
+    # an assignment: a name holding a secret word, ``=`` or ``:``, a value of 8+ characters
+    r"(?i:(?:secret|token(?:\b|_)|pass(?:\b|_|w|phrase)|pwd|credential|key(?:\b|_)|auth(?:\b|_|oriz)|pat(?:\b|_))"
+    r"[A-Za-z0-9_.-]*\\*[\"']?\s*[:=]"
+    r"\s*\\*[\"']?[^\s\"'<>][^\"'<>\n]{7})",
+)
+
+
+def _re2_literal(value: str) -> str:
+    """``value`` as an RE2 literal."""
+    return "".join(c if c.isalnum() or c == "_" else "\\x{%x}" % ord(c) for c in value)
+
+
 # -- the marker ----------------------------------------------------------------
 
 
@@ -489,9 +523,32 @@ class Redactor:
         ]
         self._hints = tuple(sorted({h for p in PATTERNS for h in p.hints}))
         self._screens = tuple(p.screen for p in PATTERNS if p.screen is not None)
+        self._re2 = "|".join([*RE2_SCREENS, *(_re2_literal(v) for v in self.values)])
 
     def __reduce__(self):  # never pickled with its key and values
         raise TypeError("a Redactor is not pickled: send its RedactionConfig")
+
+    def screen_column(self, values: list) -> list[int]:
+        """The indexes of the cells of ``values`` that may hold a secret: one pass of RE2 (in
+        Arrow's C++ kernels) over the whole column; a cell that is not a string is never one."""
+        try:
+            array = pa.array(values, pa.large_string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # a cell of another type (hostile data)
+            return [i for i, v in enumerate(values) if isinstance(v, str) and self.screen(v)]
+        if array.null_count == len(array):
+            return []
+        hits = pc.match_substring_regex(array, self._re2)
+        return pc.indices_nonzero(pc.fill_null(hits, False)).to_pylist()
+
+    def redact_column(self, values: list) -> list[tuple[int, str]]:
+        """``(index, redacted cell)`` of the cells of ``values`` that held a secret."""
+        out = []
+        for i in self.screen_column(values):
+            cell = values[i]
+            new = self.text(cell)
+            if new is not cell:
+                out.append((i, new))
+        return out
 
     def take_counts(self) -> Counter:
         counts, self.counts = self.counts, Counter()
@@ -690,44 +747,70 @@ KEEP_COLUMNS = frozenset(
 
 @dataclass
 class BundleCounts:
-    """Secrets redacted in one session's cells, by the table they were in."""
+    """Secrets redacted in sessions' cells, by the table they were in."""
 
     sessions: Counter = field(default_factory=Counter)
     messages: Counter = field(default_factory=Counter)
 
 
-def redact_bundle(redactor: Redactor, bundle: Any) -> BundleCounts:
-    """Redact, in place, every text cell of a session as read (a
-    :class:`~hermes_assets.lib.state_db.SessionBundle`): the session's cells (the resolved
-    system prompt, the title, ``model_config`` ...), its messages', its per-model usage and
-    the cells of columns this contract does not name. Ids, hashes, numbers are kept."""
-    text = redactor.text
+def _text_columns(columns: tuple[tuple[str, str, object], ...]) -> tuple[str, ...]:
+    return tuple(name for name, sql_type, _ in columns if sql_type == "TEXT" and name not in KEEP_COLUMNS)
+
+
+#: the TEXT columns redacted, per table (a number is never a secret: Hermes declares these TEXT)
+SESSION_TEXT = _text_columns(schemas.SESSION_COLUMNS)
+MESSAGE_TEXT = _text_columns(schemas.MESSAGE_COLUMNS)
+USAGE_TEXT = _text_columns(schemas.USAGE_COLUMNS)
+
+
+def redact_bundles(redactor: Redactor, bundles: list[Any]) -> BundleCounts:
+    """Redact, in place, every text cell of the sessions as read
+    (:class:`~hermes_assets.lib.state_db.SessionBundle`): the sessions' cells (the resolved
+    system prompt, the title, ``model_config`` ...), their messages', their per-model usage
+    and the cells of columns this contract does not name. Ids, hashes, numbers are kept.
+
+    Every text cell of the sessions is screened in one pass (:meth:`Redactor.screen_column`);
+    only the cells it flags are redacted, one by one."""
     counts = BundleCounts()
     redactor.take_counts()
-    _redact_row(bundle.session, text)
-    for usage in bundle.usage:
-        _redact_row(usage, text)
-    if bundle.extras:
-        bundle.extras = _redact_tuple(bundle.extras, text)
-    counts.sessions = redactor.take_counts()
-    for msg in bundle.messages:
-        _redact_row(msg, text)
-    if bundle.message_extras:
-        for mid, cells in bundle.message_extras.items():
-            bundle.message_extras[mid] = _redact_tuple(cells, text)
-    counts.messages = redactor.take_counts()
+    tables = (
+        ([b.session for b in bundles], SESSION_TEXT, counts.sessions),
+        ([u for b in bundles for u in b.usage], USAGE_TEXT, counts.sessions),
+        ([m for b in bundles for m in b.messages], MESSAGE_TEXT, counts.messages),
+    )
+    values: list = []
+    #: (first index in ``values``, rows, column, counts) of each column gathered
+    spans: list[tuple[int, list[dict], str, Counter]] = []
+    for rows, columns, counter in tables:
+        if not rows:
+            continue
+        first = rows[0]
+        for name in columns:
+            if name in first:
+                spans.append((len(values), rows, name, counter))
+                values += map(itemgetter(name), rows)
+    starts = [span[0] for span in spans]
+    for i in redactor.screen_column(values):
+        start, rows, name, counter = spans[bisect.bisect_right(starts, i) - 1]
+        cell = values[i]
+        new = redactor.text(cell)
+        if new is not cell:
+            rows[i - start][name] = new
+            counter.update(redactor.take_counts())
+    for b in bundles:
+        if b.extras:
+            b.extras = _redact_tuple(b.extras, redactor.text)
+            counts.sessions.update(redactor.take_counts())
+        if b.message_extras:
+            for mid, cells in b.message_extras.items():
+                b.message_extras[mid] = _redact_tuple(cells, redactor.text)
+            counts.messages.update(redactor.take_counts())
     return counts
 
 
-def _redact_row(row: dict, text: Callable[[str], str]) -> None:
-    for name, value in row.items():
-        if type(value) is not str and not isinstance(value, str):
-            continue
-        if name in KEEP_COLUMNS or not value:
-            continue
-        new = text(value)
-        if new is not value:
-            row[name] = new
+def redact_bundle(redactor: Redactor, bundle: Any) -> BundleCounts:
+    """:func:`redact_bundles` of one session."""
+    return redact_bundles(redactor, [bundle])
 
 
 def _redact_tuple(cells: tuple, text: Callable[[str], str]) -> tuple:

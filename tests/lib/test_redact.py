@@ -30,8 +30,11 @@ def chars(n: int, alphabet: str = ALNUM, rng: random.Random | None = None) -> st
     rng = rng or random.Random()
     while True:
         out = "".join(rng.choice(alphabet) for _ in range(n))
-        # a random body always has a digit and both cases, as issued keys do
-        if alphabet != ALNUM or (any(c.isdigit() for c in out) and any(c.isupper() for c in out)):
+        # a random body has a digit and an upper-case letter wherever its alphabet has them, as
+        # issued keys do (an identifier-like value with neither is not taken for a secret)
+        digit = any(c.isdigit() for c in out) or not any(c.isdigit() for c in alphabet)
+        upper = any(c.isupper() for c in out) or not any(c.isupper() for c in alphabet)
+        if digit and upper:
             return out
 
 
