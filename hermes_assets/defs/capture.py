@@ -195,6 +195,8 @@ def project_rows(
         metadata[f"{dataset}.error_samples"] = samples
         # secrets replaced by markers in the cells this dataset's rows were built from, by kind
         metadata[f"{dataset}.secrets_redacted"] = dict(sorted(run.secrets_redacted(dataset).items()))
+    if run.files_redacted is not None:  # files written before redaction, redacted in place by this run
+        metadata.update(run.files_redacted.metadata())
     metadata["ids_reused"] = run.reborn()  # D15: new generations of ids captured before (a restored store)
     metadata["stores_failed"] = failed_stores(run.failures())
     metadata["sql_statements"] = dict(sorted(run.statements().items()))

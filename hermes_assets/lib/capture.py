@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, local_files, logs, pool, staging
+from hermes_assets.lib import errors, local_files, logs, pool, redact, redacted_files, staging
 from hermes_assets.lib.day_merge import PreparedWrite
 from hermes_assets.lib.day_rows import project_day
 from hermes_assets.lib.errors import StoreFailure
@@ -96,6 +96,10 @@ class ProjectedRun:
     plan: CapturePlan
     staging: str
     days: list[StagedDay]
+    #: what the run's files record (None: the run does not redact)
+    redaction_version: int | None = None
+    #: files written before (or under an older redaction), redacted again by this run
+    files_redacted: redacted_files.FilesRedacted | None = None
 
     def failures(self) -> list[StoreFailure]:
         """Every store that failed, in the plan or on any day (each once)."""
@@ -168,6 +172,14 @@ def project_rows(
     when the run has at least ``parallel_min_sessions`` sessions.
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
+    files_redacted = None
+    if ctx.redaction is not None:
+        warehouse.redaction_version = redact.REDACTION_VERSION
+        # files written before redaction (or under older patterns) first, so the days merge with redacted rows
+        files_redacted = redacted_files.redact_files(warehouse, redact.redactor_for(ctx.redaction))
+    else:
+        warehouse.redaction_version = None
+        redacted_files.forget_stamp(warehouse)
     job = DayJob(
         plan,
         replace(ctx, now_s=plan.read_at),  # one clock for the sanity window of the whole run
@@ -182,7 +194,7 @@ def project_rows(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    run = ProjectedRun(plan, staging, days)
+    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted)
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
         log.info(
@@ -220,7 +232,7 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
             if final and not table.num_rows:
                 continue  # nothing to write, nothing to merge with
             staged[path] = os.path.join(job.staging, staging.staged_name(dataset, day, order[path], encoded=final))
-            staging.stage(dataset, table, staged[path], job.warehouse.modes.file)
+            staging.stage(dataset, table, staged[path], job.warehouse.modes.file, job.warehouse.redaction_version)
         tally = rows.tallies[dataset]
         datasets[dataset] = DatasetDay(
             sum(t.num_rows for t in by_store.values()),
@@ -331,6 +343,7 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     failures = run.failures()
     failed = {f.path for f in failures}
     results: dict[str, list[WriteResult]] = {ds: [] for ds in CAPTURE_DATASETS}
+    warehouse.redaction_version = run.redaction_version  # merged here: the version the staged rows have
     if any(sp.status == READ and sp.store.path not in failed for sp in run.plan.stores):
         write = functools.partial(_write_day, run, warehouse, failed)
     else:  # no store read: nothing to merge, every day's files stay as they are

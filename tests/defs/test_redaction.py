@@ -277,6 +277,13 @@ def test_an_existing_warehouse_is_redacted_in_place_and_then_left_alone(capture:
         ]
         assert kept and all(r["source_deleted"] for r in kept)
         assert kept[0]["content"].startswith("old paste [REDACTED:stripe_key:")
+        project = [
+            e.event_specific_data.metadata
+            for e in result.all_events
+            if e.event_type_value == "STEP_OUTPUT" and e.step_key.endswith("project_rows")
+        ][0]
+        assert project["cells_redacted_again"].value["hermes_messages"] >= 1
+        assert set(project["files_redacted_again"].value) == set(DATASETS)
         for path in capture.warehouse.rglob("*.parquet"):
             meta = pq.read_metadata(path).metadata
             assert int(meta[redact.VERSION_KEY]) == redact.REDACTION_VERSION
