@@ -326,7 +326,7 @@ _IDENT_PATH = re.compile(r"[A-Za-z_][A-Za-z_]*(?:[.:][A-Za-z_][A-Za-z0-9_]*)*")
 
 def value_is_secret(value: str, minimum: int = MIN_ASSIGNED) -> bool:
     """Whether an assigned value can be a credential: long enough, not a common word, a
-    number, a reference (``$VAR``, ``os.environ``, ``{{ var }}``), a path, a URL, an
+    number, a reference (``$VAR``, an environment look-up, ``{{ var }}``), a path, a URL, an
     identifier (``settings.api_key``), a placeholder (``********``) or a marker."""
     if len(value) < minimum or value.lower() in _COMMON or value.startswith(MARKER_PREFIX):
         return False
@@ -395,7 +395,7 @@ def marker(kind: str, digest: str) -> str:
 def load_key(path: str) -> bytes:
     """The warehouse's redaction key: read from ``path``, or created there once (random,
     0600, its folder 0700). It must stay private: a marker confirms a guess to whoever has it."""
-    path = os.path.abspath(os.path.expanduser(path))
+    path = os.path.abspath(path)
     try:
         with open(path, "rb") as f:
             key = f.read()

@@ -24,12 +24,12 @@ from hermes_assets.lib import partition_file
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.redact import KEEP_COLUMNS, REDACTION_VERSION, Redactor
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse import REDACTION_STAMP, Warehouse
 
 log = get_logger()
 
 #: in the spool (the root of a local warehouse): the redaction version every capture file has
-STAMP_FILE = ".redaction-version"
+STAMP_FILE = REDACTION_STAMP
 
 #: columns of the datasets' files never redacted: ids, keys, provenance, paths, enumerations
 _FILE_KEEP = KEEP_COLUMNS | {
@@ -83,9 +83,12 @@ def forget_stamp(warehouse: Warehouse) -> None:
 
 
 def _stamped(warehouse: Warehouse) -> bool:
+    path = stamp_path(warehouse)
     try:
-        with open(stamp_path(warehouse), encoding="ascii") as f:
-            return f.read().strip() == str(REDACTION_VERSION)
+        with open(path, encoding="ascii") as f:
+            current = f.read().strip() == str(REDACTION_VERSION)
+        os.chmod(path, warehouse.modes.file)  # what an older umask left open is closed (D16)
+        return current
     except (OSError, ValueError):
         return False
 
@@ -95,6 +98,7 @@ def _stamp(warehouse: Warehouse) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, warehouse.modes.file)
+    os.fchmod(fd, warehouse.modes.file)  # whatever the umask (SPEC §2, D16)
     with os.fdopen(fd, "w", encoding="ascii") as f:
         f.write(f"{REDACTION_VERSION}\n")
     os.replace(tmp, path)

@@ -42,6 +42,8 @@ log = get_logger()
 PART_FILE = "part-0.parquet"
 #: staged days, under the spool (the root of a local warehouse)
 STAGING = ".staging"
+#: in the spool: the redaction version every capture file has (:mod:`~hermes_assets.lib.redacted_files`)
+REDACTION_STAMP = ".redaction-version"
 
 
 @dataclass
@@ -167,6 +169,9 @@ class Warehouse:
         """Set the modes of every folder and file of the datasets and of the staged days
         (the purge job: days it did not rewrite included)."""
         tops = [self.staging_root]
+        stamp = os.path.join(self.storage.spool, REDACTION_STAMP)
+        if os.path.isfile(stamp):
+            os.chmod(stamp, self.modes.file)
         if self.storage.local:
             local_files.chmod_dir(self.root, self.modes)
             tops += [os.path.join(self.root, dataset) for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS)]
