@@ -15,16 +15,16 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
-from hermes_assets.lib import policy, redact
-from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
-from hermes_assets.lib.local_files import FileModes
-from hermes_assets.lib.pool import START_METHODS
+from hermes_assets.lib.capture.pool import START_METHODS
+from hermes_assets.lib.capture.steps import PARALLEL_MIN_SESSIONS
+from hermes_assets.lib.plan import policy, redact
+from hermes_assets.lib.plan.redact import RedactionConfig
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.redact import RedactionConfig
-from hermes_assets.lib.state_db import ReaderFactory
-from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
-from hermes_assets.lib.stores import Store, discover_stores
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.source.stores import Store, discover_stores
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.local_files import FileModes
 
 
 class HermesStores(dg.ConfigurableResource):
@@ -75,7 +75,10 @@ class UsagePolicy(dg.ConfigurableResource):
     @classmethod
     def from_settings(cls, s: Settings) -> UsagePolicy:
         return cls(
-            list_path=s.policy_list, user_home=s.user_home, redact_secrets=s.redact_secrets, redaction_key=s.redaction_key
+            list_path=s.policy_list,
+            user_home=s.user_home,
+            redact_secrets=s.redact_secrets,
+            redaction_key=s.redaction_key,
         )
 
     def resolver(self) -> policy.PolicyResolver:
@@ -86,7 +89,9 @@ class UsagePolicy(dg.ConfigurableResource):
         Hermes homes of ``store_paths`` (the home's own and each profile's)."""
         if not self.redact_secrets:
             return None
-        key = self.redaction_key or os.path.join(instance_root or os.path.expanduser("~/.hermes_assets"), "redaction.key")
+        key = self.redaction_key or os.path.join(
+            instance_root or os.path.expanduser("~/.hermes_assets"), "redaction.key"
+        )
         return RedactionConfig(os.path.abspath(os.path.expanduser(key)), redact.env_files(store_paths))
 
     def projection_context(self, now_s: float, redaction: RedactionConfig | None = None) -> ProjectionContext:

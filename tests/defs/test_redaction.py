@@ -19,7 +19,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib import redact
+from hermes_assets.lib.plan import redact
 from tests.defs.harness import DATASETS, Capture, part_files
 from tests.lib.test_redact import ALNUM, FORMAT_KINDS, chars, fake
 from tests.support.hermes_writer import START_S, HermesWriter, openai_call
@@ -39,7 +39,9 @@ def secret_set() -> dict[str, str]:
     out["aws_secret"] = chars(40, ALNUM + "/+")
     out["env_only"] = chars(18, string.ascii_lowercase)  # no prefix: only the .env names it
     out["profile_env_only"] = chars(24)
-    out["webhook"] = "T" + chars(10, string.ascii_uppercase) + "/B" + chars(10, string.ascii_uppercase) + "/" + chars(24)
+    out["webhook"] = (
+        "T" + chars(10, string.ascii_uppercase) + "/B" + chars(10, string.ascii_uppercase) + "/" + chars(24)
+    )
     return out
 
 
@@ -70,7 +72,11 @@ def write_v019_store(capture: Capture, s: dict[str, str]) -> None:
     text = prose(s)
     with HermesWriter(capture.store, home=capture.home, start_s=START_S) as w:
         sid = w.session(
-            "s-secret", "cli", model="gpt-4.1", model_config={"api_key": s["assigned"], "note": text}, system_prompt=text
+            "s-secret",
+            "cli",
+            model="gpt-4.1",
+            model_config={"api_key": s["assigned"], "note": text},
+            system_prompt=text,
         )
         w.set_session_title(sid, "deploy with " + s["openai_api_key"])
         w.msg(sid, "user", "please use these:\n" + text)
@@ -95,7 +101,9 @@ def write_v019_store(capture: Capture, s: dict[str, str]) -> None:
 def write_v022_profile_store(capture: Capture, s: dict[str, str]) -> None:
     text = prose(s)
     path = capture.home / "profiles" / "work" / "state.db"
-    with Schema31Store(path, extra_session_columns={"future_note": "TEXT"}, extra_message_columns={"future_blob": "TEXT"}) as st:
+    with Schema31Store(
+        path, extra_session_columns={"future_note": "TEXT"}, extra_message_columns={"future_blob": "TEXT"}
+    ) as st:
         st.session(
             "p-secret",
             "cli",
@@ -204,15 +212,18 @@ def test_no_secret_reaches_any_file_or_record(capture: Capture, capfd):
         assert {"command"} in [set(a) for a in args]
         assert any(a.get("command", "").startswith("export OPENAI_API_KEY=[REDACTED:") for a in args)
         # ids, counts untouched
-        sessions = {r["id"]: r for r in pq.read_table(next((capture.warehouse / "hermes_sessions").rglob("*.parquet"))).to_pylist()}
+        sessions = {
+            r["id"]: r
+            for r in pq.read_table(next((capture.warehouse / "hermes_sessions").rglob("*.parquet"))).to_pylist()
+        }
         assert set(sessions) == {"s-secret", "p-secret"}
         assert sessions["s-secret"]["message_count"] == 5
         # reported by kind, never by value
-        project = [
+        project = next(
             e.event_specific_data.metadata
             for e in result.all_events
             if e.event_type_value == "STEP_OUTPUT" and e.step_key.endswith("project_rows")
-        ][0]
+        )
         counts = project["hermes_messages.secrets_redacted"].value
         assert {kind for _, kind in FORMAT_KINDS} <= set(counts) and counts["hermes_env"] >= 2
         assert project["hermes_sessions.secrets_redacted"].value
@@ -277,11 +288,11 @@ def test_an_existing_warehouse_is_redacted_in_place_and_then_left_alone(capture:
         ]
         assert kept and all(r["source_deleted"] for r in kept)
         assert kept[0]["content"].startswith("old paste [REDACTED:stripe_key:")
-        project = [
+        project = next(
             e.event_specific_data.metadata
             for e in result.all_events
             if e.event_type_value == "STEP_OUTPUT" and e.step_key.endswith("project_rows")
-        ][0]
+        )
         assert project["cells_redacted_again"].value["hermes_messages"] >= 1
         assert set(project["files_redacted_again"].value) == set(DATASETS)
         for path in capture.warehouse.rglob("*.parquet"):
@@ -311,6 +322,3 @@ def test_settings_say_on_or_off(monkeypatch, tmp_path):
         settings.check({**base, "HERMES_ASSETS_REDACTION_KEY": str(key)})
     key.chmod(0o600)
     assert settings.check({**base, "HERMES_ASSETS_REDACTION_KEY": str(key)}).redaction_key == str(key)
-
-
-

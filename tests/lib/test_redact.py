@@ -16,8 +16,8 @@ import string
 
 import pytest
 
-from hermes_assets.lib import redact
-from hermes_assets.lib.redact import RedactionConfig, Redactor
+from hermes_assets.lib.plan import redact
+from hermes_assets.lib.plan.redact import RedactionConfig, Redactor
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits
@@ -55,11 +55,9 @@ def fake(kind: str) -> str:
         "stripe_key": lambda: random.choice(("sk", "rk")) + "_" + "live_" + chars(24),
         "huggingface_token": lambda: "h" + "f_" + chars(34, string.ascii_letters),
         "telegram_bot_token": lambda: "".join(random.choices(string.digits, k=10)) + ":" + "AA" + chars(33, URLSAFE),
-        "jwt": lambda: "ey" + "JhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
-        + ".ey"
-        + "JzdWIiOiIxMjM0NTY3ODkwIn0"
-        + "."
-        + chars(43, URLSAFE),
+        "jwt": lambda: (
+            "ey" + "JhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" + ".ey" + "JzdWIiOiIxMjM0NTY3ODkwIn0" + "." + chars(43, URLSAFE)
+        ),
     }[kind]()
 
 

@@ -7,7 +7,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
-from hermes_assets.lib.redact import RedactionConfig
+from hermes_assets.lib.plan.redact import RedactionConfig
 
 _CREDENTIALS = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^@/]*@")
 

@@ -1,0 +1,147 @@
+"""The first analytics layer: ``hermes_daily_usage`` and ``hermes_daily_tools`` (SPEC §11).
+
+Built on the captured datasets through the ``hermes_datasets`` IO manager
+(inputs read one day at a time, only the columns they need), on the same
+daily partitions. An ``eager()``-like condition (:func:`automation_condition`)
+keeps them current by themselves: after every capture, of any day, the
+``hermes_automation`` sensor (``defs/sensors.py``; on by default, run by the daemon) recomputes the
+days whose inputs changed, and runs again a day whose analytics run failed. Each day is written as Parquet
+beside the other datasets (``<warehouse>/<asset>/day=YYYY-MM-DD/part-0.parquet``,
+the same file rules) and its totals are numeric metadata, which the asset
+page plots over time.
+"""
+
+import dagster as dg
+
+from hermes_assets.defs.capture_assets import column_schema
+from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.resources import HermesWarehouse
+from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.analytics.daily import TOOLS, USAGE, DayFigures
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.warehouse.datasets import WriteResult
+from hermes_assets.lib.warehouse.loading import DatasetDays
+
+log = get_logger()
+
+GROUP = "hermes_analytics"
+#: a day whose analytics run failed is run again at each minute boundary until it succeeds
+RETRY_CRON = "* * * * *"
+
+
+def automation_condition() -> dg.AutomationCondition:
+    """When a day of the analytics is run (by the ``hermes_automation`` sensor).
+
+    ``eager()`` without its latest-day restriction (captures of older days must reach
+    these assets too), with two changes, so that the analytics never fall behind the
+    datasets once nothing moves:
+
+    - a capture is *handled* only by an analytics run requested after it: ``eager()``
+      also counts the day's own update as handled, so a capture that lands while the
+      day's analytics run is in flight (that run read the older files) was forgotten
+      when that run ended;
+    - a day whose latest analytics run failed (a full disk, a read-only warehouse)
+      is run again, at the first evaluation after each minute boundary, until it
+      succeeds, without waiting for another capture.
+    """
+    ac = dg.AutomationCondition
+    # A capture and the previous tick's request can be seen on the same tick: their times tell
+    # which came first. Only bare conditions carry a time (not an OR of them, as in
+    # any_deps_updated()); without one the request wins and the capture is forgotten. The
+    # captures are never run with, nor requested by, these assets: newly_updated() is the whole story.
+    updated = ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated").since(
+        ac.newly_requested()
+    ) | ac.newly_missing().since(ac.newly_requested())
+    failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
+    return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
+        "eager, any day, retried"
+    )
+
+
+AUTOMATION = automation_condition()
+
+
+def _common(dataset: str) -> dict:
+    return dict(
+        group_name=GROUP,
+        partitions_def=daily_partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        automation_condition=AUTOMATION,
+        io_manager_key=DATASETS_IO_MANAGER,
+        kinds={"parquet", "python"},
+        owners=["team:hermes-assets"],
+        metadata={"dagster/column_schema": column_schema(dataset)},
+    )
+
+
+def _ins(columns: dict[str, list[str]]) -> dict[str, dg.AssetIn]:
+    return {name: dg.AssetIn(name, metadata={"columns": cols}) for name, cols in columns.items()}
+
+
+def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
+    """One analytics day's metadata: its rows, its file and its totals (plotted by the UI)."""
+    return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
+
+
+def _materialize(
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str, inputs: dict[str, DatasetDays]
+) -> dg.MaterializeResult:
+    """Each day of the run: compute, replace the day's file, attach the day's totals."""
+    wh = warehouse.open()
+    files_changed = rows = 0
+    for day in context.partition_keys:
+        result, figures = daily.write_day(wh, dataset, day, {name: d.read(day) for name, d in inputs.items()})
+        context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
+        files_changed += result.changed
+        rows += result.rows
+    log.info(
+        "hermes.analytics.written",
+        dataset=dataset,
+        days=len(context.partition_keys),
+        rows=rows,
+        files_changed=files_changed,
+    )
+    return dg.MaterializeResult()
+
+
+@dg.asset(
+    name=USAGE,
+    description="What each day of Hermes used, per model: sessions, messages, tool calls, API calls, "
+    "input/output/cache read/cache write/reasoning tokens, total tokens (Hermes's own: input + cache + output), "
+    "estimated and actual cost in USD. Tokens and costs come from each session's `usage_by_model` (a session "
+    "that used several models counts under each; without it, the session's own model and totals); messages "
+    "(`session_meta` rows excepted) and tool calls count under the session's `model`, each logical message "
+    "once (copies Hermes makes of a message, `copy_of`, left out). The day is the day the sessions started; rows "
+    "flagged `source_deleted` are left out.",
+    ins=_ins(daily.USAGE_INPUTS),
+    **_common(USAGE),
+)
+def hermes_daily_usage(
+    context: dg.AssetExecutionContext,
+    warehouse: HermesWarehouse,
+    hermes_sessions: DatasetDays,
+    hermes_messages: DatasetDays,
+    ai_gateway_messages_hermes: DatasetDays,
+) -> dg.MaterializeResult:
+    inputs = {d.dataset: d for d in (hermes_sessions, hermes_messages, ai_gateway_messages_hermes)}
+    return _materialize(context, warehouse, USAGE, inputs)
+
+
+@dg.asset(
+    name=TOOLS,
+    description="Which tools Hermes used each day, per `tool_name`: calls (`tool_call` parts), results "
+    "(`tool_result` parts), error results and sessions, from `ai_gateway_messages_hermes` (rows flagged "
+    "`source_deleted` and copies, `copy_of`, left out). An error result is one whose `is_error` is true or, as Hermes leaves "
+    "`is_error` NULL, one Hermes itself shows as failed (hermes-agent's `_detect_tool_failure`): a terminal "
+    "result with a non-zero `exit_code`; a JSON result with a truthy `error` (or `message`) and "
+    '`"success": false` or an `error` key; a memory result over its limit; else text whose first 500 '
+    'characters hold `"error"` or `"failed"` or that starts with `Error` (file writes that landed never '
+    "count).",
+    ins=_ins(daily.TOOLS_INPUTS),
+    **_common(TOOLS),
+)
+def hermes_daily_tools(
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, ai_gateway_messages_hermes: DatasetDays
+) -> dg.MaterializeResult:
+    return _materialize(context, warehouse, TOOLS, {ai_gateway_messages_hermes.dataset: ai_gateway_messages_hermes})

@@ -1,0 +1,348 @@
+"""The three datasets from one read per day: one graph of four ops (SPEC §1-§9).
+
+::
+
+    plan -> apply_usage_policy -> project_rows -> write_partitions
+                                                   |-> hermes_sessions
+                                                   |-> hermes_messages
+                                                   '-> ai_gateway_messages_hermes
+
+Each op is a thin call into :mod:`hermes_assets.lib.capture.steps` and shows its own
+metadata in the UI: the plan (days, stores, sessions, SQL statements), the
+policy (sessions kept, local-only, ignored; errors by kind), the projection
+(per dataset: rows and errors by ``error_kind``) and the write (per dataset:
+rows written, retained, files changed; each partition its own figures).
+Ops hand each other small typed values (a plan, paths of staged days), kept
+by the run's IO manager, so "re-execute from failure" of the write works.
+"""
+
+import os
+from collections.abc import Iterator
+
+import dagster as dg
+
+from hermes_assets.defs import checks
+from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
+from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
+from hermes_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+from hermes_assets.lib import errors, logs, schemas
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.capture.steps import ProjectedRun
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.plan.capture_plan import CapturePlan
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import staging
+from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
+
+log = get_logger()
+
+RANGE_CHECK = "sessions_within_partition_range"
+STORES_CHECK = "stores_readable"
+
+DESCRIPTIONS = {
+    SESSIONS: "One row per Hermes session (every schema-31 `sessions` column; `system_prompt` resolved from "
+    "`system_prompts`), with store, policy class and per-model usage. Partitioned by the UTC day the session "
+    "started.",
+    MESSAGES: "One row per stored Hermes message, inactive (rewound, compacted) rows included; "
+    "`content_text` holds the decoded text, `copy_of` names the first row of the logical message a copy "
+    "repeats. Partitioned by the day its session started.",
+    GATEWAY: "Hermes activity as canonical `ai_gateway_messages` rows (HypAware schema v7, "
+    "client_name='hermes'), one row per message part plus a session-end row.",
+}
+
+
+def column_schema(dataset: str) -> dg.TableSchema:
+    """A dataset's columns as Dagster shows them on the asset page."""
+    schema = schemas.schema_of(dataset)
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(f.name, str(f.type), constraints=dg.TableColumnConstraints(nullable=f.nullable))
+            for f in schema
+        ]
+    )
+
+
+# --------------------------------------------------------------------------
+# the ops
+# --------------------------------------------------------------------------
+
+
+@dg.op(
+    description="Place every Hermes session on its UTC day (one pass over each store's sessions table) "
+    "and keep those of the run's days.",
+    out={"plan": dg.Out(CapturePlan), RANGE_CHECK: dg.Out(is_required=False), STORES_CHECK: dg.Out(is_required=False)},
+)
+def plan(
+    context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy
+) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    days = list(context.partition_keys)
+    result = capture_plan.plan_capture(
+        hermes.stores(),
+        days,
+        user_home=usage_policy.user_home,
+        first_day=daily_partitions.get_first_partition_key(),
+        last_day=daily_partitions.get_last_partition_key(),
+        readers=hermes.readers(),
+    )
+    yield dg.Output(result, "plan", metadata=plan_metadata(result))
+    yield dg.AssetCheckResult(
+        asset_key=GATEWAY,
+        check_name=RANGE_CHECK,
+        passed=not result.out_of_range,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "sessions_out_of_range": len(result.out_of_range),
+            "sample": [{"store": label, "session_id": sid, "day": day} for label, sid, day in result.out_of_range[:20]],
+        },
+    )
+    failures = result.failures()
+    yield dg.AssetCheckResult(
+        asset_key=GATEWAY,
+        check_name=STORES_CHECK,
+        passed=not failures,
+        metadata={
+            "stores": len(result.stores),
+            "stores_failed": failed_stores(failures),
+        },
+        description="; ".join(f"{f.path}: {f.error_kind}" for f in failures) or None,
+    )
+
+
+def failed_stores(failures: list[errors.StoreFailure]) -> list[dict]:
+    """The metadata of stores that could not be read: path and ``error_kind`` of each."""
+    return [{"path": f.path, "error_kind": f.error_kind} for f in failures]
+
+
+def plan_metadata(p: CapturePlan) -> dict:
+    return {
+        "days": len(p.days),
+        "stores": len(p.stores),
+        "stores_missing": [sp.store.path for sp in p.stores if sp.status == capture_plan.MISSING],
+        "stores_failed": failed_stores(p.failures()),
+        "sessions_in_range": p.sessions_in_range(),
+        "sessions_out_of_range": len(p.out_of_range),
+        # why nothing will be written, when a user would expect rows (also one WARNING line)
+        "nothing_to_capture": p.nothing_to_capture() or "",
+        "sql_statements": dict(sorted(p.statements.items())),
+        # D22: a Hermes newer than the contract (warning; the cells are kept in extra_columns)
+        "warnings_by_kind": {errors.UNKNOWN_COLUMNS: len(p.unknown_columns)} if p.unknown_columns else {},
+        "unknown_columns": [{"path": path, **tables} for path, tables in sorted(p.unknown_columns.items())],
+    }
+
+
+@dg.op(description="Classify the run's sessions by usage policy (SPEC §7) before any row is built.")
+def apply_usage_policy(usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Output[CapturePlan]:
+    try:
+        resolver = usage_policy.resolver()
+    except errors.PolicyListUnreadable as exc:
+        raise dg.Failure(
+            description=str(exc),
+            metadata={"errors": 1, "errors_by_kind": {exc.error_kind: 1}, "path": exc.path},
+        ) from exc
+    classified = capture_plan.apply_usage_policy(plan, resolver)
+    counts = classified.policy
+    assert counts is not None  # apply_usage_policy counts every plan it classifies
+    return dg.Output(
+        classified,
+        metadata={
+            "sessions": counts.sessions,
+            "kept": counts.kept,
+            "full": counts.full,
+            "local_only": counts.local_only,
+            "ignored": counts.ignored,
+            "errors": counts.errors,
+            "errors_by_kind": counts.errors_by_kind,
+            "warnings_by_kind": counts.warnings_by_kind,
+            "samples": list(counts.samples),
+        },
+    )
+
+
+@dg.op(
+    description="Read each day of each store once (one short read transaction) and build all three "
+    "datasets from that read; stage each day as Arrow IPC (days in parallel). Nothing is in place "
+    "until write_partitions."
+)
+def project_rows(
+    context: dg.AssetExecutionContext,
+    warehouse: HermesWarehouse,
+    usage_policy: UsagePolicy,
+    capture_runtime: CaptureRuntime,
+    plan: CapturePlan,
+) -> dg.Output[ProjectedRun]:
+    wh = warehouse.open()
+    run = steps.project_rows(
+        plan,
+        usage_policy.projection_context(
+            plan.read_at,
+            usage_policy.redaction((sp.store.path for sp in plan.stores), context.instance.root_directory),
+        ),
+        wh,
+        staging=staging_dir(wh, context.run.run_id, context.instance),
+        workers=capture_runtime.workers,
+        parallel_min_sessions=capture_runtime.parallel_min_sessions,
+        start_method=capture_runtime.start_method,
+        log_format=logs.configured_format(),
+    )
+    metadata: dict = {"days": len(run.days)}
+    for dataset in CAPTURE_DATASETS:
+        rows, by_kind, samples = run.totals(dataset)
+        metadata[f"{dataset}.rows"] = rows
+        metadata[f"{dataset}.errors"] = errors.error_count(by_kind)
+        metadata[f"{dataset}.errors_by_kind"] = dict(sorted(by_kind.items()))
+        metadata[f"{dataset}.error_samples"] = samples
+        # secrets replaced by markers in the cells this dataset's rows were built from, by kind
+        metadata[f"{dataset}.secrets_redacted"] = dict(sorted(run.secrets_redacted(dataset).items()))
+    if run.files_redacted is not None:  # files written before redaction, redacted in place by this run
+        metadata.update(run.files_redacted.metadata())
+    metadata["ids_reused"] = run.reborn()  # D15: new generations of ids captured before (a restored store)
+    metadata["stores_failed"] = failed_stores(run.failures())
+    metadata["sql_statements"] = dict(sorted(run.statements().items()))
+    return dg.Output(run, metadata=metadata)
+
+
+@dg.op(
+    description="Merge each staged day into its partition files and replace them atomically, under "
+    "each day's lock; rows whose source vanished are kept, flagged source_deleted. Then evaluate the "
+    "checks of the written files (keys unique, required columns, dates).",
+    out={
+        **{dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
+        **{checks.check_output(dataset, name): dg.Out(is_required=False) for dataset, name in checks.WRITE_CHECKS},
+    },
+)
+def write_partitions(
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, capture_runtime: CaptureRuntime, run: ProjectedRun
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    wh = warehouse.open()
+    if (
+        run.days
+        and any(d.staged for staged in run.days for d in staged.datasets.values())
+        and not os.path.isdir(run.staging)
+    ):
+        raise dg.Failure(
+            description=f"the staged days of this run ({run.staging}) were removed: a later run "
+            "captured these days, or they were left too long. Re-execute all steps, not from failure."
+        )
+    written = steps.write_partitions(run, wh, workers=max(2, capture_runtime.workers))
+    # the write succeeded: staging that failed or killed runs left is not needed any more
+    staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
+    projected = {staged.day: staged.datasets for staged in run.days}
+    for dataset in CAPTURE_DATASETS:
+        for result in written.results[dataset]:
+            context.add_asset_metadata(
+                day_metadata(result, projected[result.day][dataset]), asset_key=dataset, partition_key=result.day
+            )
+        totals = written.totals(dataset)
+        yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
+    # the checks judge every file of the run's days, written now or left as it was
+    days = {dataset: [r.day for r in results if r.rows] for dataset, results in written.results.items()}
+    yield from checks.written_checks(wh, days, workers=max(2, capture_runtime.workers))
+    try:
+        written.raise_for_failures()
+    except errors.HermesAssetsError as exc:  # one line naming the store(s); the typed error is its cause
+        raise dg.Failure(
+            description=str(exc),
+            metadata={
+                "error_kind": exc.error_kind,
+                "stores_failed": failed_stores(written.failures),
+            },
+        ) from exc
+
+
+def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict:
+    """One partition's own figures: rows written and the errors of its day."""
+    md = result.metadata()
+    md["dagster/row_count"] = result.rows
+    md["path"] = dg.MetadataValue.path(result.path)
+    md["errors"] = projected.errors
+    md["errors_by_kind"] = dict(sorted(projected.errors_by_kind.items()))
+    md["secrets_redacted"] = dict(projected.secrets_redacted)
+    return md
+
+
+def staging_dir(warehouse: Warehouse, run_id: str, instance: dg.DagsterInstance) -> str:
+    """Where a run stages its days before putting them in place (removed after).
+
+    Staging left by runs that are no longer in progress, with no retry of them
+    coming (failed, canceled, killed mid-way), is removed first
+    (:func:`hermes_assets.lib.warehouse.staging.sweep`). Staged files are never read as
+    data: the datasets' globs only match ``day=*/part-0.parquet``.
+    """
+    base = warehouse.staging_root
+    warehouse.make_spool_dirs(base)
+    staging.sweep(base, lambda other: needs_staging(instance, other), keep=run_id)
+    return os.path.join(base, run_id)
+
+
+def needs_staging(instance: dg.DagsterInstance, run_id: str) -> bool | None:
+    """Whether a run may still write its staged days: it runs, or it failed and a run of its group
+    (Dagster's retries re-execute from failure: they write the first run's staged days) runs or is
+    about to; None for a run this instance does not know."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        return None
+    group = instance.get_run_group(run_id)
+    runs = list(group[1]) if group else [run]
+    return any(
+        not r.is_finished
+        or (
+            r.status == dg.DagsterRunStatus.FAILURE
+            and r.tags.get(WILL_RETRY_TAG) == "true"
+            and r.tags.get(AUTO_RETRY_RUN_ID_TAG) is None
+        )
+        for r in runs
+    )
+
+
+# --------------------------------------------------------------------------
+# the graph multi-asset
+# --------------------------------------------------------------------------
+
+GROUP = "hermes"
+KINDS = {"sqlite", "parquet", "python"}
+OWNERS = ["team:hermes-assets"]
+
+
+@dg.graph_multi_asset(
+    name="hermes_capture",
+    group_name=GROUP,
+    outs={
+        dataset: dg.AssetOut(
+            description=DESCRIPTIONS[dataset],
+            metadata={"dagster/column_schema": column_schema(dataset)},
+            kinds=KINDS,
+            owners=OWNERS,
+        )
+        for dataset in CAPTURE_DATASETS
+    },
+    partitions_def=daily_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    check_specs=[
+        dg.AssetCheckSpec(
+            RANGE_CHECK,
+            asset=GATEWAY,
+            description="Sessions whose day lies outside the partition range (or that have no "
+            "sane time) are not written: reported here, never silently dropped (SPEC §2).",
+        ),
+        dg.AssetCheckSpec(
+            STORES_CHECK,
+            asset=GATEWAY,
+            description="Every Hermes store of the run could be read; a store that cannot "
+            "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18).",
+        ),
+        *checks.write_check_specs(),
+    ],
+)
+def hermes_capture():
+    planned, range_check, stores_check = plan()
+    sessions, messages, gateway, *written_checks = write_partitions(project_rows(apply_usage_policy(planned)))
+    return {
+        SESSIONS: sessions,
+        MESSAGES: messages,
+        GATEWAY: gateway,
+        **{checks.check_output(*check): result for check, result in zip(checks.WRITE_CHECKS, written_checks)},
+        f"{GATEWAY}_{RANGE_CHECK}": range_check,
+        f"{GATEWAY}_{STORES_CHECK}": stores_check,
+    }

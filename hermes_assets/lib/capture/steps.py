@@ -1,0 +1,404 @@
+"""From a classified plan to partition files: the last two steps of a capture run.
+
+The Dagster shell runs each step as one op of the capture graph
+(``defs/capture_assets.py``); the first two, the plan and the usage policy, are
+:mod:`~hermes_assets.lib.plan.capture_plan`'s. Each step takes and returns small typed
+values (never a store, never a whole table):
+
+3. :func:`project_rows` reads each day of each store ONCE
+   (:func:`~hermes_assets.lib.projection.day_rows.project_day`) and stages the day's
+   three datasets (:mod:`~hermes_assets.lib.warehouse.staging`) -> :class:`ProjectedRun`;
+4. :func:`write_partitions` puts each staged day in place, atomically, under
+   the day's lock: the file the stage step merged already, or merged here
+   (:mod:`~hermes_assets.lib.warehouse.day_merge`), each encoded once -> :class:`WrittenRun`.
+
+A store that failed anywhere in the run keeps its rows in the warehouse
+untouched on every day, the other stores' days are written, and the caller
+fails the run naming it (:meth:`WrittenRun.raise_for_failures`).
+
+Days are staged in parallel on worker processes (:mod:`~hermes_assets.lib.capture.pool`:
+never a fork of the caller, which runs threads). Writes run on threads: they
+are I/O and Arrow work, which release the GIL.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+import shutil
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from hermes_assets.lib import errors, logs
+from hermes_assets.lib.capture import pool
+from hermes_assets.lib.errors import StoreFailure
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.plan import redact
+from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
+from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.projection.day_rows import project_day
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import local_files, redaction, staging
+from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
+from hermes_assets.lib.warehouse.day_merge import PreparedWrite
+from hermes_assets.lib.warehouse.partition_file import DayFile
+from hermes_assets.lib.warehouse.staging import ENCODED_SUFFIX, read_staged
+
+log = get_logger()
+
+#: below this many sessions a run projects its days in its own process: starting worker
+#: processes costs more than the work they would share
+PARALLEL_MIN_SESSIONS = 1500
+
+
+@dataclass(frozen=True)
+class DatasetDay:
+    """One dataset's rows of one day, as projected: counts, and per store its staged file:
+    Arrow IPC (to be merged with the day's file), or, when the day has no file yet and one
+    store has rows, the partition file itself, encoded once (``.parquet``)."""
+
+    rows: int
+    errors_by_kind: dict[str, int]
+    samples: tuple[dict, ...]
+    #: store path -> the staged file of that store's rows of the day
+    staged: dict[str, str]
+    #: secrets redacted from the cells the day's rows were built from, by kind (never a value)
+    secrets_redacted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> int:
+        return errors.error_count(self.errors_by_kind)
+
+
+@dataclass(frozen=True)
+class StagedDay:
+    """One day of the three datasets, staged (files under the run's staging folder, not yet in place)."""
+
+    day: str
+    datasets: dict[str, DatasetDay]
+    #: store path -> the generations of the day's kept sessions and their messages (retention, SPEC §6)
+    generations: dict[str, Generations]
+    #: stores that failed while this day was read
+    failures: tuple[StoreFailure, ...] = ()
+    statements: dict[str, int] = field(default_factory=dict)
+    #: the datasets whose file for this day existed when the run looked
+    existing: frozenset[str] = frozenset()
+    #: dataset -> its file merged already, for the write to put in place (:mod:`~hermes_assets.lib.warehouse.day_merge`)
+    prepared: dict[str, PreparedWrite] = field(default_factory=dict)
+
+
+@dataclass
+class ProjectedRun:
+    """The run's staged days: what the write step puts in place."""
+
+    plan: CapturePlan
+    staging: str
+    days: list[StagedDay]
+    #: what the run's files record (None: the run does not redact)
+    redaction_version: int | None = None
+    #: files written before (or under an older redaction), redacted again by this run
+    files_redacted: redaction.FilesRedacted | None = None
+
+    def failures(self) -> list[StoreFailure]:
+        """Every store that failed, in the plan or on any day (each once)."""
+        seen: dict[str, StoreFailure] = {f.path: f for f in self.plan.failures()}
+        for staged in self.days:
+            for f in staged.failures:
+                seen.setdefault(f.path, f)
+        return list(seen.values())
+
+    def totals(self, dataset: str) -> tuple[int, Counter, list[dict]]:
+        """``(rows, errors by kind, a few samples)`` of one dataset over the run."""
+        rows, by_kind, samples = 0, Counter[str](), list[dict]()
+        for staged in self.days:
+            d = staged.datasets[dataset]
+            rows += d.rows
+            by_kind.update(d.errors_by_kind)
+            samples.extend(d.samples[: max(0, 10 - len(samples))])
+        return rows, by_kind, samples
+
+    def secrets_redacted(self, dataset: str) -> Counter:
+        """Secrets redacted, by kind, from the cells one dataset's rows were built from."""
+        total: Counter = Counter()
+        for staged in self.days:
+            total.update(staged.datasets[dataset].secrets_redacted)
+        return total
+
+    def reborn(self) -> int:
+        """Stored sessions and messages whose id was captured before with another birth (D15)."""
+        return sum(g.reborn for staged in self.days for g in staged.generations.values())
+
+    def statements(self) -> Counter:
+        total = Counter(self.plan.statements)
+        for staged in self.days:
+            total.update(staged.statements)
+        return total
+
+
+@dataclass(frozen=True)
+class DayJob:
+    """What staging a day needs: the same for every day of the run, sent once to each worker."""
+
+    plan: CapturePlan
+    ctx: ProjectionContext
+    warehouse: Warehouse
+    #: the run's staging folder
+    staging: str
+    #: dataset -> the run's days that had a file when the run looked
+    existing: dict[str, set[str]]
+
+
+def project_rows(
+    plan: CapturePlan,
+    ctx: ProjectionContext,
+    warehouse: Warehouse,
+    *,
+    staging: str,
+    workers: int = 1,
+    log_format: logs.LogFormat | None = None,
+    parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
+    start_method: str = pool.START_METHODS[0],
+) -> ProjectedRun:
+    """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
+    until :func:`write_partitions`; on an error the staging folder is removed. Staged
+    folders and files get the warehouse's modes (SPEC §2, D16), whatever the umask.
+
+    A day that has no partition file yet, and whose rows come from one store, is
+    staged as its final partition file; the others as Arrow IPC, and a day that
+    has a file as its new file too, merged already (:func:`stage_day`). Days run on
+    ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
+    when the run has at least ``parallel_min_sessions`` sessions.
+    """
+    local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
+    files_redacted = None
+    if ctx.redaction is not None:
+        warehouse.redaction_version = redact.REDACTION_VERSION
+        # files written before redaction (or under older patterns) first, so the days merge with redacted rows
+        files_redacted = redaction.redact_files(warehouse, redact.redactor_for(ctx.redaction))
+    else:
+        warehouse.redaction_version = None
+        redaction.forget_stamp(warehouse)
+    job = DayJob(
+        plan,
+        replace(ctx, now_s=plan.read_at),  # one clock for the sanity window of the whole run
+        warehouse,
+        staging,
+        {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
+    )
+    if plan.sessions_in_range() < parallel_min_sessions:
+        workers = 1
+    try:
+        days = list(pool.map_days(stage_day, job, plan.days, workers, log_format=log_format, start_method=start_method))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted)
+    for dataset in CAPTURE_DATASETS:
+        rows, by_kind, _ = run.totals(dataset)
+        log.info(
+            "hermes.capture.project", dataset=dataset, days=len(days), rows=rows, errors=errors.error_count(by_kind)
+        )
+    # one event per run: how many secrets, of which kinds (never a value, never a marker)
+    found = {ds: run.secrets_redacted(ds) for ds in CAPTURE_DATASETS}
+    log.info(
+        "hermes.capture.secrets_redacted",
+        redaction="on" if ctx.redaction is not None else "off",
+        secrets_redacted={ds: sum(c.values()) for ds, c in found.items()},
+        kinds=sorted({kind for c in found.values() for kind in c}),
+        by_kind={ds: dict(sorted(c.items())) for ds, c in found.items() if c},
+    )
+    return run
+
+
+def stage_day(job: DayJob, day: str) -> StagedDay:
+    """Project one day (:func:`project_day`) and stage its three tables.
+
+    A day that has files has them read once, here: ``hermes_sessions`` and
+    ``hermes_messages`` before the projection, for the births of the day's ids
+    (D15); each file then serves the merge of its dataset, done here too, whose
+    result the write step puts in place (:meth:`Warehouse.prepare_write`).
+    """
+    plan = job.plan
+    old = {ds: _read_old(job, ds, day) for ds in (SESSIONS, MESSAGES)}
+    rows = project_day(plan, day, job.ctx, births=_births(job, day, old))
+    order = {sp.store.path: i for i, sp in enumerate(plan.stores)}
+    datasets = {}
+    for dataset, by_store in rows.tables.items():
+        staged = {}
+        final = day not in job.existing[dataset] and len(by_store) == 1
+        for path, table in by_store.items():
+            if final and not table.num_rows:
+                continue  # nothing to write, nothing to merge with
+            staged[path] = os.path.join(job.staging, staging.staged_name(dataset, day, order[path], encoded=final))
+            staging.stage(dataset, table, staged[path], job.warehouse.modes.file, job.warehouse.redaction_version)
+        tally = rows.tallies[dataset]
+        datasets[dataset] = DatasetDay(
+            sum(t.num_rows for t in by_store.values()),
+            tally.as_dict(),
+            tuple(tally.sample_dicts()[:10]),
+            staged,
+            dict(sorted(rows.secrets.get(dataset, {}).items())),
+        )
+    facts = plan.facts(day, rows.generations, skip={f.path for f in rows.failures})
+    prepared = {}
+    for dataset in CAPTURE_DATASETS:
+        old_file = old[dataset] if dataset in old else _read_old(job, dataset, day)
+        if old_file is not None:
+            # the tables just staged, as they are in memory (not read back from their files)
+            new = {path: rows.tables[dataset][path] for path in datasets[dataset].staged}
+            stage_as = os.path.join(job.staging, staging.prepared_name(dataset, day))
+            ready = job.warehouse.prepare_write(dataset, day, new, facts, plan.read_at, old_file, stage_as)
+            if ready is not None:
+                prepared[dataset] = ready
+    del old
+    existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
+    pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
+    # retention judges the rows of a file that exists; a new day's generations are not needed
+    # (and for a long first backfill they would be every message id, held until the write)
+    generations = (
+        rows.generations if existing else {path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
+    )
+    return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing, prepared)
+
+
+def _read_old(job: DayJob, dataset: str, day: str) -> DayFile | None:
+    """The day's file of ``dataset``, read once and pinned; None when the run saw no file (a
+    file that appeared since is merged at the write, as is one whose first capture is staged
+    already encoded), or when the warehouse cannot pin it (an object store: the write merges
+    from its own read)."""
+    if day not in job.existing[dataset]:
+        return None
+    return job.warehouse.read_pinned(dataset, day, os.path.join(job.staging, staging.pin_name(dataset, day)))
+
+
+def _births(job: DayJob, day: str, old: dict[str, DayFile | None]) -> dict[str, Births]:
+    """Per store, the births of what the day's ``hermes_sessions``/``hermes_messages`` files
+    hold already (D15), from the files read (an unpinned one: its birth columns alone);
+    nothing when the day has no file."""
+    tables: dict[str, pa.Table | None] = {}
+    for dataset, columns in ((SESSIONS, SESSION_BIRTH_COLUMNS), (MESSAGES, MESSAGE_BIRTH_COLUMNS)):
+        read = old[dataset]
+        if read is not None:
+            tables[dataset] = read.table(columns)
+        elif day in job.existing[dataset]:
+            tables[dataset] = job.warehouse.read(dataset, day, columns=columns)
+        else:
+            tables[dataset] = None
+    if tables[SESSIONS] is None and tables[MESSAGES] is None:
+        return {}
+    stores = [sp.store.path for sp in job.plan.readable()]
+    return {path: Births.from_tables(tables[SESSIONS], tables[MESSAGES], path) for path in stores}
+
+
+# --------------------------------------------------------------------------
+# writing: merge each staged day into its files
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class WrittenRun:
+    """What :func:`write_partitions` put in place: per dataset, one result per day."""
+
+    results: dict[str, list[WriteResult]]
+    failures: list[StoreFailure]
+    #: stores read and written in this run (beside the failed ones)
+    stores_written: int = 0
+
+    def totals(self, dataset: str) -> dict[str, int]:
+        results = self.results[dataset]
+        return {
+            "rows_written": sum(r.rows for r in results),
+            "rows_retained_source_deleted": sum(r.retained for r in results),
+            "rows_dropped": sum(r.dropped for r in results),
+            "files_changed": sum(r.changed for r in results),
+            "bytes": sum(r.bytes for r in results),
+            "days_superseded": sum(r.superseded for r in results),
+            "rows_replaced": sum(r.replaced for r in results),
+        }
+
+    def raise_for_failures(self) -> None:
+        """Fail naming every store that could not be read (its rows were left untouched)."""
+        if not self.failures:
+            return
+        first = self.failures[0]
+        # one line: each store's error_kind and message (which names its path)
+        message = "; ".join(
+            f"{f.error_kind}: {f.message if f.path in f.message else f'{f.path}: {f.message}'}" for f in self.failures
+        )
+        if self.stores_written:
+            message += (
+                f" (captured rows of the failed store(s) are untouched; the days of the "
+                f"{self.stores_written} other store(s) were written)"
+            )
+        raise errors.by_kind(first.error_kind)(" ".join(message.split()), path=first.path)
+
+
+def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4) -> WrittenRun:
+    """Put each staged day in its three partition files, atomically, under each
+    day's lock, on ``workers`` threads. Stores that failed anywhere in the run keep
+    their rows untouched on every day. The staging folder is removed once every day
+    is in place; if a write fails it stays, so the step can be re-executed."""
+    failures = run.failures()
+    failed = {f.path for f in failures}
+    results: dict[str, list[WriteResult]] = {ds: [] for ds in CAPTURE_DATASETS}
+    warehouse.redaction_version = run.redaction_version  # merged here: the version the staged rows have
+    if any(sp.status == READ and sp.store.path not in failed for sp in run.plan.stores):
+        write = functools.partial(_write_day, run, warehouse, failed)
+    else:  # no store read: nothing to merge, every day's files stay as they are
+        write = functools.partial(_current_day, warehouse)
+    _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+    with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
+        # each day in a copy of the caller's context: its log fields (the run and step) follow it
+        futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
+        for per_dataset in (f.result() for f in futures):
+            for dataset, result in per_dataset.items():
+                results[dataset].append(result)
+    shutil.rmtree(run.staging, ignore_errors=True)
+    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
+    for dataset in CAPTURE_DATASETS:
+        totals = written.totals(dataset)
+        log.info(
+            "hermes.capture.write",
+            dataset=dataset,
+            days=len(results[dataset]),
+            rows=totals["rows_written"],
+            retained=totals["rows_retained_source_deleted"],
+            files_changed=totals["files_changed"],
+        )
+    replaced = {ds: written.totals(ds)["rows_replaced"] for ds in CAPTURE_DATASETS}
+    if any(replaced.values()):  # SPEC D15: seen by every run, reported as a warning
+        log.warning(
+            "hermes.capture.store_replaced",
+            error_kind=errors.StoreReplaced.error_kind,
+            ids_reused=run.reborn(),
+            **{f"{ds}_rows_replaced": n for ds, n in replaced.items()},
+        )
+    return written
+
+
+def _current_day(warehouse: Warehouse, staged: StagedDay) -> dict[str, WriteResult]:
+    return {dataset: warehouse.current(dataset, staged.day) for dataset in CAPTURE_DATASETS}
+
+
+def _write_day(run: ProjectedRun, warehouse: Warehouse, failed: set[str], staged: StagedDay) -> dict[str, WriteResult]:
+    facts = run.plan.facts(staged.day, staged.generations, skip=failed)
+    out = {}
+    for dataset in CAPTURE_DATASETS:
+        files = staged.datasets[dataset].staged
+        new = {
+            path: file if file.endswith(ENCODED_SUFFIX) else read_staged(dataset, file)
+            for path, file in files.items()
+            if path not in failed
+        }
+        if not new and dataset not in staged.existing:  # no rows, no file: nothing to write or merge
+            out[dataset] = WriteResult(dataset, staged.day, warehouse.location(dataset, staged.day), 0, 0, 0, 0, False)
+            continue
+        out[dataset] = warehouse.write_day(
+            dataset, staged.day, new, facts, run.plan.read_at, prepared=staged.prepared.get(dataset)
+        )
+    return out

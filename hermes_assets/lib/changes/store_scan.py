@@ -1,0 +1,310 @@
+"""One store, one tick: what changed in it since the sensor's cursor (SPEC §8 steps 1-2, D17).
+
+A tick, per store:
+
+1. Files unchanged and the rotation idle: nothing else, no SQL (two ``stat``).
+2. Files changed: new messages by mid, tier 1 of every day, and the days whose
+   tier 1 moved, that lost every session, or that hold a session with new
+   messages are requested; each gets its tier 2 on this tick. The rotation
+   restarts for :data:`ROTATION_TICKS` ticks.
+3. While the rotation runs (files changed or not), tier 2 of the ``share``
+   days whose tier 2 is oldest, ``share = ceil(days / 16)`` (never lowered
+   while the rotation runs); a day whose tier 2 moved is requested. A change
+   that tier 1 does not see is therefore requested within 16 ticks: on the
+   tick it is committed the rotation restarts, and in 16 ticks of ``share``
+   oldest days each, every day present at that tick is digested again (days
+   that appear later are digested the tick they appear).
+
+What each Hermes write (hermes-agent 0.19.0) changes, and when a tick sees it:
+
+=============================  ===============================================  =============
+``append_message``             new mid; ``message_count``                       next tick
+``end_session``, reopen,       ``ended_at`` (with ``end_reason``), token        next tick
+``update_token_counts``,       totals, costs, ``title``, ``model``,
+titles, archive, handoff       ``archived``, ``handoff_state`` (tier 1)
+``rewind_to_message``          ``rewind_count`` + 1 (always); inactive count    next tick
+``restore_rewound``            inactive count of a rewound session (tier 1)     next tick
+``archive_and_compact``        new mids; ``message_count``                      next tick
+``replace_messages``,          new mids (unless replaced by nothing);           next tick
+``clear_messages``             ``message_count``
+``delete_session``, prune      the session's row is gone from its day           next tick
+new session                    its day's session count                          next tick
+``record_auxiliary_usage``,    the session's ``session_model_usage`` rows        next tick
+``update_token_counts``        (tier 1: every usage row, digested per day)
+pin, hide, auto-archive,       ``pinned``, ``hidden``, ``auto_archived``,        next tick
+title source, prompt (v0.22)   ``title_source``, ``system_prompt_hash`` (tier 1)
+a prompt row appears for a     the session's prompt resolves to it: the          next tick
+hash (schema 25+)              ``system_prompts`` row of the hash (tier 1)
+store restored or replaced     new inode or ``sqlite_sequence`` went down:      next tick
+                               every day present is requested
+``update_system_prompt``,      other columns (``system_prompt``,                within 16
+``update_session_meta``,       ``model_config``, billing, cwd/git, gateway      ticks
+``update_session_cwd``,        ids, compression state ...): tier 2
+gateway peer, billing route
+inactive rows of a session     inactive count of a never-rewound session with   within 16
+never rewound (no Hermes API)  live messages: tier 2                            ticks
+``set_latest_user_api_content`` NOT seen: it only rewrites ``messages.api_content``  (next change
+                               of the newest user row, right after a compaction  of the day)
+                               inserted that row (whose new mid is seen)
+=============================  ===============================================  =============
+
+Cost of a tick whose files changed: one pass over ``sessions`` (tier 1, one
+row per day to Python) plus the new messages (rowid range) plus one pass over
+the small rows of ``session_model_usage`` plus tier 2 of ``ceil(days / 16)``
+days and of the changed ones (their rows). The ``messages`` table is never
+scanned; the cost grows with the sessions table and not with the messages.
+On the 1.07M-message bench store (59k sessions, 330 days, 93k usage rows;
+``bench/sensor_bench.py``, 2 shared cores, load ~1.3): tier 1 ~125-140 ms, of
+which ~35-45 ms is SQLite reading the table's 46k pages (prompts inline,
+schema 22) and the rest the per-row work (the day, one weighted sum of ~17
+numbers, one joined text of the short columns, sorted by day: texts ~40 ms,
+numbers ~35 ms); tier 2 of 21 days ~55 ms (their rows ~37 ms, their usage
+rows ~15 ms); the usage marks ~11 ms. A tick whose files did not move costs
+~0.3 ms once the rotation is idle, ~55 ms while it runs. (Two connections
+on two threads are no faster: in one process they take turns inside SQLite.)
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+
+from hermes_assets.lib import errors
+from hermes_assets.lib.changes.cursor import DayMark, FileIdentity, Rotation, StoreState
+from hermes_assets.lib.changes.fingerprint import Fingerprinter
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.stores import Store
+
+log = get_logger()
+
+#: a change tier 1 does not compare is requested within this many ticks (SPEC §8 step 2)
+ROTATION_TICKS = 16
+
+# statuses of a store in one tick
+MISSING = "missing"
+UNCHANGED = "unchanged"  # same file identity, rotation idle: no SQL ran
+READ = "read"  # files changed: read, compared with the cursor
+ROTATED = "rotated"  # files unchanged: only the rotation's tier 2 ran
+NEW = "new"  # not in the cursor: every day present is requested
+REPLACED = "replaced"  # new inode or sqlite_sequence went down: every day requested
+FAILED = "failed"  # could not be read: reported, cursor entry kept (D18)
+
+_READ_STATUSES = (READ, ROTATED, NEW, REPLACED)
+
+
+@dataclass
+class StoreScan:
+    """What one tick found in one store."""
+
+    store: Store
+    status: str
+    #: day -> new fingerprint (None: the day is no longer in the store)
+    changed: dict[str, str | None] = field(default_factory=dict)
+    stamp: str = ""
+    new_messages: int = 0
+    sessions: int = 0
+    unplaced: int = 0
+    tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
+    failure: errors.StoreFailure | None = None  # FAILED: its error_kind (SPEC §9) and what happened
+
+
+def file_identity(path: str) -> dict | None:
+    """``{"db": [ino, size, mtime_ns], "wal": [...] | None}``; None when the db is absent."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    try:
+        wal = os.stat(path + "-wal")
+        wal_id = [wal.st_ino, wal.st_size, wal.st_mtime_ns]
+    except FileNotFoundError:
+        wal_id = None
+    return {"db": [st.st_ino, st.st_size, st.st_mtime_ns], "wal": wal_id}
+
+
+def _stamp(identity: dict) -> str:
+    db, wal = identity["db"], identity["wal"] or ["-", "-", "-"]
+    return ":".join(str(x) for x in (*db, *wal))
+
+
+def _settled_identity(before: FileIdentity | None, after: FileIdentity | None) -> FileIdentity | None:
+    """The identity to remember after a read.
+
+    It must be taken BEFORE reading (a commit during the read then shows as a
+    change next tick). The one difference our own read may cause is SQLite
+    creating an empty ``-wal`` beside a store that had none: remember that one,
+    or the next tick would read again for nothing.
+    """
+    if before is None or after is None or after == before:
+        return before
+    if after["db"] == before["db"] and before["wal"] is None and after["wal"] is not None and after["wal"][1] == 0:
+        return after
+    return before
+
+
+def scan_store(
+    store: Store, old: StoreState | None, readers: ReaderFactory, now_s: float | None
+) -> tuple[StoreScan, StoreState | None]:
+    """One store's scan and its new cursor entry (None: keep the old one)."""
+    try:
+        identity = file_identity(store.path)
+    except OSError as exc:  # e.g. a folder we may not search
+        return _failed(store, exc), None
+    if identity is None:  # not installed (the idle case), unless HERMES_STATE_DB names it: a typo
+        return (_failed(store, store.missing_error()) if store.explicit else StoreScan(store, MISSING)), None
+    scan = StoreScan(store, UNCHANGED, stamp=_stamp(identity))
+    rotation = old.rotation if old else Rotation()
+    files_changed = old is None or old.files != identity
+    if not files_changed and rotation.hot <= 0:
+        return scan, None  # nothing committed since the last tick, rotation idle: no SQL at all
+
+    try:
+        if old is not None and not files_changed:
+            with readers.open(store, now_s) as reader:
+                entry = _rotate(scan, old, rotation, Fingerprinter(reader))
+        else:
+            entry = _read(scan, old, identity, rotation, readers, now_s)
+    except (FileNotFoundError, errors.StoreAbsent):
+        return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
+    except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
+        if isinstance(exc.__cause__, (sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+            raise  # our SQL is wrong: a bug, not a bad store
+        return _failed(store, exc), None
+    entry.files = _settled_identity(entry.files, file_identity(store.path))
+    return scan, entry
+
+
+def _read(
+    scan: StoreScan,
+    old: StoreState | None,
+    identity: dict,
+    rotation: Rotation,
+    readers: ReaderFactory,
+    now_s: float | None,
+) -> StoreState:
+    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation."""
+    store = scan.store
+    old_days = {} if old is None else old.days
+    with readers.open(store, now_s) as reader:
+        fp = Fingerprinter(reader)
+        max_mid, seq = reader.message_marks()
+        replaced = _replaced(old, identity, seq)
+        since = None if old is None or replaced else (old.max_mid or 0)
+        new_by_sid = {}
+        if since is not None and max_mid is not None and max_mid > since:
+            new_by_sid = reader.sessions_with_messages_after(since)
+        usage_sids, usage = fp.usage_changes(old.usage if old else None)
+        tier1 = fp.tier1()
+        scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
+        scan.new_messages = sum(new_by_sid.values())
+        if old is None or replaced:
+            scan.status = NEW if old is None else REPLACED
+            changed = set(tier1.days) | set(old_days)
+            if replaced:
+                log.warning(
+                    "hermes.sensor.store_replaced",
+                    path=store.path,
+                    store=store.label,
+                    reason=replaced,
+                    days=len(changed),
+                    error_kind=errors.StoreReplaced.error_kind,
+                )
+        else:
+            scan.status = READ
+            changed = {d for d, h in tier1.days.items() if d not in old_days or old_days[d].tier1 != h}
+            changed |= set(old_days) - set(tier1.days)
+            changed |= {d for d in fp.days_of(set(new_by_sid) | usage_sids).values() if d in tier1.days}
+        # a change of the files restarts the rotation; the share never drops while it runs
+        share = _share(len(tier1.days), rotation)
+        days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1)
+    return StoreState(
+        store.label,
+        identity,
+        max_mid,
+        seq,
+        days,
+        Rotation(tick=rotation.tick + 1, hot=ROTATION_TICKS - 1, share=share),
+        usage,
+    )
+
+
+def _rotate(scan: StoreScan, old: StoreState, rotation: Rotation, fp: Fingerprinter) -> StoreState:
+    """Files unchanged but the rotation still running: tier 2 of the next days only."""
+    scan.status = ROTATED
+    tier1 = {d: m.tier1 for d, m in old.days.items()}
+    share = _share(len(tier1), rotation)
+    days = _digest(scan, fp, tier1, old.days, set(), share, rotation.tick + 1)
+    return StoreState(
+        old.label,
+        old.files,
+        old.max_mid,
+        old.seq,
+        days,
+        Rotation(tick=rotation.tick + 1, hot=rotation.hot - 1, share=share),
+        old.usage,
+    )
+
+
+def _share(n_days: int, rotation: Rotation) -> int:
+    share = -(-n_days // ROTATION_TICKS)
+    return max(share, rotation.share) if rotation.hot > 0 else share
+
+
+def _oldest(old_days: dict[str, DayMark], skip: set[str], n: int) -> list[str]:
+    """The ``n`` days (not in ``skip``) whose tier 2 was computed longest ago."""
+    others = sorted((d for d in old_days if d not in skip), key=lambda d: (old_days[d].stamp, d))
+    return others[:n]
+
+
+def _digest(
+    scan: StoreScan,
+    fp: Fingerprinter,
+    tier1: dict[str, str],
+    old_days: dict[str, DayMark],
+    changed: set[str],
+    share: int,
+    tick: int,
+) -> dict[str, DayMark]:
+    """Tier 2 of the changed days and of the rotation's ``share`` oldest others; the new ``days``.
+
+    Sets ``scan.changed``: the changed days, and rotation days whose tier 2 moved.
+    Each day keeps the fingerprint last captured.
+    """
+    present = set(tier1)
+    now = changed & present
+    rotation = _oldest({d: old_days[d] for d in present if d in old_days}, now, share)  # new days are changed
+    tier2 = fp.tier2(now | set(rotation))
+    scan.tier2_days = len(tier2)
+    changed = set(changed) | {d for d in rotation if d not in old_days or old_days[d].tier2 != tier2[d]}
+    days = {}
+    for d in present:
+        old = old_days.get(d)
+        captured = old.captured if old else None
+        if d in tier2:
+            days[d] = DayMark(tier1[d], tier2[d], tick, captured)
+        else:
+            days[d] = DayMark(tier1[d], old.tier2 if old else None, old.stamp if old else -1, captured)
+    scan.changed = {d: days[d].fingerprint if d in days else None for d in changed}
+    return days
+
+
+def _failed(store: Store, exc: Exception) -> StoreScan:
+    """A store that cannot be read this tick (SPEC D18): reported, its cursor entry kept."""
+    failure = errors.StoreFailure.of(store.path, store.label, exc)
+    log.error("hermes.sensor.store_failed", **failure.log_fields())
+    return StoreScan(store, FAILED, failure=failure)
+
+
+def _replaced(old: StoreState | None, identity: dict, seq: int | None) -> str | None:
+    """Why the store counts as replaced since the cursor, or None (SPEC §8)."""
+    if old is None:
+        return None
+    old_files = old.files or {}
+    if old_files.get("db") and old_files["db"][0] != identity["db"][0]:
+        return "inode changed"
+    old_seq = old.seq
+    if old_seq is not None and (seq is None or seq < old_seq):
+        return f"sqlite_sequence of messages went down ({old_seq} -> {seq})"
+    return None

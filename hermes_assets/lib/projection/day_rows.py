@@ -1,0 +1,166 @@
+"""One day of every store, read once: the rows of all three datasets from that read.
+
+:func:`project_day` reads the day's kept sessions of each store in one short
+read transaction (with their ancestors of other days, D20) and builds the
+sessions, messages and canonical rows from that one read, so the three
+datasets always agree. A store that fails here fails alone (SPEC §8, D18):
+it is recorded, and the other stores' rows are built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from hermes_assets.lib import errors, schemas
+from hermes_assets.lib.errors import ErrorTally, StoreFailure
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.plan import policy, redact
+from hermes_assets.lib.plan.capture_plan import CapturePlan
+from hermes_assets.lib.plan.generations import Births, Generations
+from hermes_assets.lib.projection import copies, gateway, raw
+from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.projection.header import SessionInput
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+
+log = get_logger()
+
+#: what reading a store's day may raise: the store is recorded as failed (or gone), the others go on
+_READ_ERRORS: tuple[type[Exception], ...] = (FileNotFoundError, errors.StoreAbsent, *errors.STORE_ERRORS)
+
+
+@dataclass
+class DayRows:
+    """One day's rows of the three datasets, built from one read of each store."""
+
+    day: str
+    #: dataset -> store path -> that store's rows of the day
+    tables: dict[str, dict[str, pa.Table]]
+    tallies: dict[str, ErrorTally]
+    generations: dict[str, Generations]
+    failures: list[StoreFailure]
+    statements: Counter
+    #: every bad cell of the day once, as ``(error_kind, session id, mid, column)``
+    cells: set
+    #: dataset -> secrets redacted from the cells its rows are built from, by kind
+    secrets: dict[str, Counter] = field(default_factory=dict)
+
+    def table(self, dataset: str) -> pa.Table:
+        """All stores' rows of one dataset (the schema's empty table when none)."""
+        tables = list(self.tables[dataset].values())
+        return pa.concat_tables(tables) if tables else schemas.DATASETS[dataset].schema.empty_table()
+
+
+def project_day(
+    plan: CapturePlan,
+    day: str,
+    ctx: ProjectionContext,
+    *,
+    births: dict[str, Births] | None = None,
+) -> DayRows:
+    """Read the day's kept sessions of every store (one read transaction per store) and
+    build the rows of all three datasets from that read.
+
+    ``births``: per store, what the day's files already captured:
+    a reused id with another birth gets the next generation (D15).
+    """
+    with _gc_paused():
+        return _project_day(plan, day, ctx, births or {})
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic GC while a day is built: its rows are hundreds of thousands of live
+    tuples and dicts that every full collection would scan, for nothing (they hold
+    no cycles); they are freed by reference counting when the day is done."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: dict[str, Births]) -> DayRows:
+    logged: set = set()
+    tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
+    tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
+    generations: dict[str, Generations] = {}
+    failures: list[StoreFailure] = []
+    statements: Counter = Counter()
+    redactor = redact.redactor_for(ctx.redaction) if ctx.redaction is not None else None
+    secrets: dict[str, Counter] = {ds: Counter() for ds in CAPTURE_DATASETS}
+    for sp in plan.readable():
+        kept = sp.kept_on(day)
+        if not kept:
+            continue
+        ancestors = sp.ancestors_off(kept)
+        try:
+            with plan.readers.open(sp.store, plan.read_at) as reader:
+                read = reader.read_day_lineage(
+                    day,
+                    [(sid, sp.raw_ids.get(sid, sid)) for sid in kept],
+                    [(sid, sp.raw_ids.get(sid, sid)) for sid in ancestors],
+                )
+                unknown, selected = reader.unknown_columns(), reader.selected["messages"]
+                statements.update(reader.statements)
+        except _READ_ERRORS as exc:
+            if isinstance(exc, errors.StoreAbsent):  # read at the plan, being created again now
+                exc = errors.StoreMissing(str(exc), path=exc.path)
+            elif isinstance(exc, FileNotFoundError):
+                exc = (
+                    sp.store.missing_error()
+                    if sp.store.explicit
+                    else errors.StoreMissing(
+                        f"{sp.store.path} vanished during the run; its rows are kept as they are.", path=sp.store.path
+                    )
+                )
+            failures.append(StoreFailure.of(sp.store.path, sp.store.label, exc))
+            log.error(
+                "hermes.store.unreadable",
+                path=sp.store.path,
+                store=sp.store.label,
+                day=day,
+                error_kind=failures[-1].error_kind,
+            )
+            continue
+        bundles = read.bundles
+        marks = (
+            copies.mark(((b.sid, b.messages) for b in bundles), read.ancestors, sp.parents, sp.store.scoped)
+            if read.grouped
+            else {}
+        )
+        if redactor is not None:  # after the copies are marked: they compare the cells as Hermes stored them
+            found = redact.redact_bundles(redactor, bundles)
+            secrets[SESSIONS].update(found.sessions)
+            secrets[MESSAGES].update(found.messages)
+            secrets[GATEWAY].update(found.sessions)
+            secrets[GATEWAY].update(found.messages)
+        canonical = gateway.GatewayColumns()
+        sessions = raw.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", []))
+        messages = raw.messages_columns(
+            plan.read_at, tallies[MESSAGES], unknown.get("messages", []), grouped=read.grouped, names=selected
+        )
+        gens, store_births = Generations(), births.get(sp.store.path) or Births()
+        for bundle in bundles:
+            session_gen, message_gens = gens.assign(store_births, bundle)
+            item = SessionInput(
+                bundle,
+                policy_class=sp.classes.get(bundle.sid, policy.FULL),
+                generation=session_gen,
+                message_generations=message_gens,
+                marks=marks.get(bundle.sid),
+                scope_path=sp.scopes.get(bundle.sid, (None,))[0],
+            )
+            gateway.project_session(item, canonical, ctx, tallies[GATEWAY])
+            raw.session_row(item, sessions)
+            raw.message_rows(item, messages)
+        for ds, builder in ((GATEWAY, canonical), (SESSIONS, sessions), (MESSAGES, messages)):
+            tables[ds][sp.store.path] = builder.to_table()
+        generations[sp.store.path] = gens
+    return DayRows(day, tables, tallies, generations, failures, statements, logged, secrets)

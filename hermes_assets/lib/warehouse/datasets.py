@@ -1,0 +1,386 @@
+"""Partition files of the datasets (SPEC §2, §6).
+
+``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet``, zstd, sorted, replaced
+atomically under a per-day lock, so two runs never interleave on one day. A
+rewrite keeps rows whose source vanished from the store, flagged
+``source_deleted`` (D13, :mod:`~hermes_assets.lib.warehouse.retention`). Files are
+private by default (D16): folders ``0700``, files ``0600``, whatever the umask.
+
+A run reads a day's old file once (its bytes): the stage step reads it for the
+births of the day's ids, merges the new rows with it there, and the write step
+puts the result in place when the old file is still the one read
+(:mod:`~hermes_assets.lib.warehouse.day_merge`). The new file is encoded once and
+replaces the old one only when the bytes differ.
+
+The root is a local folder or any URI ``pyarrow.fs`` opens (``s3://…``,
+``file:///…``): how each file operation is done there is the
+:mod:`~hermes_assets.lib.warehouse.storage`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hermes_assets.lib import schemas
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.plan.capture_plan import StoreFacts
+from hermes_assets.lib.schemas import CAPTURE_DATASETS
+from hermes_assets.lib.warehouse import day_merge, local_files, partition_file, read_marks
+from hermes_assets.lib.warehouse.day_merge import PreparedWrite
+from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
+from hermes_assets.lib.warehouse.partition_file import DayFile
+from hermes_assets.lib.warehouse.retention import count_source_deleted
+from hermes_assets.lib.warehouse.storage import open_storage
+
+log = get_logger()
+
+
+PART_FILE = "part-0.parquet"
+#: staged days, under the spool (the root of a local warehouse)
+STAGING = ".staging"
+#: in the spool: the redaction version every capture file has (:mod:`~hermes_assets.lib.warehouse.redaction`)
+REDACTION_STAMP = ".redaction-version"
+
+
+@dataclass
+class WriteResult:
+    dataset: str
+    day: str
+    path: str
+    rows: int
+    retained: int  # rows kept with source_deleted (this write and earlier ones)
+    dropped: int  # previously written rows removed (fewer parts, policy ignore, moved)
+    bytes: int
+    changed: bool
+    #: the file was already written from a newer read of every store: left alone
+    superseded: bool = False
+    #: rows this write found replaced by another generation of their id (a restored store, D15)
+    replaced: int = 0
+
+    def metadata(self) -> dict:
+        return {
+            "superseded_by_newer_read": self.superseded,
+            "rows_written": self.rows,
+            "rows_retained_source_deleted": self.retained,
+            "rows_replaced": self.replaced,
+            "rows_dropped": self.dropped,
+            "bytes": self.bytes,
+            "path": self.path,
+            "file_changed": self.changed,
+        }
+
+
+class Warehouse:
+    """The dataset root: a local folder, or any URI pyarrow's filesystem layer opens
+    (see :mod:`~hermes_assets.lib.warehouse.storage` for what differs between them)."""
+
+    def __init__(
+        self, root: str, *, spool: str | None = None, modes: FileModes = PRIVATE, redaction_version: int | None = None
+    ):
+        self.storage = open_storage(root, spool=spool, modes=modes)
+        #: what a capture file written here records (None: the run does not redact)
+        self.redaction_version = redaction_version
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    @property
+    def root(self) -> str:
+        return self.storage.root
+
+    @property
+    def modes(self) -> FileModes:
+        return self.storage.modes
+
+    @property
+    def staging_root(self) -> str:
+        return os.path.join(self.storage.spool, STAGING)
+
+    def make_spool_dirs(self, folder: str) -> None:
+        """Create a folder of the spool (staging, locks) with the folder mode."""
+        self.storage.make_spool_dirs(folder)
+
+    # -- paths ------------------------------------------------------------------
+
+    def day_dir(self, dataset: str, day: str) -> str:
+        return self.storage.join(self.root, dataset, f"day={day}")
+
+    def path(self, dataset: str, day: str) -> str:
+        """The day's file as this warehouse's filesystem names it (a local path, or ``bucket/key``)."""
+        return self.storage.join(self.day_dir(dataset, day), PART_FILE)
+
+    def location(self, dataset: str, day: str) -> str:
+        """The day's file as a user names it: a local path, or a URI (``s3://bucket/key``)."""
+        return self.storage.location(self.path(dataset, day))
+
+    def days(self, dataset: str) -> list[str]:
+        folders = self.storage.folders_holding(self.storage.join(self.root, dataset), PART_FILE)
+        return sorted(f[4:] for f in folders if f.startswith("day="))
+
+    def existing(self, dataset: str, days: Iterable[str]) -> set[str]:
+        """Which of ``days`` have a file (a stat each on disk; one listing on an object store)."""
+        if self.storage.cheap_listing:
+            return {day for day in days if self.storage.exists(self.path(dataset, day))}
+        return set(self.days(dataset)) & set(days)
+
+    def read(
+        self, dataset: str, day: str, columns: list[str] | None = None, *, read_dictionary: list[str] | None = None
+    ) -> pa.Table | None:
+        """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
+        those columns dictionary-encoded (checks over long repeated strings)."""
+        schema = schemas.schema_of(dataset)
+        if read_dictionary:  # the same schema (a column older files lack still reads as its default)
+            schema = pa.schema(
+                [f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in read_dictionary else f for f in schema]
+            )
+        try:
+            with self.storage.open_input(self.path(dataset, day)) as f:
+                return partition_file.read(dataset, f, columns, schema)
+        except FileNotFoundError:
+            return None
+
+    def read_pinned(self, dataset: str, day: str, pin_as: str) -> DayFile | None:
+        """The day's file, read whole once, with a pin of it (a hard link at the local path
+        ``pin_as``); None when the day has no file, or its storage cannot pin one (an
+        object store: :meth:`read` its columns instead)."""
+        read = self.storage.read_pinned(self.path(dataset, day), pin_as)
+        return None if read is None else DayFile(dataset, *read)
+
+    @contextlib.contextmanager
+    def day_lock(self, dataset: str, day: str) -> Iterator[None]:
+        """An exclusive lock on one day of one dataset (a lock file beside the data,
+        or in the spool for a URI warehouse)."""
+        with self.storage.lock(f"{dataset}/day={day}"):
+            yield
+
+    # -- modes (D16) -------------------------------------------------------------
+
+    def fix_modes(self, dataset: str, day: str) -> None:
+        """Set the modes of the root, the dataset and day folders and of every file of the
+        day (what an older version, or another umask, left open is closed again)."""
+        self.storage.fix_modes(self.day_dir(dataset, day))
+
+    def fix_all_modes(self) -> None:
+        """Set the modes of every folder and file of the datasets and of the staged days
+        (the purge job: days it did not rewrite included)."""
+        tops = [self.staging_root]
+        stamp = os.path.join(self.storage.spool, REDACTION_STAMP)
+        if os.path.isfile(stamp):
+            os.chmod(stamp, self.modes.file)
+        if self.storage.local:
+            local_files.chmod_dir(self.root, self.modes)
+            tops += [os.path.join(self.root, dataset) for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS)]
+        for top in tops:
+            local_files.chmod_tree(top, self.modes)
+
+    # -- writing ------------------------------------------------------------------
+
+    def write_day(
+        self,
+        dataset: str,
+        day: str,
+        new: dict[str, pa.Table | str],
+        facts: Iterable[StoreFacts],
+        read_at: float | None = None,
+        prepared: PreparedWrite | None = None,
+    ) -> WriteResult:
+        """Merge the day's new rows with what its file holds, and replace the file atomically.
+
+        ``new`` maps each store path in ``facts`` to every current row of the day
+        from that store (a store may be absent: no rows): a table, or the path of
+        a partition file already encoded from them (:func:`partition_file.encode`),
+        which is put in place as it is when it is the day's only input and the day
+        has no file yet (a first capture: encoded once, on a worker). Rows of stores
+        not in ``facts`` are kept as they are (not ours to judge).
+
+        ``read_at`` is when the stores were read for ``new``. A store already
+        written into this file from a later read is left alone (its rows and
+        facts are dropped from this write, :mod:`~hermes_assets.lib.warehouse.read_marks`).
+        When every store is newer in the file, nothing changes (``superseded``).
+
+        ``prepared``: the same merge, done by the stage step (:meth:`prepare_write`),
+        put in place as it is when the file is still the one it read and the same
+        stores are written; otherwise the day is merged here.
+        """
+        facts = list(facts)
+        with self.day_lock(dataset, day):
+            marks = self._read_marks(dataset, day)
+            fresh = read_marks.fresh(facts, marks, read_at)
+            if not fresh:  # no store read (all missing or failed), or all read later already
+                if facts:
+                    log.warning(
+                        "hermes.warehouse.superseded",
+                        dataset=dataset,
+                        day=day,
+                        read_at=read_at,
+                        newest=max(marks.values(), default=None),
+                    )
+                self.fix_modes(dataset, day)
+                return self.current(dataset, day, superseded=bool(facts))
+            result = None if prepared is None else self._commit(dataset, day, prepared, fresh)
+            if result is None:
+                result = self._merge_and_replace(dataset, day, new, fresh)
+            if read_at is not None:
+                self._write_marks(dataset, day, read_marks.marked(marks, fresh, read_at))
+            self.fix_modes(dataset, day)
+            return result
+
+    def prepare_write(
+        self,
+        dataset: str,
+        day: str,
+        new: dict[str, pa.Table],
+        facts: Iterable[StoreFacts],
+        read_at: float,
+        old: DayFile,
+        stage_as: str,
+    ) -> PreparedWrite | None:
+        """:meth:`write_day`'s merge, done before the write (no lock held) from the ``old`` file
+        already read: the stores its marks say are fresh now; the new file staged at ``stage_as``."""
+        fresh = read_marks.fresh(facts, self._read_marks(dataset, day), read_at)
+        if not fresh:  # the write leaves the day alone
+            return None
+        return day_merge.prepare(dataset, new, old, fresh, stage_as, self.modes.file, self.redaction_version)
+
+    def _commit(self, dataset: str, day: str, prepared: PreparedWrite, fresh: list[StoreFacts]) -> WriteResult | None:
+        """Put a prepared file in place (under the day's lock); None when it no longer holds."""
+        path = self.path(dataset, day)
+        if prepared.stores != {f.path for f in fresh} or not self.storage.still_current(path, prepared.pin):
+            return None
+        location = self.location(dataset, day)
+        if prepared.rows == 0:
+            self.storage.delete(path)
+            return WriteResult(dataset, day, location, 0, 0, prepared.dropped, 0, True, replaced=prepared.replaced)
+        if prepared.file is not None:
+            try:
+                self.storage.put_file(path, prepared.file)
+            except FileNotFoundError:  # removed by a purge meanwhile: merge again
+                return None
+        log.info(
+            "hermes.warehouse.day_written",
+            dataset=dataset,
+            day=day,
+            rows=prepared.rows,
+            retained=prepared.retained,
+            dropped=prepared.dropped,
+            changed=prepared.changed,
+        )
+        return WriteResult(
+            dataset,
+            day,
+            location,
+            prepared.rows,
+            prepared.retained,
+            prepared.dropped,
+            prepared.bytes,
+            prepared.changed,
+            replaced=prepared.replaced,
+        )
+
+    def _merge_and_replace(
+        self, dataset: str, day: str, new: dict[str, pa.Table | str], fresh: list[StoreFacts]
+    ) -> WriteResult:
+        old = self.storage.read_bytes(self.path(dataset, day))
+        inputs = [new[f.path] for f in fresh if f.path in new]
+        if old is None and len(inputs) == 1 and isinstance(inputs[0], str):
+            return self._put_encoded(dataset, day, inputs[0])
+        table, carried = day_merge.merge(dataset, inputs, None if old is None else DayFile(dataset, old), fresh)
+        result = self._replace(dataset, day, table, carried.dropped, old)
+        result.replaced = carried.replaced
+        return result
+
+    def replace_day(self, dataset: str, day: str, table: pa.Table) -> WriteResult:
+        """Replace the day's file by ``table`` as it is (no retention merge), atomically,
+        under the day's lock; no rows = no file. For datasets recomputed whole."""
+        with self.day_lock(dataset, day):  # derived datasets: no redaction version of their own
+            result = self._replace(dataset, day, table, 0, self.storage.read_bytes(self.path(dataset, day)), None)
+            self.fix_modes(dataset, day)
+            return result
+
+    def rewrite_day(self, dataset: str, day: str, keep_mask_fn: Callable[[pa.Table], pa.Array]) -> tuple[int, int]:
+        """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left).
+        (The purge, its one caller, sets the modes of every file after: :meth:`fix_all_modes`.)"""
+        with self.day_lock(dataset, day):
+            data = self.storage.read_bytes(self.path(dataset, day))
+            if data is None:
+                return 0, 0
+            old = partition_file.decode(dataset, data)
+            table = old.filter(keep_mask_fn(old))
+            removed = old.num_rows - table.num_rows
+            if removed:  # rows removed, none changed: the file's redaction is what it was
+                self._replace(dataset, day, table, removed, data, partition_file.redaction_version(data))
+            return removed, table.num_rows
+
+    def _replace(
+        self,
+        dataset: str,
+        day: str,
+        table: pa.Table,
+        dropped: int,
+        old: pa.Buffer | None,
+        redaction_version: int | bool | None = True,
+    ) -> WriteResult:
+        """Put ``table`` in place of the day's file (``old``: its current bytes, or None).
+        ``redaction_version``: what the file records (True: this warehouse's)."""
+        if redaction_version is True:
+            redaction_version = self.redaction_version
+        path = self.path(dataset, day)
+        location = self.location(dataset, day)
+        if table.num_rows == 0:
+            if old is not None:
+                self.storage.delete(path)
+            return WriteResult(dataset, day, location, 0, 0, dropped, 0, old is not None)
+        data = partition_file.encode(dataset, table, redaction_version or None)
+        changed = old is None or not partition_file.same_bytes(old, data)
+        if changed:
+            self.storage.put(path, data)
+        retained = count_source_deleted(dataset, table)
+        log.info(
+            "hermes.warehouse.day_written",
+            dataset=dataset,
+            day=day,
+            rows=table.num_rows,
+            retained=retained,
+            dropped=dropped,
+            changed=changed,
+        )
+        return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
+
+    def _put_encoded(self, dataset: str, day: str, encoded: str) -> WriteResult:
+        """A day with no file yet takes an encoded file as it is: on disk a hard link into
+        the day's folder and a rename (no copy; the staged file stays until the run's write
+        step is done, so a re-execution from failure still finds it)."""
+        rows = pq.ParquetFile(encoded).metadata.num_rows
+        size = os.path.getsize(encoded)
+        self.storage.put_file(self.path(dataset, day), encoded)
+        log.info(
+            "hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0, changed=True
+        )
+        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, True)
+
+    def current(self, dataset: str, day: str, *, superseded: bool = False) -> WriteResult:
+        """The day's file as it stands, left unchanged (its row count from the footer)."""
+        try:
+            with self.storage.open_input(self.path(dataset, day)) as f:
+                rows, size = pq.ParquetFile(f).metadata.num_rows, f.size()
+        except FileNotFoundError:
+            rows = size = 0
+        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, False, superseded=superseded)
+
+    # -- read marks: per store, a small file beside the data ----------------------------
+
+    def _marks_path(self, dataset: str, day: str) -> str:
+        return self.storage.join(self.day_dir(dataset, day), read_marks.READ_AT_FILE)
+
+    def _read_marks(self, dataset: str, day: str) -> dict[str, float]:
+        return read_marks.parse(self.storage.read_bytes(self._marks_path(dataset, day)))
+
+    def _write_marks(self, dataset: str, day: str, marks: dict[str, float]) -> None:
+        self.storage.put(self._marks_path(dataset, day), read_marks.render(marks), durable=False)

@@ -1,0 +1,133 @@
+"""The bytes of a partition file: a day's table encoded (sorted, zstd), and decoded back (SPEC §2).
+
+A file written by a run that redacted secrets records the redaction's version in its
+key-value metadata (:data:`~hermes_assets.lib.plan.redact.VERSION_KEY`); a file without it, or
+with an older one, is redacted again by the next run that redacts
+(:mod:`~hermes_assets.lib.warehouse.redaction`).
+
+A day's file is encoded once per write, from the whole day, and compared with
+the file it would replace byte for byte (an unchanged day is never rewritten).
+Decoding always uses the dataset's schema, so a column an older file lacks
+reads as its default (:data:`schemas.ADDED_COLUMNS`) or as NULL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from hermes_assets.lib import schemas
+from hermes_assets.lib.plan.redact import VERSION_KEY
+
+if TYPE_CHECKING:
+    from hermes_assets.lib.warehouse.storage import Pin
+
+
+def encode(dataset: str, table: pa.Table, redaction_version: int | None = None) -> pa.Buffer:
+    """A day's table as the exact bytes of its partition file (sorted, zstd).
+
+    Text columns may arrive dictionary-encoded (one system prompt per session);
+    the file does not store the Arrow schema, so every reader sees the types of
+    the Parquet schema itself: plain strings, UTC timestamps, JSON.
+    """
+    sort = schemas.sort_of(dataset)
+    if not is_sorted(table, sort):
+        table = table.sort_by([(c, "ascending") for c in sort])
+    sink = pa.BufferOutputStream()
+    if redaction_version is None:
+        pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024, store_schema=False)
+    else:  # the same bytes, and the version of the redaction its cells went through
+        with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False) as writer:
+            writer.write_table(table, row_group_size=256 * 1024)
+            writer.add_key_value_metadata({VERSION_KEY.decode(): str(redaction_version)})
+    return sink.getvalue()
+
+
+def redaction_version(source: pa.Buffer | pa.NativeFile) -> int | None:
+    """The redaction version a partition file records (None: written without redaction,
+    or before redaction existed)."""
+    reader = pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
+    metadata = pq.read_metadata(reader).metadata or {}
+    try:
+        return int(metadata[VERSION_KEY])
+    except (KeyError, ValueError):
+        return None
+
+
+def decode(dataset: str, data: pa.Buffer, columns: list[str] | None = None) -> pa.Table:
+    """The rows of a partition file's bytes (``columns``: only those)."""
+    return read(dataset, pa.BufferReader(data), columns)
+
+
+def read(
+    dataset: str, source: str | pa.NativeFile, columns: list[str] | None = None, schema: pa.Schema | None = None
+) -> pa.Table:
+    """The rows of a partition file (a path or an open file), in the dataset's schema
+    (or ``schema``: the same columns, some maybe dictionary-encoded)."""
+    table = pq.read_table(source, columns=columns, schema=schema or schemas.schema_of(dataset))
+    return fill_added_columns(table)
+
+
+def fill_added_columns(table: pa.Table) -> pa.Table:
+    """Columns a file written by an earlier version lacks read as NULL: give them their default."""
+    for name, default in schemas.ADDED_COLUMNS.items():
+        idx = table.schema.get_field_index(name)
+        if idx >= 0 and table.column(idx).null_count:
+            field = table.schema.field(idx)
+            table = table.set_column(idx, field, pc.fill_null(table.column(idx), pa.scalar(default, field.type)))
+    return table
+
+
+def same_bytes(a: pa.Buffer, b: pa.Buffer) -> bool:
+    return a.size == b.size and a.equals(b)
+
+
+def is_sorted(table: pa.Table, keys: Sequence[str]) -> bool:
+    """Whether ``table`` is already in ``keys`` order (vectorized; nulls count as unsorted).
+
+    One store's rows come out of the projection in order, so the common case
+    skips a sort (a full copy of the table).
+    """
+    if table.num_rows < 2:
+        return True
+    ahead = pa.repeat(pa.scalar(False), table.num_rows - 1)
+    tie = pa.repeat(pa.scalar(True), table.num_rows - 1)
+    for key in keys:
+        column = table.column(key)
+        if isinstance(column.type, pa.ExtensionType):
+            column = pa.chunked_array([c.storage for c in column.chunks], column.type.storage_type)
+        a, b = column.slice(0, table.num_rows - 1), column.slice(1)
+        ahead = pc.or_(ahead, pc.and_(tie, pc.less(a, b)))
+        tie = pc.and_(tie, pc.equal(a, b))
+    ordered = pc.or_(ahead, tie)
+    return ordered.null_count == 0 and pc.all(ordered).as_py()
+
+
+class DayFile:
+    """A day's partition file as it was read: its bytes (read once), decoded on demand, and
+    maybe a pin that proves later that the file is still the one read (:mod:`storage`).
+
+    The columns decoded for one use serve the next that needs no more of them:
+    the births of a day's ids (D15) and the keys retention compares (SPEC §6)
+    come from one decoding.
+    """
+
+    def __init__(self, dataset: str, data: pa.Buffer, pin: Pin | None = None):
+        self.dataset = dataset
+        self.data = data
+        self.pin = pin
+        self._decoded: pa.Table | None = None
+        self._whole = False
+
+    def table(self, columns: list[str] | None = None) -> pa.Table:
+        """The file's rows (``columns``: only those, in that order)."""
+        held = self._decoded
+        if held is not None and (self._whole or (columns is not None and set(columns) <= set(held.column_names))):
+            return held if columns is None else held.select(columns)
+        table = decode(self.dataset, self.data, columns)
+        self._decoded, self._whole = table, columns is None
+        return table
