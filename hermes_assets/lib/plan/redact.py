@@ -101,7 +101,7 @@ def _p(
     accept: Callable[[str], bool] | None = None,
     screen: str | None = None,
 ) -> Pattern:
-    return Pattern(kind, re.compile(regex), source, tuple(hints), group, accept, screen and re.compile(screen))
+    return Pattern(kind, re.compile(regex), source, tuple(hints), group, accept, re.compile(screen) if screen else None)
 
 
 #: credentials in their issued formats, most specific first (an ``sk-ant-`` key is Anthropic's)
