@@ -372,3 +372,19 @@ def test_a_bundle_keeps_its_ids_and_numbers(redactor: Redactor):
     assert msg["id"] == 7 and msg["session_id"] == "s1" and msg["tool_call_id"] == "call_1" and msg["token_count"] == 3
     assert secret not in repr((session, msg, bundle.extras, bundle.message_extras))
     assert bundle.extras[1] == 4
+
+
+def test_a_blob_in_a_text_column_is_redacted_as_its_text(redactor: Redactor):
+    from types import SimpleNamespace
+
+    secret = fake("github_token")
+    messages = [
+        {"id": 1, "session_id": "s", "content": f"token {secret}".encode()},
+        {"id": 2, "session_id": "s", "content": b"\xff\xfe " + secret.encode()},
+        {"id": 3, "session_id": "s", "content": 42},
+    ]
+    bundle = SimpleNamespace(session={"id": "s"}, messages=messages, usage=[], extras=None, message_extras=None)
+    counts = redact.redact_bundles(redactor, [bundle])
+    assert counts.messages == {"github_token": 2}
+    assert messages[0]["content"].startswith("token [REDACTED:github_token:")
+    assert secret not in messages[1]["content"] and messages[2]["content"] == 42

@@ -542,11 +542,17 @@ class Redactor:
 
     def screen_column(self, values: list) -> list[int]:
         """The indexes of the cells of ``values`` that may hold a secret: one pass of RE2 (in
-        Arrow's C++ kernels) over the whole column; a cell that is not a string is never one."""
+        Arrow's C++ kernels) over the whole column; a number is never one, a BLOB is read as
+        the text it would become."""
         try:
             array = pa.array(values, pa.large_string())
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # a cell of another type (hostile data)
-            return [i for i, v in enumerate(values) if isinstance(v, str) and self.screen(v)]
+            return [
+                i
+                for i, v in enumerate(values)
+                if isinstance(v, (str, bytes))
+                and self.screen(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+            ]
         if array.null_count == len(array):
             return []
         hits = pc.match_substring_regex(array, self._re2)
@@ -557,6 +563,8 @@ class Redactor:
         out = []
         for i in self.screen_column(values):
             cell = values[i]
+            if not isinstance(cell, str):
+                continue
             new = self.text(cell)
             if new is not cell:
                 out.append((i, new))
@@ -802,6 +810,10 @@ def redact_bundles(redactor: Redactor, bundles: list[Any]) -> BundleCounts:
     for i in redactor.screen_column(values):
         start, rows, name, counter = spans[bisect.bisect_right(starts, i) - 1]
         cell = values[i]
+        if isinstance(cell, bytes):  # a BLOB in a TEXT column: the text the dataset would hold
+            cell = cell.decode("utf-8", "replace")
+        elif not isinstance(cell, str):
+            continue
         new = redactor.text(cell)
         if new is not cell:
             rows[i - start][name] = new
