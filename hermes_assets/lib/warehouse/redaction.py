@@ -67,6 +67,7 @@ class FilesRedacted:
         return {
             "files_redacted_again": dict(sorted(self.files_rewritten.items())),
             "cells_redacted_again": dict(sorted(self.cells_changed.items())),
+            "secrets_redacted_again": {ds: dict(sorted(c.items())) for ds, c in sorted(self.secrets.items()) if c},
         }
 
 
