@@ -357,9 +357,6 @@ _ASSIGN_YAML = re.compile(r"(?m)^[ \t-]{0,40}" + _NAME + r"[ \t]{0,4}:[ \t]{1,4}
 _HEADER_NAMES = frozenset({"authorization", "proxy-authorization"})
 _NAME_HINTS = ("key", "token", "secret", "pass", "pwd", "auth", "credential", "pat")
 
-#: what a cell must hold for any assignment to be worth a look (lower-cased hints)
-_ASSIGN_CHARS = ("=", ":")
-
 #: one RE2 alternation (Arrow's ``match_substring_regex``) that every cell holding a secret
 #: matches: the screen of a whole column in one pass; only the cells it flags meet the patterns
 RE2_SCREENS = (
@@ -723,10 +720,6 @@ class Redactor:
                 changed |= c
             return (out, True) if changed else (value, False)
         return value, False
-
-    def value(self, cell: object) -> object:
-        """Any cell: a string redacted, every other value as it is."""
-        return self.text(cell) if isinstance(cell, str) else cell
 
 
 # -- a session's cells ---------------------------------------------------------------
