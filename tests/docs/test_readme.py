@@ -18,6 +18,7 @@ README = REPO / "README.md"
 PAGES = {
     "docs/running.md": "running",
     "docs/settings.md": "settings",
+    "docs/redaction.md": "secret redaction",
     "docs/querying.md": "querying",
     "docs/building.md": "building on the datasets",
     "docs/contract.md": "the contract",
