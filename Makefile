@@ -39,11 +39,12 @@ install-test: $(VENV)/.installed-test
 install-query: $(VENV)/.installed-query
 
 # Checked before Dagster starts: the settings, no Dagster already running for this
-# DAGSTER_HOME, the port free. A problem stops make with that one line (exit 2).
+# DAGSTER_HOME, the port free. A problem stops make with that one line (exit 2); the
+# check's events (a warning of the settings) are printed by Dagster's own load, once.
 # hermes_assets.dev then becomes `dg dev`, stoppable by Ctrl-C or `make stop`
 # (which returns when its webserver, daemon and code server have all exited).
 run: install
-	$(eval REFUSED := $(shell $(VENV)/bin/python -m hermes_assets.dev --check --port $(PORT) 2>&1))
+	$(eval REFUSED := $(shell $(VENV)/bin/python -m hermes_assets.dev --check --port $(PORT) 2>/dev/null))
 	$(if $(REFUSED),$(error $(REFUSED)))
 	$(VENV)/bin/python -m hermes_assets.dev --port $(PORT)
 

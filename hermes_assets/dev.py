@@ -16,8 +16,10 @@ reach it directly) holding an exclusive lock on
 lock, not the file's presence, says an instance runs: it goes when the
 process goes, however it ends, and a start that is refused never writes the
 file, so ``make stop`` cannot lose track of the instance that runs.
-``python -m hermes_assets.dev --check [options]`` runs the checks alone
-(``make run`` does, so a refusal is make's own one line).
+``python -m hermes_assets.dev --check [options]`` runs the checks alone and
+prints a refusal on stdout (``make run`` reads it there, so a refusal is make's
+own one line, and an event the settings log, such as redaction being off, is
+not mistaken for one).
 
 ``python -m hermes_assets.dev --stop`` stops that instance whole: SIGTERM to
 ``dg dev``, which shuts down its webserver, daemon and code server; it returns
@@ -406,11 +408,11 @@ def stop() -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--stop"]:
         return stop()
-    if argv[:1] == ["--check"]:
+    if argv[:1] == ["--check"]:  # the refusal alone on stdout (what make reads); events stay on stderr
         try:
             check(argv[1:])
         except Refused as refused:
-            print(refused, file=sys.stderr, flush=True)
+            print(refused, flush=True)
             return EXIT_REFUSED
         return 0
     return start(argv)

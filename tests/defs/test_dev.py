@@ -85,3 +85,16 @@ def test_a_bad_setting_comes_first(home, monkeypatch):
     monkeypatch.setenv("HERMES_STATE_DB", str(home / "typo" / "state.db"))
     with pytest.raises(dev.Refused, match=r"^HERMES_STATE_DB names .*typo/state\.db, which does not exist"):
         dev.check([])
+
+
+def test_the_check_prints_a_refusal_alone_on_stdout(home, monkeypatch, capsys):
+    """``make run`` reads the refusal from stdout: a warning the settings log (redaction off) is not
+    one, and a refusal is the line itself."""
+    monkeypatch.setenv("HERMES_ASSETS_REDACT_SECRETS", "off")
+    assert dev.main(["--check", "--port", "0"]) == dev.EXIT_REFUSED  # port 0: no port
+    assert capsys.readouterr().out == "PORT=0 is not a port number (1-65535), e.g. `make run PORT=3001`\n"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    assert dev.main(["--check", "--port", str(free)]) == 0
+    assert capsys.readouterr().out == ""

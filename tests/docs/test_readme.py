@@ -70,3 +70,13 @@ def test_every_relative_link_of_the_readme_and_its_pages_resolves():
             assert target.exists(), f"{page.relative_to(REPO)} links {link}: no such file"
             if anchor and target.suffix == ".md":
                 assert anchor in _anchors(target), f"{page.relative_to(REPO)} links {link}: no such heading"
+
+
+def test_the_refusals_shown_are_the_line_make_prints():
+    """The pages show make's refusal as make prints it: ``Makefile:<line of run's $(error)>: *** ...``."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8").splitlines()
+    (line,) = [n for n, text in enumerate(makefile, 1) if "$(error $(REFUSED))" in text]
+    shown = []
+    for page in (README, REPO / "docs" / "running.md"):
+        shown += re.findall(r"^Makefile:(\d+): \*\*\* .*\.  Stop\.$", page.read_text(encoding="utf-8"), re.M)
+    assert len(shown) >= 3 and set(shown) == {str(line)}, shown
