@@ -412,7 +412,7 @@ def main(argv: list[str]) -> int:
         try:
             check(argv[1:])
         except Refused as refused:
-            print(refused, flush=True)
+            print(str(refused).rstrip("."), flush=True)  # make ends the line with ".  Stop."
             return EXIT_REFUSED
         return 0
     return start(argv)

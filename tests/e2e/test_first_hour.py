@@ -140,7 +140,7 @@ def test_a_bad_setting_is_one_line_naming_it(command, case, install, unwritable_
     assert len(lines) == 1, lines
     assert line in lines[0], lines[0]
     if command == "make run":  # make's own one-line stop: the line, then nothing started
-        assert lines[0].endswith(".  Stop."), lines[0]
+        assert lines[0].endswith(".  Stop.") and not lines[0].endswith("..  Stop."), lines[0]
         assert not (install.dagster_home / ".hermes_assets-dev.pid").exists()
     else:  # the line itself (the unwritable folder's reason, Read-only file system or Permission denied, after it)
         assert lines[0] == line or (case == "warehouse" and lines[0].startswith(line + " (")), lines[0]
