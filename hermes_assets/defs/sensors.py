@@ -24,7 +24,7 @@ no setting.
 
 import dagster as dg
 
-from hermes_assets.defs import settings
+from hermes_assets.defs import run_log, settings
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
@@ -74,7 +74,14 @@ def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
 
 
 def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
-    """One evaluation of ``hermes_state_sensor``."""
+    """One evaluation of ``hermes_state_sensor``. Its events (this module's and the library's)
+    are printed once, as every event is, and kept in the tick's log, which the UI shows
+    (:func:`hermes_assets.defs.run_log.tick_log`)."""
+    with run_log.tick_log(context):
+        return _tick(context, hermes, max_runs)
+
+
+def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
     stores = hermes.stores()
     plan = changes.plan_tick(
         stores,
@@ -88,22 +95,14 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
     failed = [{"store": s.store.label, "path": s.store.path, "error_kind": f.error_kind} for s, f in plan.failed]
+    # a store that cannot be read (D18) is named by its own event (hermes.sensor.store_failed, at
+    # error), here and in the skip reason; its cursor entry is kept and the next tick reads it again
     log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **counts, **({"failed": failed} if failed else {}))
-    context.log.info(f"hermes.sensor.tick {counts}")
-    for scan, failure in plan.failed:  # D18: named in the tick's log, whatever else the tick requests
-        context.log.error(
-            f"hermes.sensor.store_failed {scan.store.path} ({failure.error_kind}): {failure.message} "
-            "Its cursor entry is kept; the next tick reads it again."
-        )
     if plan.retried:
-        context.log.warning(f"hermes.sensor.retry: the capture of {', '.join(plan.retried)} failed; requested again")
+        log.warning("hermes.sensor.retry", days=plan.retried)
     if plan.failing:  # named on every tick until a run of the day succeeds
         runs = {d: plan.cursor.attempts[d].failures for d in plan.failing}
         log.error("hermes.sensor.days_failing", days=plan.failing, failures=runs)
-        context.log.error(
-            f"hermes.sensor.days_failing: the capture of {len(runs)} day(s) failed again and again "
-            f"(failed runs in a row: {runs}); requested again with backoff until one succeeds"
-        )
     events = []
     if plan.failing != plan.failing_before:
         events.append(days_captured_evaluation(plan.failing, plan.cursor.attempts))
