@@ -25,6 +25,7 @@ no setting.
 import dagster as dg
 
 from hermes_assets.defs import run_log, settings
+from hermes_assets.defs.capture import hermes_capture
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
@@ -34,8 +35,12 @@ from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
 
-#: the three datasets; not the days_captured check, which only the sensor reports
-HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY) - dg.AssetSelection.checks(DAYS_CAPTURED_CHECK)
+#: the sensor's target: the three datasets, which the UI shows by their names (a selection that
+#: also subtracts a check has no such form: the UI would show its Python repr)
+HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY)
+CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
+#: the checks its runs evaluate: the capture's own, not days_captured, which only the sensor reports
+CAPTURE_CHECKS = sorted(hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}, key=lambda k: k.to_user_string())
 TRIGGER_TAG = {"hermes/trigger": "sensor"}
 #: Dagster's own tags: the run key of a sensor's run (kept by Dagster's retries of it), and
 #: whether a failed run will be retried by Dagster's run retries (dagster.yaml ``run_retries``)
@@ -137,13 +142,19 @@ def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunR
 
 def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
     if len(days) == 1:
-        return dg.RunRequest(partition_key=days[0], run_key=run_key, tags=TRIGGER_TAG)
+        return dg.RunRequest(
+            partition_key=days[0],
+            run_key=run_key,
+            tags=TRIGGER_TAG,
+            asset_selection=CAPTURE_KEYS,
+            asset_check_keys=CAPTURE_CHECKS,
+        )
     tags = {
         **TRIGGER_TAG,
         "dagster/asset_partition_range_start": days[0],
         "dagster/asset_partition_range_end": days[-1],
     }
-    return dg.RunRequest(run_key=run_key, tags=tags)
+    return dg.RunRequest(run_key=run_key, tags=tags, asset_selection=CAPTURE_KEYS, asset_check_keys=CAPTURE_CHECKS)
 
 
 def _no_store_reason(hermes: HermesStores) -> str:

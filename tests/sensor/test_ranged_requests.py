@@ -13,6 +13,7 @@ from tests.conftest import copy_fixture
 from tests.sensor.harness import SENSOR, _instance, definitions
 
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
+DATASETS = ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes")
 
 
 def test_few_days_are_one_run_each():
@@ -32,6 +33,24 @@ def test_many_days_are_one_ranged_run_with_a_key_that_moves_with_any_day():
     changed[5] = (changed[5][0], "ffffffffffff")
     (again,) = run_requests(changed, max_runs=14)
     assert again.run_key != request.run_key  # a reused key would be silently skipped by Dagster
+
+
+def test_the_sensor_targets_the_datasets_by_name_and_its_runs_leave_days_captured_out():
+    """The UI shows a sensor's target as its selection's string: the three datasets' names (a
+    selection that also subtracts a check shows as a Python repr). Its runs name their assets
+    and checks: the capture's own, not days_captured, which only the sensor reports."""
+    from hermes_assets.defs.capture import hermes_capture
+    from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK
+    from hermes_assets.defs.sensors import HERMES_ASSETS
+
+    target = str(HERMES_ASSETS)
+    assert target == 'key:"hermes_sessions" or key:"hermes_messages" or key:"ai_gateway_messages_hermes"'
+    for request in run_requests([("2026-06-01", "aaaaaaaaaaaa")], 14) + run_requests(
+        [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)], 14
+    ):
+        assert set(request.asset_selection) == {dg.AssetKey(k) for k in DATASETS}
+        assert set(request.asset_check_keys) == hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}
+        assert DAYS_CAPTURED_CHECK not in request.asset_check_keys and len(request.asset_check_keys) == 7
 
 
 @pytest.mark.slow
