@@ -1,7 +1,7 @@
 """The sensors: the watermark sensor, which requests the days whose Hermes data changed
 (SPEC §8, spec R6), and the automation sensor that keeps the analytics current.
 
-Change detection lives in :mod:`hermes_assets.lib.changes`; this module turns
+Change detection lives in :mod:`hermes_assets.lib.changes.watch`; this module turns
 its plan into one ``RunRequest`` per changed day for the three assets. A store
 that cannot be read is named in the tick's logs (and in the skip reason when
 nothing is requested) while the other stores' days are requested (SPEC D18). When a
@@ -12,7 +12,7 @@ costs one run of seconds, not hundreds of runs.
 
 A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
-run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.attempts`).
+run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.changes.attempts`).
 A day that keeps failing is named in every tick's log and by the
 ``days_captured`` asset check, which the sensor reports whenever the set of
 failing days changes.
@@ -25,11 +25,12 @@ no setting.
 import dagster as dg
 
 from hermes_assets.defs import run_log, settings
-from hermes_assets.defs.capture import hermes_capture
+from hermes_assets.defs.capture_assets import hermes_capture
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.lib import attempts, changes
+from hermes_assets.defs.tags import RUN_KEY_TAG, TRIGGER_TAG, WILL_RETRY_TAG
+from hermes_assets.lib.changes import attempts, watch
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
@@ -41,11 +42,6 @@ HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY)
 CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
 #: the checks its runs evaluate: the capture's own, not days_captured, which only the sensor reports
 CAPTURE_CHECKS = sorted(hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}, key=lambda k: k.to_user_string())
-TRIGGER_TAG = {"hermes/trigger": "sensor"}
-#: Dagster's own tags: the run key of a sensor's run (kept by Dagster's retries of it), and
-#: whether a failed run will be retried by Dagster's run retries (dagster.yaml ``run_retries``)
-RUN_KEY_TAG = "dagster/run_key"
-WILL_RETRY_TAG = "dagster/will_retry"
 
 _OUTCOMES = {
     dg.DagsterRunStatus.SUCCESS: attempts.SUCCEEDED,
@@ -88,7 +84,7 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
 
 def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
     stores = hermes.stores()
-    plan = changes.plan_tick(
+    plan = watch.plan_tick(
         stores,
         context.cursor,
         is_partition=daily_partitions.has_partition_key,
@@ -137,7 +133,7 @@ def run_outcomes(instance: dg.DagsterInstance, run_keys: list[str]) -> dict[str,
 
 def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunRequest]:
     """One run per changed day, or one ranged run when there are too many days."""
-    return [_run_request(days, key) for days, key in changes.run_groups(requests, max_runs)]
+    return [_run_request(days, key) for days, key in watch.run_groups(requests, max_runs)]
 
 
 def _run_request(days: list[str], run_key: str) -> dg.RunRequest:

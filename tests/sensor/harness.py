@@ -28,7 +28,7 @@ from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.lib.changes import ROTATION_TICKS
+from hermes_assets.lib.changes.watch import ROTATION_TICKS
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)
