@@ -39,7 +39,7 @@ def test_the_sensor_targets_the_datasets_by_name_and_its_runs_leave_days_capture
     """The UI shows a sensor's target as its selection's string: the three datasets' names (a
     selection that also subtracts a check shows as a Python repr). Its runs name their assets
     and checks: the capture's own, not days_captured, which only the sensor reports."""
-    from hermes_assets.defs.capture import hermes_capture
+    from hermes_assets.defs.capture_assets import hermes_capture
     from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK
     from hermes_assets.defs.sensors import HERMES_ASSETS
 
