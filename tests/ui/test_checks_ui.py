@@ -13,6 +13,10 @@ copy of the small fixture store; a backfill of five days of the three datasets
    node says ``0 / 1 Passed``, and the check's *Partitions* tab shows that day
    failed and the four others passed; the failed day shows the duplicated row.
 
+And *Materialize all…*: every asset has the same backfill policy (one run per
+backfill); the dialog's "varying backfill policies" notice is the UI's own
+comparison of objects, which the README explains.
+
 Screenshots of every step land in the test's temp dir (``screenshots/``).
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -55,6 +60,7 @@ def test_checks_pass_on_every_written_day_and_fail_on_a_bad_day_only(installatio
         )
         try:
             _every_day_passed(page, screens, dev)
+            _varying_policies_notice_is_the_uis_own(page, screens, dev)
             _a_bad_day_fails_alone(page, screens, dev, installation)
         except Exception:
             screens.shot("failure")
@@ -115,6 +121,35 @@ def _every_day_passed(page, screens: Screens, dev: DagsterDev) -> None:
         assert (states["Passed"], states["Failed"], states["Skipped"]) == (len(DAYS), 0, 0), (asset, check, states)
         assert states.get("Execution Failed", 0) == 0 and states.get("In Progress", 0) == 0
     screens.shot("check-partitions-passed")
+
+
+BACKFILL_POLICIES_Q = """
+query { assetNodes { assetKey { path } backfillPolicy { policyType maxPartitionsPerRun description } } }"""
+VARYING = "using varying backfill policies"
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _varying_policies_notice_is_the_uis_own(page, screens: Screens, dev: DagsterDev) -> None:
+    """*Materialize all…* over every asset: the dialog says "varying backfill policies" although
+    every asset has the same one (the UI compares them as objects); the README says why."""
+    nodes = dev.graphql(BACKFILL_POLICIES_Q)["assetNodes"]
+    policies = {tuple(n["assetKey"]["path"]): n["backfillPolicy"] for n in nodes}
+    assert len(policies) == len(DATASETS) + 2  # the capture's three and the two analytics assets
+    assert all(
+        p == {"policyType": "SINGLE_RUN", "maxPartitionsPerRun": None, "description": p["description"]}
+        for p in policies.values()
+    ), policies
+    assert len({p["description"] for p in policies.values()}) == 1, policies
+    page.goto(dev.url)
+    _open(page, "Lineage", page.get_by_role("button", name="Materialize all…"))
+    page.get_by_role("button", name="Materialize all…").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name="Launch backfill").wait_for()
+    screens.shot("materialize-all-dialog")
+    if VARYING in dialog.inner_text():  # gone the day Dagster's UI compares policies by value
+        readme = " ".join(README.read_text().split())
+        assert f"assets {VARYING}" in readme and "compares the assets' policies as objects" in readme
+    dialog.get_by_role("button", name="Cancel").click()
 
 
 def _a_bad_day_fails_alone(page, screens: Screens, dev: DagsterDev, installation) -> None:
