@@ -240,7 +240,7 @@ def materializations(
 
 
 # --------------------------------------------------------------------------
-# days_captured: reported by the sensor (issue 23)
+# days_captured: reported by the sensor
 # --------------------------------------------------------------------------
 
 DAYS_CAPTURED = "days_captured"
