@@ -26,7 +26,7 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
-from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.partitions import before_first, daily_partitions
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.lib import attempts, changes
 from hermes_assets.lib.logs import get_logger
@@ -41,6 +41,8 @@ TRIGGER_TAG = {"hermes/trigger": "sensor"}
 #: whether a failed run will be retried by Dagster's run retries (dagster.yaml ``run_retries``)
 RUN_KEY_TAG = "dagster/run_key"
 WILL_RETRY_TAG = "dagster/will_retry"
+#: the partition of a run, as Dagster tags it
+PARTITION_TAG = "dagster/partition"
 
 _OUTCOMES = {
     dg.DagsterRunStatus.SUCCESS: attempts.SUCCEEDED,
@@ -83,6 +85,7 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
         readers=hermes.readers(),
         outcomes=lambda keys: run_outcomes(context.instance, keys),
         max_runs=max_runs,
+        before_first=before_first,
     )
     requests = [_run_request(days, key) for days, key in plan.runs]
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
@@ -94,6 +97,12 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
         context.log.error(
             f"hermes.sensor.store_failed {scan.store.path} ({failure.error_kind}): {failure.message} "
             "Its cursor entry is kept; the next tick reads it again."
+        )
+    if plan.early:
+        context.log.info(
+            f"hermes.sensor.older_history: {', '.join(plan.early)} precede the first partition "
+            f"({daily_partitions.get_first_partition_key()}); each is requested as a run of its own day, which "
+            "loads the definitions afresh (they show on the partitions page from their next load)"
         )
     if plan.retried:
         context.log.warning(f"hermes.sensor.retry: the capture of {', '.join(plan.retried)} failed; requested again")
@@ -137,6 +146,11 @@ def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunR
 
 
 def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
+    if len(days) == 1 and not daily_partitions.has_partition_key(days[0]):
+        # history older than the first partition (partitions.before_first): the run names its day
+        # itself, as Dagster would, since these definitions do not know it yet; the run's own load
+        # of the definitions does
+        return dg.RunRequest(partition_key=days[0], run_key=run_key, tags={**TRIGGER_TAG, PARTITION_TAG: days[0]})
     if len(days) == 1:
         return dg.RunRequest(partition_key=days[0], run_key=run_key, tags=TRIGGER_TAG)
     tags = {
