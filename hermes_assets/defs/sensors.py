@@ -29,6 +29,7 @@ from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_cap
 from hermes_assets.defs.partitions import before_first, daily_partitions
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.lib import attempts, changes
+from hermes_assets.lib.analytics import TOOLS, USAGE
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
@@ -36,6 +37,10 @@ log = get_logger()
 
 #: the three datasets; not the days_captured check, which only the sensor reports
 HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY) - dg.AssetSelection.checks(DAYS_CAPTURED_CHECK)
+CAPTURE_KEYS = [dg.AssetKey(k) for k in (SESSIONS, MESSAGES, GATEWAY)]
+#: the analytics of a day older than the first partition run in that day's capture run: the
+#: automation sensor sees the partitions of the loaded definitions only, which lack that day
+ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
 TRIGGER_TAG = {"hermes/trigger": "sensor"}
 #: Dagster's own tags: the run key of a sensor's run (kept by Dagster's retries of it), and
 #: whether a failed run will be retried by Dagster's run retries (dagster.yaml ``run_retries``)
@@ -60,12 +65,14 @@ def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
 
     @dg.sensor(
         name=SENSOR_NAME,
-        target=HERMES_ASSETS,
+        target=HERMES_ASSETS | dg.AssetSelection.assets(*ANALYTICS_KEYS),
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=poll_seconds,
         description="Watches the Hermes store(s): a tick whose store files did not change runs no SQL; "
         "otherwise one run per UTC day whose sessions or messages changed (SPEC §8). A day whose run "
-        "failed is requested again, with backoff, until a run of it succeeds.",
+        "failed is requested again, with backoff, until a run of it succeeds. A day older than the first "
+        "partition (history restored or added while Dagster runs) is captured at once, with its analytics, "
+        "in a run of its own; it shows as a partition from the next load of the definitions.",
     )
     def hermes_state_sensor(
         context: dg.SensorEvaluationContext, hermes: HermesStores
@@ -148,17 +155,22 @@ def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunR
 def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
     if len(days) == 1 and not daily_partitions.has_partition_key(days[0]):
         # history older than the first partition (partitions.before_first): the run names its day
-        # itself, as Dagster would, since these definitions do not know it yet; the run's own load
-        # of the definitions does
-        return dg.RunRequest(partition_key=days[0], run_key=run_key, tags={**TRIGGER_TAG, PARTITION_TAG: days[0]})
+        # itself, as Dagster would, since these definitions do not know it yet (the run's own load
+        # of the definitions does), and computes the day's analytics too
+        return dg.RunRequest(
+            partition_key=days[0],
+            run_key=run_key,
+            tags={**TRIGGER_TAG, PARTITION_TAG: days[0]},
+            asset_selection=CAPTURE_KEYS + ANALYTICS_KEYS,
+        )
     if len(days) == 1:
-        return dg.RunRequest(partition_key=days[0], run_key=run_key, tags=TRIGGER_TAG)
+        return dg.RunRequest(partition_key=days[0], run_key=run_key, tags=TRIGGER_TAG, asset_selection=CAPTURE_KEYS)
     tags = {
         **TRIGGER_TAG,
         "dagster/asset_partition_range_start": days[0],
         "dagster/asset_partition_range_end": days[-1],
     }
-    return dg.RunRequest(run_key=run_key, tags=tags)
+    return dg.RunRequest(run_key=run_key, tags=tags, asset_selection=CAPTURE_KEYS)
 
 
 def _no_store_reason(hermes: HermesStores) -> str:

@@ -11,7 +11,9 @@ watching a folder of stores (``HERMES_STATE_DB``), ``HERMES_ASSETS_START_DATE`` 
 
 Each day reaches the warehouse within the normal bound (3 sensor intervals plus the
 run), while the loaded definitions keep their first partition (today): nobody
-reloaded anything. Stores are written by Hermes's own ``SessionDB``.
+reloaded anything; the runs of those days computed their analytics too. A fresh load
+(the CLI) then has them as partitions: a ranged backfill over every day writes the same
+files. Stores are written by Hermes's own ``SessionDB``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
+from hermes_assets.lib.analytics import TOOLS, USAGE
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.sensor.harness import DAGSTER, REPO, copy_instance_config, free_port, kill_group, project_env, start
 from tests.support.hermes_writer import HermesWriter
@@ -36,6 +39,7 @@ POLL_S = 5
 #: a day's capture: detected within 3 sensor intervals, then a run of a few seconds (more on a busy machine)
 CAPTURE_BOUND_S = 3 * POLL_S + 60
 DATASETS = (SESSIONS, MESSAGES, GATEWAY)
+ANALYTICS = (USAGE, TOOLS)
 
 PARTITIONS_Q = """
 query {
@@ -72,6 +76,10 @@ def _session_ids(warehouse: Path, day: str) -> set[str]:
     if not path.exists():
         return set()
     return set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for d in DATASETS for p in sorted((root / d).rglob("*.parquet"))}
 
 
 def _captured(warehouse: Path, day: str) -> bool:
@@ -156,9 +164,49 @@ def test_older_history_is_captured_with_no_reload(tmp_path):
     finally:
         kill_group(proc)
 
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
     by_day = {r.dagster_run.tags.get("dagster/partition"): r.dagster_run for r in records}
     assert {yesterday.isoformat(), older.isoformat()} <= set(by_day), sorted(by_day)
     failed = [(r.dagster_run.tags.get("dagster/partition"), r.dagster_run.status) for r in records]
     assert all(status == dg.DagsterRunStatus.SUCCESS for _, status in failed), failed
-    print("\nolder history:", json.dumps({"lag_yesterday_s": round(lag_yesterday, 1), "lag_older_s": round(lag_older, 1)}))
+    # the runs of the older days computed their analytics too (the automation sensor sees only the
+    # partitions of the loaded definitions)
+    for dataset in ANALYTICS:
+        done = instance.get_materialized_partitions(dg.AssetKey(dataset))
+        assert {yesterday.isoformat(), older.isoformat()} <= done, (dataset, sorted(done))
+    for day in (yesterday, older):  # (a day without tool calls has no hermes_daily_tools rows, hence no file)
+        assert (warehouse / USAGE / f"day={day.isoformat()}" / "part-0.parquet").exists(), day
+
+    # a fresh load of the definitions starts at the older day: a ranged backfill by the CLI over
+    # every day writes the very same files into an empty warehouse
+    fresh, backfill_home = tmp_path / "fresh", tmp_path / "dagster_home_backfill"
+    copy_instance_config(backfill_home)
+    cli_log = tmp_path / "backfill.log"
+    span = f"{older.isoformat()}...{today.isoformat()}"
+    cli = start(
+        [
+            str(DAGSTER),
+            "asset",
+            "materialize",
+            "-m",
+            "hermes_assets.definitions",
+            "--select",
+            "*",
+            "--partition-range",
+            span,
+        ],
+        {**env, "DAGSTER_HOME": str(backfill_home), "HERMES_ASSETS_WAREHOUSE": str(fresh)},
+        cli_log,
+        cwd=REPO,
+    )
+    try:
+        assert cli.wait(timeout=300) == 0, cli_log.read_text()[-4000:]
+    finally:
+        kill_group(cli)
+    live, backfilled = _files(warehouse), _files(fresh)
+    assert set(live) <= set(backfilled) and [n for n in live if live[n] != backfilled[n]] == []
+
+    print(
+        "\nolder history:", json.dumps({"lag_yesterday_s": round(lag_yesterday, 1), "lag_older_s": round(lag_older, 1)})
+    )
     assert lag_yesterday <= CAPTURE_BOUND_S and lag_older <= CAPTURE_BOUND_S, (lag_yesterday, lag_older)
