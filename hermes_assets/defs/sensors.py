@@ -10,6 +10,13 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
+A changed day older than the first partition (history restored or added while Dagster
+runs; :func:`~hermes_assets.defs.partitions.before_first`) is requested at once as a run
+of that one day, never part of a ranged run, which names its partition itself and also
+computes the day's analytics: the run loads the definitions afresh and has the day as a
+partition, while the definitions loaded here, and the automation sensor's, lack it until
+their next load.
+
 A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
 run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.attempts`).
