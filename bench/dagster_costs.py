@@ -344,19 +344,21 @@ def daemon(store: Path, work: Path) -> dict:
 
 _LIBRARY_DAYS = r"""
 import json, os, sys, tempfile, time
-from hermes_assets.lib import capture, plan as planning, policy
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
-from hermes_assets.lib.stores import Store
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.warehouse.datasets import Warehouse
 stores = [Store(sys.argv[1])]
-plan = planning.plan_capture(stores, [], user_home="/home/bench")
+plan = capture_plan.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})[: int(sys.argv[3])]
-plan = planning.plan_capture(stores, days, user_home="/home/bench")
-plan = planning.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
+plan = capture_plan.plan_capture(stores, days, user_home="/home/bench")
+plan = capture_plan.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 t = time.perf_counter()
 with tempfile.TemporaryDirectory() as scratch:
-    run = capture.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
+    run = steps.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
                                staging=os.path.join(scratch, "run"), workers=int(sys.argv[2]), parallel_min_sessions=0)
 print(json.dumps({"sessions": plan.sessions_in_range(), "seconds": time.perf_counter() - t}))
 """

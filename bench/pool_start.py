@@ -40,7 +40,7 @@ _STARTUP = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[2])
 import pool_job  # the day job's module: it imports the capture's modules, as stage_day's does
-from hermes_assets.lib import pool
+from hermes_assets.lib.capture import pool
 method = sys.argv[1]
 t0 = time.monotonic()
 days = [f"d{i}" for i in range(64)]
@@ -54,7 +54,7 @@ print(json.dumps({"first_worker_s": min(workers) - t0 if workers else None,
 
 _POOL_JOB = """
 import os, time
-import hermes_assets.lib.capture  # noqa: F401  (what a real worker imports)
+import hermes_assets.lib.capture.steps  # noqa: F401  (what a real worker imports)
 
 
 def when(state, day):
@@ -64,31 +64,26 @@ def when(state, day):
 # one capture of every day of a store, as the Dagster steps call the library
 _CAPTURE = r"""
 import json, os, sys, time
-from hermes_assets.lib import capture, policy
-try:
-    from hermes_assets.lib import plan as planning
-except ImportError:  # a tree from before the plan's own module
-    planning = capture
-try:
-    from hermes_assets.lib.projection.context import NoGit, ProjectionContext
-except ImportError:
-    from hermes_assets.lib.projection import NoGit, ProjectionContext
-from hermes_assets.lib.stores import Store
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.plan import policy
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.warehouse.datasets import Warehouse
 store, root, workers, method = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
 stores = [Store(store)]
-found = planning.plan_capture(stores, [], user_home="/home/bench")
+found = capture_plan.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in found.stores for d in sp.days.values() if d})
-plan = planning.plan_capture(stores, days, user_home="/home/bench")
-plan = planning.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
+plan = capture_plan.plan_capture(stores, days, user_home="/home/bench")
+plan = capture_plan.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 wh = Warehouse(root)
 extra = {"start_method": method} if method != "-" else {}
 t1 = time.perf_counter()
-run = capture.project_rows(plan, ctx, wh, staging=os.path.join(wh.staging_root, "bench"), workers=workers, **extra)
+run = steps.project_rows(plan, ctx, wh, staging=os.path.join(wh.staging_root, "bench"), workers=workers, **extra)
 t2 = time.perf_counter()
-capture.write_partitions(run, wh)
+steps.write_partitions(run, wh)
 t3 = time.perf_counter()
 print(json.dumps({"days": len(days), "plan_s": t1 - t0, "project_s": t2 - t1, "write_s": t3 - t2, "total_s": t3 - t0}))
 """

@@ -193,18 +193,20 @@ def private_copy(store: Path, into: Path) -> Path:
 _LIBRARY = r"""
 import json, os, sys, tempfile, time
 t = time.perf_counter()
-from hermes_assets.lib import capture, plan as planning, policy
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
-from hermes_assets.lib.stores import Store
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.warehouse.datasets import Warehouse
 stores = [Store(sys.argv[1])]
-plan = planning.plan_capture(stores, [], user_home="/home/bench")
+plan = capture_plan.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
-plan = planning.plan_capture(stores, days, user_home="/home/bench")
-plan = planning.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
+plan = capture_plan.plan_capture(stores, days, user_home="/home/bench")
+plan = capture_plan.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 with tempfile.TemporaryDirectory() as scratch:  # an empty warehouse: every day is staged as its final file
-    run = capture.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
+    run = steps.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
                                staging=os.path.join(scratch, "run"), workers=int(sys.argv[2]))
 rows = run.totals("ai_gateway_messages_hermes")[0]
 print(json.dumps({"rows": rows, "seconds": time.perf_counter() - t}))
@@ -277,7 +279,7 @@ def launch(env: dict, *partition: str) -> dict:
 def gateway_rows(warehouse: str) -> int:
     import pyarrow.parquet as pq
 
-    from hermes_assets.lib.warehouse import Warehouse
+    from hermes_assets.lib.warehouse.datasets import Warehouse
 
     wh = Warehouse(warehouse)
     rows = 0

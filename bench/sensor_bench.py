@@ -14,7 +14,7 @@ Not a test: it measures, on a private copy of the store (never the original):
                       (bound: 16)
   breakdown           the statements of a change tick, one by one
 
-each for the core (``changes.plan_tick``) and, for the no-change and change
+each for the core (``watch.plan_tick``) and, for the no-change and change
 ticks, for the whole Dagster sensor evaluation (``build_sensor_context`` +
 ``evaluate_tick``). Figures depend on the machine's load: say so when quoting them.
 
@@ -124,10 +124,11 @@ def run(source: Path, work: Path, args) -> dict:
 
     import structlog
 
-    from hermes_assets.lib import attempts, changes, logs
-    from hermes_assets.lib.fingerprint import Fingerprinter
-    from hermes_assets.lib.state_db import StoreReader
-    from hermes_assets.lib.stores import Store
+    from hermes_assets.lib import logs
+    from hermes_assets.lib.changes import attempts, watch
+    from hermes_assets.lib.changes.fingerprint import Fingerprinter
+    from hermes_assets.lib.source.state_db import StoreReader
+    from hermes_assets.lib.source.stores import Store
 
     t = time.perf_counter()
     db = _copy_store(source, work)
@@ -148,13 +149,13 @@ def run(source: Path, work: Path, args) -> dict:
 
     def tick(cursor):
         t0 = time.perf_counter()
-        plan = changes.plan_tick([store], cursor, is_partition=lambda day: True, outcomes=succeeded)
+        plan = watch.plan_tick([store], cursor, is_partition=lambda day: True, outcomes=succeeded)
         return plan, (time.perf_counter() - t0) * 1000
 
     def settle(cursor):
         """Tick through the rotation (16 ticks after the files last changed); returns the cursor."""
         times = []
-        for _ in range(changes.ROTATION_TICKS + 1):
+        for _ in range(watch.ROTATION_TICKS + 1):
             plan, ms = tick(cursor)
             assert not plan.requests, plan.requests
             cursor = plan.cursor_json
@@ -172,7 +173,7 @@ def run(source: Path, work: Path, args) -> dict:
     no_change = []
     for _ in range(args.repeat):
         plan, ms = tick(cursor)
-        assert not plan.requests and plan.scans[0].status == changes.UNCHANGED
+        assert not plan.requests and plan.scans[0].status == watch.UNCHANGED
         no_change.append(ms)
     _put(figures, "no_change_tick", _stats(no_change))
 
@@ -252,7 +253,7 @@ def run(source: Path, work: Path, args) -> dict:
         writer.close()
     state = json.loads(cursor)["stores"][str(db)]
     t0 = time.perf_counter()
-    identity = changes.file_identity(str(db))
+    identity = watch.file_identity(str(db))
     figures["breakdown_stat_ms"] = (time.perf_counter() - t0) * 1000
     with StoreReader(store) as reader:
         figures["breakdown_open_ms"] = (time.perf_counter() - t0) * 1000 - figures["breakdown_stat_ms"]

@@ -373,18 +373,18 @@ def _norm(value):
 
 def analytics_differences(warehouse: Path) -> list[str]:
     """The analytics files against a recomputation from the datasets (SPEC §11)."""
-    from hermes_assets.lib import analytics
-    from hermes_assets.lib.loading import DatasetDays
-    from hermes_assets.lib.warehouse import Warehouse
+    from hermes_assets.lib.analytics import daily
+    from hermes_assets.lib.warehouse.datasets import Warehouse
+    from hermes_assets.lib.warehouse.loading import DatasetDays
 
     wh = Warehouse(str(warehouse))
     days = sorted(p.parent.name[4:] for p in (warehouse / "hermes_sessions").glob("day=*/part-0.parquet"))
-    inputs = {name: DatasetDays(wh, name, [], columns) for name, columns in analytics.INPUTS.items()}
+    inputs = {name: DatasetDays(wh, name, [], columns) for name, columns in daily.INPUTS.items()}
     out = []
     for day in days:
         tables = {name: d.read(day) for name, d in inputs.items()}
-        for dataset in analytics.ANALYTICS:
-            want = analytics.compute_day(dataset, day, tables).table
+        for dataset in daily.ANALYTICS:
+            want = daily.compute_day(dataset, day, tables).table
             have = wh.read(dataset, day)
             want_rows = sorted(map(str, want.to_pylist())) if want is not None and want.num_rows else []
             have_rows = sorted(map(str, have.to_pylist())) if have is not None else []

@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.defs.partitions import daily_partitions
-from hermes_assets.lib import attempts, schemas
-from hermes_assets.lib.cursor import load_cursor
+from hermes_assets.lib import schemas
+from hermes_assets.lib.changes import attempts
+from hermes_assets.lib.changes.cursor import load_cursor
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
 
 KEY_UNIQUE = "key_unique"
 REQUIRED_NOT_NULL = "required_columns_not_null"

@@ -8,7 +8,7 @@ warehouse, in the dataset's own types:
 * a ``pandas.DataFrame`` by default (timestamps ``datetime64[ms, UTC]``, JSON
   columns as ``str``, nullable integer dtypes);
 * a ``pyarrow.Table`` when the input is annotated ``pa.Table``;
-* a :class:`~hermes_assets.lib.loading.DatasetDays` (read one day at a time)
+* a :class:`~hermes_assets.lib.warehouse.loading.DatasetDays` (read one day at a time)
   when annotated so: the way to go through a long range in bounded memory.
 
 Only some columns: ``dg.AssetIn(metadata={"columns": [...]})``. A partition
@@ -27,8 +27,8 @@ import pyarrow as pa
 from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib import schemas
-from hermes_assets.lib.loading import DatasetDays
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.loading import DatasetDays
 
 #: the resource key of :class:`HermesDatasetsIOManager`
 DATASETS_IO_MANAGER = "hermes_datasets"

@@ -5,10 +5,10 @@ from typing import Any
 
 import dagster as dg
 
-from hermes_assets.defs.analytics import day_metadata
+from hermes_assets.defs.analytics_assets import day_metadata
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib import analytics
-from hermes_assets.lib.purge import purge
+from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.warehouse.purge import purge
 
 
 class PurgeConfig(dg.Config):
@@ -36,7 +36,7 @@ def purge_scope(
     }
     # the analytics of a purged day were computed from the purged rows: they go too
     days = sorted({day for per_dataset in result.days.values() for day in per_dataset})
-    for dataset, written in analytics.rebuild_days(wh, days).items():
+    for dataset, written in daily.rebuild_days(wh, days).items():
         for write, figures in written:
             yield dg.AssetMaterialization(
                 asset_key=dataset,

@@ -2,7 +2,7 @@
 
 The first day is ``HERMES_ASSETS_START_DATE`` when it is set. Otherwise it is
 where the user's history starts, found when the definitions load
-(:mod:`hermes_assets.lib.history`: one cheap statement per store): the day of
+(:mod:`hermes_assets.lib.warehouse.history`: one cheap statement per store): the day of
 the earliest session in the discovered stores, or of the earliest day already
 captured in a local warehouse if that is earlier; with neither, today. So a
 user with five days of Hermes history sees five partitions.
@@ -25,9 +25,9 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib import history
-from hermes_assets.lib.state_db import ReaderFactory
-from hermes_assets.lib.stores import discover_stores
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.stores import discover_stores
+from hermes_assets.lib.warehouse import history
 
 
 def first_day(s: settings.Settings) -> str:
@@ -52,4 +52,5 @@ def before_first(day: str) -> bool:
     first partition that a run captures all the same: the first day follows the history
     (``HERMES_ASSETS_START_DATE`` unset), and the run's own load of the definitions starts at
     the earliest session then, which is on ``day`` or before it."""
-    return _LOADED.start_day is None and day < daily_partitions.get_first_partition_key()
+    first = daily_partitions.get_first_partition_key()
+    return _LOADED.start_day is None and first is not None and day < first

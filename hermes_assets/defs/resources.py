@@ -13,15 +13,15 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
-from hermes_assets.lib import policy
-from hermes_assets.lib.capture import PARALLEL_MIN_SESSIONS
-from hermes_assets.lib.local_files import FileModes
-from hermes_assets.lib.pool import START_METHODS
+from hermes_assets.lib.capture.pool import START_METHODS
+from hermes_assets.lib.capture.steps import PARALLEL_MIN_SESSIONS
+from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.state_db import ReaderFactory
-from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
-from hermes_assets.lib.stores import Store, discover_stores
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.source.stores import Store, discover_stores
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.local_files import FileModes
 
 
 class HermesStores(dg.ConfigurableResource):

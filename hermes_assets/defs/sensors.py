@@ -1,7 +1,7 @@
 """The sensors: the watermark sensor, which requests the days whose Hermes data changed
 (SPEC §8, spec R6), and the automation sensor that keeps the analytics current.
 
-Change detection lives in :mod:`hermes_assets.lib.changes`; this module turns
+Change detection lives in :mod:`hermes_assets.lib.changes.watch`; this module turns
 its plan into one ``RunRequest`` per changed day for the three assets. A store
 that cannot be read is named in the tick's logs (and in the skip reason when
 nothing is requested) while the other stores' days are requested (SPEC D18). When a
@@ -19,7 +19,7 @@ their next load.
 
 A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
-run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.attempts`).
+run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.changes.attempts`).
 A day that keeps failing is named in every tick's log and by the
 ``days_captured`` asset check, which the sensor reports whenever the set of
 failing days changes.
@@ -35,8 +35,9 @@ from hermes_assets.defs import settings
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.partitions import before_first, daily_partitions
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.lib import attempts, changes
-from hermes_assets.lib.analytics import TOOLS, USAGE
+from hermes_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, TRIGGER_TAG, WILL_RETRY_TAG
+from hermes_assets.lib.analytics.daily import TOOLS, USAGE
+from hermes_assets.lib.changes import attempts, watch
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
@@ -48,13 +49,6 @@ CAPTURE_KEYS = [dg.AssetKey(k) for k in (SESSIONS, MESSAGES, GATEWAY)]
 #: the analytics of a day older than the first partition run in that day's capture run: the
 #: automation sensor sees the partitions of the loaded definitions only, which lack that day
 ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
-TRIGGER_TAG = {"hermes/trigger": "sensor"}
-#: Dagster's own tags: the run key of a sensor's run (kept by Dagster's retries of it), and
-#: whether a failed run will be retried by Dagster's run retries (dagster.yaml ``run_retries``)
-RUN_KEY_TAG = "dagster/run_key"
-WILL_RETRY_TAG = "dagster/will_retry"
-#: the partition of a run, as Dagster tags it
-PARTITION_TAG = "dagster/partition"
 
 _OUTCOMES = {
     dg.DagsterRunStatus.SUCCESS: attempts.SUCCEEDED,
@@ -92,7 +86,7 @@ def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
 def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
     """One evaluation of ``hermes_state_sensor``."""
     stores = hermes.stores()
-    plan = changes.plan_tick(
+    plan = watch.plan_tick(
         stores,
         context.cursor,
         is_partition=daily_partitions.has_partition_key,
@@ -156,7 +150,7 @@ def run_outcomes(instance: dg.DagsterInstance, run_keys: list[str]) -> dict[str,
 
 def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunRequest]:
     """One run per changed day, or one ranged run when there are too many days."""
-    return [_run_request(days, key) for days, key in changes.run_groups(requests, max_runs)]
+    return [_run_request(days, key) for days, key in watch.run_groups(requests, max_runs)]
 
 
 def _run_request(days: list[str], run_key: str) -> dg.RunRequest:

@@ -39,9 +39,11 @@ from urllib.parse import urlparse
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hermes_assets.lib import logs, policy, stores
+from hermes_assets.lib import logs
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.plan import policy
+from hermes_assets.lib.source import stores
+from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 
 Executor = Literal["in_process", "multiprocess", "k8s", "celery"]
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -49,7 +51,7 @@ LogFormat = logs.LogFormat
 LOG_FORMATS = logs.FORMATS
 LogLevel = logs.LogLevel
 LOG_LEVELS = logs.LEVELS
-#: the names of ``hermes_assets.lib.local_files.FILE_MODES`` (tests/defs/test_settings.py holds them equal)
+#: the names of ``hermes_assets.lib.warehouse.local_files.FILE_MODES`` (tests/defs/test_settings.py holds them equal)
 FileMode = Literal["private", "group"]
 FILE_MODES: tuple[str, ...] = get_args(FileMode)
 #: schemes ``pyarrow.fs.FileSystem.from_uri`` opens

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import PART_FILE
+from hermes_assets.lib.warehouse.datasets import PART_FILE
 from tests.conftest import copy_fixture
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)

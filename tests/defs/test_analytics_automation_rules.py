@@ -20,8 +20,8 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.defs.analytics import RETRY_CRON
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.defs.analytics_assets import RETRY_CRON
+from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.defs.harness import ANALYTICS, day_path, new_capture
 from tests.support.hermes_writer import HermesWriter
 

@@ -47,7 +47,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 
 from hermes_assets import event_log
-from hermes_assets.defs import capture as capture_defs
+from hermes_assets.defs import capture_assets as capture_defs
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.event_log import BatchedSqliteEventLogStorage
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS

@@ -19,14 +19,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hermes_assets.defs import capture as capture_defs
-from hermes_assets.lib import capture
-from hermes_assets.lib import plan as planning
-from hermes_assets.lib.local_files import FileModes
-from hermes_assets.lib.policy import PolicyResolver
+from hermes_assets.defs import capture_assets as capture_defs
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.plan.policy import PolicyResolver
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.stores import discover_stores
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.source.stores import discover_stores
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.local_files import FileModes
 from tests.defs.harness import SMALL_DAYS, step_output_metadata
 from tests.sensor.harness import SensorDriver
 from tests.support.modes import GROUP, PRIVATE, names, open_up, umask, wrong_modes
@@ -63,16 +63,18 @@ def test_staged_days_are_private_while_they_exist(small, tmp_path, mask, mode):
     modes = FileModes.named(mode)
     wh = Warehouse(str(small.warehouse), modes=modes)
     with umask(mask):
-        plan = planning.plan_capture(discover_stores(None, str(small.home)), SMALL_DAYS[:3], user_home=str(tmp_path))
-        plan = planning.apply_usage_policy(plan, PolicyResolver(str(small.policy_list)))
+        plan = capture_plan.plan_capture(
+            discover_stores(None, str(small.home)), SMALL_DAYS[:3], user_home=str(tmp_path)
+        )
+        plan = capture_plan.apply_usage_policy(plan, PolicyResolver(str(small.policy_list)))
         staging = capture_defs.staging_dir(wh, "a-run", dg.DagsterInstance.ephemeral())
-        run = capture.project_rows(
+        run = steps.project_rows(
             plan, ProjectionContext(user_home=str(tmp_path), now_s=plan.read_at), wh, staging=staging
         )
         staged = list(Path(staging).iterdir())  # new days: their partition files, encoded once
         assert len(staged) == 3 * 3 and all(p.suffix == ".parquet" for p in staged)
         assert wrong_modes(small.warehouse, (modes.folder, modes.file)) == {}
-        capture.write_partitions(run, wh)
+        steps.write_partitions(run, wh)
     assert not Path(staging).exists()
     assert wrong_modes(small.warehouse, (modes.folder, modes.file)) == {}
 

@@ -19,8 +19,8 @@ import pytest
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.lib import schemas
-from hermes_assets.lib.loading import DatasetDays
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse.loading import DatasetDays
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path, new_capture
 from tests.support.environ import use_environment
 

@@ -19,7 +19,8 @@ import pytest
 
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
-from hermes_assets.lib import policy, schemas
+from hermes_assets.lib import schemas
+from hermes_assets.lib.plan import policy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.defs.harness import (
     DATASETS,

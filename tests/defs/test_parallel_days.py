@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pytest
 
 from hermes_assets.defs.resources import CaptureRuntime
-from hermes_assets.lib import pool
+from hermes_assets.lib.capture import pool
 from tests.defs.harness import SMALL_DAYS
 
 #: slow: the capture's worker processes, in Dagster runs

@@ -17,8 +17,8 @@ import pytest
 
 from hermes_assets.defs import console, settings
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.local_files import FILE_MODES
-from hermes_assets.lib.policy import LOCAL_ONLY, PolicyResolver
+from hermes_assets.lib.plan.policy import LOCAL_ONLY, PolicyResolver
+from hermes_assets.lib.warehouse.local_files import FILE_MODES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -194,7 +194,7 @@ def test_paths_are_made_absolute_and_uris_kept(tmp_path, monkeypatch):
 
 
 def test_the_file_modes_are_the_warehouses():
-    """The settings name the modes ``lib/warehouse.py`` defines, no more, no fewer."""
+    """The settings name the modes ``lib/warehouse/datasets.py`` defines, no more, no fewer."""
     assert tuple(FILE_MODES) == settings.FILE_MODES
 
 

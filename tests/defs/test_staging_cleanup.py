@@ -16,9 +16,9 @@ import time
 import dagster as dg
 import pytest
 
-from hermes_assets.defs.capture import needs_staging
-from hermes_assets.lib import staging
+from hermes_assets.defs.capture_assets import needs_staging
 from hermes_assets.lib.schemas import MESSAGES
+from hermes_assets.lib.warehouse import staging
 from tests.defs.harness import RANGE_END, RANGE_START, SMALL_DAYS, part_files
 
 #: slow: Dagster runs, and a run killed in a subprocess

@@ -19,7 +19,7 @@ import pytest
 from hermes_assets.defs import checks
 from hermes_assets.lib import schemas
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.defs.harness import SMALL_DAYS, check_results, day_path, read_day
 
 pytestmark = pytest.mark.slow  # Dagster runs (tests/support/fast_lane.py)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.stores import Store
 from tests.defs.harness import SMALL_DAYS, copy_small, read_all, store_sessions
 from tests.sensor.harness import SensorDriver
 from tests.support.hermes_writer import HermesWriter

@@ -30,11 +30,11 @@ import pyarrow.fs as pafs
 import pytest
 
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.purge import purge
-from hermes_assets.lib.read_marks import READ_AT_FILE
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.storage import ArrowStorage
-from hermes_assets.lib.warehouse import PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.datasets import PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.purge import purge
+from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
+from hermes_assets.lib.warehouse.storage import ArrowStorage
 from tests.defs.conftest import instance, small  # noqa: F401  (fixtures: the small store in an isolated installation)
 from tests.defs.harness import ANALYTICS, SMALL_DAYS, partition_metadata, source_deleted, store_sessions
 from tests.support.hermes_writer import HermesWriter

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.lib import policy
+from hermes_assets.lib.plan import policy
 from tests.defs.harness import ANALYTICS
 from tests.faults import forking
 from tests.faults.helpers import (

@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib import storage
+from hermes_assets.lib.warehouse import storage
 from tests.faults.helpers import (
     DAY1,
     DAY2,

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_assets.lib.analytics import hermes_marks_error, is_error_result
+from hermes_assets.lib.analytics.daily import hermes_marks_error, is_error_result
 
 TOOLS = ["terminal", "memory", "write_file", "patch", "read_file", "web_search", "execute_code", None]
 
@@ -125,7 +125,7 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     its tool calls count under its model, like any session's."""
     import pyarrow as pa
 
-    from hermes_assets.lib.analytics import USAGE_INPUTS, daily_usage
+    from hermes_assets.lib.analytics.daily import USAGE_INPUTS, daily_usage
     from hermes_assets.lib.schemas import MESSAGES, SESSIONS
 
     session = {

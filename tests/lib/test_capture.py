@@ -1,4 +1,4 @@
-"""lib/capture.py: days staged (in parallel), then written; a day's file is read once per run."""
+"""lib/capture/steps.py: days staged (in parallel), then written; a day's file is read once per run."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import shutil
 import pyarrow.compute as pc
 import pytest
 
-from hermes_assets.lib import capture, local_files, storage
+from hermes_assets.lib.capture import steps
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse import local_files, storage
+from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import capture_days, files, stage
 from tests.support.hermes_writer import START_S, HermesWriter
 
@@ -52,7 +53,7 @@ def test_a_rerun_reads_each_day_file_once_and_rewrites_nothing(fixture_copy, tmp
     assert not [name for name in reads if name.startswith("open part-0")]
     assert sum(len(day.prepared) for day in run.days) == len(written)
     reads.clear()
-    again = capture.write_partitions(run, wh)
+    again = steps.write_partitions(run, wh)
     assert not [name for name in reads if "part-0" in name], "the write step read a day file again"
     assert not any(r.changed for ds in again.results.values() for r in ds)
     assert files(tmp_path / "wh") == written
@@ -90,10 +91,10 @@ def test_the_stage_steps_merge_writes_the_bytes_the_write_steps_merge_would(chan
     change(w)
     run_a = stage([w.path], a)
     assert all(d.prepared for d in run_a.days)
-    written_a = capture.write_partitions(run_a, a)
+    written_a = steps.write_partitions(run_a, a)
     run_b = stage([w.path], b)
     stripped = dataclasses.replace(run_b, days=[dataclasses.replace(d, prepared={}) for d in run_b.days])
-    written_b = capture.write_partitions(stripped, b)
+    written_b = steps.write_partitions(stripped, b)
     assert files(tmp_path / "a") == files(tmp_path / "b")
     for dataset in CAPTURE_DATASETS:
         assert written_a.totals(dataset) == written_b.totals(dataset)
@@ -118,7 +119,7 @@ def test_a_write_after_another_run_merges_again_and_loses_nothing(changing_store
     change(w)
     capture_days([w.path], wh)  # ... another run captures the change meanwhile ...
     after_fast = files(tmp_path / "wh")
-    capture.write_partitions(slow, wh)  # ... and the slow run's older read does not undo it
+    steps.write_partitions(slow, wh)  # ... and the slow run's older read does not undo it
     assert files(tmp_path / "wh") == after_fast
 
 

@@ -1,13 +1,13 @@
-"""lib/generations.py: a reused id with another birth gets the next generation; nothing captured is lost (D15)."""
+"""lib/plan/generations.py: a reused id with another birth gets the next generation; nothing captured is lost (D15)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
-from hermes_assets.lib.state_db import SessionBundle
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
+from hermes_assets.lib.source.state_db import SessionBundle
+from hermes_assets.lib.source.stores import Store
 
 STORE, OTHER = "/a/state.db", "/b/state.db"
 T0 = 1780304400.0  # 2026-06-01T09:00:00Z

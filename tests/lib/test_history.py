@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hermes_assets.lib import history
-from hermes_assets.lib.stores import Store
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.warehouse import history
+from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.hermes_writer import DAY_S, START_S
 
 NOW_S = START_S + 30 * DAY_S

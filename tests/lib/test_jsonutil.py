@@ -1,4 +1,4 @@
-"""JSON as the datasets write and read it (SPEC §5.5), :mod:`hermes_assets.lib.jsonutil`."""
+"""JSON as the datasets write and read it (SPEC §5.5), :mod:`hermes_assets.lib.source.jsonutil`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_assets.lib import jsonutil
+from hermes_assets.lib.source import jsonutil
 
 values = st.recursive(
     st.one_of(

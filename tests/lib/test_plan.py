@@ -1,13 +1,13 @@
-"""lib/plan.py: every session on its day, the usage policy applied before any row is built."""
+"""lib/plan/capture_plan.py: every session on its day, the usage policy applied before any row is built."""
 
 from __future__ import annotations
 
 import pytest
 
-from hermes_assets.lib import errors, policy
-from hermes_assets.lib import plan as planning
-from hermes_assets.lib.generations import Generations
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib import errors
+from hermes_assets.lib.plan import capture_plan, policy
+from hermes_assets.lib.plan.generations import Generations
+from hermes_assets.lib.source.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
 DAY1, DAY2, DAY3 = "2026-06-01", "2026-06-02", "2026-06-03"
@@ -36,14 +36,14 @@ def store(tmp_path):
     return path
 
 
-def plan_of(path, days, **kwargs) -> planning.CapturePlan:
-    return planning.plan_capture([Store(str(path))], days, user_home=USER_HOME, now_s=START_S + 9 * DAY_S, **kwargs)
+def plan_of(path, days, **kwargs) -> capture_plan.CapturePlan:
+    return capture_plan.plan_capture([Store(str(path))], days, user_home=USER_HOME, now_s=START_S + 9 * DAY_S, **kwargs)
 
 
 def test_every_session_is_placed_on_its_day_in_one_statement(store):
     plan = plan_of(store, [DAY2, DAY1])
     (sp,) = plan.stores
-    assert plan.days == [DAY1, DAY2] and sp.status == planning.READ
+    assert plan.days == [DAY1, DAY2] and sp.status == capture_plan.READ
     assert sp.days == {"root": DAY1, "plain": DAY1, "child": DAY2, "local": DAY2, "b-second": DAY2, "late": DAY3}
     assert sp.sessions_on(DAY2) == ["b-second", "child", "local"]  # sorted
     assert plan.sessions_in_range() == 5 and plan.statements["sessions_scan"] == 1
@@ -61,7 +61,9 @@ def test_sessions_outside_the_partitions_are_reported_not_dropped_silently(store
 
 
 def test_the_policy_classifies_with_the_ancestors_before_any_row_is_built(store):
-    plan = planning.apply_usage_policy(plan_of(store, [DAY1, DAY2]), policy.PolicyResolver("/nonexistent/list.json"))
+    plan = capture_plan.apply_usage_policy(
+        plan_of(store, [DAY1, DAY2]), policy.PolicyResolver("/nonexistent/list.json")
+    )
     (sp,) = plan.stores
     assert sp.classes == {
         "root": policy.IGNORE,
@@ -87,9 +89,9 @@ def test_a_missing_store_is_a_state_a_named_one_a_failure_and_a_broken_one_fails
     broken_path.parent.mkdir()
     broken_path.write_bytes(b"this is not a database" * 512)
     stores = [Store(str(store)), missing, named, Store(str(broken_path), label="broken")]
-    plan = planning.plan_capture(stores, [DAY1], user_home=USER_HOME, now_s=START_S + 9 * DAY_S)
+    plan = capture_plan.plan_capture(stores, [DAY1], user_home=USER_HOME, now_s=START_S + 9 * DAY_S)
     statuses = [sp.status for sp in plan.stores]
-    assert statuses == [planning.READ, planning.MISSING, planning.FAILED, planning.FAILED]
+    assert statuses == [capture_plan.READ, capture_plan.MISSING, capture_plan.FAILED, capture_plan.FAILED]
     kinds = [f.error_kind for f in plan.failures()]
     assert kinds[0] == errors.StoreMissing.error_kind and kinds[1] in {"store_corrupt", "not_a_hermes_store"}
     assert [sp.store.path for sp in plan.readable()] == [str(store)]
@@ -97,8 +99,8 @@ def test_a_missing_store_is_a_state_a_named_one_a_failure_and_a_broken_one_fails
 
 
 def test_why_a_run_captures_nothing(store, tmp_path):
-    assert "holds no partition" in planning.plan_capture([], [], user_home=USER_HOME).nothing_to_capture()
+    assert "holds no partition" in capture_plan.plan_capture([], [], user_home=USER_HOME).nothing_to_capture()
     empty_day = plan_of(store, ["2026-05-01"])
     assert "hold no session on the 1 day(s) asked (2026-05-01)" in empty_day.nothing_to_capture()
-    not_installed = planning.plan_capture([Store(str(tmp_path / "none.db"))], [DAY1], user_home=USER_HOME)
+    not_installed = capture_plan.plan_capture([Store(str(tmp_path / "none.db"))], [DAY1], user_home=USER_HOME)
     assert not_installed.nothing_to_capture() is None  # Hermes not installed: the idle case

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_assets.lib import policy
 from hermes_assets.lib.errors import PolicyListUnreadable
-from hermes_assets.lib.policy import (
+from hermes_assets.lib.plan import policy
+from hermes_assets.lib.plan.policy import (
     FULL,
     IGNORE,
     LOCAL_ONLY,

@@ -1,4 +1,4 @@
-"""lib/pool.py: days in parallel on worker processes that are never a fork of the caller.
+"""lib/capture/pool.py: days in parallel on worker processes that are never a fork of the caller.
 
 The functions the workers run live in this module (a worker imports it by name).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow  # noqa: F401  (as the capture's worker module does: importing it starts threads)
 import pytest
 
-from hermes_assets.lib import pool
+from hermes_assets.lib.capture import pool
 
 #: changed by the tests in the calling process; a worker forked from it would see the change
 MARKER = "as imported"

@@ -1,4 +1,4 @@
-"""lib/purge.py: a session's or a scope's rows leave every partition and every staged day (SPEC §7)."""
+"""lib/warehouse/purge.py: a session's or a scope's rows leave every partition and every staged day (SPEC §7)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import os
 
 import pytest
 
-from hermes_assets.lib import capture, purge, staging
+from hermes_assets.lib.capture import steps
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse import purge, staging
+from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import capture_days, stage
 from tests.support.hermes_writer import START_S, HermesWriter
 
@@ -68,7 +69,7 @@ def test_a_run_staged_before_the_purge_writes_nothing_of_the_purged_session(stor
     result = purge.purge(wh, session_id="new")
     assert result.staged > 0 and not staging.merge_files(wh.staging_root)
     assert result.removed[SESSIONS] == 0  # the day's files did not hold it: they were not rewritten
-    capture.write_partitions(run, wh)  # the write merges again, from the scrubbed staged rows
+    steps.write_partitions(run, wh)  # the write merges again, from the scrubbed staged rows
     assert "new" not in sids(wh)[SESSIONS] and "hermes-new" not in sids(wh)[GATEWAY]
     assert sids(wh)[SESSIONS] == {"parent", "child", "other"}
 

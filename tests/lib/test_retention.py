@@ -1,4 +1,4 @@
-"""lib/retention.py: the fate of captured rows that are not among a day's new rows (SPEC §6, D13, D15).
+"""lib/warehouse/retention.py: the fate of captured rows that are not among a day's new rows (SPEC §6, D13, D15).
 
 Rows are real: a store written by the real Hermes writer, projected by the capture's own
 projection. The "old file" is those rows encoded; the "new rows" are the same rows with
@@ -11,11 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from hermes_assets.lib import jsonutil, partition_file, retention, schemas
-from hermes_assets.lib.partition_file import DayFile
-from hermes_assets.lib.retention import StoreFacts
+from hermes_assets.lib import schemas
+from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source import jsonutil
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.warehouse import partition_file, retention
+from hermes_assets.lib.warehouse.partition_file import DayFile
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store
 

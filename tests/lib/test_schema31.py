@@ -14,10 +14,13 @@ import pyarrow as pa
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_assets.lib import analytics, day_rows, errors, schemas, state_db
-from hermes_assets.lib import plan as planning
-from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib import errors, schemas
+from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.projection import day_rows
+from hermes_assets.lib.source import state_db
+from hermes_assets.lib.source.state_db import StoreReader
+from hermes_assets.lib.source.stores import Store
 from tests.support.project import NOW_S, USER_HOME, project_store, rows
 from tests.support.schema31 import Schema31Store, prompt_hash
 
@@ -231,10 +234,10 @@ def test_a_rotation_childs_hand_off_rows_are_copies_of_its_parents_on_another_da
     assert [k for k, v in marks.items() if v] == [("child", copies[1]), ("child", copies[2])]
     assert marks[("parent", ask)] is None
     # the analytics count the call and its result once, on the parent's day
-    usage = {day: analytics.daily_usage(day, *_day_tables(proj, day)).totals for day in (DAY1, DAY2)}
+    usage = {day: daily.daily_usage(day, *_day_tables(proj, day)).totals for day in (DAY1, DAY2)}
     assert (usage[DAY1]["tool_calls"], usage[DAY2]["tool_calls"]) == (1, 0)
     assert (usage[DAY1]["messages"], usage[DAY2]["messages"]) == (3, 2)
-    tools = {day: analytics.daily_tools(day, _day_tables(proj, day)[2]).totals for day in (DAY1, DAY2)}
+    tools = {day: daily.daily_tools(day, _day_tables(proj, day)[2]).totals for day in (DAY1, DAY2)}
     assert (tools[DAY1]["tool_results"], tools[DAY2]["tool_results"]) == (1, 0)
 
 
@@ -249,7 +252,7 @@ def test_the_parents_rows_are_read_once_per_day_not_per_row(store, tmp_path):
                 f"child{k}", "user", f"m{i}", timestamp=T + i, message_uid=f"u{i}", display_identity=b"%d" % i
             )
     store.close()
-    plan = planning.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
+    plan = capture_plan.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
     from tests.support.project import default_ctx
 
     day2 = day_rows.project_day(plan, DAY2, default_ctx())
@@ -436,7 +439,7 @@ def test_columns_of_a_newer_hermes_go_to_extra_columns_with_one_warning_per_stor
     store.message("s2", "user", "y", timestamp=T + 86401)
     store.close()
     with capture_logs() as logs:
-        plan = planning.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
+        plan = capture_plan.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
         proj = project_store(store.path)
     assert plan.unknown_columns == {str(store.path): {"sessions": ["mood", "score"], "messages": ["future_blob"]}}
     extras = {r["id"]: r["extra_columns"] for r in rows(proj.sessions)}

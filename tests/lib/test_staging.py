@@ -1,4 +1,4 @@
-"""lib/staging.py: the files a day is staged in between project_rows and write_partitions, and their cleanup."""
+"""lib/warehouse/staging.py: the files a day is staged in between project_rows and write_partitions, and their cleanup."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from hermes_assets.lib import staging
 from hermes_assets.lib.schemas import SESSIONS
+from hermes_assets.lib.warehouse import staging
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store
 

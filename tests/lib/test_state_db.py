@@ -14,8 +14,8 @@ import pytest
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.errors import NotAHermesStore, StoreBusy, StoreCorrupt
-from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.state_db import StoreReader
+from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
@@ -407,7 +407,7 @@ def test_one_day_is_one_read_transaction_and_none_is_held_between_days(tmp_path,
     statements (chunks of 2 here), all come from ONE snapshot: a message Hermes commits
     between two chunks is not seen half-way; and between two days no read transaction
     is held, so Hermes can checkpoint its whole WAL."""
-    from hermes_assets.lib import state_db
+    from hermes_assets.lib.source import state_db
 
     monkeypatch.setattr(state_db, "SESSION_CHUNK", 2)
     with HermesWriter(tmp_path / "h" / "state.db", home=tmp_path / "h") as w:

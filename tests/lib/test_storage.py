@@ -1,4 +1,4 @@
-"""lib/storage.py: one interface over a local folder and pyarrow.fs, held to the same behaviour.
+"""lib/warehouse/storage.py: one interface over a local folder and pyarrow.fs, held to the same behaviour.
 
 Each test runs against a plain path (:class:`LocalStorage`) and the same disk as a
 ``file://`` URI (:class:`ArrowStorage`, the code path of object stores); real files
@@ -16,9 +16,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from hermes_assets.lib import storage
-from hermes_assets.lib.local_files import FileModes
-from hermes_assets.lib.storage import ArrowStorage, LocalStorage, open_storage
+from hermes_assets.lib.warehouse import storage
+from hermes_assets.lib.warehouse.local_files import FileModes
+from hermes_assets.lib.warehouse.storage import ArrowStorage, LocalStorage, open_storage
 
 KINDS = ("local", "file")
 

@@ -1,4 +1,4 @@
-"""Which stores there are and how their ids are scoped (:mod:`hermes_assets.lib.stores`, SPEC §1, D14)."""
+"""Which stores there are and how their ids are scoped (:mod:`hermes_assets.lib.source.stores`, SPEC §1, D14)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.stores import Store, discover_stores
+from hermes_assets.lib.source.stores import Store, discover_stores
 
 
 def touch_store(path: Path) -> Path:

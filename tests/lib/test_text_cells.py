@@ -1,8 +1,8 @@
-"""TEXT cells decoded one by one (:mod:`hermes_assets.lib.text_cells`, SPEC §1 "Text")."""
+"""TEXT cells decoded one by one (:mod:`hermes_assets.lib.source.text_cells`, SPEC §1 "Text")."""
 
 from __future__ import annotations
 
-from hermes_assets.lib.text_cells import BadText, as_text, bad_cells, bad_text_count, decode_text, text_or_none
+from hermes_assets.lib.source.text_cells import BadText, as_text, bad_cells, bad_text_count, decode_text, text_or_none
 
 
 def test_valid_utf8_is_plain_text_and_a_bad_cell_is_repaired_and_marked():

@@ -1,4 +1,4 @@
-"""lib/warehouse.py: a day's partition file written, merged, replaced, read back (SPEC §2, §6).
+"""lib/warehouse/datasets.py: a day's partition file written, merged, replaced, read back (SPEC §2, §6).
 
 On a local folder and on the same disk as a ``file://`` URI (the pyarrow.fs code path);
 real rows from a store written by the real Hermes writer.
@@ -13,12 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from hermes_assets.lib import partition_file, schemas
-from hermes_assets.lib.read_marks import READ_AT_FILE
-from hermes_assets.lib.retention import StoreFacts
+from hermes_assets.lib import schemas
+from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import SESSIONS
-from hermes_assets.lib.stores import Store
-from hermes_assets.lib.warehouse import PART_FILE, Warehouse
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.warehouse import partition_file
+from hermes_assets.lib.warehouse.datasets import PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store
 

@@ -25,7 +25,7 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.lib.changes import ROTATION_TICKS
+from hermes_assets.lib.changes.watch import ROTATION_TICKS
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)

@@ -1,4 +1,4 @@
-"""Change detection without Dagster (``hermes_assets.lib.changes``), on real stores."""
+"""Change detection without Dagster (``hermes_assets.lib.changes.watch``), on real stores."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import pytest
 import structlog
 
-from hermes_assets.lib import changes
-from hermes_assets.lib.cursor import CURSOR_VERSION
-from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.changes import watch
+from hermes_assets.lib.changes.cursor import CURSOR_VERSION
+from hermes_assets.lib.changes.fingerprint import Fingerprinter
+from hermes_assets.lib.source.state_db import StoreReader
+from hermes_assets.lib.source.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
 A, B = "2026-06-01", "2026-06-02"
@@ -21,8 +21,8 @@ def _all_days(day: str) -> bool:
     return True
 
 
-def _plan(store: Store, cursor: str | None, is_partition=_all_days) -> changes.TickPlan:
-    return changes.plan_tick([store], cursor, is_partition=is_partition)
+def _plan(store: Store, cursor: str | None, is_partition=_all_days) -> watch.TickPlan:
+    return watch.plan_tick([store], cursor, is_partition=is_partition)
 
 
 def test_fingerprints_place_sessions_like_the_session_index(fixture_copy):
@@ -45,7 +45,7 @@ def test_our_own_read_does_not_look_like_a_change(fixture_copy):
     first = _plan(store, None)
     assert len(first.requests) == 14
     second = _plan(store, first.cursor_json)
-    assert [s.status for s in second.scans] == [changes.ROTATED]  # files unchanged: only the rotation ran
+    assert [s.status for s in second.scans] == [watch.ROTATED]  # files unchanged: only the rotation ran
     assert second.skip_reason.startswith("no change: nothing new in the Hermes store since the last check")
 
 
@@ -85,7 +85,7 @@ def test_pending_days_are_requested_once_they_become_partitions(tmp_path):
     assert set(only_a.pending) == {B}
     # nothing changed in the store, but day B is a partition now (midnight passed)
     later = _plan(store, only_a.cursor_json)
-    assert [s.status for s in later.scans] == [changes.ROTATED]  # the store itself: no change
+    assert [s.status for s in later.scans] == [watch.ROTATED]  # the store itself: no change
     assert later.requests == [(B, only_a.pending[B])]
     assert later.pending == {}
     assert _plan(store, later.cursor_json).requests == []
@@ -108,7 +108,7 @@ def test_cursor_is_compact(fixture_copy):
     plan = _plan(Store(str(db)), None)
     entry = json.loads(plan.cursor_json)["stores"][str(db)]
     assert set(entry) == {"label", "files", "max_mid", "seq", "days", "rotation", "usage"}
-    assert entry["rotation"] == {"tick": 1, "hot": changes.ROTATION_TICKS - 1, "share": 1}
+    assert entry["rotation"] == {"tick": 1, "hot": watch.ROTATION_TICKS - 1, "share": 1}
     assert len(entry["days"]) == 14
     for tier1, tier2, tick, captured in entry["days"].values():
         assert len(tier1) == len(tier2) == 16 and tick == 1
@@ -128,7 +128,7 @@ def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, versi
         "stores": {
             str(db): {
                 "label": "",
-                "files": changes.file_identity(str(db)),
+                "files": watch.file_identity(str(db)),
                 "max_mid": 1,
                 "seq": 1,
                 "days": {},
@@ -138,7 +138,7 @@ def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, versi
     }
     with structlog.testing.capture_logs() as events:
         plan = _plan(Store(str(db)), json.dumps(old), is_partition=lambda d: d < "2030")
-    assert [s.status for s in plan.scans] == [changes.NEW]
+    assert [s.status for s in plan.scans] == [watch.NEW]
     assert len(plan.requests) == 14 and plan.pending == {"2030-01-01": "abcdefabcdef"}
     cursor_events = [(e["event"], e["log_level"]) for e in events if e["event"].startswith("hermes.sensor.cursor")]
     assert cursor_events == [("hermes.sensor.cursor_reset", "warning")]
@@ -160,22 +160,22 @@ def test_history_older_than_the_first_partition_is_requested_at_once_one_run_a_d
     never kept pending; days after the last partition still wait."""
     store = _three_days(tmp_path)
     C = "2026-06-03"
-    plan = changes.plan_tick([store], None, is_partition=lambda d: d == C, before_first=lambda d: d < C, max_runs=2)
+    plan = watch.plan_tick([store], None, is_partition=lambda d: d == C, before_first=lambda d: d < C, max_runs=2)
     assert [d for d, _ in plan.requests] == [C, B, A] and plan.early == [A, B]
     assert sorted(days for days, _ in plan.runs) == [[A], [B], [C]]
     assert all(key.startswith(days[0] + "@") for days, key in plan.runs)
     assert plan.pending == {} and plan.counts()["days_before_first_partition"] == 2
     # the same tick without it (HERMES_ASSETS_START_DATE set): kept pending, as before
-    kept = changes.plan_tick([store], None, is_partition=lambda d: d == C)
+    kept = watch.plan_tick([store], None, is_partition=lambda d: d == C)
     assert [d for d, _ in kept.requests] == [C] and set(kept.pending) == {A, B} and kept.early == []
 
 
 def test_many_older_days_are_requested_max_runs_a_tick_newest_first(tmp_path):
     store = _three_days(tmp_path)
-    first = changes.plan_tick([store], None, is_partition=lambda d: False, before_first=lambda d: True, max_runs=2)
+    first = watch.plan_tick([store], None, is_partition=lambda d: False, before_first=lambda d: True, max_runs=2)
     assert first.early == [B, "2026-06-03"] and set(first.pending) == {A}
     assert [len(days) for days, _ in first.runs] == [1, 1]
-    second = changes.plan_tick(
+    second = watch.plan_tick(
         [store], first.cursor_json, is_partition=lambda d: False, before_first=lambda d: True, max_runs=2
     )
     assert second.early == [A] and second.pending == {}

@@ -10,7 +10,7 @@ captured and nothing is requested any more, although Hermes wrote nothing
 since (the tail of a day, or yesterday).
 
 Backoff and the lookup of lost runs, with the clock in hand, are tested on
-``hermes_assets.lib.changes`` directly at the end.
+``hermes_assets.lib.changes.watch`` directly at the end.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import pytest
 import structlog
 
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
-from hermes_assets.lib import attempts, changes
+from hermes_assets.lib.changes import attempts, watch
 from hermes_assets.lib.schemas import MESSAGES
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.stores import Store
 from tests.sensor.harness import SENSOR, definitions
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -178,7 +178,7 @@ def store(tmp_path):
 
 
 def _tick(store, cursor, outcomes, now):
-    return changes.plan_tick([store], cursor, is_partition=lambda d: True, now_s=now, outcomes=outcomes)
+    return watch.plan_tick([store], cursor, is_partition=lambda d: True, now_s=now, outcomes=outcomes)
 
 
 def test_backoff_doubles_up_to_ten_minutes_and_a_new_change_does_not_wait(store):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.changes.fingerprint import Fingerprinter
+from hermes_assets.lib.source.state_db import StoreReader
+from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.timestamps import SANE_MIN_S
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.defs.capture import hermes_capture
+from hermes_assets.defs.capture_assets import hermes_capture
 from hermes_assets.defs.io_manager import datasets_io_manager
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy

@@ -28,7 +28,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib.analytics import TOOLS, USAGE
+from hermes_assets.lib.analytics.daily import TOOLS, USAGE
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.sensor.harness import DAGSTER, REPO, copy_instance_config, free_port, kill_group, project_env, start
 from tests.support.hermes_writer import HermesWriter

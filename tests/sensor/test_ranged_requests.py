@@ -78,7 +78,7 @@ def test_a_day_before_the_first_partition_is_a_run_naming_its_day_with_its_analy
 
     first = daily_partitions.get_first_partition_key()
     (request,) = run_requests([("2020-01-01", "aaaaaaaaaaaa")], max_runs=14)
-    assert "2020-01-01" < first
+    assert first > "2020-01-01"
     assert request.partition_key == "2020-01-01" and request.tags["dagster/partition"] == "2020-01-01"
     assert request.run_key == "2020-01-01@aaaaaaaaaaaa" and request.tags["hermes/trigger"] == "sensor"
     keys = {k.to_user_string() for k in request.asset_selection}

@@ -13,8 +13,8 @@ import math
 
 import pytest
 
-from hermes_assets.lib import changes
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.changes import watch
+from hermes_assets.lib.source.stores import Store
 from tests.sensor.harness import SensorDriver
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -39,16 +39,16 @@ def store(tmp_path):
 
 
 def _plan(db, cursor):
-    return changes.plan_tick([Store(str(db))], cursor, is_partition=lambda day: True)
+    return watch.plan_tick([Store(str(db))], cursor, is_partition=lambda day: True)
 
 
 def _settle(db, cursor: str) -> str:
-    for _ in range(changes.ROTATION_TICKS):
+    for _ in range(watch.ROTATION_TICKS):
         plan = _plan(db, cursor)
         assert plan.requests == []
         cursor = plan.cursor_json
     plan = _plan(db, cursor)
-    assert [s.status for s in plan.scans] == [changes.UNCHANGED]  # the rotation has stopped: no SQL
+    assert [s.status for s in plan.scans] == [watch.UNCHANGED]  # the rotation has stopped: no SQL
     return plan.cursor_json
 
 
@@ -61,7 +61,7 @@ def _edit_prompt(db, sid: str, k: int) -> None:
 
 
 def _ticks_until_requested(db, cursor: str, day: str, between=None) -> tuple[int, str]:
-    for n in range(1, 3 * changes.ROTATION_TICKS):
+    for n in range(1, 3 * watch.ROTATION_TICKS):
         plan = _plan(db, cursor)
         cursor = plan.cursor_json
         requested = [d for d, _ in plan.requests]
@@ -77,12 +77,12 @@ def test_a_prompt_edit_on_any_day_is_requested_within_16_ticks(store):
     assert len(first.requests) == N_DAYS
     cursor = _settle(store, first.cursor_json)
     share = json.loads(cursor)["stores"][str(store)]["rotation"]["share"]
-    assert share == math.ceil(N_DAYS / changes.ROTATION_TICKS) == 2
+    assert share == math.ceil(N_DAYS / watch.ROTATION_TICKS) == 2
     seen = {}
     for i in range(N_DAYS):
         _edit_prompt(store, f"s{i:02d}", i)
         plan = _plan(store, cursor)  # the tick that sees the files change: tier 1 finds nothing
-        assert [s.status for s in plan.scans] == [changes.READ]
+        assert [s.status for s in plan.scans] == [watch.READ]
         cursor = plan.cursor_json
         n = 1
         if _day(i) not in [d for d, _ in plan.requests]:
@@ -90,7 +90,7 @@ def test_a_prompt_edit_on_any_day_is_requested_within_16_ticks(store):
             n += more
         seen[_day(i)] = n
         cursor = _settle(store, cursor)
-    assert max(seen.values()) <= changes.ROTATION_TICKS, seen
+    assert max(seen.values()) <= watch.ROTATION_TICKS, seen
     # the rotation really goes round: the last day it reaches takes N_DAYS / share ticks
     assert max(seen.values()) == N_DAYS // share and min(seen.values()) == 1
 
@@ -101,7 +101,7 @@ def test_the_day_digested_last_is_the_worst_case_and_within_the_bound(store):
     worst = max(days, key=lambda d: (days[d][2], d))  # most recently digested: last in the next round
     _edit_prompt(store, f"s{int(worst[-2:]) - 1:02d}", 5)
     n, _ = _ticks_until_requested(store, cursor, worst)
-    assert 1 < n <= changes.ROTATION_TICKS
+    assert 1 < n <= watch.ROTATION_TICKS
 
 
 def test_the_bound_holds_while_days_appear_and_vanish(store):
@@ -121,7 +121,7 @@ def test_the_bound_holds_while_days_appear_and_vanish(store):
                 w.delete_session(f"s{int(victim[n][-2:]) - 1:02d}")
 
     n, _ = _ticks_until_requested(store, cursor, worst, between=hermes_carries_on)
-    assert n <= changes.ROTATION_TICKS
+    assert n <= watch.ROTATION_TICKS
 
 
 def test_the_rotation_runs_16_ticks_after_a_change_then_stops(store):
@@ -129,11 +129,11 @@ def test_the_rotation_runs_16_ticks_after_a_change_then_stops(store):
     with HermesWriter(store, home=store.parent, start_s=START_S + 3 * DAY_S) as w:
         w.set_session_title("s03", "A title")
     statuses = []
-    for _ in range(changes.ROTATION_TICKS + 2):
+    for _ in range(watch.ROTATION_TICKS + 2):
         plan = _plan(store, cursor)
         cursor = plan.cursor_json
         statuses.append(plan.scans[0].status)
-    assert statuses == [changes.READ] + [changes.ROTATED] * (changes.ROTATION_TICKS - 1) + [changes.UNCHANGED] * 2
+    assert statuses == [watch.READ] + [watch.ROTATED] * (watch.ROTATION_TICKS - 1) + [watch.UNCHANGED] * 2
 
 
 def test_through_the_sensor_a_prompt_change_is_requested_within_16_ticks(tmp_path, monkeypatch):
@@ -156,11 +156,11 @@ def test_through_the_sensor_a_prompt_change_is_requested_within_16_ticks(tmp_pat
             else:
                 w.update_system_prompt("s17", PROMPT[::-1])
         day = _day(5) if how == "raw" else _day(17)
-        for _ in range(1, changes.ROTATION_TICKS + 1):
+        for _ in range(1, watch.ROTATION_TICKS + 1):
             tick = sensor.tick()
             if tick.days:
                 assert tick.days == [day]
                 break
         else:
-            pytest.fail(f"{how}: not requested within {changes.ROTATION_TICKS} ticks")
+            pytest.fail(f"{how}: not requested within {watch.ROTATION_TICKS} ticks")
         sensor.settle()

@@ -211,12 +211,12 @@ def test_cursor_entries_of_stores_that_vanish_or_fail_are_kept_verbatim(tmp_path
 def test_a_store_named_in_hermes_state_db_that_does_not_exist_is_a_named_failure(tmp_path):
     """SPEC §1: a typo in HERMES_STATE_DB must not look like success: the tick skips naming
     the path and `store_missing`, where a missing default store is the quiet idle case."""
-    from hermes_assets.lib import changes
-    from hermes_assets.lib.stores import discover_stores
+    from hermes_assets.lib.changes import watch
+    from hermes_assets.lib.source.stores import discover_stores
 
     typo = tmp_path / "typo" / "state.db"
-    plan = changes.plan_tick(discover_stores(str(typo)), None, is_partition=lambda day: True)
+    plan = watch.plan_tick(discover_stores(str(typo)), None, is_partition=lambda day: True)
     assert plan.requests == [] and [s.failure.error_kind for s in plan.failures] == ["store_missing"]
     assert str(typo) in plan.skip_reason and "store_missing" in plan.skip_reason
-    idle = changes.plan_tick(discover_stores(None, str(tmp_path / "no-hermes")), None, is_partition=lambda day: True)
+    idle = watch.plan_tick(discover_stores(None, str(tmp_path / "no-hermes")), None, is_partition=lambda day: True)
     assert idle.failures == [] and idle.skip_reason.startswith("no Hermes installation at")

@@ -17,10 +17,10 @@ import hashlib
 
 import pytest
 
-from hermes_assets.lib import changes
-from hermes_assets.lib.fingerprint import Fingerprinter
-from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.changes import watch
+from hermes_assets.lib.changes.fingerprint import Fingerprinter
+from hermes_assets.lib.source.state_db import StoreReader
+from hermes_assets.lib.source.stores import Store
 from tests.sensor.harness import SensorDriver, checkpoint
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.schema31 import SESSIONS_COLUMNS, Store31
@@ -163,15 +163,15 @@ def test_tier1_moves_when_a_prompt_row_appears_for_a_hash(store31):
     digest = hashlib.sha256(missing.encode()).hexdigest()
     store31.update("b1", system_prompt_hash=digest)
     store = Store(str(store31.path))
-    plan = changes.plan_tick([store], None, is_partition=lambda d: True, now_s=NOW_S)
-    for _ in range(changes.ROTATION_TICKS + 1):
-        plan = changes.plan_tick([store], plan.cursor_json, is_partition=lambda d: True, now_s=NOW_S)
+    plan = watch.plan_tick([store], None, is_partition=lambda d: True, now_s=NOW_S)
+    for _ in range(watch.ROTATION_TICKS + 1):
+        plan = watch.plan_tick([store], plan.cursor_json, is_partition=lambda d: True, now_s=NOW_S)
     assert plan.requests == []
     tier1 = _tiers(store31)[0]
     store31.sql("INSERT INTO system_prompts (hash, prompt) VALUES (?, ?)", (digest, missing))
     after = _tiers(store31)[0]
     assert after[B] != tier1[B] and after[A] == tier1[A]
-    plan = changes.plan_tick([store], plan.cursor_json, is_partition=lambda d: True, now_s=NOW_S)
+    plan = watch.plan_tick([store], plan.cursor_json, is_partition=lambda d: True, now_s=NOW_S)
     assert [d for d, _ in plan.requests] == [B]
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermes_assets.lib import capture, policy
-from hermes_assets.lib import plan as planning
-from hermes_assets.lib.capture import ProjectedRun, WrittenRun
-from hermes_assets.lib.plan import CapturePlan
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.capture.steps import ProjectedRun, WrittenRun
+from hermes_assets.lib.plan import capture_plan, policy
+from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
-from hermes_assets.lib.stores import Store
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.warehouse.datasets import Warehouse
 
 USER_HOME = "/home/tests"
 
@@ -31,10 +31,10 @@ def plan_for(
     """The classified plan of ``days`` (default: every day the stores hold a session on)."""
     stores = [s if isinstance(s, Store) else Store(str(s)) for s in stores]
     if days is None:
-        found = planning.plan_capture(stores, [], user_home=USER_HOME, now_s=now_s)
+        found = capture_plan.plan_capture(stores, [], user_home=USER_HOME, now_s=now_s)
         days = sorted({d for sp in found.stores for d in sp.days.values() if d})
-    plan = planning.plan_capture(stores, days, user_home=USER_HOME, now_s=now_s)
-    return planning.apply_usage_policy(plan, policy.PolicyResolver(policy_list or "/nonexistent/policy.json"))
+    plan = capture_plan.plan_capture(stores, days, user_home=USER_HOME, now_s=now_s)
+    return capture_plan.apply_usage_policy(plan, policy.PolicyResolver(policy_list or "/nonexistent/policy.json"))
 
 
 def stage(
@@ -50,7 +50,7 @@ def stage(
     """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``."""
     plan = plan_for(stores, days, policy_list=policy_list, now_s=now_s)
     ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit())
-    return capture.project_rows(
+    return steps.project_rows(
         plan,
         ctx,
         warehouse,
@@ -64,7 +64,7 @@ def capture_days(
     stores: list[Store | Path | str], warehouse: Warehouse, days: list[str] | None = None, **kwargs
 ) -> tuple[ProjectedRun, WrittenRun]:
     run = stage(stores, warehouse, days=days, **kwargs)
-    return run, capture.write_partitions(run, warehouse)
+    return run, steps.write_partitions(run, warehouse)
 
 
 def files(root: Path) -> dict[str, bytes]:

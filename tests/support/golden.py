@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.stores import Store
 from tests.support.project import CANONICAL_STORE_PATH, JSON_COLUMNS, NOW_S, iso, project_store
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"

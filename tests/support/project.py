@@ -1,6 +1,6 @@
 """Run the core library end to end on one store: plan it, project every day of all three datasets.
 
-This is the capture pipeline's own projection (:func:`hermes_assets.lib.day_rows.project_day`,
+This is the capture pipeline's own projection (:func:`hermes_assets.lib.projection.day_rows.project_day`,
 what the ``project_rows`` op runs per day) minus policy resolution (every session
 is ``full`` unless a test says otherwise) and minus partition files. Tests assert
 on the returned tables or on :func:`rows`, a decoded view of them.
@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hermes_assets.lib import day_rows, errors, ids, schemas
-from hermes_assets.lib import plan as planning
+from hermes_assets.lib import errors, ids, schemas
 from hermes_assets.lib.errors import CellError, ErrorTally
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.projection import day_rows
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.state_db import ReaderFactory, StoreReader
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.state_db import ReaderFactory, StoreReader
+from hermes_assets.lib.source.stores import Store
 
 #: the fixed "now" of every deterministic projection in the tests (2026-09-21)
 NOW_S = 1790000000.0
@@ -107,9 +108,9 @@ def project_store(
         readers = CopyReaders(copies=((as_store.path, store.path),))
         store = as_store
     ctx = dataclasses.replace(ctx or default_ctx(now_s=now_s), now_s=now_s)
-    plan = planning.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s, readers=readers)
+    plan = capture_plan.plan_capture([store], [], user_home=ctx.user_home, now_s=now_s, readers=readers)
     days = sorted({d for d in plan.stores[0].days.values() if d is not None})
-    plan = planning.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s, readers=readers)
+    plan = capture_plan.plan_capture([store], days, user_home=ctx.user_home, now_s=now_s, readers=readers)
     if plan.failures():
         raise errors.by_kind(plan.failures()[0].error_kind)(plan.failures()[0].message)
     if policy_classes:

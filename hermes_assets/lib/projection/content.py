@@ -15,7 +15,7 @@ from typing import Any
 
 from hermes_assets.lib import errors
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.jsonutil import loads
+from hermes_assets.lib.source.jsonutil import loads
 
 ENVELOPE = "\x00json:"
 OVERSIZED_CHARS = 4 * 1024 * 1024

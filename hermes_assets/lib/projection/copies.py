@@ -35,33 +35,12 @@ sessions that come later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 
 from hermes_assets.lib import ids
-from hermes_assets.lib.schemas import V23_MESSAGE_COLUMNS
-
-#: the ``messages`` columns the grouping reads, in the order of an ancestor row
-IDENTITY_COLUMNS = (
-    "id",
-    "session_id",
-    "role",
-    "content",
-    "timestamp",
-    "tool_call_id",
-    "tool_calls",
-    "tool_name",
-    "active",
-    "message_uid",
-    "display_identity",
-)
 
 #: mid -> (copy_of, superseded), for the rows that are a copy or superseded
 Marks = dict[int, tuple[str | None, bool]]
-
-
-def applies(message_columns: Collection[str]) -> bool:
-    """Whether a store with these ``messages`` columns has been opened by a Hermes of schema 23+."""
-    return not V23_MESSAGE_COLUMNS.isdisjoint(message_columns)
 
 
 def _active(value: object) -> bool:
@@ -77,7 +56,7 @@ def mark(
     """The copies among the day's rows.
 
     ``sessions``: the day's sessions, ``(sid, messages as dicts)``; ``ancestors``: the
-    rows of their ancestors on other days, tuples in :data:`IDENTITY_COLUMNS` order;
+    rows of their ancestors on other days, tuples in :data:`~hermes_assets.lib.source.columns.IDENTITY_COLUMNS` order;
     ``parents``: sid -> parent sid, for both; ``scoped``: sid -> scoped sid (SPEC §1).
     -> sid -> :data:`Marks` for each of the day's sessions.
     """

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from hermes_assets.lib.jsonutil import is_json, quote
+from hermes_assets.lib.source.jsonutil import is_json, quote
 
 #: Hermes's ``MODEL_ONLY_DISPLAY_METADATA_KEY``
 MODEL_ONLY = "model_only"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from hermes_assets.lib import errors, ids
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.jsonutil import dumps, normalize
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput
+from hermes_assets.lib.source.jsonutil import dumps, normalize
 from hermes_assets.lib.timestamps import DayNames, sane_instant
 
 #: the session row's numbers the end row names in ``attributes.hermes``, when not null

@@ -13,16 +13,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable
 
-from hermes_assets.lib.jsonutil import dumps
-
-#: the tables whose unknown columns are kept
-TABLES = ("sessions", "messages")
-
-
-def unknown(present: set[str], known: Iterable[tuple[str, *tuple[object, ...]]]) -> list[str]:
-    """The columns of a table this contract does not name, sorted (``known``: its (name, ...) tuples)."""
-    names = {column[0] for column in known}
-    return sorted(c for c in present if c not in names)
+from hermes_assets.lib.source.jsonutil import dumps
 
 
 def encode(names: list[str], values: Iterable[object]) -> str | None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from hermes_assets.lib import errors, ids
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.jsonutil import dumps, loads, quote
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
+from hermes_assets.lib.source.jsonutil import dumps, loads, quote
 from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}

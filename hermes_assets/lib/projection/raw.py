@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.errors import ErrorTally
-from hermes_assets.lib.jsonutil import dumps
 from hermes_assets.lib.projection import copies, display, extra_columns
 from hermes_assets.lib.projection.arrays import arrow_array
 from hermes_assets.lib.projection.content import content_text
 from hermes_assets.lib.projection.header import SessionInput
-from hermes_assets.lib.state_db import SessionBundle
+from hermes_assets.lib.source.jsonutil import dumps
+from hermes_assets.lib.source.state_db import SessionBundle
 from hermes_assets.lib.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 
 

@@ -4,8 +4,8 @@ gives it (cells as Hermes stores them), without a store."""
 from __future__ import annotations
 
 from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS
-from hermes_assets.lib.state_db import SessionBundle
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.state_db import SessionBundle
+from hermes_assets.lib.source.stores import Store
 
 T0 = 1780304400.0  # 2026-06-01T09:00:00Z
 NOW_S = 1790000000.0

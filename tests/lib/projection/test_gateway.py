@@ -12,7 +12,7 @@ from hermes_assets.lib.errors import ErrorTally
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.gateway import GatewayColumns, project_session
 from hermes_assets.lib.projection.header import SessionInput
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.stores import Store
 from tests.lib.projection.bundles import NOW_S, T0, bundle, message
 
 CTX = ProjectionContext(user_home="/home/u", now_s=NOW_S, git=NoGit())

@@ -3,12 +3,13 @@ of one session shares (SPEC §5.5-§5.8)."""
 
 from __future__ import annotations
 
-from hermes_assets.lib import errors, policy
+from hermes_assets.lib import errors
 from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.gateway import SESSION_COLUMNS
 from hermes_assets.lib.projection.header import SessionInput, session_header
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.stores import Store
 from tests.lib.projection.bundles import NOW_S, T0, bundle, message
 
 CTX = ProjectionContext(user_home="/home/u", now_s=NOW_S, git=NoGit())

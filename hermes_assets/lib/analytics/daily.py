@@ -27,10 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import ids, schemas
-from hermes_assets.lib.loading import DatasetDays
-from hermes_assets.lib.retention import source_deleted_mask
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import Warehouse, WriteResult
+from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
+from hermes_assets.lib.warehouse.loading import DatasetDays
+from hermes_assets.lib.warehouse.retention import source_deleted_mask
 
 USAGE = "hermes_daily_usage"
 TOOLS = "hermes_daily_tools"

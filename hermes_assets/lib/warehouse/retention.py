@@ -11,36 +11,19 @@ session or message (a restored store, D15).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import ids, schemas
-from hermes_assets.lib.jsonutil import dumps, loads
-from hermes_assets.lib.partition_file import DayFile
+from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.source.jsonutil import dumps, loads
+from hermes_assets.lib.warehouse.partition_file import DayFile
 
 #: fates of a previously written row that is not among the new rows
 KEEP, DELETED, REPLACED = "keep", "source_deleted", "replaced"
-
-
-@dataclass
-class StoreFacts:
-    """What one store holds now, for deciding the fate of previously written rows.
-
-    ``sessions`` maps every sid in the store (any day) to its day. The others cover
-    the sessions of the day being written: ``sessions_now`` the generation (D15) of
-    each, ``messages_now`` the generation of each of their messages by (sid, mid),
-    ``ignored`` those the usage policy ignores.
-    """
-
-    path: str
-    path_hash: str
-    sessions: dict[str, str | None]
-    sessions_now: dict[str, int] = field(default_factory=dict)
-    messages_now: dict[tuple[str, int], int] = field(default_factory=dict)
-    ignored: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,18 @@
 ``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet``, zstd, sorted, replaced
 atomically under a per-day lock, so two runs never interleave on one day. A
 rewrite keeps rows whose source vanished from the store, flagged
-``source_deleted`` (D13, :mod:`~hermes_assets.lib.retention`). Files are
+``source_deleted`` (D13, :mod:`~hermes_assets.lib.warehouse.retention`). Files are
 private by default (D16): folders ``0700``, files ``0600``, whatever the umask.
 
 A run reads a day's old file once (its bytes): the stage step reads it for the
 births of the day's ids, merges the new rows with it there, and the write step
 puts the result in place when the old file is still the one read
-(:mod:`~hermes_assets.lib.day_merge`). The new file is encoded once and
+(:mod:`~hermes_assets.lib.warehouse.day_merge`). The new file is encoded once and
 replaces the old one only when the bytes differ.
 
 The root is a local folder or any URI ``pyarrow.fs`` opens (``s3://…``,
 ``file:///…``): how each file operation is done there is the
-:mod:`~hermes_assets.lib.storage`'s.
+:mod:`~hermes_assets.lib.warehouse.storage`'s.
 """
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import day_merge, local_files, partition_file, read_marks, schemas
-from hermes_assets.lib.day_merge import PreparedWrite
-from hermes_assets.lib.local_files import PRIVATE, FileModes
+from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.partition_file import DayFile
-from hermes_assets.lib.retention import StoreFacts, count_source_deleted
+from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
-from hermes_assets.lib.storage import open_storage
+from hermes_assets.lib.warehouse import day_merge, local_files, partition_file, read_marks
+from hermes_assets.lib.warehouse.day_merge import PreparedWrite
+from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
+from hermes_assets.lib.warehouse.partition_file import DayFile
+from hermes_assets.lib.warehouse.retention import count_source_deleted
+from hermes_assets.lib.warehouse.storage import open_storage
 
 log = get_logger()
 
@@ -74,7 +76,7 @@ class WriteResult:
 
 class Warehouse:
     """The dataset root: a local folder, or any URI pyarrow's filesystem layer opens
-    (see :mod:`~hermes_assets.lib.storage` for what differs between them)."""
+    (see :mod:`~hermes_assets.lib.warehouse.storage` for what differs between them)."""
 
     def __init__(self, root: str, *, spool: str | None = None, modes: FileModes = PRIVATE):
         self.storage = open_storage(root, spool=spool, modes=modes)
@@ -191,7 +193,7 @@ class Warehouse:
 
         ``read_at`` is when the stores were read for ``new``. A store already
         written into this file from a later read is left alone (its rows and
-        facts are dropped from this write, :mod:`~hermes_assets.lib.read_marks`).
+        facts are dropped from this write, :mod:`~hermes_assets.lib.warehouse.read_marks`).
         When every store is newer in the file, nothing changes (``superseded``).
 
         ``prepared``: the same merge, done by the stage step (:meth:`prepare_write`),

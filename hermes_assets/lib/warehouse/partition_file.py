@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from hermes_assets.lib import schemas
 
 if TYPE_CHECKING:
-    from hermes_assets.lib.storage import Pin
+    from hermes_assets.lib.warehouse.storage import Pin
 
 
 def encode(dataset: str, table: pa.Table) -> pa.Buffer:

@@ -1,7 +1,7 @@
 """A day is done when its run succeeds: follow each requested capture to its end.
 
-The sensor requests a day when its fingerprint moves (:mod:`hermes_assets.lib.changes`)
-and remembers the request as an :class:`~hermes_assets.lib.cursor.Attempt`:
+The sensor requests a day when its fingerprint moves (:mod:`hermes_assets.lib.changes.watch`)
+and remembers the request as an :class:`~hermes_assets.lib.changes.cursor.Attempt`:
 the run key and the day's fingerprint in each store. Each tick asks the
 Dagster instance (through the sensor, :func:`follow`'s ``outcomes``) how the
 runs of the open attempts ended:
@@ -35,7 +35,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hermes_assets.lib.cursor import Attempt, Cursor
+from hermes_assets.lib.changes.cursor import Attempt, Cursor
 from hermes_assets.lib.logs import get_logger
 
 log = get_logger()

@@ -1,6 +1,6 @@
 """Which Hermes stores there are, and how each one's ids are scoped (SPEC §1, D14).
 
-Discovery only: nothing here opens a store (:mod:`hermes_assets.lib.state_db`
+Discovery only: nothing here opens a store (:mod:`hermes_assets.lib.source.state_db`
 reads them). ``HERMES_STATE_DB`` names the stores when it is set (a file, a
 directory holding ``**/state.db``, or several of them separated by ``:``);
 otherwise the Hermes home's own store and one per profile.

@@ -13,15 +13,15 @@ page plots over time.
 
 import dagster as dg
 
-from hermes_assets.defs.capture import column_schema
+from hermes_assets.defs.capture_assets import column_schema
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib import analytics
-from hermes_assets.lib.analytics import TOOLS, USAGE, DayFigures
-from hermes_assets.lib.loading import DatasetDays
+from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.analytics.daily import TOOLS, USAGE, DayFigures
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.warehouse import WriteResult
+from hermes_assets.lib.warehouse.datasets import WriteResult
+from hermes_assets.lib.warehouse.loading import DatasetDays
 
 log = get_logger()
 
@@ -91,7 +91,7 @@ def _materialize(
     wh = warehouse.open()
     files_changed = rows = 0
     for day in context.partition_keys:
-        result, figures = analytics.write_day(wh, dataset, day, {name: d.read(day) for name, d in inputs.items()})
+        result, figures = daily.write_day(wh, dataset, day, {name: d.read(day) for name, d in inputs.items()})
         context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
         files_changed += result.changed
         rows += result.rows
@@ -114,7 +114,7 @@ def _materialize(
     "(`session_meta` rows excepted) and tool calls count under the session's `model`, each logical message "
     "once (copies Hermes makes of a message, `copy_of`, left out). The day is the day the sessions started; rows "
     "flagged `source_deleted` are left out.",
-    ins=_ins(analytics.USAGE_INPUTS),
+    ins=_ins(daily.USAGE_INPUTS),
     **_common(USAGE),
 )
 def hermes_daily_usage(
@@ -138,7 +138,7 @@ def hermes_daily_usage(
     '`"success": false` or an `error` key; a memory result over its limit; else text whose first 500 '
     'characters hold `"error"` or `"failed"` or that starts with `Error` (file writes that landed never '
     "count).",
-    ins=_ins(analytics.TOOLS_INPUTS),
+    ins=_ins(daily.TOOLS_INPUTS),
     **_common(TOOLS),
 )
 def hermes_daily_tools(

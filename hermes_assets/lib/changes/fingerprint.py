@@ -44,7 +44,7 @@ last tick, by rowid and ``last_seen``; one pass over its small rows), and
 tier 2 digests each day's usage rows with the day's sessions.
 
 **Tier 2** (:meth:`Fingerprinter.tier2`), for the days the rotation of
-:mod:`hermes_assets.lib.store_scan` picks (and the days requested on the tick):
+:mod:`hermes_assets.lib.changes.store_scan` picks (and the days requested on the tick):
 the content of every column of every session of the day (``system_prompt``
 and any long cell, ``model_config``, the billing, gateway, git and
 compression columns, every column of schema 31 and the next ...), the prompt
@@ -72,8 +72,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_assets.lib.state_db import StoreReader
-from hermes_assets.lib.text_cells import as_text
+from hermes_assets.lib.source.state_db import StoreReader
+from hermes_assets.lib.source.text_cells import as_text
 from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day, round_ms_sql
 
 #: short text columns whose content tier 1 compares on every tick: those Hermes rewrites

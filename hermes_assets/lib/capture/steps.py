@@ -1,22 +1,22 @@
 """From a classified plan to partition files: the last two steps of a capture run.
 
 The Dagster shell runs each step as one op of the capture graph
-(``defs/capture.py``); the first two, the plan and the usage policy, are
-:mod:`~hermes_assets.lib.plan`'s. Each step takes and returns small typed
+(``defs/capture_assets.py``); the first two, the plan and the usage policy, are
+:mod:`~hermes_assets.lib.plan.capture_plan`'s. Each step takes and returns small typed
 values (never a store, never a whole table):
 
 3. :func:`project_rows` reads each day of each store ONCE
-   (:func:`~hermes_assets.lib.day_rows.project_day`) and stages the day's
-   three datasets (:mod:`~hermes_assets.lib.staging`) -> :class:`ProjectedRun`;
+   (:func:`~hermes_assets.lib.projection.day_rows.project_day`) and stages the day's
+   three datasets (:mod:`~hermes_assets.lib.warehouse.staging`) -> :class:`ProjectedRun`;
 4. :func:`write_partitions` puts each staged day in place, atomically, under
    the day's lock: the file the stage step merged already, or merged here
-   (:mod:`~hermes_assets.lib.day_merge`), each encoded once -> :class:`WrittenRun`.
+   (:mod:`~hermes_assets.lib.warehouse.day_merge`), each encoded once -> :class:`WrittenRun`.
 
 A store that failed anywhere in the run keeps its rows in the warehouse
 untouched on every day, the other stores' days are written, and the caller
 fails the run naming it (:meth:`WrittenRun.raise_for_failures`).
 
-Days are staged in parallel on worker processes (:mod:`~hermes_assets.lib.pool`:
+Days are staged in parallel on worker processes (:mod:`~hermes_assets.lib.capture.pool`:
 never a fork of the caller, which runs threads). Writes run on threads: they
 are I/O and Arrow work, which release the GIL.
 """
@@ -33,18 +33,20 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, local_files, logs, pool, staging
-from hermes_assets.lib.day_merge import PreparedWrite
-from hermes_assets.lib.day_rows import project_day
+from hermes_assets.lib import errors, logs
+from hermes_assets.lib.capture import pool
 from hermes_assets.lib.errors import StoreFailure
-from hermes_assets.lib.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.partition_file import DayFile
-from hermes_assets.lib.plan import READ, CapturePlan
+from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
+from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.projection.day_rows import project_day
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
-from hermes_assets.lib.staging import ENCODED_SUFFIX, read_staged
-from hermes_assets.lib.warehouse import Warehouse, WriteResult
+from hermes_assets.lib.warehouse import local_files, staging
+from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
+from hermes_assets.lib.warehouse.day_merge import PreparedWrite
+from hermes_assets.lib.warehouse.partition_file import DayFile
+from hermes_assets.lib.warehouse.staging import ENCODED_SUFFIX, read_staged
 
 log = get_logger()
 
@@ -83,7 +85,7 @@ class StagedDay:
     statements: dict[str, int] = field(default_factory=dict)
     #: the datasets whose file for this day existed when the run looked
     existing: frozenset[str] = frozenset()
-    #: dataset -> its file merged already, for the write to put in place (:mod:`~hermes_assets.lib.day_merge`)
+    #: dataset -> its file merged already, for the write to put in place (:mod:`~hermes_assets.lib.warehouse.day_merge`)
     prepared: dict[str, PreparedWrite] = field(default_factory=dict)
 
 
@@ -155,7 +157,7 @@ def project_rows(
     A day that has no partition file yet, and whose rows come from one store, is
     staged as its final partition file; the others as Arrow IPC, and a day that
     has a file as its new file too, merged already (:func:`stage_day`). Days run on
-    ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.pool`)
+    ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
     when the run has at least ``parallel_min_sessions`` sessions.
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib import partition_file, schemas, staging
-from hermes_assets.lib.local_files import open_private
-from hermes_assets.lib.partition_file import DayFile
-from hermes_assets.lib.retention import CarriedOver, StoreFacts, carry_over, count_source_deleted
-from hermes_assets.lib.storage import Pin
+from hermes_assets.lib import schemas
+from hermes_assets.lib.plan.capture_plan import StoreFacts
+from hermes_assets.lib.warehouse import partition_file, staging
+from hermes_assets.lib.warehouse.local_files import open_private
+from hermes_assets.lib.warehouse.partition_file import DayFile
+from hermes_assets.lib.warehouse.retention import CarriedOver, carry_over, count_source_deleted
+from hermes_assets.lib.warehouse.storage import Pin
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, policy, schemas
+from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
-from hermes_assets.lib.generations import Births, Generations
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.plan import CapturePlan
+from hermes_assets.lib.plan import policy
+from hermes_assets.lib.plan.capture_plan import CapturePlan
+from hermes_assets.lib.plan.generations import Births, Generations
 from hermes_assets.lib.projection import copies, gateway, raw
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.header import SessionInput

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from hermes_assets.lib.retention import StoreFacts
+from hermes_assets.lib.plan.capture_plan import StoreFacts
 
 #: the marks file in each day's folder
 READ_AT_FILE = ".read_at"

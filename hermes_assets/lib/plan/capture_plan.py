@@ -19,13 +19,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from hermes_assets.lib import errors, policy
+from hermes_assets.lib import errors
 from hermes_assets.lib.errors import StoreFailure
-from hermes_assets.lib.generations import Generations
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.retention import StoreFacts
-from hermes_assets.lib.state_db import ReaderFactory
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.plan import policy
+from hermes_assets.lib.plan.generations import Generations
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.stores import Store
 
 log = get_logger()
 
@@ -33,6 +33,24 @@ log = get_logger()
 READ = "read"
 MISSING = "missing"  # not installed (discovery): nothing to read, its rows untouched
 FAILED = "failed"  # a store-level error: its rows untouched, the run fails naming it
+
+
+@dataclass
+class StoreFacts:
+    """What one store holds now, for deciding the fate of previously written rows.
+
+    ``sessions`` maps every sid in the store (any day) to its day. The others cover
+    the sessions of the day being written: ``sessions_now`` the generation (D15) of
+    each, ``messages_now`` the generation of each of their messages by (sid, mid),
+    ``ignored`` those the usage policy ignores.
+    """
+
+    path: str
+    path_hash: str
+    sessions: dict[str, str | None]
+    sessions_now: dict[str, int] = field(default_factory=dict)
+    messages_now: dict[tuple[str, int], int] = field(default_factory=dict)
+    ignored: set[str] = field(default_factory=set)
 
 
 @dataclass

@@ -37,8 +37,8 @@ from urllib.parse import parse_qs, urlparse, urlunparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from hermes_assets.lib import local_files
-from hermes_assets.lib.local_files import PRIVATE, FileModes
+from hermes_assets.lib.warehouse import local_files
+from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
 
 #: pyarrow filesystems whose uploads appear whole or not at all (object stores)
 ATOMIC_UPLOAD = frozenset({"s3", "gcs", "abfs"})

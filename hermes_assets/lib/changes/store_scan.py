@@ -71,11 +71,11 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from hermes_assets.lib import errors
-from hermes_assets.lib.cursor import DayMark, FileIdentity, Rotation, StoreState
-from hermes_assets.lib.fingerprint import Fingerprinter
+from hermes_assets.lib.changes.cursor import DayMark, FileIdentity, Rotation, StoreState
+from hermes_assets.lib.changes.fingerprint import Fingerprinter
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import ReaderFactory
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.stores import Store
 
 log = get_logger()
 

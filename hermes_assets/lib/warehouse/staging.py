@@ -6,7 +6,7 @@ to write and to map back, merged at the write) or ``.parquet`` (the day's
 partition file itself, encoded once, when the day has no file yet and one store
 has rows). A day that has a file also stages a hard link to it as it was read
 (``.pin``) and, when it changes, its new file merged already (``.prepared``),
-which the write step puts in place (:mod:`~hermes_assets.lib.day_merge`).
+which the write step puts in place (:mod:`~hermes_assets.lib.warehouse.day_merge`).
 The purge job scrubs staged tables too (:func:`staged_files`) and removes the
 pins and prepared files (:func:`merge_files`: both hold rows as they were
 before the purge; the write then merges those days again). Files
@@ -38,9 +38,10 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import partition_file, schemas
-from hermes_assets.lib.local_files import open_private
+from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.warehouse import partition_file
+from hermes_assets.lib.warehouse.local_files import open_private
 
 log = get_logger()
 
@@ -61,13 +62,13 @@ def staged_name(dataset: str, day: str, store_number: int, *, encoded: bool) -> 
 
 def pin_name(dataset: str, day: str) -> str:
     """A hard link to the day's partition file as the stage step read it (the proof, at the
-    write, that the file is unchanged: :class:`~hermes_assets.lib.storage.Pin`)."""
+    write, that the file is unchanged: :class:`~hermes_assets.lib.warehouse.storage.Pin`)."""
     return f"{dataset}.{day}{PIN_SUFFIX}"
 
 
 def prepared_name(dataset: str, day: str) -> str:
     """The day's new partition file, merged by the stage step
-    (:class:`~hermes_assets.lib.day_merge.PreparedWrite`); never scrubbed: a purge removes it."""
+    (:class:`~hermes_assets.lib.warehouse.day_merge.PreparedWrite`); never scrubbed: a purge removes it."""
     return f"{dataset}.{day}{PREPARED_SUFFIX}"
 
 

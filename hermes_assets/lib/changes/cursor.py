@@ -15,12 +15,12 @@ the same text and Dagster does not store it again)::
 - per store: the files' identity (``[inode, size, mtime_ns]`` of the db and
   its ``-wal``), the ``messages`` and ``session_model_usage`` marks, the
   rotation, and per UTC day the two
-  fingerprints of :mod:`hermes_assets.lib.fingerprint`, the rotation tick of
+  fingerprints of :mod:`hermes_assets.lib.changes.fingerprint`, the rotation tick of
   the tier-2 digest and the fingerprint last **captured** (the one a run that
   succeeded was asked for; ``null`` before any);
 - ``pending``: changed days that are not partitions yet;
 - ``attempts``: per day, the capture requested and not yet known to have
-  succeeded (:mod:`hermes_assets.lib.attempts`): its run key, the day's
+  succeeded (:mod:`hermes_assets.lib.changes.attempts`): its run key, the day's
   fingerprint in each store when it was requested, and its failures;
 - ``failing``: the days last reported failing by the ``days_captured`` check.
 
@@ -88,7 +88,7 @@ class StoreState:
     days: dict[str, DayMark] = field(default_factory=dict)
     rotation: Rotation = field(default_factory=Rotation)
     #: ``session_model_usage`` marks: ``[max rowid, max last_seen, [[rowid, last_seen] of the last
-    #: seconds]]`` (:meth:`~hermes_assets.lib.fingerprint.Fingerprinter.usage_changes`); None: no table
+    #: seconds]]`` (:meth:`~hermes_assets.lib.changes.fingerprint.Fingerprinter.usage_changes`); None: no table
     usage: list | None = None
 
     def to_json(self) -> dict:

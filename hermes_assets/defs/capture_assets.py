@@ -7,7 +7,7 @@
                                                    |-> hermes_messages
                                                    '-> ai_gateway_messages_hermes
 
-Each op is a thin call into :mod:`hermes_assets.lib.capture` and shows its own
+Each op is a thin call into :mod:`hermes_assets.lib.capture.steps` and shows its own
 metadata in the UI: the plan (days, stores, sessions, SQL statements), the
 policy (sessions kept, local-only, ignored; errors by kind), the projection
 (per dataset: rows and errors by ``error_kind``) and the write (per dataset:
@@ -25,19 +25,19 @@ from hermes_assets.defs import checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
-from hermes_assets.lib import capture, errors, logs, schemas, staging
-from hermes_assets.lib import plan as planning
-from hermes_assets.lib.capture import ProjectedRun
+from hermes_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+from hermes_assets.lib import errors, logs, schemas
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.capture.steps import ProjectedRun
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.plan import CapturePlan
+from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import Warehouse, WriteResult
+from hermes_assets.lib.warehouse import staging
+from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 log = get_logger()
 
-#: Dagster's tags on a failed run that its run retries will run again (dagster.yaml ``run_retries``)
-WILL_RETRY_TAG = "dagster/will_retry"
-AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 RANGE_CHECK = "sessions_within_partition_range"
 STORES_CHECK = "stores_readable"
 
@@ -78,7 +78,7 @@ def plan(
     context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
     days = list(context.partition_keys)
-    result = planning.plan_capture(
+    result = capture_plan.plan_capture(
         hermes.stores(),
         days,
         user_home=usage_policy.user_home,
@@ -119,7 +119,7 @@ def plan_metadata(p: CapturePlan) -> dict:
     return {
         "days": len(p.days),
         "stores": len(p.stores),
-        "stores_missing": [sp.store.path for sp in p.stores if sp.status == planning.MISSING],
+        "stores_missing": [sp.store.path for sp in p.stores if sp.status == capture_plan.MISSING],
         "stores_failed": failed_stores(p.failures()),
         "sessions_in_range": p.sessions_in_range(),
         "sessions_out_of_range": len(p.out_of_range),
@@ -141,7 +141,7 @@ def apply_usage_policy(usage_policy: UsagePolicy, plan: CapturePlan) -> dg.Outpu
             description=str(exc),
             metadata={"errors": 1, "errors_by_kind": {exc.error_kind: 1}, "path": exc.path},
         ) from exc
-    classified = planning.apply_usage_policy(plan, resolver)
+    classified = capture_plan.apply_usage_policy(plan, resolver)
     counts = classified.policy
     assert counts is not None  # apply_usage_policy counts every plan it classifies
     return dg.Output(
@@ -173,7 +173,7 @@ def project_rows(
     plan: CapturePlan,
 ) -> dg.Output[ProjectedRun]:
     wh = warehouse.open()
-    run = capture.project_rows(
+    run = steps.project_rows(
         plan,
         usage_policy.projection_context(plan.read_at),
         wh,
@@ -218,7 +218,7 @@ def write_partitions(
             description=f"the staged days of this run ({run.staging}) were removed: a later run "
             "captured these days, or they were left too long. Re-execute all steps, not from failure."
         )
-    written = capture.write_partitions(run, wh, workers=max(2, capture_runtime.workers))
+    written = steps.write_partitions(run, wh, workers=max(2, capture_runtime.workers))
     # the write succeeded: staging that failed or killed runs left is not needed any more
     staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}
@@ -244,7 +244,7 @@ def write_partitions(
         ) from exc
 
 
-def day_metadata(result: WriteResult, projected: capture.DatasetDay) -> dict:
+def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict:
     """One partition's own figures: rows written and the errors of its day."""
     md = result.metadata()
     md["dagster/row_count"] = result.rows
@@ -259,7 +259,7 @@ def staging_dir(warehouse: Warehouse, run_id: str, instance: dg.DagsterInstance)
 
     Staging left by runs that are no longer in progress, with no retry of them
     coming (failed, canceled, killed mid-way), is removed first
-    (:func:`hermes_assets.lib.staging.sweep`). Staged files are never read as
+    (:func:`hermes_assets.lib.warehouse.staging.sweep`). Staged files are never read as
     data: the datasets' globs only match ``day=*/part-0.parquet``.
     """
     base = warehouse.staging_root

@@ -6,7 +6,7 @@ with ``mode=ro`` (in a read-only folder, where SQLite cannot create the
 tables and columns are probed; a statement that meets a lock is retried with a
 short bounded back-off on the primary result code; and SQLite's failures become
 the typed errors of :mod:`hermes_assets.lib.errors`. What is read is
-:mod:`hermes_assets.lib.state_db`'s.
+:mod:`hermes_assets.lib.source.state_db`'s.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Self
 
 from hermes_assets.lib import errors
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.stores import STORE_FILE, Store
-from hermes_assets.lib.text_cells import Undecodable, decode_text
+from hermes_assets.lib.source.stores import STORE_FILE, Store
+from hermes_assets.lib.source.text_cells import Undecodable, decode_text
 
 log = get_logger()
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.state_db import SessionBundle
+from hermes_assets.lib.source.state_db import SessionBundle
 from hermes_assets.lib.timestamps import epoch_ms
 
 #: session -> [(generation, started_at ms)]; (session, mid) -> [(generation, role, timestamp ms)]

@@ -2,7 +2,7 @@
 
 The loading half of the Dagster IO manager (``defs/io_manager.py``), with no
 Dagster in it. Days are read one file at a time, with only the asked-for
-columns, through :class:`~hermes_assets.lib.warehouse.Warehouse` (a local
+columns, through :class:`~hermes_assets.lib.warehouse.datasets.Warehouse` (a local
 path or a pyarrow filesystem URI alike). A day with no file reads as an empty
 table with the dataset's columns, so an empty day and a busy one have the
 same schema (and, in pandas, the same dtypes).
@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
 
 #: Arrow types whose pandas default loses information (ints with a null become
 #: float64, bools object): mapped to pandas' nullable dtypes instead

@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 
 from hermes_assets.lib import ids, schemas
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.policy import is_under, under
+from hermes_assets.lib.plan.policy import is_under, under
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.staging import merge_files, read_staged, restage, staged_files
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.staging import merge_files, read_staged, restage, staged_files
 
 log = get_logger()
 

@@ -1,7 +1,7 @@
 """What is read from a Hermes ``state.db`` (SPEC §1, §2, §8): a reader of one store.
 
 :class:`StoreReader` reads over one read-only connection
-(:mod:`hermes_assets.lib.store_connection`: ``mode=ro``, busy retry, typed
+(:mod:`hermes_assets.lib.source.store_connection`: ``mode=ro``, busy retry, typed
 errors): the session index that places every session on its day, one day's
 sessions whole in one short read transaction (never one across days), columns
 selected by name whatever the schema version, and the marks change detection
@@ -16,8 +16,6 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from hermes_assets.lib import prompts
-from hermes_assets.lib.projection import copies, extra_columns
 from hermes_assets.lib.schemas import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -25,9 +23,10 @@ from hermes_assets.lib.schemas import (
     V23_MESSAGE_COLUMNS,
     V23_SESSION_COLUMNS,
 )
-from hermes_assets.lib.store_connection import DEFAULT_BUSY_TIMEOUT_MS, StoreConnection
-from hermes_assets.lib.stores import Store
-from hermes_assets.lib.text_cells import bad_cells, bad_text_count, text_or_none
+from hermes_assets.lib.source import columns, prompts
+from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS, StoreConnection
+from hermes_assets.lib.source.stores import Store
+from hermes_assets.lib.source.text_cells import bad_cells, bad_text_count, text_or_none
 from hermes_assets.lib.timestamps import DayNames, ms_day, sane_instant, session_start_ms
 
 #: sessions per ``IN (...)`` statement: bounds one statement's memory and time.
@@ -67,7 +66,7 @@ class SessionBundle:
 class DayRead:
     """One day of one store as :meth:`StoreReader.read_day_lineage` read it: the sessions,
     and, when the store's rows can be copies (D20), the identity rows of their ancestors
-    on other days (:data:`copies.IDENTITY_COLUMNS` order)."""
+    on other days (:data:`columns.IDENTITY_COLUMNS` order)."""
 
     bundles: list[SessionBundle]
     grouped: bool = False
@@ -105,8 +104,8 @@ class StoreReader(StoreConnection):
         super()._probe()
         # what this contract selects of the store's columns, and which it does not name
         self._unknown = {
-            "sessions": extra_columns.unknown(self.columns["sessions"], SESSION_COLUMNS),
-            "messages": extra_columns.unknown(self.columns["messages"], MESSAGE_COLUMNS),
+            "sessions": columns.unknown(self.columns["sessions"], SESSION_COLUMNS),
+            "messages": columns.unknown(self.columns["messages"], MESSAGE_COLUMNS),
         }
         # A column schema 23+ added that this store lacks is not selected at all (not even as
         # NULL): a store of 0.19 or older is read exactly as before, no wider per row.
@@ -195,7 +194,7 @@ class StoreReader(StoreConnection):
         be copies (schema 23+, D20), the identity columns of the rows of ``ancestors``
         (``(sid, raw id)`` of the sessions' ancestors on other days): one statement per
         ``SESSION_CHUNK`` of them, none when they are all on the day."""
-        read = DayRead([], grouped=copies.applies(self.columns["messages"]))
+        read = DayRead([], grouped=columns.copies_apply(self.columns["messages"]))
         if not sessions:
             return read
         with self.snapshot():
@@ -203,7 +202,7 @@ class StoreReader(StoreConnection):
                 chunk = sessions[start : start + SESSION_CHUNK]
                 read.bundles += self._read_chunk(day, [c[0] for c in chunk], [c[1] for c in chunk])
             if read.grouped:
-                names = [(name, None, None) for name in copies.IDENTITY_COLUMNS]
+                names = [(name, None, None) for name in columns.IDENTITY_COLUMNS]
                 for start in range(0, len(ancestors), SESSION_CHUNK):
                     raw_ids = [c[1] for c in ancestors[start : start + SESSION_CHUNK]]
                     read.ancestors += self._query(
@@ -295,7 +294,7 @@ class StoreReader(StoreConnection):
     #
     # Cost per call: ``message_marks`` two b-tree lookups; ``sessions_with_messages_after``
     # a rowid range scan over the new messages only. The per-day fingerprints of
-    # ``sessions`` are built by :mod:`hermes_assets.lib.fingerprint` on top of
+    # ``sessions`` are built by :mod:`hermes_assets.lib.changes.fingerprint` on top of
     # ``fetch_raw`` and ``place_session``.
 
     def message_marks(self) -> tuple[int | None, int | None]:

@@ -1,16 +1,16 @@
 """Which partitions changed since the last look at the Hermes stores (SPEC §8, D17, D18).
 
-The sensor's cursor (:mod:`hermes_assets.lib.cursor`, typed and versioned)
+The sensor's cursor (:mod:`hermes_assets.lib.changes.cursor`, typed and versioned)
 keeps, per store: the identity of its files, the ``messages`` marks
 (``max(id)`` and the ``sqlite_sequence`` high-water mark; new messages are the
 rows with ``id > max_mid``, a rowid range scan; a mark that went down, or a new
 inode, means the store was replaced), the tier-2 rotation, and per UTC day the
-two fingerprints of :mod:`hermes_assets.lib.fingerprint` and the one last
+two fingerprints of :mod:`hermes_assets.lib.changes.fingerprint` and the one last
 captured. A day is done when its run succeeds, not when it is requested: the
-requests in flight are followed to their end by :mod:`hermes_assets.lib.attempts`,
+requests in flight are followed to their end by :mod:`hermes_assets.lib.changes.attempts`,
 and a day whose run failed is requested again, with backoff.
 
-Each store is scanned by :mod:`hermes_assets.lib.store_scan` (what changed in
+Each store is scanned by :mod:`hermes_assets.lib.changes.store_scan` (what changed in
 it since the cursor, and the table of what each Hermes write changes and when
 a tick sees it). Then, for every store together, the runs of the open attempts
 are looked up: a day whose run failed and whose wait is over is requested
@@ -26,7 +26,7 @@ day changed, its label, the day's new fingerprints and the store files'
 identity. The identity is in there because a fingerprint alone can come back
 (a flag set then cleared): Dagster silently skips a run key it has seen, and
 the partition would keep the intermediate state. A day requested again after
-a failed run gets ``h`` of :func:`~hermes_assets.lib.attempts.retry_hash`.
+a failed run gets ``h`` of :func:`~hermes_assets.lib.changes.attempts.retry_hash`.
 More than ``max_runs`` days in one tick make one ranged run
 (:func:`run_groups`).
 
@@ -41,12 +41,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hermes_assets.lib import attempts
-from hermes_assets.lib.cursor import Cursor, load_cursor
-from hermes_assets.lib.errors import StoreFailure
-from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.state_db import ReaderFactory
-from hermes_assets.lib.store_scan import (  # noqa: F401  (statuses and helpers, as callers know them here)
+from hermes_assets.lib.changes import attempts
+from hermes_assets.lib.changes.cursor import Cursor, load_cursor
+from hermes_assets.lib.changes.store_scan import (  # noqa: F401  (statuses and helpers, as callers know them here)
     _READ_STATUSES,
     FAILED,
     MISSING,
@@ -60,7 +57,10 @@ from hermes_assets.lib.store_scan import (  # noqa: F401  (statuses and helpers,
     file_identity,
     scan_store,
 )
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.errors import StoreFailure
+from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.stores import Store
 
 log = get_logger()
 
@@ -180,7 +180,7 @@ def plan_tick(
     a reload. A store that cannot be read is reported in the
     plan's scans and keeps its cursor entry; it never stops the other stores.
     ``outcomes`` looks up how the runs of earlier requests ended
-    (:mod:`hermes_assets.lib.attempts`); without it, requests are not followed.
+    (:mod:`hermes_assets.lib.changes.attempts`); without it, requests are not followed.
     """
     t0 = time.perf_counter()
     wall = time.time() if now_s is None else now_s

@@ -24,10 +24,10 @@ import time
 from hermes_assets.lib import errors
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import SESSIONS
-from hermes_assets.lib.state_db import ReaderFactory
-from hermes_assets.lib.stores import Store
+from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, ms_day, sane_instant
-from hermes_assets.lib.warehouse import Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
 
 log = get_logger()
 

@@ -1,0 +1,13 @@
+"""Run tags: Dagster's own that this project reads, and the one it sets on the sensor's runs."""
+
+#: the run key of a sensor's run (kept by Dagster's retries of it)
+RUN_KEY_TAG = "dagster/run_key"
+#: on a failed run that Dagster's run retries will run again (dagster.yaml ``run_retries``)
+WILL_RETRY_TAG = "dagster/will_retry"
+#: on a retry: the run it retries
+AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
+#: on every run the sensor requests
+TRIGGER_TAG = {"hermes/trigger": "sensor"}
+#: the partition of a run, as Dagster tags it (the sensor sets it itself on the run of a day the
+#: loaded partitions lack: defs/partitions.before_first)
+PARTITION_TAG = "dagster/partition"
