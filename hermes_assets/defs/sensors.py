@@ -35,7 +35,14 @@ from hermes_assets.defs import settings
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.partitions import before_first, daily_partitions
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.defs.tags import PARTITION_TAG, RUN_KEY_TAG, TRIGGER_TAG, WILL_RETRY_TAG
+from hermes_assets.defs.tags import (
+    OLDER_DAY_PRIORITY,
+    PARTITION_TAG,
+    PRIORITY_TAG,
+    RUN_KEY_TAG,
+    TRIGGER_TAG,
+    WILL_RETRY_TAG,
+)
 from hermes_assets.lib.analytics.daily import TOOLS, USAGE
 from hermes_assets.lib.changes import attempts, watch
 from hermes_assets.lib.logs import get_logger
@@ -157,11 +164,12 @@ def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
     if len(days) == 1 and not daily_partitions.has_partition_key(days[0]):
         # history older than the first partition (partitions.before_first): the run names its day
         # itself, as Dagster would, since these definitions do not know it yet (the run's own load
-        # of the definitions does), and computes the day's analytics too
+        # of the definitions does), and computes the day's analytics too; after the live days' runs
+        # in the queue (many such days are many runs)
         return dg.RunRequest(
             partition_key=days[0],
             run_key=run_key,
-            tags={**TRIGGER_TAG, PARTITION_TAG: days[0]},
+            tags={**TRIGGER_TAG, PARTITION_TAG: days[0], PRIORITY_TAG: OLDER_DAY_PRIORITY},
             asset_selection=CAPTURE_KEYS + ANALYTICS_KEYS,
         )
     if len(days) == 1:

@@ -81,6 +81,7 @@ def test_a_day_before_the_first_partition_is_a_run_naming_its_day_with_its_analy
     assert first > "2020-01-01"
     assert request.partition_key == "2020-01-01" and request.tags["dagster/partition"] == "2020-01-01"
     assert request.run_key == "2020-01-01@aaaaaaaaaaaa" and request.tags["hermes/trigger"] == "sensor"
+    assert request.tags["dagster/priority"] == "-1"  # the queue starts the live days' runs first
     keys = {k.to_user_string() for k in request.asset_selection}
     assert keys == {"hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes"} | {
         "hermes_daily_usage",
