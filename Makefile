@@ -10,23 +10,27 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PORT   ?= 3000
+# Every install is exactly uv.lock (`uv lock` after a change of pyproject.toml's ranges): what runs is
+# what the suite ran on. uv itself comes from PyPI into the venv, pinned here.
+UV_VERSION := 0.13.9
+SYNC = UV_PROJECT_ENVIRONMENT="$(abspath $(VENV))" $(VENV)/bin/uv sync --frozen --inexact --quiet
 
 export DAGSTER_HOME ?= $(CURDIR)
 
 .PHONY: check lint types run stop test query install install-test install-query bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e .
+	$(VENV)/bin/pip install --quiet "uv==$(UV_VERSION)"
+	$(SYNC)
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(VENV)/bin/pip install --quiet -e '.[test,postgres,query]'
+	$(SYNC) --extra test --extra postgres --extra query
 	touch $@ $(VENV)/.installed-query
 
 $(VENV)/.installed-query: $(VENV)/.installed
-	$(VENV)/bin/pip install --quiet -e '.[query]'
+	$(SYNC) --extra query
 	touch $@
 
 install: $(VENV)/.installed
@@ -43,9 +47,10 @@ run: install
 stop:
 	@$(VENV)/bin/python -m hermes_assets.dev --stop
 
-# ruff: lint and format check; mypy: the types of hermes_assets/ (both configured in pyproject.toml).
+# uv.lock in step with pyproject.toml; ruff: lint and format check; mypy: the types of hermes_assets/ (both configured in pyproject.toml).
 # .ci/run runs both before the tests.
 lint: install-test
+	$(VENV)/bin/uv lock --check --quiet
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
@@ -66,10 +71,10 @@ query: install-query
 	@cd "$(DAGSTER_HOME)" && "$(abspath $(VENV))/bin/duckdb"
 
 $(VENV)/.installed-bench: $(VENV)/.installed-test
-	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(SYNC) --extra test --extra postgres --extra query --extra bench
 	touch $@
 
-# issue 21's side-by-side table on the medium store (BENCH_ARGS='--store large' for the 1M-message one)
+# the side-by-side speed table on the medium store (BENCH_ARGS='--store large' for the 1M-message one)
 bench: $(VENV)/.installed-bench
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 

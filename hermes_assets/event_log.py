@@ -6,8 +6,8 @@ a year of history about 2,000 events. Dagster's SQLite event log stores each
 event on its own: a new engine and connection to the run's database and
 another to the asset index, each closed after one insert, and in WAL mode the
 close of the last connection checkpoints the file (fsyncs included). That was
-about 16 ms of CPU and, on a busy disk, 70 ms of wall time per event (issue 21:
-a 330-day run over days without sessions took 75-105 s, of which 20 s CPU).
+about 16 ms of CPU and, on a busy disk, 70 ms of wall time per event (a
+330-day run over days without sessions took 75-105 s, 20 s of it CPU).
 
 Dagster can hand an event log whole batches (the planned events of a run, the
 materializations of one output), but its SQLite storage then still writes
@@ -41,28 +41,36 @@ Dagster turns batching on with one switch only, the environment variable
 ``DAGSTER_EVENT_BATCH_SIZE``, which its instance reads on every event (there
 is no key for it in ``dagster.yaml``); unset, it never calls
 ``store_event_batch`` and this storage behaves exactly like Dagster's own. So
-the constructor sets it, unless the user set it (``0`` turns batching off).
-Every process that writes events to this instance builds its instance, and the
-instance builds this storage at once, before the first event: the CLI, the
-webserver and the daemon (the planned events of the runs they create), the run
-worker and step workers. A process that never builds it writes no events here
-(it keeps Dagster's default unless its parent had built the storage, whose
-value it inherits; an instance that is not this one then batches too, which
-Dagster's other storages support). The Postgres instance (deploy/postgres)
-does not load this module: it batches when the user exports the variable.
-The module lives outside ``defs/`` so that loading the definitions (which
-imports every module there) never imports it: only ``dagster.yaml`` does.
+the storage sets it when it is built, to ``1000``, unless the user set it
+(``0`` turns batching off): in the processes that build this instance (the
+CLI, the webserver, the daemon, run and step workers) and in the processes
+they start, which inherit it. Nothing else reads it: any other Dagster
+instance in such a process batches too, which Dagster's other storages
+support. docs/development.md says the same. The Postgres instance
+(deploy/postgres) does not load this module: it batches when the user exports
+the variable. The module lives outside ``defs/`` so that loading the
+definitions (which imports every module there) never imports it: only
+``dagster.yaml`` does.
 
-It subclasses a private Dagster class and calls some of its methods; the
-release is pinned in pyproject.toml and tests/defs/test_event_log.py fails,
-naming the method, when one of them changes its signature.
+It subclasses a private Dagster class and calls some of its methods. It checks
+them when it is built (:func:`incompatibility`: each method's presence and
+parameters, as :data:`RELIED_ON` names them, and the events Dagster batches).
+If any of them differs in the installed Dagster, the storage is Dagster's own
+SQLite event log (it stores each event on its own, batching stays off) and
+says so once per process, naming the method: an upgrade of Dagster can slow
+the bookkeeping down, never stop the instance from starting.
 """
 
+import contextlib
+import functools
+import inspect
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
+from dagster._core import events as dagster_events
 from dagster._core.events import DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
@@ -80,6 +88,94 @@ BATCHED = frozenset(
 )
 #: how many events Dagster buffers before it hands them over (a batch also ends with its output)
 BATCH_SIZE = "1000"
+BATCH_SIZE_VARIABLE = "DAGSTER_EVENT_BATCH_SIZE"
+
+#: what this storage overrides or calls on Dagster's SQLite event log, with the parameters it passes
+RELIED_ON = {
+    "__init__": "self, base_dir, inst_data=None",
+    "register_instance": "self, instance",
+    "from_config_value": "inst_data, config_value",
+    "store_event": "self, event",
+    "store_event_batch": "self, events",
+    "run_connection": "self, run_id=None",
+    "index_transaction": "self",
+    "prepare_insert_event": "self, event",
+    "_store_asset_event_tags": "self, conn, events, event_ids",
+    "_store_asset_event": "self, conn, event, event_id",
+}
+
+_log = logging.getLogger("hermes_assets.event_log")
+
+
+def parameters(fn: Any) -> str:
+    """A callable's parameters as :data:`RELIED_ON` writes them."""
+    return ", ".join(
+        p.name + ("" if p.default is inspect.Parameter.empty else f"={p.default!r}")
+        for p in inspect.signature(fn).parameters.values()
+    )
+
+
+def incompatibility(base: type = SqliteEventLogStorage) -> str | None:
+    """What of Dagster's SQLite event log this storage relies on differs in the installed Dagster
+    (None: nothing). ``base``: the class it subclasses."""
+    for name, expected in RELIED_ON.items():
+        method = getattr(base, name, None)
+        if method is None:
+            return f"{base.__name__}.{name} is gone"
+        try:
+            got = parameters(method)
+        except (TypeError, ValueError):
+            return f"{base.__name__}.{name} has no readable signature"
+        if got != expected:
+            return f"{base.__name__}.{name}({got}), was ({expected})"
+    mirrored: frozenset = frozenset(getattr(dagster_events, "ASSET_EVENTS", ()))
+    batched: frozenset = frozenset(getattr(dagster_events, "BATCH_WRITABLE_EVENTS", ()))
+    if not (mirrored >= BATCHED and batched >= BATCHED):
+        return "the asset events Dagster batches and mirrors in its index changed"
+    return None
+
+
+#: beside the event log's databases: the change last reported for this instance
+FALLBACK_NOTE = ".hermes_event_log_fallback"
+
+
+@functools.cache
+def _warn_once(problem: str, folder: str) -> None:
+    """One warning per instance and change: the first process of the instance that meets the
+    change says it (the webserver, the daemon and the run workers all build the storage)."""
+    note = os.path.join(folder, FALLBACK_NOTE)
+    said = f"Dagster {dg.__version__}: {problem}"
+    try:
+        with open(note, encoding="utf-8") as f:
+            before: str | None = f.read()
+    except OSError:
+        before = None
+    if before == said:
+        _log.debug("hermes_assets.event_log: %s (reported already)", said)
+        return
+    draft = f"{note}.{os.getpid()}"
+    try:
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(said)
+        if before is None:
+            os.link(draft, note)  # of processes starting together, only the first one's link is made
+        else:
+            os.replace(draft, note)  # another change than the one reported
+    except FileExistsError:
+        _log.debug("hermes_assets.event_log: %s (reported by another process)", said)
+        return
+    except OSError:
+        pass  # an unwritable folder: say it in this process
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(draft)
+    _log.warning(
+        "hermes_assets.event_log: Dagster %s changed what the batched event log relies on (%s); "
+        "using Dagster's own SQLite event log, which stores each event on its own",
+        dg.__version__,
+        problem,
+    )
 
 
 class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
@@ -91,14 +187,21 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         # storage named in dagster.yaml only its config: without a base_dir the folder is the
         # instance's, known when the instance registers (DAGSTER_HOME may name another one)
         self._inst_data = inst_data
+        self.fallback = incompatibility(SqliteEventLogStorage)
         if base_dir is not None:
-            super().__init__(base_dir, inst_data)
-        # Dagster's only switch for batches, read per event (see the module's docstring)
-        os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", BATCH_SIZE)
+            self._open(base_dir)
+        if self.fallback is None:
+            # Dagster's only switch for batches, read per event (see the module's docstring)
+            os.environ.setdefault(BATCH_SIZE_VARIABLE, BATCH_SIZE)
+
+    def _open(self, base_dir: str) -> None:
+        super().__init__(base_dir, self._inst_data)
+        if self.fallback is not None:  # Dagster's own storage: batching stays as the user set it
+            _warn_once(self.fallback, base_dir)
 
     def register_instance(self, instance: dg.DagsterInstance) -> None:
         if not hasattr(self, "_base_dir"):
-            super().__init__(os.path.join(instance.root_directory, "history", "runs"), self._inst_data)
+            self._open(os.path.join(instance.root_directory, "history", "runs"))
         super().register_instance(instance)
 
     @classmethod
@@ -113,6 +216,9 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """Consecutive asset events of one run in one write; any other event on its own, in order."""
+        if self.fallback is not None:
+            super().store_event_batch(events)
+            return
         stored = 0
         for group in _groups(events):
             try:

@@ -99,9 +99,27 @@ def configured_format() -> LogFormat | None:
     return _setup.format if _setup is not None else None
 
 
+class _Logger:
+    """A module's logger, made at import and set up at its first event: importing a module
+    configures nothing; an event logged before any :func:`configure` gets the default set-up."""
+
+    __slots__ = ("_bound", "_initial")
+
+    def __init__(self, initial: dict[str, Any]):
+        self._initial = initial
+        self._bound: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if _setup is None:
+            configure()
+        if self._bound is None:
+            self._bound = structlog.get_logger(**self._initial)
+        return getattr(self._bound, name)
+
+
 def get_logger(**initial: Any) -> Any:
-    configure()
-    return structlog.get_logger(**initial)
+    """A structlog logger; nothing is configured until it logs (see :class:`_Logger`)."""
+    return _Logger(initial)
 
 
 def add_hook(hook: Hook) -> None:

@@ -1,4 +1,4 @@
-"""The default instance's event log writes Dagster's event batches in one go (issue 21).
+"""The default instance's event log writes Dagster's event batches in one go.
 
 ``dagster.yaml`` names :class:`~hermes_assets.event_log.BatchedSqliteEventLogStorage`.
 It must store exactly what Dagster's own SQLite event log stores, where it
@@ -8,14 +8,13 @@ failed partitions (what the UI shows), the same latest materialization per
 partition. Captures here run on two instances that differ only in their
 event log; events of every kind are also replayed into both storages, split
 into batches every way, and through Dagster's own batching with a write that
-fails. It subclasses a private Dagster class: the methods it relies on are
-pinned here.
+fails. It subclasses a private Dagster class: what it relies on is checked in
+the fast lane (tests/defs/test_event_log_compat.py).
 """
 
 from __future__ import annotations
 
 import collections
-import inspect
 import json
 import logging
 import sqlite3
@@ -34,7 +33,6 @@ from dagster._core.definitions.events import (
     AssetMaterializationFailureType,
 )
 from dagster._core.events import (
-    ASSET_EVENTS,
     BATCH_WRITABLE_EVENTS,
     AssetObservationData,
     DagsterEvent,
@@ -57,8 +55,6 @@ pytestmark = pytest.mark.slow  # Dagster runs (tests/support/fast_lane.py)
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
-#: Dagster's release these storages were compared on (pyproject.toml pins it)
-DAGSTER = "1.13.27"
 
 
 # --------------------------------------------------------------------------
@@ -446,58 +442,3 @@ def test_the_log_is_in_the_instances_folder_as_dagsters_own(monkeypatch, tmp_pat
         assert Path(storage._base_dir) == tmp_path / "given"
     finally:
         storage.dispose()
-
-
-# --------------------------------------------------------------------------
-# the private Dagster API it relies on
-# --------------------------------------------------------------------------
-
-#: what event_log.py overrides or calls on Dagster's SQLite event log, with the parameters it passes
-RELIED_ON = {
-    "__init__": "self, base_dir, inst_data=None",
-    "register_instance": "self, instance",
-    "from_config_value": "inst_data, config_value",
-    "store_event": "self, event",
-    "store_event_batch": "self, events",
-    "run_connection": "self, run_id=None",
-    "index_transaction": "self",
-    "prepare_insert_event": "self, event",
-    "_store_asset_event_tags": "self, conn, events, event_ids",
-    "_store_asset_event": "self, conn, event, event_id",
-}
-
-
-def _parameters(fn) -> str:
-    return ", ".join(
-        p.name + ("" if p.default is inspect.Parameter.empty else f"={p.default!r}")
-        for p in inspect.signature(fn).parameters.values()
-    )
-
-
-@pytest.mark.parametrize("name", sorted(RELIED_ON))
-def test_the_dagster_methods_it_relies_on_keep_their_signature(name):
-    method = getattr(SqliteEventLogStorage, name, None)
-    where = f"Dagster {dg.__version__}: SqliteEventLogStorage.{name}"
-    advice = (
-        f"hermes_assets/event_log.py subclasses it and was checked against Dagster {DAGSTER} "
-        "(pyproject.toml pins it): re-read Dagster's SQLite event log and this storage before upgrading"
-    )
-    assert method is not None, f"{where} is gone. {advice}"
-    got = _parameters(method)
-    assert got == RELIED_ON[name], f"{where}({got}), was ({RELIED_ON[name]}). {advice}"
-
-
-def test_the_instance_registers_its_event_log_once_its_folder_is_known():
-    source = inspect.getsource(dg.DagsterInstance.__init__)
-    advice = f"Dagster {dg.__version__} changed DagsterInstance.__init__: re-read hermes_assets/event_log.py"
-    assert source.index("self._local_artifact_storage =") < source.index("_event_storage.register_instance"), advice
-    assert isinstance(inspect.getattr_static(dg.DagsterInstance, "root_directory"), property), advice
-
-
-def test_the_events_it_groups_are_the_ones_dagster_batches_and_mirrors():
-    advice = f"Dagster {dg.__version__} changed its event sets: re-read hermes_assets/event_log.py"
-    assert event_log.BATCHED <= ASSET_EVENTS, advice  # Dagster's store_event mirrors them in the index
-    assert event_log.BATCHED <= BATCH_WRITABLE_EVENTS, advice  # and its runs hand them over in batches
-    # the one switch of batches, read on every event
-    assert "DAGSTER_EVENT_BATCH_SIZE" in inspect.getsource(EventMethods._get_event_batch_size), advice
-    assert "_is_batch_writing_enabled" in inspect.getsource(EventMethods.handle_new_event), advice

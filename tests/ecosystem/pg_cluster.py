@@ -49,7 +49,7 @@ class PgCluster:
     @property
     def url(self) -> str:
         # the driver named explicitly: SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3, which
-        # dagster-postgres 0.29.27 does not install (it brings psycopg2)
+        # dagster-postgres does not install (it brings psycopg2)
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{self.database}"
 
     def _run(self, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:

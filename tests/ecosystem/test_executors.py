@@ -1,4 +1,4 @@
-"""Scale-out by configuration (issue 7, item 5): ``HERMES_ASSETS_EXECUTOR``.
+"""Scale-out by configuration: ``HERMES_ASSETS_EXECUTOR``.
 
 ``deploy/README.md`` documents the switch. Here: ``multiprocess`` loads,
 validates with the ``dagster`` CLI and really runs a partition with one
@@ -9,6 +9,7 @@ ConfigurationError that names the package to install.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import re
@@ -21,7 +22,12 @@ from hermes_assets.lib.errors import ConfigurationError
 from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
 from tests.ecosystem.conftest import cli_installation, dagster_cli
 
-INTEGRATIONS = {"k8s": ("dagster_k8s", "dagster-k8s==0.29.27"), "celery": ("dagster_celery", "dagster-celery==0.29.27")}
+#: the integrations' releases, as the installed dagster-postgres (an integration of the same release)
+_RELEASE = importlib.metadata.version("dagster-postgres")
+INTEGRATIONS = {
+    "k8s": ("dagster_k8s", f"dagster-k8s=={_RELEASE}"),
+    "celery": ("dagster_celery", f"dagster-celery=={_RELEASE}"),
+}
 
 
 def _cause(exc: BaseException | None, kind: type) -> BaseException | None:
