@@ -83,4 +83,4 @@ bench: $(VENV)/.installed-bench
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) history storage schedules logs warehouse .logs_queue .nux .telemetry .hermes_assets-dev.pid
+	rm -rf $(VENV) history storage schedules logs warehouse .logs_queue .nux .telemetry .hermes_assets-dev.pid redaction.key
