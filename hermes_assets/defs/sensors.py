@@ -66,8 +66,8 @@ log = get_logger()
 CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
 #: the checks its runs evaluate: the capture's own, not days_captured, which only the sensor reports
 CAPTURE_CHECKS = sorted(hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}, key=lambda k: k.to_user_string())
-#: the analytics of a day older than the first partition run in that day's capture run: the
-#: automation sensor sees the partitions of the loaded definitions only, which lack that day
+#: the analytics of the days older than the first partition run in those days' capture run: the
+#: automation sensor sees the partitions of the loaded definitions only, which lack those days
 ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
 #: the sensor's target as the UI shows it (the keys by name: a selection that subtracts a check
 #: has no such form, the UI would show its Python repr)
