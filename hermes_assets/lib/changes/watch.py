@@ -177,8 +177,9 @@ def plan_tick(
     capture all the same (the run loads the definitions afresh, and they
     start at the earliest session then): such days are requested at once,
     all in one run of their own (:attr:`TickPlan.early`; ranged when there are
-    several), never kept waiting for a reload. A store that cannot be read is reported in the
-    plan's scans and keeps its cursor entry; it never stops the other stores.
+    several), never kept waiting for a reload. A store that cannot be read is
+    reported in the plan's scans and keeps its cursor entry; it never stops the
+    other stores.
     ``outcomes`` looks up how the runs of earlier requests ended
     (:mod:`hermes_assets.lib.changes.attempts`); without it, requests are not followed.
     """
