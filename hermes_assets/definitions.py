@@ -15,13 +15,17 @@ Dagster calls each time it loads the definitions (a code server's start,
 3. finds where the history starts and builds the daily partitions from it
    (``defs/partitions.py``);
 4. builds the assets, checks, sensors, resources and executor on those
-   partitions and settings.
+   partitions and settings, and adds the definitions of each module of yours
+   under ``defs/`` that defines ``definitions(days)`` (``docs/building.md``).
 """
 
+import importlib
+import pkgutil
 import warnings
 
 import dagster as dg
 
+import hermes_assets.defs
 from hermes_assets.defs import (
     analytics_assets,
     capture_assets,
@@ -65,7 +69,7 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
         warnings.simplefilter("ignore", dg.PreviewWarning)
-        return dg.Definitions(
+        project = dg.Definitions(
             assets=[capture_assets.capture_asset(days), *analytics_assets.analytics_assets(days)],
             asset_checks=[checks.days_captured],
             sensors=sensors.build(loaded, days),
@@ -73,3 +77,20 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
             resources={**resources.resources_for(loaded), **io_manager.io_managers(loaded)},
             executor=executor.executor_for(loaded.executor),
         )
+        return dg.Definitions.merge(project, *yours(days))
+
+
+#: the hook a module of yours under ``defs/`` defines: ``definitions(days: Days) -> dg.Definitions``
+HOOK = "definitions"
+
+
+def yours(days: partitions.Days) -> list[dg.Definitions]:
+    """The definitions of your own modules under ``defs/``: each module there that defines
+    :data:`HOOK` is imported and called with the partitions (the project's modules define none)."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(hermes_assets.defs.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"hermes_assets.defs.{info.name}")
+        hook = getattr(module, HOOK, None)
+        if callable(hook):
+            found.append(hook(days))
+    return found

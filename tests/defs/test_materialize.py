@@ -63,7 +63,7 @@ ALL_CHECKS = {
     (GATEWAY, "date_matches_message_created_at"),
     (GATEWAY, "sessions_within_partition_range"),
     (GATEWAY, "stores_readable"),
-    (GATEWAY, "days_captured"),  # the sensor reports it; run by hand (here), it reads the sensor's cursor
+    (GATEWAY, "days_captured"),  # the sensor reports it; run by hand (here), it reads the sensor's runs
     (SESSIONS, "key_unique"),
     (MESSAGES, "key_unique"),
 }

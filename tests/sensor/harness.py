@@ -39,7 +39,7 @@ RUN_KEY = re.compile(r"^(\d{4}-\d{2}-\d{2})@([0-9a-f]{12})$")
 
 
 class LoadedDefinitions:
-    """The project's definitions as ``dagster dev`` loads them (the defs folder), loaded once per
+    """The project's definitions as ``dagster dev`` loads them (``definitions.defs()``), loaded once per
     distinct settings of the environment: a tick reads the settings the definitions were loaded
     with (``HERMES_ASSETS_SENSOR_MAX_RUNS`` ...), so a test that sets one gets definitions of its own."""
 
