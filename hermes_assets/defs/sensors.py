@@ -11,8 +11,8 @@ over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
 The changed days older than the first partition (history restored or added while Dagster
-runs; :func:`~hermes_assets.defs.partitions.before_first`) are requested at once, all of a
-tick's in one run of their own (ranged from the oldest to the newest when there are several:
+runs; :meth:`~hermes_assets.defs.partitions.Days.before_first`) are requested at once, all of
+a tick's in one run of their own (ranged from the oldest to the newest when there are several:
 a run per day would wait its turn in the queue behind every other), which names its
 partitions itself and also computes the days' analytics: the run loads the definitions
 afresh and has the days as partitions, while the definitions loaded here, and the
@@ -39,11 +39,12 @@ reads it from that cursor and requests what changed meanwhile.
 
 import dagster as dg
 
-from hermes_assets.defs import run_log, settings
-from hermes_assets.defs.capture_assets import hermes_capture
-from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
-from hermes_assets.defs.partitions import before_first, daily_partitions
+from hermes_assets.defs import run_log
+from hermes_assets.defs.capture_assets import CAPTURE_CHECKS
+from hermes_assets.defs.checks import SENSOR_NAME, days_captured_evaluation
+from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesStores
+from hermes_assets.defs.settings import Settings
 from hermes_assets.defs.tags import (
     OLDER_DAY_PRIORITY,
     PARTITION_TAG,
@@ -64,8 +65,6 @@ log = get_logger()
 #: the sensor's target: the three datasets, which the UI shows by their names (a selection that
 #: also subtracts a check has no such form: the UI would show its Python repr)
 CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
-#: the checks its runs evaluate: the capture's own, not days_captured, which only the sensor reports
-CAPTURE_CHECKS = sorted(hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}, key=lambda k: k.to_user_string())
 #: the analytics of the days older than the first partition run in those days' capture run: the
 #: automation sensor sees the partitions of the loaded definitions only, which lack those days
 ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
@@ -83,9 +82,9 @@ _OUTCOMES = {
 }
 
 
-def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
-    """``hermes_state_sensor``, ticking at most every ``poll_seconds``; a tick with more than
-    ``max_runs`` changed days requests one ranged run over them."""
+def state_sensor(poll_seconds: int, max_runs: int, days: Days) -> dg.SensorDefinition:
+    """``hermes_state_sensor`` over the partitions ``days``, ticking at most every ``poll_seconds``;
+    a tick with more than ``max_runs`` changed days requests one ranged run over them."""
 
     @dg.sensor(
         name=SENSOR_NAME,
@@ -101,31 +100,35 @@ def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
     def hermes_state_sensor(
         context: dg.SensorEvaluationContext, hermes: HermesStores
     ) -> dg.SensorResult | dg.SkipReason:
-        return tick(context, hermes, max_runs)
+        return tick(context, hermes, max_runs, days)
 
     return hermes_state_sensor
 
 
-def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
+def tick(
+    context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int, days: Days
+) -> dg.SensorResult | dg.SkipReason:
     """One evaluation of ``hermes_state_sensor``. Its events (this module's and the library's)
     are printed once, as every event is, and kept in the tick's log, which the UI shows
     (:func:`hermes_assets.defs.run_log.tick_log`)."""
     with run_log.tick_log(context):
-        return _tick(context, hermes, max_runs)
+        return _tick(context, hermes, max_runs, days)
 
 
-def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
+def _tick(
+    context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int, days: Days
+) -> dg.SensorResult | dg.SkipReason:
     stores = hermes.stores()
     plan = watch.plan_tick(
         stores,
         context.cursor,
-        is_partition=daily_partitions.has_partition_key,
+        is_partition=days.partitions.has_partition_key,
         readers=hermes.readers(),
         outcomes=lambda keys: run_outcomes(context.instance, keys),
         max_runs=max_runs,
-        before_first=before_first,
+        before_first=days.before_first,
     )
-    requests = [_run_request(days, key) for days, key in plan.runs]
+    requests = [_run_request(run_days, key, days) for run_days, key in plan.runs]
     _fail_if_a_named_path_is_gone(plan)
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
@@ -137,7 +140,7 @@ def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: i
         log.info(
             "hermes.sensor.older_history",
             days=plan.early,
-            first_partition=daily_partitions.get_first_partition_key(),
+            first_partition=days.first(),
             note="these days precede the first partition and are requested together in one run of their own, "
             "which loads the definitions afresh (the partitions page shows them from the next load)",
         )
@@ -173,15 +176,16 @@ def run_outcomes(instance: dg.DagsterInstance, run_keys: list[str]) -> dict[str,
     return out
 
 
-def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunRequest]:
+def run_requests(requests: list[tuple[str, str]], max_runs: int, days: Days) -> list[dg.RunRequest]:
     """One run per changed day, or one ranged run when there are too many days."""
-    return [_run_request(days, key) for days, key in watch.run_groups(requests, max_runs)]
+    return [_run_request(run_days, key, days) for run_days, key in watch.run_groups(requests, max_runs)]
 
 
-def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
-    if not daily_partitions.has_partition_key(days[0]):
-        # history older than the first partition (partitions.before_first), all of a tick's such days
-        # in this one run: it names its day, or its range of days, itself, as Dagster would, since
+def _run_request(run_days: list[str], run_key: str, partitions: Days) -> dg.RunRequest:
+    days = run_days
+    if not partitions.partitions.has_partition_key(days[0]):
+        # history older than the first partition (Days.before_first), all of a tick's such days in
+        # this one run: it names its day, or its range of days, itself, as Dagster would, since
         # these definitions do not know them yet (the run's own load of the definitions does), and
         # computes the days' analytics too; after the live days' runs in the queue
         span = {PARTITION_TAG: days[0]} if len(days) == 1 else {RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]}
@@ -200,7 +204,11 @@ def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
             asset_selection=CAPTURE_KEYS,
             asset_check_keys=CAPTURE_CHECKS,
         )
-    tags = {**TRIGGER_TAG, RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]}
+    tags = {
+        **TRIGGER_TAG,
+        RANGE_START_TAG: days[0],
+        RANGE_END_TAG: days[-1],
+    }
     return dg.RunRequest(run_key=run_key, tags=tags, asset_selection=CAPTURE_KEYS, asset_check_keys=CAPTURE_CHECKS)
 
 
@@ -242,9 +250,7 @@ def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefiniti
     )
 
 
-@dg.definitions
-def sensors() -> dg.Definitions:
-    loaded = settings.in_use()
-    return dg.Definitions(
-        sensors=[state_sensor(loaded.poll_seconds, loaded.sensor_max_runs), automation_sensor(loaded.poll_seconds)]
-    )
+def build(s: Settings, days: Days) -> list[dg.SensorDefinition]:
+    """The two sensors of one load of the definitions, with its settings and partitions: a tick
+    reads no setting."""
+    return [state_sensor(s.poll_seconds, s.sensor_max_runs, days), automation_sensor(s.poll_seconds)]
