@@ -19,7 +19,8 @@ from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
-from hermes_assets.lib.source.stores import Store, discover_stores
+from hermes_assets.lib.source.stores import Store, discover_stores, on_host
+from hermes_assets.lib.warehouse import hosts
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.local_files import FileModes
 
@@ -30,13 +31,24 @@ class HermesStores(dg.ConfigurableResource):
     state_db: str | None = None
     hermes_home: AbsolutePath | None = None
     busy_timeout_ms: PositiveInt = DEFAULT_BUSY_TIMEOUT_MS
+    #: the host whose stores these are (every row names it; empty: the machine's hostname)
+    host: str = ""
+    #: the host's label was set: several hosts write one warehouse, and it joins the ids' scope
+    host_scoped: bool = False
 
     @classmethod
     def from_settings(cls, s: Settings) -> HermesStores:
-        return cls(state_db=s.state_db, hermes_home=s.hermes_home, busy_timeout_ms=s.busy_timeout_ms)
+        return cls(
+            state_db=s.state_db,
+            hermes_home=s.hermes_home,
+            busy_timeout_ms=s.busy_timeout_ms,
+            host=s.host_label,
+            host_scoped=s.host is not None,
+        )
 
     def stores(self) -> list[Store]:
-        return discover_stores(self.state_db, self.hermes_home)
+        host = self.host or hosts.default_label()
+        return on_host(discover_stores(self.state_db, self.hermes_home), host, scoped=self.host_scoped)
 
     def readers(self) -> ReaderFactory:
         """How the stores are opened (the busy budget belongs to the reader)."""
@@ -50,13 +62,15 @@ class HermesWarehouse(dg.ConfigurableResource):
     root: PathOrUri
     spool: AbsolutePath | None = None
     file_mode: FileMode = "private"
+    #: this host's label: its files are its own (``day=<day>/host=<label>/``; empty: the hostname)
+    host: str = ""
 
     @classmethod
     def from_settings(cls, s: Settings) -> HermesWarehouse:
-        return cls(root=s.warehouse, spool=s.spool, file_mode=s.file_mode)
+        return cls(root=s.warehouse, spool=s.spool, file_mode=s.file_mode, host=s.host_label)
 
     def open(self) -> Warehouse:
-        return Warehouse(self.root, spool=self.spool, modes=FileModes.named(self.file_mode))
+        return Warehouse(self.root, spool=self.spool, modes=FileModes.named(self.file_mode), host=self.host or None)
 
 
 class UsagePolicy(dg.ConfigurableResource):

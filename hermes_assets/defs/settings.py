@@ -44,6 +44,7 @@ from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.source import stores
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.warehouse import hosts
 
 Executor = Literal["in_process", "multiprocess", "k8s", "celery"]
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -79,6 +80,10 @@ def _path_or_uri(value: str) -> str:
     return _absolute(value)
 
 
+def _host(value: str | None) -> str | None:
+    return None if value is None else hosts.check_label(value)
+
+
 PositiveInt = Annotated[int, Field(ge=1, strict=False)]
 #: a path as given, with ``~`` expanded and made absolute
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
@@ -106,7 +111,15 @@ class Settings(pydantic.BaseModel):
     spool: AbsolutePath | None = None
     workers: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
     sensor_max_runs: PositiveInt = 14
+    #: this host's label (None: not set, the machine's hostname; see :attr:`host_label`)
+    host: Annotated[str | None, AfterValidator(_host)] = None
     user_home: str = Field(default_factory=lambda: os.path.expanduser("~"))
+
+    @property
+    def host_label(self) -> str:
+        """The label this host's files and rows carry: ``HERMES_ASSETS_HOST``, else the
+        machine's hostname made a safe path segment."""
+        return self.host or hosts.default_label()
 
     @property
     def start_day(self) -> str | None:
@@ -130,6 +143,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "spool": ("HERMES_ASSETS_SPOOL", "a folder path"),
     "workers": ("HERMES_ASSETS_WORKERS", "a positive integer"),
     "sensor_max_runs": ("HERMES_ASSETS_SENSOR_MAX_RUNS", "a positive integer"),
+    "host": (
+        "HERMES_ASSETS_HOST",
+        "a host label (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)",
+    ),
 }
 
 

@@ -8,6 +8,7 @@ otherwise the Hermes home's own store and one per profile.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ class Store:
     label: str = ""
     profile: str | None = None
     explicit: bool = False
+    #: the host whose store this is (every row names it; :func:`on_host`)
+    host: str = ""
 
     def scoped(self, sid: str) -> str:
         return ids.scoped_sid(self.label, sid)
@@ -47,6 +50,13 @@ class Store:
             "(unset HERMES_STATE_DB to use the Hermes home's own store).",
             path=self.path,
         )
+
+
+def on_host(stores: list[Store], host: str, *, scoped: bool) -> list[Store]:
+    """``stores`` as stores of host ``host``; ``scoped``: the host's label was set (several
+    hosts write one warehouse), and it joins each store's label, the scope of its ids
+    (:func:`hermes_assets.lib.ids.host_scope`)."""
+    return [dataclasses.replace(s, host=host, label=ids.host_scope(host if scoped else None, s.label)) for s in stores]
 
 
 def default_hermes_home() -> str:

@@ -1,7 +1,10 @@
 """Partition files of the datasets (SPEC §2, §6).
 
-``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet``, zstd, sorted, replaced
-atomically under a per-day lock, so two runs never interleave on one day. A
+``<root>/<dataset>/day=YYYY-MM-DD/host=<label>/part-0.parquet`` for a captured
+dataset (each host its own file, :mod:`~hermes_assets.lib.warehouse.hosts`),
+``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet`` for a derived one; zstd,
+sorted, replaced atomically under a per-day lock, so two runs of one host never
+interleave on one day. A
 rewrite keeps rows whose source vanished from the store, flagged
 ``source_deleted`` (D13, :mod:`~hermes_assets.lib.warehouse.retention`). Files are
 private by default (D16): folders ``0700``, files ``0600``, whatever the umask.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,7 +34,7 @@ from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
-from hermes_assets.lib.warehouse import day_merge, local_files, partition_file, read_marks
+from hermes_assets.lib.warehouse import day_merge, hosts, local_files, partition_file, read_marks
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
 from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
 from hermes_assets.lib.warehouse.partition_file import DayFile
@@ -74,12 +77,26 @@ class WriteResult:
         }
 
 
+@dataclass
+class LayoutMove:
+    """What :meth:`Warehouse.adopt_legacy` moved to this host's folders."""
+
+    files: int = 0
+    rows: int = 0
+    days: set[str] = field(default_factory=set)
+
+    def metadata(self) -> dict:
+        return {"layout_files_moved": self.files, "layout_rows_moved": self.rows, "layout_days_moved": len(self.days)}
+
+
 class Warehouse:
     """The dataset root: a local folder, or any URI pyarrow's filesystem layer opens
     (see :mod:`~hermes_assets.lib.warehouse.storage` for what differs between them)."""
 
-    def __init__(self, root: str, *, spool: str | None = None, modes: FileModes = PRIVATE):
+    def __init__(self, root: str, *, spool: str | None = None, modes: FileModes = PRIVATE, host: str | None = None):
         self.storage = open_storage(root, spool=spool, modes=modes)
+        #: this host's label: its own files are ``day=<day>/host=<label>/`` (:mod:`.hosts`)
+        self.host = hosts.check_label(host) if host is not None else hosts.default_label()
 
     @property
     def uri(self) -> str:
@@ -104,38 +121,109 @@ class Warehouse:
     # -- paths ------------------------------------------------------------------
 
     def day_dir(self, dataset: str, day: str) -> str:
+        """The day's folder, shared by every host (a captured dataset's files are in its hosts' folders)."""
         return self.storage.join(self.root, dataset, f"day={day}")
 
-    def path(self, dataset: str, day: str) -> str:
-        """The day's file as this warehouse's filesystem names it (a local path, or ``bucket/key``)."""
+    def file_dir(self, dataset: str, day: str, host: str | None = None) -> str:
+        """The folder of a day's file: the host's own folder for a captured dataset (``host``,
+        default this one), the day's folder for a derived one (computed over every host)."""
+        if dataset not in CAPTURE_DATASETS:
+            return self.day_dir(dataset, day)
+        return self.storage.join(self.day_dir(dataset, day), hosts.folder(host or self.host))
+
+    def path(self, dataset: str, day: str, host: str | None = None) -> str:
+        """The day's file of this host (or ``host``) as this warehouse's filesystem names it
+        (a local path, or ``bucket/key``)."""
+        return self.storage.join(self.file_dir(dataset, day, host), PART_FILE)
+
+    def legacy_path(self, dataset: str, day: str) -> str:
+        """Where a warehouse written before hosts had their own files keeps a day (:mod:`.hosts`)."""
         return self.storage.join(self.day_dir(dataset, day), PART_FILE)
 
     def location(self, dataset: str, day: str) -> str:
         """The day's file as a user names it: a local path, or a URI (``s3://bucket/key``)."""
         return self.storage.location(self.path(dataset, day))
 
-    def days(self, dataset: str) -> list[str]:
-        folders = self.storage.folders_holding(self.storage.join(self.root, dataset), PART_FILE)
-        return sorted(f[4:] for f in folders if f.startswith("day="))
+    def _files(self, dataset: str) -> list[tuple[str, str | None]]:
+        """``(day, host)`` of every partition file of ``dataset`` (host None: a derived
+        dataset's file, or a captured day not yet moved to its host's folder)."""
+        out: list[tuple[str, str | None]] = []
+        for found in self.storage.files_under(self.storage.join(self.root, dataset), depth=3):
+            parts = found.path.split("/")
+            if parts[-1] != PART_FILE or not parts[0].startswith("day="):
+                continue
+            if len(parts) == 2:
+                out.append((parts[0][4:], None))
+            elif len(parts) == 3 and (host := hosts.label_of(parts[1])) is not None:
+                out.append((parts[0][4:], host))
+        return out
 
-    def existing(self, dataset: str, days: Iterable[str]) -> set[str]:
-        """Which of ``days`` have a file (a stat each on disk; one listing on an object store)."""
-        if self.storage.cheap_listing:
+    def days(self, dataset: str) -> list[str]:
+        """The days with a file of ``dataset``, any host's."""
+        return sorted({day for day, _ in self._files(dataset)})
+
+    def own_days(self, dataset: str) -> list[str]:
+        """The days with a file of this host's (every day of a derived dataset)."""
+        if dataset not in CAPTURE_DATASETS:
+            return self.days(dataset)
+        return sorted({day for day, host in self._files(dataset) if host == self.host})
+
+    def hosts(self, dataset: str, day: str) -> list[str]:
+        """The hosts with a file of a captured dataset's day."""
+        found = self.storage.files_under(self.day_dir(dataset, day), depth=2)
+        return sorted(
+            h
+            for f in found
+            if f.path.endswith("/" + PART_FILE) and (h := hosts.label_of(f.path.partition("/")[0])) is not None
+        )
+
+    def day_stamp(self, dataset: str, day: str) -> tuple:
+        """What tells one state of a day's files (every host's) from the next: their names,
+        sizes, times and inodes. A derived day computed from a stamp that still holds after
+        it was written was computed from the files as they are."""
+        found = self.storage.files_under(self.day_dir(dataset, day), depth=2)
+        return tuple(sorted(f for f in found if f.path.rpartition("/")[2] == PART_FILE))
+
+    def existing(self, dataset: str, days: Iterable[str], *, own: bool = True) -> set[str]:
+        """Which of ``days`` have a file of this host's (``own=False``: of any host's); a stat
+        each on disk, one listing on an object store."""
+        days = set(days)
+        if own and self.storage.cheap_listing:
             return {day for day in days if self.storage.exists(self.path(dataset, day))}
-        return set(self.days(dataset)) & set(days)
+        return set(self.own_days(dataset) if own else self.days(dataset)) & days
 
     def read(
         self, dataset: str, day: str, columns: list[str] | None = None, *, read_dictionary: list[str] | None = None
     ) -> pa.Table | None:
-        """The day's rows (``None`` when it has no file). ``read_dictionary`` keeps
-        those columns dictionary-encoded (checks over long repeated strings)."""
+        """The day's rows, every host's (``None`` when it has no file). ``read_dictionary``
+        keeps those columns dictionary-encoded (checks over long repeated strings).
+
+        A captured day not yet moved to its hosts' folders (a warehouse from before them)
+        reads from its one file."""
+        if dataset not in CAPTURE_DATASETS:
+            return self._read_file(dataset, self.path(dataset, day), columns, read_dictionary)
+        paths = [self.path(dataset, day, host) for host in self.hosts(dataset, day)] or [self.legacy_path(dataset, day)]
+        tables = [t for p in paths if (t := self._read_file(dataset, p, columns, read_dictionary)) is not None]
+        if not tables:
+            return None
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+    def read_own(
+        self, dataset: str, day: str, columns: list[str] | None = None, *, read_dictionary: list[str] | None = None
+    ) -> pa.Table | None:
+        """This host's rows of the day (``None`` when it has no file): what its runs wrote."""
+        return self._read_file(dataset, self.path(dataset, day), columns, read_dictionary)
+
+    def _read_file(
+        self, dataset: str, path: str, columns: list[str] | None, read_dictionary: list[str] | None
+    ) -> pa.Table | None:
         schema = schemas.schema_of(dataset)
         if read_dictionary:  # the same schema (a column older files lack still reads as its default)
             schema = pa.schema(
                 [f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in read_dictionary else f for f in schema]
             )
         try:
-            with self.storage.open_input(self.path(dataset, day)) as f:
+            with self.storage.open_input(path) as f:
                 return partition_file.read(dataset, f, columns, schema)
         except FileNotFoundError:
             return None
@@ -151,15 +239,76 @@ class Warehouse:
     def day_lock(self, dataset: str, day: str) -> Iterator[None]:
         """An exclusive lock on one day of one dataset (a lock file beside the data,
         or in the spool for a URI warehouse)."""
-        with self.storage.lock(f"{dataset}/day={day}"):
+        key = f"{dataset}/day={day}"
+        with self.storage.lock(key if dataset not in CAPTURE_DATASETS else f"{key}/{hosts.folder(self.host)}"):
             yield
+
+    # -- the layout of several hosts (:mod:`.hosts`) ------------------------------
+
+    def _layout_mark(self) -> str:
+        return os.path.join(self.storage.spool, f".layout-{hosts.folder(self.host)}")
+
+    def adopt_legacy(self) -> LayoutMove:
+        """Move every captured day still in the layout from before hosts had their own files
+        (``day=<day>/part-0.parquet``) to this host's folder, its rows unchanged but for
+        their ``host`` (this one), its read marks with it. Idempotent, and safe to kill: the
+        host's file is written before the old one goes (a reader's glob of the hosts' files
+        never sees both), and a host file already there wins. Checked once per host: a mark
+        in the spool says the move is done."""
+        moved = LayoutMove()
+        mark = self._layout_mark()
+        if os.path.exists(mark):
+            return moved
+        for dataset in CAPTURE_DATASETS:
+            for day in sorted({day for day, host in self._files(dataset) if host is None}):
+                moved.files += 1
+                moved.rows += self._adopt_day(dataset, day)
+                moved.days.add(day)
+        if moved.files:
+            log.warning(
+                "hermes.warehouse.layout_moved",
+                host=self.host,
+                files=moved.files,
+                rows=moved.rows,
+                days=len(moved.days),
+                layout=f"<dataset>/day=<day>/{hosts.folder(self.host)}/{PART_FILE}",
+            )
+        self.storage.make_spool_dirs(os.path.dirname(mark))
+        with local_files.open_private(mark, self.modes.file) as f:
+            f.write(b"day=<day>/host=<label>/part-0.parquet\n")
+        return moved
+
+    def _adopt_day(self, dataset: str, day: str) -> int:
+        """Move one legacy day file to this host's folder (see :meth:`adopt_legacy`); its rows."""
+        legacy = self.legacy_path(dataset, day)
+        with self.day_lock(dataset, day):
+            data = self.storage.read_bytes(legacy)
+            if data is None:
+                return 0
+            rows = 0
+            if not self.storage.exists(self.path(dataset, day)):
+                table = partition_file.decode(dataset, data)
+                idx = table.schema.get_field_index("host")
+                column = pa.repeat(pa.scalar(self.host, pa.string()), table.num_rows)
+                table = table.set_column(idx, table.schema.field(idx), column)
+                self.storage.put(self.path(dataset, day), partition_file.encode(dataset, table))
+                rows = table.num_rows
+            old_marks = self.storage.join(self.day_dir(dataset, day), read_marks.READ_AT_FILE)
+            marks = self.storage.read_bytes(old_marks)
+            if marks is not None:
+                if not self.storage.exists(self._marks_path(dataset, day)):
+                    self.storage.put(self._marks_path(dataset, day), marks)
+                self.storage.delete(old_marks)
+            self.storage.delete(legacy)
+            self.fix_modes(dataset, day)
+        return rows
 
     # -- modes (D16) -------------------------------------------------------------
 
     def fix_modes(self, dataset: str, day: str) -> None:
         """Set the modes of the root, the dataset and day folders and of every file of the
         day (what an older version, or another umask, left open is closed again)."""
-        self.storage.fix_modes(self.day_dir(dataset, day))
+        self.storage.fix_modes(self.file_dir(dataset, day))
 
     def fix_all_modes(self) -> None:
         """Set the modes of every folder and file of the datasets and of the staged days
@@ -357,7 +506,7 @@ class Warehouse:
     # -- read marks: per store, a small file beside the data ----------------------------
 
     def _marks_path(self, dataset: str, day: str) -> str:
-        return self.storage.join(self.day_dir(dataset, day), read_marks.READ_AT_FILE)
+        return self.storage.join(self.file_dir(dataset, day), read_marks.READ_AT_FILE)
 
     def _read_marks(self, dataset: str, day: str) -> dict[str, float]:
         return read_marks.parse(self.storage.read_bytes(self._marks_path(dataset, day)))

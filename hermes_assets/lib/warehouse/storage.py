@@ -17,8 +17,8 @@ dataset's days, lock a day); a :class:`Storage` says how, on its filesystem:
   ``day=*/part-0.parquet``) and ``FileSystem.move``, a rename. Staging and the
   day locks live in a local spool folder (default a folder per user and
   warehouse under the system temp dir). The locks order the writers of one
-  host; several hosts writing one bucket must not run the same day at once
-  (deploy/). A ``file://`` warehouse is local: it gets the modes too; object
+  host; several hosts writing one bucket each write their own files
+  (:mod:`~hermes_assets.lib.warehouse.hosts`), so they need none between them. A ``file://`` warehouse is local: it gets the modes too; object
   stores keep their own access control.
 """
 
@@ -31,7 +31,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from urllib.parse import parse_qs, urlparse, urlunparse
 
 import pyarrow as pa
@@ -52,6 +52,16 @@ class Pin:
     only ever replaces a file (rename), never changes one in place."""
 
     link: str
+
+
+class FileStamp(NamedTuple):
+    """A file found by :meth:`Storage.files_under`: its path below the folder listed, and
+    what tells one version of it from the next (an object store has no inode: 0)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    inode: int = 0
 
 
 class Storage(Protocol):
@@ -89,6 +99,12 @@ class Storage(Protocol):
 
     def folders_holding(self, base: str, name: str) -> list[str]:
         """The names of the folders under ``base`` that hold a file ``name``."""
+        ...
+
+    def files_under(self, base: str, depth: int) -> list[FileStamp]:
+        """The files under ``base`` at most ``depth`` folders down: ``/``-joined paths relative
+        to it, with their size and time (one listing on an object store; none when ``base``
+        does not exist)."""
         ...
 
     def open_input(self, path: str) -> pa.NativeFile:
@@ -167,6 +183,9 @@ class LocalStorage:
         if not os.path.isdir(base):
             return []
         return [d for d in os.listdir(base) if os.path.exists(os.path.join(base, d, name))]
+
+    def files_under(self, base: str, depth: int) -> list[FileStamp]:
+        return _local_files_under(base, depth)
 
     def open_input(self, path: str) -> pa.NativeFile:
         return pa.OSFile(path)
@@ -276,6 +295,17 @@ class ArrowStorage:
                 found.add(folder.rpartition("/")[2])
         return sorted(found)
 
+    def files_under(self, base: str, depth: int) -> list[FileStamp]:
+        if self.local:
+            return _local_files_under(base, depth)
+        selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
+        out = []
+        for info in self.fs.get_file_info(selector):
+            rel = info.path[len(base) :].lstrip("/")
+            if info.type == pafs.FileType.File and rel.count("/") < depth:
+                out.append(FileStamp(rel, info.size or 0, info.mtime_ns or 0))
+        return out
+
     def open_input(self, path: str) -> pa.NativeFile:
         # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
         return self.fs.open_input_file(path)
@@ -347,6 +377,29 @@ class ArrowStorage:
 def default_spool() -> str:
     """Where a URI warehouse's staging and locks go by default: per user, under the temp dir."""
     return os.path.join(tempfile.gettempdir(), f"hermes_assets-spool-{os.getuid()}")
+
+
+def _local_files_under(base: str, depth: int) -> list[FileStamp]:
+    out: list[FileStamp] = []
+
+    def walk(folder: str, prefix: str, left: int) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if left > 1:
+                    walk(entry.path, f"{prefix}{entry.name}/", left - 1)
+            elif entry.is_file(follow_symlinks=False):
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # replaced meanwhile
+                    continue
+                out.append(FileStamp(prefix + entry.name, info.st_size, info.st_mtime_ns, info.st_ino))
+
+    walk(base, "", depth)
+    return out
 
 
 def _fix_local_modes(folder: str, root: str, modes: FileModes) -> None:
