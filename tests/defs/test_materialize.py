@@ -275,7 +275,7 @@ def test_days_without_sessions_get_no_file(small):
     assert result.success
     for dataset in DATASETS:
         assert days_on_disk(small.warehouse, dataset) == ["2026-06-01", "2026-06-02"], dataset
-        assert not (small.warehouse / dataset / "day=2026-05-30" / "part-0.parquet").exists()
+        assert not (small.warehouse / dataset / "day=2026-05-30").exists()
     per_day = partition_metadata(result)
     for dataset in DATASETS:
         assert per_day[(dataset, "2026-05-30")]["rows_written"] == 0

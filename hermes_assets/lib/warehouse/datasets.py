@@ -45,8 +45,10 @@ log = get_logger()
 
 
 PART_FILE = "part-0.parquet"
-#: staged days, under the spool (the root of a local warehouse)
+#: staged days, under the spool (the root of a local warehouse), one folder per host
 STAGING = ".staging"
+#: in a host's staging: its files were moved to the hosts' layout (:meth:`Warehouse.adopt_legacy`)
+LAYOUT_MARK = ".layout-hosts"
 
 
 @dataclass
@@ -112,7 +114,9 @@ class Warehouse:
 
     @property
     def staging_root(self) -> str:
-        return os.path.join(self.storage.spool, STAGING)
+        """This host's staged days (a local warehouse's spool is the folder itself, which
+        several hosts may share: each host sweeps and purges only its own staging)."""
+        return os.path.join(self.storage.spool, STAGING, hosts.folder(self.host))
 
     def make_spool_dirs(self, folder: str) -> None:
         """Create a folder of the spool (staging, locks) with the folder mode."""
@@ -246,7 +250,7 @@ class Warehouse:
     # -- the layout of several hosts (:mod:`.hosts`) ------------------------------
 
     def _layout_mark(self) -> str:
-        return os.path.join(self.storage.spool, f".layout-{hosts.folder(self.host)}")
+        return os.path.join(self.staging_root, LAYOUT_MARK)
 
     def adopt_legacy(self) -> LayoutMove:
         """Move every captured day still in the layout from before hosts had their own files
