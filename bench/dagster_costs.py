@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What Dagster's bookkeeping costs a capture, apart from our own work (issue 21).
+"""What Dagster's bookkeeping costs a capture, apart from our own work.
 
 Not a test: it measures, on a private copy of a store, each figure the median
 of --repeat runs (wall seconds and CPU seconds of the whole process tree):

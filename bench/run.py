@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hermes_assets benchmark: issue 21's side-by-side table on a realistic Hermes store.
+"""hermes_assets benchmark: the side-by-side speed table on a realistic Hermes store.
 
 Not a test: it measures, on a private copy of the store (never the original).
 Stores are generated with the real Hermes writer (tools/gen_state_db.py) and
@@ -58,7 +58,7 @@ DG = str(Path(PY).with_name("dg"))
 CAPTURED = "hermes_sessions,hermes_messages,ai_gateway_messages_hermes"
 EMPTY_DAY = "2024-01-01"  # before any generated store's history: a partition with no session
 EXTRA_SECTIONS = ("rerun", "sensor")
-#: issue 21's targets: (medium store, 1M-message store); None where the issue sets none
+#: the speed targets: (medium store, 1M-message store); None where none is set
 TARGETS = {
     "ours_vs_dlt": (4.0, None),
     "backfill_s": (None, 30.0),

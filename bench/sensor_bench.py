@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sensor tick times on a big Hermes store (SPEC §8, D17; issues 4 and 13).
+"""Sensor tick times on a big Hermes store (SPEC §8, D17).
 
 Not a test: it measures, on a private copy of the store (never the original):
 

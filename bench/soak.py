@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A soak of the capture under faults (issue 23). Not a test, not in CI: it needs root
+"""A soak of the capture under faults. Not a test, not in CI: it needs root
 (the warehouse is a small tmpfs it fills up and remounts read-only) and ~12 minutes.
 
 A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``, a 5 s

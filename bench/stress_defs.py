@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`pytest tests/defs` several times under CPU load (issue 11): does anything crash?
+"""`pytest tests/defs` several times under CPU load: does anything crash?
 
 Not a test and not run in CI: it reproduces the conditions under which the fork
 pool used to die (``Fatal Python error: Segmentation fault`` in a forked worker,

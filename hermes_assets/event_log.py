@@ -6,8 +6,8 @@ a year of history about 2,000 events. Dagster's SQLite event log stores each
 event on its own: a new engine and connection to the run's database and
 another to the asset index, each closed after one insert, and in WAL mode the
 close of the last connection checkpoints the file (fsyncs included). That was
-about 16 ms of CPU and, on a busy disk, 70 ms of wall time per event (issue 21:
-a 330-day run over days without sessions took 75-105 s, of which 20 s CPU).
+about 16 ms of CPU and, on a busy disk, 70 ms of wall time per event (a
+330-day run over days without sessions took 75-105 s, 20 s of it CPU).
 
 Dagster can hand an event log whole batches (the planned events of a run, the
 materializations of one output), but its SQLite storage then still writes

@@ -154,7 +154,7 @@ def check_results(figures: dict[str, dict[str, DayFigures]]) -> list[dg.AssetChe
 
 
 # --------------------------------------------------------------------------
-# days_captured: reported by the sensor (issue 23)
+# days_captured: reported by the sensor
 # --------------------------------------------------------------------------
 
 DAYS_CAPTURED = "days_captured"

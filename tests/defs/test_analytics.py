@@ -1,4 +1,4 @@
-"""The analytics layer, ``hermes_daily_usage`` and ``hermes_daily_tools`` (issue 15, SPEC §11).
+"""The analytics layer, ``hermes_daily_usage`` and ``hermes_daily_tools`` (SPEC §11).
 
 Each test materializes the three datasets and the two analytics assets in one
 ranged run (as a backfill of "everything" does), then holds the analytics

@@ -1,4 +1,4 @@
-"""The analytics never fall behind the datasets (issue 23 item 2).
+"""The analytics never fall behind the datasets.
 
 Evaluated with Dagster's own ``evaluate_automation_conditions`` over a real
 instance (on disk) holding real runs of the project's assets; the runs are

@@ -1,4 +1,4 @@
-"""``defs/console.py``: a mistake is one line, in a typed command and in a server (issue 20).
+"""``defs/console.py``: a mistake is one line, in a typed command and in a server.
 
 The processes themselves are exercised end to end by tests/e2e and tests/ui;
 these tests hold the rules they rest on, in process.

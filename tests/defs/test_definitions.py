@@ -1,4 +1,4 @@
-"""The Dagster definitions as a user loads them (issue 3, SPEC §2, §10).
+"""The Dagster definitions as a user loads them (SPEC §2, §10).
 
 Definitions are loaded the way ``dagster dev`` loads them: from
 ``hermes_assets.definitions`` with the environment in place.

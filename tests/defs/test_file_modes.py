@@ -1,4 +1,4 @@
-"""Private by default (issue 14; SPEC §2, D16): folders 0700, files 0600, whatever the umask.
+"""Private by default (SPEC §2, D16): folders 0700, files 0600, whatever the umask.
 
 Transcripts are as private as Hermes's own home. Every folder the project
 creates and every file it writes, in the warehouse (datasets, days, part

@@ -1,4 +1,4 @@
-"""Loading the datasets the Dagster way: the ``hermes_datasets`` IO manager (issue 15, SPEC §11).
+"""Loading the datasets the Dagster way: the ``hermes_datasets`` IO manager (SPEC §11).
 
 One capture of the small fixture (14 days) is shared by the module; every
 test then loads from it through the project's own definitions, with the

@@ -1,4 +1,4 @@
-"""Materializing the three assets in process (issue 3; SPEC §2, §6, §7, §9).
+"""Materializing the three assets in process (SPEC §2, §6, §7, §9).
 
 Every run is a ranged run of the implicit asset job (one run for many days,
 as a single-run backfill launches it), against a private copy of the small
@@ -227,7 +227,7 @@ def test_op_metadata_reports_plan_policy_projection_and_write_counts(small):
 
 
 def test_a_bad_cell_is_counted_in_each_dataset_it_touches(capture, writer):
-    """Issue 11 / SPEC §9: with a bad timestamp and a bad envelope in a day, the raw
+    """SPEC §9: with a bad timestamp and a bad envelope in a day, the raw
     datasets count them too (they keep NULL / the raw text), each partition's
     materialization shows its own counts, and every bad cell is logged once."""
     writer.session("s", "cli", cwd="/work/x")

@@ -1,4 +1,4 @@
-"""Mistakes must not look like success (issue 14; SPEC §1, §2), in process.
+"""Mistakes must not look like success (SPEC §1, §2), in process.
 
 - A file named in ``HERMES_STATE_DB`` that does not exist fails the run: the
   write step fails with one line naming the path, ``error_kind`` in its

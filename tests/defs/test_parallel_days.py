@@ -1,4 +1,4 @@
-"""Days on several cores without fork-after-threads (issue 11).
+"""Days on several cores without fork-after-threads.
 
 A Dagster step runs threads (Dagster's, pyarrow's, a test server's); a process
 pool forked from such a process can crash in the child (``Fatal Python error:

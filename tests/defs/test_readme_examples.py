@@ -1,4 +1,4 @@
-"""The README's "Building on the datasets" examples, executed as written (issue 15).
+"""The README's "Building on the datasets" examples, executed as written.
 
 Every ```python block after a ``<!-- example: NAME -->`` marker runs over the
 captured small fixture: the downstream asset as a module of its own next to

@@ -1,4 +1,4 @@
-"""Re-execute from failure (issue 11): staged days survive a failed write step.
+"""Re-execute from failure: staged days survive a failed write step.
 
 The capture graph hands the write op a small typed value (the staged days'
 paths), kept by the run's IO manager. When the write fails (here: a dataset's

@@ -1,4 +1,4 @@
-"""Settings in one place (issue 11, SPEC §10): typed, validated when the definitions load.
+"""Settings in one place (SPEC §10): typed, validated when the definitions load.
 
 A bad value fails with one line naming the variable, the value and the accepted
 form; the core library reads no environment variable.

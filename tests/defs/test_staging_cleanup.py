@@ -1,4 +1,4 @@
-"""No staging is left behind (issue 23 item 4).
+"""No staging is left behind.
 
 A failed write keeps its run's staged days (a re-execution from failure writes
 them); a run killed mid-way leaves its own. Both are removed as soon as no run

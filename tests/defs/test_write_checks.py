@@ -1,4 +1,4 @@
-"""The checks the write step evaluates on the files it wrote (issue 21; SPEC §2, §5, §6).
+"""The checks the write step evaluates on the files it wrote (SPEC §2, §5, §6).
 
 ``key_unique`` (each dataset), ``required_columns_not_null`` and
 ``date_matches_message_created_at`` (the gateway dataset) are declared on the

@@ -1,4 +1,4 @@
-"""docs/contract.md stays true to the code (issue 20).
+"""docs/contract.md stays true to the code.
 
 The contract's column and settings tables are generated from the code
 (``tools/gen_docs_tables.py``); this test renders them from the schemas and

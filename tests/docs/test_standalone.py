@@ -1,4 +1,4 @@
-"""The repository stands alone (issue 20): nothing in it reaches for a folder beside the clone.
+"""The repository stands alone: nothing in it reaches for a folder beside the clone.
 
 Fixtures, tools and the data contract all live in the repository; a clone with
 nothing beside it runs the whole suite (``.ci/run`` proves it). This test
@@ -82,3 +82,27 @@ def test_the_pattern_catches_what_it_should():
     ):
         assert FORBIDDEN.search(line), line
     assert not FORBIDDEN.search('w.msg("b", "tool", "x", tool_call_id="' + SIBLING + '")')
+
+
+#: a comment, docstring or page that cites the project's development history instead of its rule
+HISTORY = re.compile(r"\b" + "issue" + r"s? \d+\b", re.IGNORECASE)
+
+
+def test_the_code_says_the_rule_not_the_history():
+    """A maintainer who never saw the tracker reads what must hold and why, never "issue N"."""
+    where = ("hermes_assets", "tests", "docs", "bench", "tools", "deploy", "README.md", "Makefile")
+    tracked = []
+    for root, dirs, names in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in NOT_OURS and not d.endswith(".egg-info")]
+        tracked += [os.path.relpath(os.path.join(root, n), REPO) for n in names]
+    tracked = [name for name in tracked if name.split(os.sep)[0] in where]
+    cited = []
+    for name in tracked:
+        path = REPO / name
+        if path.suffix not in {".py", ".md", ".toml", ".yaml", ""} or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if HISTORY.search(line):
+                cited.append(f"{name}:{number}: {line.strip()}")
+    assert cited == []
+    assert HISTORY.search("as " + "issue" + " 21 asked") and not HISTORY.search("Hermes's issues #54027")

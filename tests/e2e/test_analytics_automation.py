@@ -1,4 +1,4 @@
-"""The analytics layer keeps itself current on a real ``dagster dev`` (issue 15).
+"""The analytics layer keeps itself current on a real ``dagster dev``.
 
 A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``) with
 the capture sensor on a 5 s interval, and Hermes's own writer adding to a

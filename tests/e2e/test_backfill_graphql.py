@@ -1,4 +1,4 @@
-"""A backfill launched the way the UI launches it, on a real ``dagster dev`` (issue 3).
+"""A backfill launched the way the UI launches it, on a real ``dagster dev``.
 
 ``dagster dev -w workspace.yaml`` (webserver + daemon + code server) runs in its
 own process group against a temp DAGSTER_HOME and a copy of the small fixture

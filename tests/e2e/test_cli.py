@@ -1,4 +1,4 @@
-"""``dagster asset materialize`` as the README documents it (issue 3).
+"""``dagster asset materialize`` as the README documents it.
 
 Subprocesses from the repo root, a temp DAGSTER_HOME holding a copy of the
 repo's dagster.yaml, and a copy of the small fixture store as the Hermes store.

@@ -1,4 +1,4 @@
-"""A newcomer's first hour, as a person types it (issue 20).
+"""A newcomer's first hour, as a person types it.
 
 - ``make run`` on five days of Hermes history: five partitions, all filled by the
   first capture, a quiet console (Dagster at INFO, each of our events once, no

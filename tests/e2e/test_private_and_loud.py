@@ -1,4 +1,4 @@
-"""``dagster asset materialize`` as a user runs it (issue 14): private files, loud mistakes.
+"""``dagster asset materialize`` as a user runs it: private files, loud mistakes.
 
 Real CLI processes from the repo root, with the umask set in the child
 (``subprocess``'s ``umask=``), a temp ``DAGSTER_HOME`` and a copy of the small

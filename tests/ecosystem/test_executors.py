@@ -1,4 +1,4 @@
-"""Scale-out by configuration (issue 7, item 5): ``HERMES_ASSETS_EXECUTOR``.
+"""Scale-out by configuration: ``HERMES_ASSETS_EXECUTOR``.
 
 ``deploy/README.md`` documents the switch. Here: ``multiprocess`` loads,
 validates with the ``dagster`` CLI and really runs a partition with one

@@ -1,4 +1,4 @@
-"""Many machines (issue 7, item 6): ``HERMES_STATE_DB`` names a folder of stores.
+"""Many machines: ``HERMES_STATE_DB`` names a folder of stores.
 
 A team syncs each machine's ``state.db`` into one folder, one sub-folder per
 machine. Here the three stores are copies of the same fixture, so EVERY

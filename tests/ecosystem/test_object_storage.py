@@ -1,4 +1,4 @@
-"""A warehouse on object storage through pyarrow's filesystem layer (issue 7, item 5).
+"""A warehouse on object storage through pyarrow's filesystem layer.
 
 ``HERMES_ASSETS_WAREHOUSE`` takes any URI ``pyarrow.fs`` opens. Two are run
 here end to end, by the project's own definitions:
@@ -298,7 +298,7 @@ def test_s3_warehouse_keeps_rows_when_the_store_is_replaced(small, monkeypatch, 
 
 
 def test_the_analytics_layer_and_loading_on_an_s3_warehouse(small, monkeypatch, tmp_path, s3_uri, instance):
-    """Issue 15 on object storage: the analytics assets write their days into the bucket
+    """On object storage: the analytics assets write their days into the bucket
     (one upload each, the same bytes as on a local disk), and the ``hermes_datasets`` IO
     manager loads any dataset's day back from it, in the same types as from a local path."""
     everything = (*DATASETS, *ANALYTICS)

@@ -1,4 +1,4 @@
-"""The Dagster instance on a real PostgreSQL server (issue 7, item 4).
+"""The Dagster instance on a real PostgreSQL server.
 
 ``deploy/postgres/dagster.yaml`` (``DAGSTER_PG_URL``) is copied into a temp
 DAGSTER_HOME, a throwaway cluster runs on loopback (``pg_cluster``), and a

@@ -1,4 +1,4 @@
-"""What the README tells a newcomer, held against what the project does (issue 14).
+"""What the README tells a newcomer, held against what the project does.
 
 The recipes are run by ``test_readme_recipes.py``; these are the README's
 other promises: the system packages the suite needs (the ones ``.ci/run``

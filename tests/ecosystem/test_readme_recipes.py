@@ -1,4 +1,4 @@
-"""The README's query recipes, executed (issue 7, item 7; issue 14).
+"""The README's query recipes, executed.
 
 Every ```sql block after a ``<!-- recipe: NAME -->`` marker in README.md runs
 as written in DuckDB over the Parquet files of the captured small fixture

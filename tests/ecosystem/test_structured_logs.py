@@ -1,4 +1,4 @@
-"""Structured logs (issue 7, item 2; issue 14): structlog JSON lines, also in Dagster's run log.
+"""Structured logs: structlog JSON lines, also in Dagster's run log.
 
 Every event is one JSON object per line named ``hermes.<area>.<event>`` with
 ids and counts (``session_id``, ``day``, ``rows``, ``error_kind``), never

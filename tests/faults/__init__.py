@@ -1,4 +1,4 @@
-"""The fault suite (issue 5): faults, hostile input, the read-only guarantee, nothing lost.
+"""The fault suite: faults, hostile input, the read-only guarantee, nothing lost.
 
 One module per fault of the issue, each case checking (a) a typed error or a
 clean skip, (b) no partition file changed or torn, (c) nothing captured lost,

@@ -1,4 +1,4 @@
-"""Fixtures of the fault suite (issue 5): an isolated installation per test."""
+"""Fixtures of the fault suite: an isolated installation per test."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The fault suite's tools: an installation, run outcomes, and the four checks.
 
-Every fault case makes the same four checks (issue 5):
+Every fault case makes the same four checks:
 
 (a) the run fails with a clear, typed error (``error_kind`` of SPEC §9), or the
     sensor skips cleanly: :func:`assert_failed_with`;

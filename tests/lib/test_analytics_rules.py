@@ -1,4 +1,4 @@
-"""The rules of the analytics layer that are not plain counting (issue 15, SPEC §11).
+"""The rules of the analytics layer that are not plain counting (SPEC §11).
 
 ``hermes_daily_tools`` counts an error result the way Hermes shows one: the
 project's :func:`hermes_marks_error` must give Hermes's own verdict

@@ -1,4 +1,4 @@
-"""Where the history starts (issue 20, SPEC §2): the first partition when no start date is set."""
+"""Where the history starts (SPEC §2): the first partition when no start date is set."""
 
 from __future__ import annotations
 

@@ -403,7 +403,7 @@ def test_lock_released_within_the_budget_is_retried_not_failed(delete_journal_co
 
 
 def test_one_day_is_one_read_transaction_and_none_is_held_between_days(tmp_path, monkeypatch):
-    """SPEC §1 "Stream, briefly" and issue 11: a day's sessions, read in several
+    """SPEC §1 "Stream, briefly": a day's sessions, read in several
     statements (chunks of 2 here), all come from ONE snapshot: a message Hermes commits
     between two chunks is not seen half-way; and between two days no read transaction
     is held, so Hermes can checkpoint its whole WAL."""

@@ -87,7 +87,7 @@ def test_session_start_falls_back_in_order():
 
 
 def test_text_timestamps_are_captured_in_all_three_datasets(hermes_db):
-    """Issue 14: a session whose started_at, ended_at and message timestamps are ISO-8601
+    """A session whose started_at, ended_at and message timestamps are ISO-8601
     TEXT (as Hermes's MCP server tests write them) is placed on its day and captured,
     with no bad_timestamp; a garbage text cell is still one counted bad_timestamp."""
     w = hermes_db

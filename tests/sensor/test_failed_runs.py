@@ -1,4 +1,4 @@
-"""A day is done when its run succeeds (issue 23 item 1).
+"""A day is done when its run succeeds.
 
 The real sensor against a real instance (on disk) holding real runs of the
 capture: each tick's run requests are run here, as the daemon would run them,

@@ -1,4 +1,4 @@
-"""Live capture, end to end, against a Hermes writing with the real clock (issue 4, lists 2 and 3).
+"""Live capture, end to end, against a Hermes writing with the real clock.
 
 1. A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``)
    with the sensor on a 2 s interval, and a Hermes process writing through

@@ -191,7 +191,7 @@ def test_checkpoint_moves_files_but_requests_nothing(built):
 
 
 # --------------------------------------------------------------------------
-# each kind of change (issue 4, list 1)
+# each kind of change
 # --------------------------------------------------------------------------
 
 

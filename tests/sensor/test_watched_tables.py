@@ -1,4 +1,4 @@
-"""Every table that feeds the datasets is watched (issue 23 item 3, issue 19 item 6).
+"""Every table that feeds the datasets is watched.
 
 - ``session_model_usage``: Hermes's own ``record_auxiliary_usage`` (hermes-agent
   0.19, the real writer) touches no other table; as the only write of a tick it

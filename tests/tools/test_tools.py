@@ -1,4 +1,4 @@
-"""The project's own tools (``tools/``) make the fixtures it ships (issue 20).
+"""The project's own tools (``tools/``) make the fixtures it ships.
 
 The fixture stores of ``tests/fixtures`` are generated, not hand-made: these
 tests run the generators the way ``tools/README.md`` says and compare what

@@ -1,4 +1,4 @@
-"""A bad setting in the UI: the code location's error is the one line (issue 20).
+"""A bad setting in the UI: the code location's error is the one line.
 
 ``dg dev`` started with a bad setting still serves the UI, and the code location
 fails to load. What a person sees under *Deployment* → *Code locations* →

@@ -1,4 +1,4 @@
-"""What a user does in the Dagster UI, in a real browser (issue 7, item 1).
+"""What a user does in the Dagster UI, in a real browser.
 
 A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``) runs on
 a temp DAGSTER_HOME; Debian's Chromium, driven by Playwright, does what a new
