@@ -24,7 +24,7 @@ from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source.stores import Store, on_host
 from hermes_assets.lib.warehouse import hosts, partition_file, purge
-from hermes_assets.lib.warehouse.datasets import PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK, PART_FILE, Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.capture_run import capture_days
@@ -217,6 +217,8 @@ def make_legacy(root: Path, host: str) -> dict[str, bytes]:
         for leftover in path.parent.iterdir():
             leftover.unlink()
         path.parent.rmdir()
+    for mark in root.glob(f".staging/*/{LAYOUT_MARK}"):  # that version left no mark of the move
+        mark.unlink()
     return before
 
 
