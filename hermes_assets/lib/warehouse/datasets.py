@@ -262,6 +262,7 @@ class Warehouse:
         moved = LayoutMove()
         mark = self._layout_mark()
         if os.path.exists(mark):
+            os.chmod(mark, self.modes.file)  # private again, whatever an older umask left
             return moved
         for dataset in CAPTURE_DATASETS:
             for day in sorted({day for day, host in self._files(dataset) if host is None}):
@@ -318,6 +319,7 @@ class Warehouse:
         """Set the modes of every folder and file of the datasets and of the staged days
         (the purge job: days it did not rewrite included)."""
         tops = [self.staging_root]
+        local_files.chmod_dir(os.path.dirname(self.staging_root), self.modes)  # the hosts' staging folder
         if self.storage.local:
             local_files.chmod_dir(self.root, self.modes)
             tops += [os.path.join(self.root, dataset) for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS)]
