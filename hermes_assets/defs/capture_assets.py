@@ -177,7 +177,10 @@ def project_rows(
     moved = wh.adopt_legacy()
     run = steps.project_rows(
         plan,
-        usage_policy.projection_context(plan.read_at),
+        usage_policy.projection_context(
+            plan.read_at,
+            usage_policy.redaction((sp.store.path for sp in plan.stores), context.instance.root_directory),
+        ),
         wh,
         staging=staging_dir(wh, context.run.run_id, context.instance),
         workers=capture_runtime.workers,
@@ -192,6 +195,10 @@ def project_rows(
         metadata[f"{dataset}.errors"] = errors.error_count(by_kind)
         metadata[f"{dataset}.errors_by_kind"] = dict(sorted(by_kind.items()))
         metadata[f"{dataset}.error_samples"] = samples
+        # secrets replaced by markers in the cells this dataset's rows were built from, by kind
+        metadata[f"{dataset}.secrets_redacted"] = dict(sorted(run.secrets_redacted(dataset).items()))
+    if run.files_redacted is not None:  # files written before redaction, redacted in place by this run
+        metadata.update(run.files_redacted.metadata())
     metadata["ids_reused"] = run.reborn()  # D15: new generations of ids captured before (a restored store)
     metadata["stores_failed"] = failed_stores(run.failures())
     metadata["sql_statements"] = dict(sorted(run.statements().items()))
@@ -253,6 +260,7 @@ def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict:
     md["path"] = dg.MetadataValue.path(result.path)
     md["errors"] = projected.errors
     md["errors_by_kind"] = dict(sorted(projected.errors_by_kind.items()))
+    md["secrets_redacted"] = dict(projected.secrets_redacted)
     return md
 
 

@@ -7,6 +7,8 @@ the settings are, and each can be swapped for another instance in tests.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from typing import Literal
 
 import dagster as dg
@@ -15,7 +17,8 @@ from hermes_assets.defs import settings
 from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
 from hermes_assets.lib.capture.pool import START_METHODS
 from hermes_assets.lib.capture.steps import PARALLEL_MIN_SESSIONS
-from hermes_assets.lib.plan import policy
+from hermes_assets.lib.plan import policy, redact
+from hermes_assets.lib.plan.redact import RedactionConfig
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
@@ -78,16 +81,35 @@ class UsagePolicy(dg.ConfigurableResource):
 
     list_path: AbsolutePath
     user_home: str
+    #: redact secrets from each session's cells before its rows are built (docs/redaction.md)
+    redact_secrets: bool = True
+    #: the markers' key (None: ``redaction.key`` in the Dagster instance's folder)
+    redaction_key: str | None = None
 
     @classmethod
     def from_settings(cls, s: Settings) -> UsagePolicy:
-        return cls(list_path=s.policy_list, user_home=s.user_home)
+        return cls(
+            list_path=s.policy_list,
+            user_home=s.user_home,
+            redact_secrets=s.redact_secrets,
+            redaction_key=s.redaction_key,
+        )
 
     def resolver(self) -> policy.PolicyResolver:
         return policy.PolicyResolver(self.list_path)
 
-    def projection_context(self, now_s: float) -> ProjectionContext:
-        return ProjectionContext(user_home=self.user_home, now_s=now_s)
+    def redaction(self, store_paths: Iterable[str], instance_root: str | None = None) -> RedactionConfig | None:
+        """How the run redacts (None: it does not): the key, and the ``.env`` files of the
+        Hermes homes of ``store_paths`` (the home's own and each profile's)."""
+        if not self.redact_secrets:
+            return None
+        key = self.redaction_key or os.path.join(
+            instance_root or os.path.expanduser("~/.hermes_assets"), "redaction.key"
+        )
+        return RedactionConfig(os.path.abspath(os.path.expanduser(key)), redact.env_files(store_paths))
+
+    def projection_context(self, now_s: float, redaction: RedactionConfig | None = None) -> ProjectionContext:
+        return ProjectionContext(user_home=self.user_home, now_s=now_s, redaction=redaction)
 
 
 class CaptureRuntime(dg.ConfigurableResource):

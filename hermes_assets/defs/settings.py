@@ -80,6 +80,17 @@ def _path_or_uri(value: str) -> str:
     return _absolute(value)
 
 
+def _on_off(value: Any) -> Any:
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("on", "true", "1", "yes"):
+            return True
+        if word in ("off", "false", "0", "no"):
+            return False
+        raise ValueError("not on or off")
+    return value
+
+
 def _host(value: str | None) -> str | None:
     return None if value is None else hosts.check_label(value)
 
@@ -114,6 +125,10 @@ class Settings(pydantic.BaseModel):
     #: this host's label (None: not set, the machine's hostname; see :attr:`host_label`)
     host: Annotated[str | None, AfterValidator(_host)] = None
     user_home: str = Field(default_factory=lambda: os.path.expanduser("~"))
+    #: ``off``: cells are copied as Hermes stored them, credentials included (docs/redaction.md)
+    redact_secrets: Annotated[bool, BeforeValidator(_on_off)] = True
+    #: the key of the redaction markers (created once, 0600); set by :func:`load` when unset
+    redaction_key: AbsolutePath | None = None
 
     @property
     def host_label(self) -> str:
@@ -143,11 +158,16 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "spool": ("HERMES_ASSETS_SPOOL", "a folder path"),
     "workers": ("HERMES_ASSETS_WORKERS", "a positive integer"),
     "sensor_max_runs": ("HERMES_ASSETS_SENSOR_MAX_RUNS", "a positive integer"),
+    "redact_secrets": ("HERMES_ASSETS_REDACT_SECRETS", "on or off"),
+    "redaction_key": ("HERMES_ASSETS_REDACTION_KEY", "a file path"),
     "host": (
         "HERMES_ASSETS_HOST",
         "a host label (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)",
     ),
 }
+
+#: the key's file in the Dagster instance's folder (or beside a local warehouse without one)
+REDACTION_KEY_FILE = "redaction.key"
 
 
 def load(environ: Mapping[str, str] | None = None) -> Settings:
@@ -161,9 +181,11 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         raw = environ.get(name, "").strip()
         if raw:
             values[field] = raw
+    home = environ.get("DAGSTER_HOME", "").strip()
     if "warehouse" not in values:
-        home = environ.get("DAGSTER_HOME", "").strip()
         values["warehouse"] = os.path.join(home, "warehouse") if home else "warehouse"
+    if "redaction_key" not in values:
+        values["redaction_key"] = _default_key(home, values["warehouse"])
     if "log_level" in values:
         values["log_level"] = values["log_level"].lower()
     try:
@@ -172,6 +194,19 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         field = str(exc.errors()[0]["loc"][0])
         name, form = VARIABLES[field]
         raise ConfigurationError(f"{name}={values.get(field)!r} is not {form}") from None
+
+
+def _default_key(dagster_home: str, warehouse: str) -> str:
+    """The key's default place: the Dagster instance's folder, never the warehouse (whose
+    files are shared); without ``DAGSTER_HOME``, beside a local warehouse (its parent folder),
+    else the user's ``~/.hermes_assets``."""
+    if dagster_home:
+        return os.path.join(dagster_home, REDACTION_KEY_FILE)
+    parsed = urlparse(warehouse)
+    if len(parsed.scheme) > 1 and parsed.scheme.lower() != "file":
+        return os.path.join("~", ".hermes_assets", REDACTION_KEY_FILE)
+    local = parsed.path if parsed.scheme else warehouse
+    return os.path.join(os.path.dirname(os.path.abspath(os.path.expanduser(local))), REDACTION_KEY_FILE)
 
 
 #: the settings of the definitions loaded in this process (:func:`use`, :func:`in_use`)
@@ -225,7 +260,32 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
         if problem:
             name, _ = VARIABLES[field]
             raise ConfigurationError(f"{name}={value!r} is not a folder this user can write: {problem}")
+    if settings.redact_secrets and settings.redaction_key:
+        problem = _key_problem(settings.redaction_key)
+        if problem:
+            name, _ = VARIABLES["redaction_key"]
+            raise ConfigurationError(f"{name}={settings.redaction_key!r} {problem}")
+    if not settings.redact_secrets:
+        logs.get_logger().warning(
+            "hermes.settings.redaction_off",
+            setting=VARIABLES["redact_secrets"][0],
+            meaning="cells are copied as Hermes stored them: credentials pasted in sessions reach the "
+            "datasets in the clear; only for a warehouse exactly as private as the Hermes home",
+        )
     return settings
+
+
+def _key_problem(path: str) -> str | None:
+    """Why the redaction key cannot be used: not a file, readable by others, or (when it
+    does not exist yet) a folder where it cannot be created."""
+    if os.path.lexists(path):
+        if not os.path.isfile(path):
+            return "is not a file"
+        if os.stat(path).st_mode & 0o077:
+            return "can be read by other users: the key must be private (chmod 600)"
+        return None
+    problem = _unwritable(os.path.dirname(path))
+    return f"cannot be created: {problem}" if problem else None
 
 
 def _unwritable(folder: str) -> str | None:

@@ -39,7 +39,10 @@ def _steps(result, event: str) -> set[str]:
     return {e.step_key for e in result.all_events if e.event_type_value == event}
 
 
-def test_a_failed_write_is_re_executed_from_failure_with_the_staged_days(small, tmp_path):
+def test_a_failed_write_is_re_executed_from_failure_with_the_staged_days(small, tmp_path, monkeypatch):
+    # one redaction key for both installations (by default each DAGSTER_HOME has its own, and the
+    # small store's fake keys would get other markers)
+    monkeypatch.setenv("HERMES_ASSETS_REDACTION_KEY", str(tmp_path / "redaction.key"))
     reference = tmp_path / "reference"
     assert small.materialize(FIRST, LAST, defs=small.defs(warehouse=HermesWarehouse(root=str(reference)))).success
     want = part_files(reference)

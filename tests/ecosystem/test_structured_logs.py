@@ -29,7 +29,7 @@ OP = "hermes_capture.{}"
 ONCE_PER_OP = {
     OP.format("plan"): {"hermes.capture.plan": 1},
     OP.format("apply_usage_policy"): {"hermes.capture.policy": 1},
-    OP.format("project_rows"): {"hermes.capture.project": len(DATASETS)},
+    OP.format("project_rows"): {"hermes.capture.project": len(DATASETS), "hermes.capture.secrets_redacted": 1},
     OP.format("write_partitions"): {"hermes.capture.write": len(DATASETS)},
 }
 #: the write step also prints one hermes.warehouse.day_written per day and dataset

@@ -17,6 +17,7 @@ from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse.datasets import Warehouse
+from tests.support.project import TEST_REDACTION
 
 USER_HOME = "/home/tests"
 
@@ -49,7 +50,7 @@ def stage(
 ) -> ProjectedRun:
     """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``."""
     plan = plan_for(stores, days, policy_list=policy_list, now_s=now_s)
-    ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit())
+    ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit(), redaction=TEST_REDACTION)
     return steps.project_rows(
         plan,
         ctx,

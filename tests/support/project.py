@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pyarrow as pa
 from hermes_assets.lib import errors, ids, schemas
 from hermes_assets.lib.errors import CellError, ErrorTally
 from hermes_assets.lib.plan import capture_plan
+from hermes_assets.lib.plan.redact import RedactionConfig
 from hermes_assets.lib.projection import day_rows
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
@@ -52,8 +56,25 @@ class CopyReaders(ReaderFactory):
         return StoreReader(store, busy_timeout_ms=self.busy_timeout_ms, now_s=now_s, file=file)
 
 
+def _test_key() -> str:
+    """A fixed key (the goldens' markers do not change between runs), in a private file of this process."""
+    folder = tempfile.mkdtemp(prefix="hermes-assets-tests-key-")
+    path = os.path.join(folder, "redaction.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(hashlib.sha256(b"hermes_assets tests: the redaction key").digest())
+    return path
+
+
+#: every projection of the tests redacts, as a capture does by default (a fixed key, no .env
+#: files): a store without secrets must come out exactly as it did without redaction
+TEST_REDACTION = RedactionConfig(_test_key())
+
+
 def default_ctx(git=None, now_s: float = NOW_S) -> ProjectionContext:
-    return ProjectionContext(user_home=USER_HOME, now_s=now_s, git=git if git is not None else NoGit())
+    return ProjectionContext(
+        user_home=USER_HOME, now_s=now_s, git=git if git is not None else NoGit(), redaction=TEST_REDACTION
+    )
 
 
 @dataclass

@@ -37,12 +37,13 @@ from hermes_assets.lib import errors, logs
 from hermes_assets.lib.capture import pool
 from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.plan import redact
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.day_rows import project_day
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import local_files, staging
+from hermes_assets.lib.warehouse import local_files, redaction, staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
 from hermes_assets.lib.warehouse.partition_file import DayFile
@@ -66,6 +67,8 @@ class DatasetDay:
     samples: tuple[dict, ...]
     #: store path -> the staged file of that store's rows of the day
     staged: dict[str, str]
+    #: secrets redacted from the cells the day's rows were built from, by kind (never a value)
+    secrets_redacted: dict[str, int] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -96,6 +99,10 @@ class ProjectedRun:
     plan: CapturePlan
     staging: str
     days: list[StagedDay]
+    #: what the run's files record (None: the run does not redact)
+    redaction_version: int | None = None
+    #: files written before (or under an older redaction), redacted again by this run
+    files_redacted: redaction.FilesRedacted | None = None
 
     def failures(self) -> list[StoreFailure]:
         """Every store that failed, in the plan or on any day (each once)."""
@@ -114,6 +121,13 @@ class ProjectedRun:
             by_kind.update(d.errors_by_kind)
             samples.extend(d.samples[: max(0, 10 - len(samples))])
         return rows, by_kind, samples
+
+    def secrets_redacted(self, dataset: str) -> Counter:
+        """Secrets redacted, by kind, from the cells one dataset's rows were built from."""
+        total: Counter = Counter()
+        for staged in self.days:
+            total.update(staged.datasets[dataset].secrets_redacted)
+        return total
 
     def reborn(self) -> int:
         """Stored sessions and messages whose id was captured before with another birth (D15)."""
@@ -161,6 +175,14 @@ def project_rows(
     when the run has at least ``parallel_min_sessions`` sessions.
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
+    files_redacted = None
+    if ctx.redaction is not None:
+        warehouse.redaction_version = redact.REDACTION_VERSION
+        # files written before redaction (or under older patterns) first, so the days merge with redacted rows
+        files_redacted = redaction.redact_files(warehouse, redact.redactor_for(ctx.redaction))
+    else:
+        warehouse.redaction_version = None
+        redaction.forget_stamp(warehouse)
     job = DayJob(
         plan,
         replace(ctx, now_s=plan.read_at),  # one clock for the sanity window of the whole run
@@ -175,12 +197,21 @@ def project_rows(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    run = ProjectedRun(plan, staging, days)
+    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted)
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
         log.info(
             "hermes.capture.project", dataset=dataset, days=len(days), rows=rows, errors=errors.error_count(by_kind)
         )
+    # one event per run: how many secrets, of which kinds (never a value, never a marker)
+    found = {ds: run.secrets_redacted(ds) for ds in CAPTURE_DATASETS}
+    log.info(
+        "hermes.capture.secrets_redacted",
+        redaction="on" if ctx.redaction is not None else "off",
+        secrets_redacted={ds: sum(c.values()) for ds, c in found.items()},
+        kinds=sorted({kind for c in found.values() for kind in c}),
+        by_kind={ds: dict(sorted(c.items())) for ds, c in found.items() if c},
+    )
     return run
 
 
@@ -204,10 +235,14 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
             if final and not table.num_rows:
                 continue  # nothing to write, nothing to merge with
             staged[path] = os.path.join(job.staging, staging.staged_name(dataset, day, order[path], encoded=final))
-            staging.stage(dataset, table, staged[path], job.warehouse.modes.file)
+            staging.stage(dataset, table, staged[path], job.warehouse.modes.file, job.warehouse.redaction_version)
         tally = rows.tallies[dataset]
         datasets[dataset] = DatasetDay(
-            sum(t.num_rows for t in by_store.values()), tally.as_dict(), tuple(tally.sample_dicts()[:10]), staged
+            sum(t.num_rows for t in by_store.values()),
+            tally.as_dict(),
+            tuple(tally.sample_dicts()[:10]),
+            staged,
+            dict(sorted(rows.secrets.get(dataset, {}).items())),
         )
     facts = plan.facts(day, rows.generations, skip={f.path for f in rows.failures})
     prepared = {}
@@ -311,6 +346,7 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     failures = run.failures()
     failed = {f.path for f in failures}
     results: dict[str, list[WriteResult]] = {ds: [] for ds in CAPTURE_DATASETS}
+    warehouse.redaction_version = run.redaction_version  # merged here: the version the staged rows have
     if any(sp.status == READ and sp.store.path not in failed for sp in run.plan.stores):
         write = functools.partial(_write_day, run, warehouse, failed)
     else:  # no store read: nothing to merge, every day's files stay as they are

@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.plan import policy
+from hermes_assets.lib.plan import policy, redact
 from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.plan.generations import Births, Generations
 from hermes_assets.lib.projection import copies, gateway, raw
@@ -46,6 +46,8 @@ class DayRows:
     statements: Counter
     #: every bad cell of the day once, as ``(error_kind, session id, mid, column)``
     cells: set
+    #: dataset -> secrets redacted from the cells its rows are built from, by kind
+    secrets: dict[str, Counter] = field(default_factory=dict)
 
     def table(self, dataset: str) -> pa.Table:
         """All stores' rows of one dataset (the schema's empty table when none)."""
@@ -91,6 +93,8 @@ def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: di
     generations: dict[str, Generations] = {}
     failures: list[StoreFailure] = []
     statements: Counter = Counter()
+    redactor = redact.redactor_for(ctx.redaction) if ctx.redaction is not None else None
+    secrets: dict[str, Counter] = {ds: Counter() for ds in CAPTURE_DATASETS}
     for sp in plan.readable():
         kept = sp.kept_on(day)
         if not kept:
@@ -131,6 +135,12 @@ def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: di
             if read.grouped
             else {}
         )
+        if redactor is not None:  # after the copies are marked: they compare the cells as Hermes stored them
+            found = redact.redact_bundles(redactor, bundles)
+            secrets[SESSIONS].update(found.sessions)
+            secrets[MESSAGES].update(found.messages)
+            secrets[GATEWAY].update(found.sessions)
+            secrets[GATEWAY].update(found.messages)
         canonical = gateway.GatewayColumns()
         sessions = raw.sessions_columns(plan.read_at, tallies[SESSIONS], unknown.get("sessions", []))
         messages = raw.messages_columns(
@@ -153,4 +163,4 @@ def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: di
         for ds, builder in ((GATEWAY, canonical), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens
-    return DayRows(day, tables, tallies, generations, failures, statements, logged)
+    return DayRows(day, tables, tallies, generations, failures, statements, logged, secrets)

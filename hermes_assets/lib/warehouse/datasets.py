@@ -49,6 +49,8 @@ PART_FILE = "part-0.parquet"
 STAGING = ".staging"
 #: in a host's staging: its files were moved to the hosts' layout (:meth:`Warehouse.adopt_legacy`)
 LAYOUT_MARK = ".layout-hosts"
+#: in the spool: the redaction version every capture file has (:mod:`~hermes_assets.lib.warehouse.redaction`)
+REDACTION_STAMP = ".redaction-version"
 
 
 @dataclass
@@ -95,8 +97,18 @@ class Warehouse:
     """The dataset root: a local folder, or any URI pyarrow's filesystem layer opens
     (see :mod:`~hermes_assets.lib.warehouse.storage` for what differs between them)."""
 
-    def __init__(self, root: str, *, spool: str | None = None, modes: FileModes = PRIVATE, host: str | None = None):
+    def __init__(
+        self,
+        root: str,
+        *,
+        spool: str | None = None,
+        modes: FileModes = PRIVATE,
+        redaction_version: int | None = None,
+        host: str | None = None,
+    ):
         self.storage = open_storage(root, spool=spool, modes=modes)
+        #: what a capture file written here records (None: the run does not redact)
+        self.redaction_version = redaction_version
         #: this host's label: its own files are ``day=<day>/host=<label>/`` (:mod:`.hosts`)
         self.host = hosts.check_label(host) if host is not None else hosts.default_label()
 
@@ -320,6 +332,9 @@ class Warehouse:
         (the purge job: days it did not rewrite included)."""
         tops = [self.staging_root]
         local_files.chmod_dir(os.path.dirname(self.staging_root), self.modes)  # the hosts' staging folder
+        stamp = os.path.join(self.storage.spool, REDACTION_STAMP)
+        if os.path.isfile(stamp):
+            os.chmod(stamp, self.modes.file)
         if self.storage.local:
             local_files.chmod_dir(self.root, self.modes)
             tops += [os.path.join(self.root, dataset) for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS)]
@@ -393,7 +408,7 @@ class Warehouse:
         fresh = read_marks.fresh(facts, self._read_marks(dataset, day), read_at)
         if not fresh:  # the write leaves the day alone
             return None
-        return day_merge.prepare(dataset, new, old, fresh, stage_as, self.modes.file)
+        return day_merge.prepare(dataset, new, old, fresh, stage_as, self.modes.file, self.redaction_version)
 
     def _commit(self, dataset: str, day: str, prepared: PreparedWrite, fresh: list[StoreFacts]) -> WriteResult | None:
         """Put a prepared file in place (under the day's lock); None when it no longer holds."""
@@ -445,8 +460,8 @@ class Warehouse:
     def replace_day(self, dataset: str, day: str, table: pa.Table) -> WriteResult:
         """Replace the day's file by ``table`` as it is (no retention merge), atomically,
         under the day's lock; no rows = no file. For datasets recomputed whole."""
-        with self.day_lock(dataset, day):
-            result = self._replace(dataset, day, table, 0, self.storage.read_bytes(self.path(dataset, day)))
+        with self.day_lock(dataset, day):  # derived datasets: no redaction version of their own
+            result = self._replace(dataset, day, table, 0, self.storage.read_bytes(self.path(dataset, day)), None)
             self.fix_modes(dataset, day)
             return result
 
@@ -460,19 +475,30 @@ class Warehouse:
             old = partition_file.decode(dataset, data)
             table = old.filter(keep_mask_fn(old))
             removed = old.num_rows - table.num_rows
-            if removed:
-                self._replace(dataset, day, table, removed, data)
+            if removed:  # rows removed, none changed: the file's redaction is what it was
+                self._replace(dataset, day, table, removed, data, partition_file.redaction_version(data))
             return removed, table.num_rows
 
-    def _replace(self, dataset: str, day: str, table: pa.Table, dropped: int, old: pa.Buffer | None) -> WriteResult:
-        """Put ``table`` in place of the day's file (``old``: its current bytes, or None)."""
+    def _replace(
+        self,
+        dataset: str,
+        day: str,
+        table: pa.Table,
+        dropped: int,
+        old: pa.Buffer | None,
+        redaction_version: int | bool | None = True,
+    ) -> WriteResult:
+        """Put ``table`` in place of the day's file (``old``: its current bytes, or None).
+        ``redaction_version``: what the file records (True: this warehouse's)."""
+        if redaction_version is True:
+            redaction_version = self.redaction_version
         path = self.path(dataset, day)
         location = self.location(dataset, day)
         if table.num_rows == 0:
             if old is not None:
                 self.storage.delete(path)
             return WriteResult(dataset, day, location, 0, 0, dropped, 0, old is not None)
-        data = partition_file.encode(dataset, table)
+        data = partition_file.encode(dataset, table, redaction_version or None)
         changed = old is None or not partition_file.same_bytes(old, data)
         if changed:
             self.storage.put(path, data)

@@ -67,7 +67,13 @@ def merge(
 
 
 def prepare(
-    dataset: str, new: dict[str, pa.Table], old: DayFile, fresh: list[StoreFacts], stage_as: str, mode: int
+    dataset: str,
+    new: dict[str, pa.Table],
+    old: DayFile,
+    fresh: list[StoreFacts],
+    stage_as: str,
+    mode: int,
+    redaction_version: int | None = None,
 ) -> PreparedWrite | None:
     """Merge now (:func:`merge`); the new file is staged at ``stage_as`` when it differs
     from the old one. None when the old file has no pin (nothing could prove it unchanged)."""
@@ -77,7 +83,7 @@ def prepare(
     stores = frozenset(f.path for f in fresh)
     if table.num_rows == 0:
         return PreparedWrite(stores, old.pin, 0, 0, carried.dropped, carried.replaced, 0, True, None)
-    data = partition_file.encode(dataset, table)
+    data = partition_file.encode(dataset, table, redaction_version)
     changed = not partition_file.same_bytes(old.data, data)
     if changed:
         with staging.reporting_full_disk(stage_as), open_private(stage_as, mode) as f:

@@ -1,5 +1,10 @@
 """The bytes of a partition file: a day's table encoded (sorted, zstd), and decoded back (SPEC §2).
 
+A file written by a run that redacted secrets records the redaction's version in its
+key-value metadata (:data:`~hermes_assets.lib.plan.redact.VERSION_KEY`); a file without it, or
+with an older one, is redacted again by the next run that redacts
+(:mod:`~hermes_assets.lib.warehouse.redaction`).
+
 A day's file is encoded once per write, from the whole day, and compared with
 the file it would replace byte for byte (an unchanged day is never rewritten).
 Decoding always uses the dataset's schema, so a column an older file lacks
@@ -16,12 +21,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
+from hermes_assets.lib.plan.redact import VERSION_KEY
 
 if TYPE_CHECKING:
     from hermes_assets.lib.warehouse.storage import Pin
 
 
-def encode(dataset: str, table: pa.Table) -> pa.Buffer:
+def encode(dataset: str, table: pa.Table, redaction_version: int | None = None) -> pa.Buffer:
     """A day's table as the exact bytes of its partition file (sorted, zstd).
 
     Text columns may arrive dictionary-encoded (one system prompt per session);
@@ -32,8 +38,24 @@ def encode(dataset: str, table: pa.Table) -> pa.Buffer:
     if not is_sorted(table, sort):
         table = table.sort_by([(c, "ascending") for c in sort])
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024, store_schema=False)
+    if redaction_version is None:
+        pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024, store_schema=False)
+    else:  # the same bytes, and the version of the redaction its cells went through
+        with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False) as writer:
+            writer.write_table(table, row_group_size=256 * 1024)
+            writer.add_key_value_metadata({VERSION_KEY.decode(): str(redaction_version)})
     return sink.getvalue()
+
+
+def redaction_version(source: pa.Buffer | pa.NativeFile) -> int | None:
+    """The redaction version a partition file records (None: written without redaction,
+    or before redaction existed)."""
+    reader = pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
+    metadata = pq.read_metadata(reader).metadata or {}
+    try:
+        return int(metadata[VERSION_KEY])
+    except (KeyError, ValueError):
+        return None
 
 
 def decode(dataset: str, data: pa.Buffer, columns: list[str] | None = None) -> pa.Table:

@@ -72,12 +72,12 @@ def prepared_name(dataset: str, day: str) -> str:
     return f"{dataset}.{day}{PREPARED_SUFFIX}"
 
 
-def stage(dataset: str, table: pa.Table, path: str, mode: int = 0o600) -> None:
+def stage(dataset: str, table: pa.Table, path: str, mode: int = 0o600, redaction_version: int | None = None) -> None:
     """Write ``table`` to the new staged file ``path`` (created with ``mode``), in the form its
     name says: Arrow IPC, or the encoded partition file (:func:`partition_file.encode`)."""
     with reporting_full_disk(path):
         if path.endswith(ENCODED_SUFFIX):
-            data = partition_file.encode(dataset, table)
+            data = partition_file.encode(dataset, table, redaction_version)
             with open_private(path, mode) as f:
                 f.write(memoryview(data))
         else:

@@ -1,0 +1,114 @@
+"""Partition files record the redaction they went through; older files are redacted again.
+
+The library alone (no Dagster): a capture without redaction writes files with no version
+and the secrets as stored; the next capture that redacts rewrites them in place (JSON
+cells included, ids kept) and stamps the warehouse; a purge keeps each file's version;
+a run that finds nothing new changes no byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.plan import redact
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES
+from hermes_assets.lib.warehouse import partition_file, purge, redaction
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from tests.lib.test_redact import fake
+from tests.support.capture_run import USER_HOME, capture_days, files, plan_for
+from tests.support.hermes_writer import START_S, HermesWriter, openai_call
+
+
+@pytest.fixture
+def secret_store(tmp_path):
+    keys = {"github": fake("github_token"), "openai": fake("openai_api_key")}
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home", start_s=START_S) as w:
+        sid = w.session("s1", "cli", cwd="/work/a")
+        w.msg(sid, "user", "my key " + keys["github"])
+        w.msg(
+            sid,
+            "assistant",
+            "ok",
+            tool_calls=[openai_call("c1", "terminal", {"command": "export OPENAI_API_KEY=" + keys["openai"]})],
+        )
+        w.end(sid)
+        other = w.session("s2", "cli", cwd="/work/b")
+        w.msg(other, "user", "nothing secret here")
+        w.end(other)
+    return db, keys
+
+
+def capture_off(db, wh: Warehouse) -> None:
+    """One capture with redaction off (as ``HERMES_ASSETS_REDACT_SECRETS=off`` runs)."""
+    plan = plan_for([db], None)
+    ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit())
+    run = steps.project_rows(plan, ctx, wh, staging=os.path.join(wh.staging_root, "off"), parallel_min_sessions=0)
+    steps.write_partitions(run, wh)
+
+
+def all_text(root) -> str:
+    out = []
+    for path in sorted(root.glob("*/day=*/part-0.parquet")):
+        out.append(json.dumps(pq.read_table(path).to_pylist(), default=str))
+    return "\n".join(out)
+
+
+def versions(root) -> set:
+    """The redaction versions the warehouse's partition files record."""
+    return {partition_file.redaction_version(pa.py_buffer(p.read_bytes())) for p in root.glob("*/day=*/part-0.parquet")}
+
+
+def test_files_written_without_redaction_are_redacted_in_place(secret_store, tmp_path):
+    db, keys = secret_store
+    wh = Warehouse(str(tmp_path / "wh"))
+    capture_off(db, wh)
+    text = all_text(tmp_path / "wh")
+    assert keys["github"] in text and keys["openai"] in text
+    assert versions(tmp_path / "wh") == {None}
+    assert not os.path.exists(redaction.stamp_path(wh))
+
+    run, _ = capture_days([db], wh)
+    assert run.files_redacted is not None
+    assert sum(run.files_redacted.files_rewritten.values()) == len(CAPTURE_DATASETS)
+    assert run.files_redacted.cells_changed[MESSAGES] >= 2  # content and the tool call's JSON
+    text = all_text(tmp_path / "wh")
+    assert keys["github"] not in text and keys["openai"] not in text
+    assert versions(tmp_path / "wh") == {redact.REDACTION_VERSION}
+    assert os.path.exists(redaction.stamp_path(wh))
+    messages = pq.read_table(next((tmp_path / "wh" / MESSAGES).rglob("*.parquet"))).to_pylist()
+    call = json.loads(next(m["tool_calls"] for m in messages if m["tool_calls"]))
+    assert call[0]["id"] == "c1" and json.loads(call[0]["function"]["arguments"])["command"].startswith(
+        "export OPENAI_API_KEY=[REDACTED:openai_api_key:"
+    )
+
+    before = files(tmp_path / "wh")
+    run, _ = capture_days([db], wh)
+    assert not sum(run.files_redacted.files_rewritten.values())
+    assert files(tmp_path / "wh") == before  # nothing new: no byte changed
+
+
+def test_a_purge_keeps_each_files_redaction_version(secret_store, tmp_path):
+    db, _ = secret_store
+    wh = Warehouse(str(tmp_path / "wh"))
+    capture_days([db], wh)
+    assert versions(tmp_path / "wh") == {redact.REDACTION_VERSION}
+    assert purge.purge(wh, scope="/work/b").sessions == 1
+    assert versions(tmp_path / "wh") == {redact.REDACTION_VERSION}
+
+
+def test_a_run_without_redaction_forgets_the_stamp(secret_store, tmp_path):
+    db, _ = secret_store
+    wh = Warehouse(str(tmp_path / "wh"))
+    capture_days([db], wh)
+    assert os.path.exists(redaction.stamp_path(wh))
+    capture_off(db, wh)
+    assert not os.path.exists(redaction.stamp_path(wh))
+    assert versions(tmp_path / "wh") == {None}
