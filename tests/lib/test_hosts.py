@@ -14,7 +14,6 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.defs import settings
@@ -208,11 +207,10 @@ def make_legacy(root: Path, host: str) -> dict[str, bytes]:
     for path in sorted(root.glob(f"*/day=*/{hosts.folder(host)}/{PART_FILE}")):
         dataset, day_dir = path.parts[-4], path.parent.parent
         before[f"{dataset}/{day_dir.name}"] = path.read_bytes()
-        table = partition_file.decode(dataset, pa.py_buffer(path.read_bytes()))
-        old = table.drop_columns(["host"])
-        sink = pa.BufferOutputStream()
-        pq.write_table(old, sink, compression="zstd", store_schema=False)
-        (day_dir / PART_FILE).write_bytes(sink.getvalue().to_pybytes())
+        data = pa.py_buffer(path.read_bytes())
+        old = partition_file.decode(dataset, data).drop_columns(["host"])
+        legacy = partition_file.encode(dataset, old, partition_file.redaction_version(data))
+        (day_dir / PART_FILE).write_bytes(legacy.to_pybytes())
         os.replace(path.parent / READ_AT_FILE, day_dir / READ_AT_FILE)
         for leftover in path.parent.iterdir():
             leftover.unlink()

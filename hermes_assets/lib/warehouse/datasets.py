@@ -308,7 +308,9 @@ class Warehouse:
                 idx = table.schema.get_field_index("host")
                 column = pa.repeat(pa.scalar(self.host, pa.string()), table.num_rows)
                 table = table.set_column(idx, table.schema.field(idx), column)
-                self.storage.put(self.path(dataset, day), partition_file.encode(dataset, table))
+                # the same redaction version as the old file: its cells are what they were
+                version = partition_file.redaction_version(data)
+                self.storage.put(self.path(dataset, day), partition_file.encode(dataset, table, version))
                 rows = table.num_rows
             old_marks = self.storage.join(self.day_dir(dataset, day), read_marks.READ_AT_FILE)
             marks = self.storage.read_bytes(old_marks)
