@@ -288,7 +288,9 @@ def test_session_id_with_slashes_dots_quotes_and_emoji(hostile):
         rel = path.relative_to(root).parts
         assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, *ANALYTICS, ".staging", ".redaction-version"), path
         if rel[0] != ".staging":
-            assert len(rel) <= 3 and (len(rel) < 2 or rel[1].startswith("day=")), path
+            # <dataset>/day=<day>/host=<label>/<file> (a derived dataset: <dataset>/day=<day>/<file>)
+            assert len(rel) <= 4 and (len(rel) < 2 or rel[1].startswith("day=")), path
+            assert len(rel) < 4 or rel[2].startswith("host="), path
 
 
 def test_cwd_with_a_newline(hostile):
