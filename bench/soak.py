@@ -23,8 +23,23 @@ recomputation from the datasets, and the figures are printed: faults, runs,
 failures (each matched to a fault), lag from commit to warehouse (p50/p95),
 staging folders left, the verdict.
 
+Two more cases (``--case``) watch a folder of stores (``HERMES_STATE_DB``) with
+``HERMES_ASSETS_START_DATE`` unset, so the partitions start where the history did when
+Dagster started, and history older than that comes while it runs:
+
+  empty-store   Dagster starts on an empty store; Hermes's clock then begins ~2 minutes
+                before midnight of the previous UTC day (its first sessions are dated
+                that day, a day before the first partition)
+  added-store   a second store, with older history (the small fixture's 14 days), is
+                moved into the folder of stores after the first fault
+
+Their figures split the lag: ``lag_older_*`` for the days older than the first partition
+(``lag_added_*``: from the store's arrival to its days' capture) against ``lag_other_*``,
+with how many of those captures came before any restart of ``dagster dev``.
+
     sudo .venv/bin/python bench/soak.py                     # 9 minutes of faults, then the tail
     sudo .venv/bin/python bench/soak.py --minutes 4 --json  # last line: flat JSON
+    sudo .venv/bin/python bench/soak.py --case empty-store  # older history while Dagster runs
 """
 
 from __future__ import annotations
@@ -120,9 +135,11 @@ class Dagster:
 
     def __init__(self, env: dict, logs: Path):
         self.env, self.logs, self.proc, self.starts = env, logs, None, 0
+        self.started_at: list[float] = []  # each start (a restart loads the definitions afresh)
 
     def start(self) -> None:
         self.starts += 1
+        self.started_at.append(time.time())
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -234,6 +251,15 @@ db.close()
 """
 
 
+def empty_store(db: Path, home: Path) -> None:
+    """A store as Hermes creates it, before its first session (its own schema, no row)."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    os.environ["HERMES_HOME"] = str(home)
+    import hermes_state
+
+    hermes_state.SessionDB(db_path=db).close()
+
+
 def hermes_reading(db: Path) -> dict:
     """The store as Hermes keeps it (plain SQL, no project code)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -310,9 +336,18 @@ def warehouse_reading(warehouse: Path) -> dict:
     return {"sessions": sessions, "messages": messages, "usage": usage}
 
 
-def differences(db: Path, warehouse: Path) -> list[str]:
-    """What differs between Hermes's reading and the warehouse (empty: equal)."""
-    h, w = hermes_reading(db), warehouse_reading(warehouse)
+def hermes_readings(dbs: list[Path]) -> dict:
+    """Every store's reading together (session ids are unique across the stores of a soak)."""
+    out: dict = {"sessions": {}, "messages": {}, "usage": {}}
+    for db in dbs:
+        for what, rows in hermes_reading(db).items():
+            out[what].update(rows)
+    return out
+
+
+def differences(dbs: list[Path], warehouse: Path) -> list[str]:
+    """What differs between Hermes's reading of every store and the warehouse (empty: equal)."""
+    h, w = hermes_readings(dbs), warehouse_reading(warehouse)
     out = []
     for what in ("sessions", "messages", "usage"):
         a, b = h[what], w[what]
@@ -370,6 +405,13 @@ class Soak:
         self.root = Path(args.root or tempfile.mkdtemp(prefix="hermes-soak-"))
         self.home = self.root / "hermes-home"
         self.db = self.home / "state.db"
+        self.folder = self.root / "stores"  # the folder of stores of the empty-store and added-store cases
+        if args.case != "fixture":
+            self.db = self.folder / "live" / "state.db"
+        self.added: Path | None = None  # the store moved into the folder (added-store), once it is there
+        self.t_added: float | None = None
+        self.first_day: str | None = None  # the first partition when dagster dev first started
+        self.clock_offset = 0.0
         self.logs = self.root / "logs"
         self.dagster_home = self.root / "dagster-home"
         for d in (self.home, self.logs, self.dagster_home):
@@ -380,7 +422,6 @@ class Soak:
         if args.run_retries is not None:
             config += f"\nrun_retries:\n  enabled: true\n  max_retries: {args.run_retries}\n"
         (self.dagster_home / "dagster.yaml").write_text(config)
-        shutil.copyfile(small_fixture(), self.db)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
         env.update(
             {
@@ -388,16 +429,34 @@ class Soak:
                 "HERMES_HOME": str(self.home),
                 "HERMES_ASSETS_WAREHOUSE": str(self.warehouse),
                 "HERMES_ASSETS_POLL_SECONDS": str(args.poll),
-                "HERMES_ASSETS_START_DATE": "2026-05-25",
                 "HERMES_ASSETS_LOG_FORMAT": "json",
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if args.case == "fixture":
+            shutil.copyfile(small_fixture(), self.db)
+            env["HERMES_ASSETS_START_DATE"] = "2026-05-25"
+        else:  # the partitions start where the history does: nothing yet
+            env["HERMES_STATE_DB"] = str(self.folder)
+            empty_store(self.db, self.home)
         self.env = env
         self.dagster = Dagster(env, self.logs)
         self.faults: list[dict] = []
         self.writers: list[subprocess.Popen] = []
         self.rng = random.Random(args.seed)
+
+    def stores(self) -> list[Path]:
+        return [self.db] + ([self.added] if self.added else [])
+
+    def add_store(self) -> None:
+        """added-store: a store with older history (the small fixture) moved into the folder whole."""
+        staged = self.root / "restore" / "desktop"
+        staged.mkdir(parents=True)
+        shutil.copyfile(small_fixture(), staged / "state.db")
+        self.t_added = time.time()
+        staged.rename(self.folder / "desktop")
+        self.added = self.folder / "desktop" / "state.db"
+        log("added a store with older history:", self.added)
 
     # -- faults ------------------------------------------------------------------
 
@@ -456,11 +515,17 @@ class Soak:
 
     def run(self) -> dict:
         args = self.args
-        log("root", self.root)
+        log("root", self.root, "case", args.case)
+        if args.case != "fixture":  # no history yet: the first partition is today
+            self.first_day = time.strftime("%Y-%m-%d", time.gmtime())
         self.dagster.start()
         log("dagster dev up; first capture of the fixture's days")
         self.wait_quiet(300)
         seconds = args.minutes * 60
+        if args.case == "empty-store":  # Hermes's clock starts 2 minutes before the previous UTC midnight
+            now = time.time()
+            self.clock_offset = (now - now % 86400 - 120) - now
+            log("Hermes's clock starts at", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now + self.clock_offset)))
         self.writers = [
             subprocess.Popen(
                 [
@@ -479,6 +544,8 @@ class Soak:
                     str(args.seed),
                     "--log",
                     str(self.logs / "ops.jsonl"),
+                    "--clock-offset",
+                    str(self.clock_offset),
                 ],
                 env={**self.env, "HERMES_HOME": str(self.home)},
                 stdout=open(self.logs / "writer.out", "wb"),
@@ -501,6 +568,8 @@ class Soak:
                 break
             self.fault(FAULTS[i % len(FAULTS)])
             i += 1
+            if args.case == "added-store" and self.added is None:
+                self.add_store()
         for w in self.writers:  # a writer that died on a lock it waited too long for leaves its parent waiting
             try:
                 w.wait(max(5.0, t_end - time.time() + 30))
@@ -541,13 +610,13 @@ class Soak:
         log("tail: fault cleared after", record["failed_runs"], "failed runs")
         deadline = t_clear + TAIL_DEADLINE_S
         while time.time() < deadline:
-            if not differences(self.db, self.warehouse):
+            if not differences(self.stores(), self.warehouse):
                 record["healed_s"] = round(time.time() - t_clear, 1)
                 break
             time.sleep(2)
         else:
             record["healed_s"] = None
-            record["left"] = differences(self.db, self.warehouse)
+            record["left"] = differences(self.stores(), self.warehouse)
         self.faults.append(record)
         return record
 
@@ -659,9 +728,9 @@ class Soak:
             inst.dispose()
         staging = self.warehouse / ".staging"
         left = sorted(p.name for p in staging.iterdir()) if staging.is_dir() else []
-        diffs = differences(self.db, self.warehouse)
+        diffs = differences(self.stores(), self.warehouse)
         adiffs = analytics_differences(self.warehouse)
-        h = hermes_reading(self.db)
+        h = hermes_readings(self.stores())
         unexplained = [f for f in failures if f["fault"] is None]
         verdict = (
             not diffs
@@ -684,6 +753,14 @@ class Soak:
             "lag_p95_s": lags.get("p95"),
             "lag_max_s": lags.get("max"),
             "lag_n": lags.get("n"),
+            **{
+                f"lag_{k}" + ("" if k.endswith("_n") or k.startswith("older_captured") else "_s"): v
+                for k, v in lags.items()
+                if k not in ("p50", "p95", "max", "n")
+            },
+            "case": self.args.case,
+            "first_partition_at_start": self.first_day,
+            "load_average": os.getloadavg(),
             "tail_failed_runs": tail.get("failed_runs"),
             "tail_healed_s": tail.get("healed_s"),
             "sessions": len(h["sessions"]),
@@ -744,21 +821,41 @@ class Soak:
         finally:
             inst.dispose()
         captures.sort()
-        lags = []
+        # a restart of dagster dev loads the definitions afresh: captures after it prove nothing
+        # about older history captured without one
+        restart = self.dagster.started_at[1] if len(self.dagster.started_at) > 1 else float("inf")
+        lags, older, other, older_before_restart = [], [], [], 0
         for op in ops:
             day = day_of.get(op["session_id"])
             hit = next((e for s, e, a, b in captures if s >= op["t"] and day and a <= day <= b), None)
             if hit is not None:
                 lags.append(hit - op["t"])
-        if not lags:
-            return {}
-        lags.sort()
-        return {
-            "p50": round(statistics.median(lags), 1),
-            "p95": round(lags[int(0.95 * (len(lags) - 1))], 1),
-            "max": round(lags[-1], 1),
-            "n": len(lags),
+                if self.first_day and day < self.first_day:
+                    older.append(hit - op["t"])
+                    older_before_restart += hit < restart
+                else:
+                    other.append(hit - op["t"])
+        added = []
+        if self.added is not None and self.t_added is not None:
+            conn = sqlite3.connect(f"file:{self.added}?mode=ro", uri=True)
+            added_days = {
+                time.strftime("%Y-%m-%d", time.gmtime(t)) for (t,) in conn.execute("SELECT started_at FROM sessions")
+            }
+            conn.close()
+            for day in sorted(added_days):
+                hit = next((e for s, e, a, b in captures if s >= self.t_added and a <= day <= b), None)
+                if hit is not None:
+                    added.append(hit - self.t_added)
+                    older_before_restart += hit < restart
+        out = {
+            **_spread("", lags),
+            **_spread("older_", older),
+            **_spread("added_", added),
+            **_spread("other_", other),
         }
+        if self.args.case != "fixture":
+            out["older_captured_before_a_restart"] = older_before_restart
+        return out
 
     def close(self) -> None:
         for w in self.writers:
@@ -777,6 +874,19 @@ def _days(run) -> set[str]:
         return set()
     a, b = date.fromisoformat(start), date.fromisoformat(end)
     return {(a + timedelta(days=i)).isoformat() for i in range((b - a).days + 1)}
+
+
+def _spread(prefix: str, lags: list[float]) -> dict:
+    """p50/p95/max/n of some lags, their keys prefixed; nothing when there is none."""
+    if not lags:
+        return {}
+    lags = sorted(lags)
+    return {
+        f"{prefix}p50": round(statistics.median(lags), 1),
+        f"{prefix}p95": round(lags[int(0.95 * (len(lags) - 1))], 1),
+        f"{prefix}max": round(lags[-1], 1),
+        f"{prefix}n": len(lags),
+    }
 
 
 def _heal(failures: list[dict]) -> dict:
@@ -814,6 +924,13 @@ def main() -> None:
         default=20,
         help="seconds the tail fault lasts after the last capture failed (90: the day fails 3 times "
         "in a row, so the days_captured check fails, then heals)",
+    )
+    ap.add_argument(
+        "--case",
+        choices=("fixture", "empty-store", "added-store"),
+        default="fixture",
+        help="fixture: the small fixture's store, HERMES_ASSETS_START_DATE set; empty-store / added-store: "
+        "history older than the first partition arrives while Dagster runs (see above)",
     )
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--root", help="work folder (default: a new temp folder)")

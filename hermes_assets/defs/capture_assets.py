@@ -216,7 +216,7 @@ def project_rows(
 )
 def write_partitions(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, capture_runtime: CaptureRuntime, run: ProjectedRun
-) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+) -> Iterator[dg.MaterializeResult | dg.Output | dg.AssetCheckEvaluation]:
     wh = warehouse.open()
     if (
         run.days
@@ -238,9 +238,7 @@ def write_partitions(
             )
         totals = written.totals(dataset)
         yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
-    # the checks judge every file of the run's days, written now or left as it was
-    days = {dataset: [r.day for r in results if r.rows] for dataset, results in written.results.items()}
-    yield from checks.written_checks(wh, days, workers=max(2, capture_runtime.workers))
+    yield from day_checks(context, wh, written.results, workers=max(2, capture_runtime.workers))
     try:
         written.raise_for_failures()
     except errors.HermesAssetsError as exc:  # one line naming the store(s); the typed error is its cause
@@ -251,6 +249,22 @@ def write_partitions(
                 "stores_failed": failed_stores(written.failures),
             },
         ) from exc
+
+
+def day_checks(
+    context: dg.AssetExecutionContext, warehouse: Warehouse, results: dict[str, list[WriteResult]], *, workers: int
+) -> Iterator[dg.Output | dg.AssetCheckEvaluation]:
+    """The checks of the files of the run's days, written now or left as they were: one
+    evaluation per check and per day, on that day's partition (:mod:`hermes_assets.defs.checks`),
+    after the output of each check that is selected (as Dagster does for a check's result)."""
+    selected = context.selected_asset_check_keys
+    days = {dataset: {r.day: r.rows for r in per_day} for dataset, per_day in results.items()}
+    figures = checks.written_figures(warehouse, days, workers=workers)
+    targets = checks.materializations(context.instance, days)
+    for dataset, name in checks.WRITE_CHECKS:
+        if checks.check_key(dataset, name) in selected:
+            yield dg.Output(None, output_name=checks.check_output(dataset, name))
+    yield from checks.day_evaluations(figures, targets=targets, selected=selected)
 
 
 def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict:

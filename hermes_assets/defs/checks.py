@@ -3,14 +3,25 @@
 The checks on the files (``key_unique`` of each dataset, the gateway's
 ``required_columns_not_null`` and ``date_matches_message_created_at``) are
 evaluated by the capture's own write step, right after it put the run's days
-in place (:func:`written_checks`): no step of their own, each written file
-read once for all of them. Their specs are declared on the capture's assets
-(:func:`write_check_specs`), so a failure shows on the asset in the UI, in
-``dg`` and in GraphQL as any check's does. The checks about the stores
-themselves (sessions outside the partition range, stores that cannot be read)
-are reported by the capture's plan: it already knows.
+in place: no step of their own, each written file read once for all of them
+(:func:`written_figures`). Their specs are declared on the capture's assets
+with the assets' daily partitions (:func:`write_check_specs`), and the step
+reports one evaluation per check and per day of the run
+(:func:`day_evaluations`), each naming its partition and the materialization
+of that day it judged. So after a ranged run (a backfill, a sensor's ranged
+run) the UI, ``dg`` and GraphQL show each check passed or failed on each day,
+as after a one-day run: Dagster plans a check on every partition of the run,
+and a day with no evaluation of its own would show as skipped. A day with no
+rows (no file) passes, with ``rows_checked`` 0. A failing day names the rows
+that break the check in its metadata (how many, and the first
+:data:`SAMPLE_ROWS` of them by their key).
+
+The checks about the stores themselves (sessions outside the partition range,
+stores that cannot be read) are reported by the capture's plan: it already
+knows, and they are about the run, not a day.
 """
 
+from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +29,9 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
 
 from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.lib import schemas
@@ -37,6 +51,8 @@ WRITE_CHECKS = (
     (SESSIONS, KEY_UNIQUE),
     (MESSAGES, KEY_UNIQUE),
 )
+#: the rows a failing day names in its metadata (the count is always whole)
+SAMPLE_ROWS = 20
 
 
 def _keys(dataset: str) -> list[str]:
@@ -56,6 +72,10 @@ def write_check_specs() -> list[dg.AssetCheckSpec]:
     ]
 
 
+def check_key(dataset: str, name: str) -> dg.AssetCheckKey:
+    return dg.AssetCheckKey(dg.AssetKey(dataset), name)
+
+
 def check_output(dataset: str, name: str) -> str:
     """The output of the capture graph that carries a check's result (Dagster's naming)."""
     return f"{dataset}_{name}"
@@ -71,13 +91,20 @@ class DayFigures:
     nulls: dict[str, int] = field(default_factory=dict)
     #: rows whose `date` is not the day of their `message_created_at` (gateway)
     mismatched: int = 0
+    #: check name -> the first rows that break it (their key and what is wrong), when some do
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def day_figures(dataset: str, table: pa.Table) -> DayFigures:
     """The checks' figures of one day's table (the columns :func:`_columns` names)."""
     keys = _keys(dataset)
-    distinct = table.select(keys).group_by(keys).aggregate([]).num_rows
-    figures = DayFigures(rows=table.num_rows, duplicates=table.num_rows - distinct)
+    groups = table.select(keys).group_by(keys).aggregate([([], "count_all")])
+    figures = DayFigures(rows=table.num_rows, duplicates=table.num_rows - groups.num_rows)
+    if figures.duplicates:
+        repeated = groups.filter(pc.greater(groups.column("count_all"), 1)).slice(0, SAMPLE_ROWS)
+        figures.samples[KEY_UNIQUE] = [
+            {**{k: row[k] for k in keys}, "copies": row["count_all"]} for row in repeated.to_pylist()
+        ]
     if dataset == GATEWAY:
         figures.nulls = {
             name: table.column(name).null_count
@@ -85,8 +112,26 @@ def day_figures(dataset: str, table: pa.Table) -> DayFigures:
             if table.column(name).null_count
         }
         days = pc.strftime(table.column("message_created_at"), format="%Y-%m-%d")
-        figures.mismatched = pc.sum(pc.not_equal(days, table.column("date"))).as_py() or 0
+        mismatched = pc.fill_null(pc.not_equal(days, table.column("date")), False)
+        figures.mismatched = pc.sum(mismatched).as_py() or 0
+        if figures.nulls:
+            figures.samples[REQUIRED_NOT_NULL] = _null_rows(table, keys, list(figures.nulls))
+        if figures.mismatched:
+            bad = table.filter(mismatched).slice(0, SAMPLE_ROWS)
+            figures.samples[DATE_MATCHES] = [
+                {**{k: row[k] for k in keys}, "date": row["date"], "message_created_at": str(row["message_created_at"])}
+                for row in bad.select([*keys, "date", "message_created_at"]).to_pylist()
+            ]
     return figures
+
+
+def _null_rows(table: pa.Table, keys: list[str], columns: list[str]) -> list[dict[str, Any]]:
+    """The first rows with a null required column: their key and which columns are null."""
+    mask = pc.is_null(table.column(columns[0]))
+    for name in columns[1:]:
+        mask = pc.or_(mask, pc.is_null(table.column(name)))
+    rows = table.filter(mask).slice(0, SAMPLE_ROWS).to_pylist()
+    return [{**{k: row[k] for k in keys}, "null_columns": [c for c in columns if row[c] is None]} for row in rows]
 
 
 def _columns(dataset: str) -> list[str]:
@@ -95,62 +140,103 @@ def _columns(dataset: str) -> list[str]:
     return _keys(dataset)
 
 
-def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures | None:
+def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures:
     columns = _columns(dataset)
     # `store` repeats one long path per row: keep it dictionary-encoded
     table = warehouse.read_own(dataset, day, columns=columns, read_dictionary=["store"] if "store" in columns else None)
-    return None if table is None else day_figures(dataset, table)
+    return DayFigures() if table is None else day_figures(dataset, table)
 
 
-def written_checks(warehouse: Warehouse, days: dict[str, list[str]], *, workers: int = 2) -> list[dg.AssetCheckResult]:
-    """The write step's check results: ``days`` maps each dataset to the days the run wrote
-    (or left as they were); each of those files is read once, only the columns the checks
-    need, on ``workers`` threads.
+def written_figures(
+    warehouse: Warehouse, days: Mapping[str, Mapping[str, int]], *, workers: int = 2
+) -> dict[str, dict[str, DayFigures]]:
+    """The checks' figures of each day of a run: ``days`` maps each dataset to the run's days and
+    the rows each day's file holds after the write (0: no file). Each file with rows is read once,
+    only the columns the checks need, on ``workers`` threads; a day without rows has empty figures.
 
     This reads back what was just written (the merge happens inside the library's
     write); a hook that hands each day's final table to the checks before it is
     encoded would spare that read.
     """
-    jobs = [(dataset, day) for dataset in CAPTURE_DATASETS for day in days.get(dataset, [])]
+    figures: dict[str, dict[str, DayFigures]] = {
+        dataset: {day: DayFigures() for day in days.get(dataset, {})} for dataset in CAPTURE_DATASETS
+    }
+    jobs = [(dataset, day) for dataset in CAPTURE_DATASETS for day, rows in days.get(dataset, {}).items() if rows]
     with ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
         read = list(pool.map(lambda job: _read_figures(warehouse, *job), jobs))
-    figures: dict[str, dict[str, DayFigures]] = {dataset: {} for dataset in CAPTURE_DATASETS}
     for (dataset, day), found in zip(jobs, read):
-        if found is not None:
-            figures[dataset][day] = found
-    return check_results(figures)
+        figures[dataset][day] = found
+    return figures
 
 
-def check_results(figures: dict[str, dict[str, DayFigures]]) -> list[dg.AssetCheckResult]:
-    """One result per check of :data:`WRITE_CHECKS`, from each dataset's figures by day:
-    how many rows were checked, how many violate the check, and on which days."""
-    results = []
+def day_result(dataset: str, name: str, figures: DayFigures) -> tuple[bool, dict[str, Any]]:
+    """Whether one day passes one check, and the metadata its evaluation shows."""
+    metadata: dict[str, Any] = {"rows_checked": figures.rows}
+    if name == KEY_UNIQUE:
+        passed = not figures.duplicates
+        metadata["duplicate_rows"] = figures.duplicates
+    elif name == REQUIRED_NOT_NULL:
+        passed = not figures.nulls
+        metadata["null_counts"] = dict(sorted(figures.nulls.items()))
+    else:
+        passed = not figures.mismatched
+        metadata["mismatched_rows"] = figures.mismatched
+    if not passed:
+        metadata["rows"] = figures.samples.get(name, [])
+    return passed, metadata
+
+
+def day_evaluations(
+    figures: Mapping[str, Mapping[str, DayFigures]],
+    *,
+    targets: Mapping[str, Mapping[str, AssetCheckEvaluationTargetMaterializationData]] | None = None,
+    selected: Collection[dg.AssetCheckKey] | None = None,
+) -> list[dg.AssetCheckEvaluation]:
+    """One evaluation per check of :data:`WRITE_CHECKS` (those in ``selected``, when given) and
+    per day of each dataset's ``figures``, on that day's partition; ``targets`` names, per dataset
+    and day, the materialization each judged."""
+    evaluations = []
     for dataset, name in WRITE_CHECKS:
-        metadata: dict[str, Any]
-        by_day = figures.get(dataset, {})
-        rows = sum(f.rows for f in by_day.values())
-        if name == KEY_UNIQUE:
-            bad = {day: f.duplicates for day, f in by_day.items() if f.duplicates}
-            metadata = {"duplicate_rows": sum(bad.values()), "days_with_duplicates": sorted(bad)}
-        elif name == REQUIRED_NOT_NULL:
-            nulls: dict[str, int] = {}
-            for f in by_day.values():
-                for column, n in f.nulls.items():
-                    nulls[column] = nulls.get(column, 0) + n
-            bad = {day: sum(f.nulls.values()) for day, f in by_day.items() if f.nulls}
-            metadata = {"null_counts": dict(sorted(nulls.items())), "days_with_nulls": sorted(bad)}
-        else:
-            bad = {day: f.mismatched for day, f in by_day.items() if f.mismatched}
-            metadata = {"mismatched_rows": sum(bad.values()), "days_with_mismatches": sorted(bad)}
-        results.append(
-            dg.AssetCheckResult(
-                asset_key=dataset,
-                check_name=name,
-                passed=not bad,
-                metadata={"rows_checked": rows, "days_checked": len(by_day), **metadata},
+        if selected is not None and check_key(dataset, name) not in selected:
+            continue
+        for day, found in sorted(figures.get(dataset, {}).items()):
+            passed, metadata = day_result(dataset, name, found)
+            evaluations.append(
+                dg.AssetCheckEvaluation(
+                    asset_key=dg.AssetKey(dataset),
+                    check_name=name,
+                    passed=passed,
+                    metadata=metadata,
+                    severity=dg.AssetCheckSeverity.ERROR,
+                    blocking=False,
+                    partition=day,
+                    target_materialization_data=(targets or {}).get(dataset, {}).get(day),
+                )
             )
-        )
-    return results
+    return evaluations
+
+
+def materializations(
+    instance: dg.DagsterInstance, days: Mapping[str, Iterable[str]]
+) -> dict[str, dict[str, AssetCheckEvaluationTargetMaterializationData]]:
+    """The latest materialization of each dataset's ``days`` (those of the run that just wrote
+    them): one query per dataset, for the evaluations to name what they judged."""
+    found: dict[str, dict[str, AssetCheckEvaluationTargetMaterializationData]] = {}
+    for dataset, wanted in days.items():
+        partitions = sorted(set(wanted))
+        if not partitions:
+            continue
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(dataset), asset_partitions=partitions),
+            limit=len(partitions),
+        ).records  # newest first: this run's, one per day
+        by_day = found.setdefault(dataset, {})
+        for record in records:
+            if record.partition_key is not None and record.partition_key not in by_day:
+                by_day[record.partition_key] = AssetCheckEvaluationTargetMaterializationData(
+                    run_id=record.run_id, storage_id=record.storage_id, timestamp=record.timestamp
+                )
+    return found
 
 
 # --------------------------------------------------------------------------

@@ -5,10 +5,18 @@ where the user's history starts, found when the definitions load
 (:mod:`hermes_assets.lib.warehouse.history`: one cheap statement per store): the day of
 the earliest session in the discovered stores, or of the earliest day already
 captured in a local warehouse if that is earlier; with neither, today. So a
-user with five days of Hermes history sees five partitions. A store restored
-with older sessions moves the start back at the next load (*Reload
-definitions* in the UI, or a restart); until then the sensor keeps those days
-pending and says so.
+user with five days of Hermes history sees five partitions.
+
+Older history that appears while Dagster runs (a store restored from a backup,
+a store with older sessions added to a folder of stores, a session begun just
+before midnight when Dagster started on an empty store) is captured at once,
+with no reload: every run loads the definitions afresh, so in a run the first
+day is already that older day (its sessions are in a store), and the sensor
+requests it as a run of that one day (:func:`before_first`). The loaded
+definitions, the UI's partitions page among them, show the day from their next
+load; from then on the start stays there, since the captured day counts (a
+local warehouse). With ``HERMES_ASSETS_START_DATE`` set, a day before it stays
+pending: the user chose where the partitions start.
 """
 
 import datetime as dt
@@ -35,4 +43,14 @@ def first_day(s: settings.Settings) -> str:
     return min(found or today, today)  # a session a writer's fast clock put in tomorrow starts nothing later
 
 
-daily_partitions = dg.DailyPartitionsDefinition(start_date=first_day(settings.in_use()), timezone="UTC", end_offset=1)
+_LOADED = settings.in_use()
+daily_partitions = dg.DailyPartitionsDefinition(start_date=first_day(_LOADED), timezone="UTC", end_offset=1)
+
+
+def before_first(day: str) -> bool:
+    """Whether ``day`` (a changed day the loaded partitions lack) is Hermes history older than the
+    first partition that a run captures all the same: the first day follows the history
+    (``HERMES_ASSETS_START_DATE`` unset), and the run's own load of the definitions starts at
+    the earliest session then, which is on ``day`` or before it."""
+    first = daily_partitions.get_first_partition_key()
+    return _LOADED.start_day is None and first is not None and day < first

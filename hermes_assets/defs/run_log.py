@@ -1,43 +1,51 @@
-"""Our structlog events in Dagster's run log too, printed once (a log hook; no definitions here).
+"""Our structlog events in Dagster's logs too, printed once (a log hook; no definitions here).
 
 ``hermes_assets.lib.logs`` prints every event as a JSON line (or a console
 line) on the process's stderr: that is the one line a console shows, and
 inside a step Dagster's compute-log capture keeps it with the run (the UI's
 stdout/stderr view). :func:`to_run_log`, which ``hermes_assets/definitions.py``
-adds as a hook of ``lib/logs.py`` when the definitions load, does two more
-things to an event logged inside a Dagster step:
+adds as a hook of ``lib/logs.py`` when the definitions load, also keeps the
+event where the UI shows what it belongs to:
 
-- it adds ``run_id`` and ``op`` (the step key, e.g. ``hermes_capture.plan``),
-  so a JSON line can be joined with the run it belongs to;
-- it stores the event in the run's event log, where the UI shows it as
-  ``hermes.capture.plan {"days": 14, ...}`` at the event's level.
+- inside a Dagster step, it adds ``run_id`` and ``op`` (the step key, e.g.
+  ``hermes_capture.plan``), so a JSON line can be joined with the run it
+  belongs to, and stores the event in the run's event log, where the UI
+  shows it as ``hermes.capture.plan {"days": 14, ...}`` at the event's level;
+- inside a sensor tick (:func:`tick_log`), it stores the event in the tick's
+  log, which the UI shows on the tick (*Automation* → the sensor → a tick's
+  log), as ``hermes.sensor.tick {"days_changed": 2, ...}``.
 
-Why not Dagster's managed Python loggers (``python_logs.managed_python_loggers``)?
-Their handler gives each record to the run's loggers as well as to the event
-log, so the colored console logger would print every event a second time
-beside our own JSON line (a ``dagster asset materialize`` run then shows
-``... - hermes_capture.plan - hermes.capture.plan {...}`` and the JSON line);
-and each run sets a managed logger to ``python_log_level`` (INFO here, for a
-quiet console), so ``HERMES_ASSETS_LOG_LEVEL=debug`` alone would not keep
-our debug events in the run log. So the event is stored the way Dagster's own
-handler stores a ``context.log`` message, an ``EventLogEntry`` without a Dagster
-event, handed to the instance.
+Why not Dagster's managed Python loggers (``python_logs.managed_python_loggers``),
+or ``context.log`` in the sensor? Each hands the record to Dagster's console
+logger as well as to the run's or tick's log, so the console would print the
+event a second time beside our own line (``... - hermes_capture.plan -
+hermes.capture.plan {...}``, ``INFO - __repository__ - hermes_state_sensor -
+hermes.sensor.tick {...}``); and each run sets a managed logger to
+``python_log_level`` (INFO here, for a quiet console), so
+``HERMES_ASSETS_LOG_LEVEL=debug`` alone would not keep our debug events in the
+run log. So a step's event is stored the way Dagster's own handler stores a
+``context.log`` message, an ``EventLogEntry`` without a Dagster event, handed
+to the instance; a tick's event goes to the handlers of the tick's logger
+that write its log, not to the one that prints.
 
-Outside a step (sensor ticks, the CLI, plain library use) events only go to
-the lines on stderr. Worker processes that a step spawns to build days in
-parallel print their events but do not write to the run log (the step's log
-belongs to the process that runs the step).
+Elsewhere (the CLI, plain library use) events only go to the lines on
+stderr. Worker processes that a step spawns to build days in parallel print
+their events but do not write to the run log (the step's log belongs to the
+process that runs the step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from contextvars import ContextVar
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.instigation_logger import DispatchingLogHandler
 
 from hermes_assets.lib import logs
 
@@ -60,24 +68,48 @@ def current_step() -> dg.OpExecutionContext | None:
     return None
 
 
+#: the logger of the sensor tick this thread evaluates (:func:`tick_log`), if any
+_tick_logger: ContextVar[logging.Logger | None] = ContextVar("hermes_assets_tick_logger", default=None)
+
+
+@contextlib.contextmanager
+def tick_log(context: dg.SensorEvaluationContext) -> Iterator[None]:
+    """While a sensor evaluates a tick: our events go to the tick's log too (the UI's tick log)."""
+    token = _tick_logger.set(context.log)
+    try:
+        yield
+    finally:
+        _tick_logger.reset(token)
+
+
+def _message(event: MutableMapping[str, Any]) -> tuple[str, int]:
+    """How a log entry shows ``event``: ``name {fields as JSON}``, and its level."""
+    fields = {k: v for k, v in event.items() if k not in _NOT_STORED}
+    level = str(event.get("level", "info")).upper()
+    name = str(event.get("event", ""))
+    message = f"{name} {json.dumps(fields, ensure_ascii=False, default=str, sort_keys=True)}"
+    return message, logging.getLevelNamesMapping().get(level, logging.INFO)
+
+
 def to_run_log(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Inside a step: add ``run_id`` and ``op`` to ``event`` and store it in the run log (not
-    printed again). Outside a step: ``event`` as it is."""
+    """Inside a step: add ``run_id`` and ``op`` to ``event`` and store it in the run log; inside
+    a sensor tick: store it in the tick's log (neither printed again). Elsewhere: ``event`` as it is."""
     step = current_step()
     if step is None:
+        tick = _tick_logger.get()
+        if tick is not None:
+            to_tick_log(tick, *_message(event))
         return event
     op = str(step.op_handle)
     event.setdefault("run_id", step.run_id)
     event.setdefault("op", op)
-    name = str(event.get("event", ""))
-    if name not in _PER_PARTITION:
-        fields = {k: v for k, v in event.items() if k not in _NOT_STORED}
-        level = str(event.get("level", "info")).upper()
+    if str(event.get("event", "")) not in _PER_PARTITION:
+        message, level = _message(event)
         step.instance.handle_new_event(
             dg.EventLogEntry(
                 error_info=None,
-                level=logging.getLevelNamesMapping().get(level, logging.INFO),
-                user_message=f"{name} {json.dumps(fields, ensure_ascii=False, default=str, sort_keys=True)}",
+                level=level,
+                user_message=message,
                 run_id=step.run_id,
                 timestamp=time.time(),
                 step_key=op,
@@ -86,6 +118,15 @@ def to_run_log(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> M
             )
         )
     return event
+
+
+def to_tick_log(logger: logging.Logger, message: str, level: int) -> None:
+    """Write ``message`` to the log a sensor tick keeps (what the UI shows for the tick), through
+    the tick logger's handlers other than Dagster's console dispatch, which would print it again."""
+    record = logger.makeRecord(logger.name, level, __file__, 0, message, (), None, None, None, None)
+    for handler in logger.handlers:
+        if not isinstance(handler, DispatchingLogHandler) and level >= handler.level:
+            handler.handle(record)
 
 
 def install() -> None:

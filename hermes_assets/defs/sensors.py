@@ -10,6 +10,13 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
+A changed day older than the first partition (history restored or added while Dagster
+runs; :func:`~hermes_assets.defs.partitions.before_first`) is requested at once as a run
+of that one day, never part of a ranged run, which names its partition itself and also
+computes the day's analytics: the run loads the definitions afresh and has the day as a
+partition, while the definitions loaded here, and the automation sensor's, lack it until
+their next load.
+
 A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
 run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.changes.attempts`).
@@ -24,19 +31,37 @@ no setting.
 
 import dagster as dg
 
-from hermes_assets.defs import settings
+from hermes_assets.defs import run_log, settings
+from hermes_assets.defs.capture_assets import hermes_capture
 from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
-from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.partitions import before_first, daily_partitions
 from hermes_assets.defs.resources import HermesStores
-from hermes_assets.defs.tags import RUN_KEY_TAG, TRIGGER_TAG, WILL_RETRY_TAG
+from hermes_assets.defs.tags import (
+    OLDER_DAY_PRIORITY,
+    PARTITION_TAG,
+    PRIORITY_TAG,
+    RUN_KEY_TAG,
+    TRIGGER_TAG,
+    WILL_RETRY_TAG,
+)
+from hermes_assets.lib.analytics.daily import TOOLS, USAGE
 from hermes_assets.lib.changes import attempts, watch
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
 
-#: the three datasets; not the days_captured check, which only the sensor reports
-HERMES_ASSETS = dg.AssetSelection.assets(SESSIONS, MESSAGES, GATEWAY) - dg.AssetSelection.checks(DAYS_CAPTURED_CHECK)
+#: the sensor's target: the three datasets, which the UI shows by their names (a selection that
+#: also subtracts a check has no such form: the UI would show its Python repr)
+CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
+#: the checks its runs evaluate: the capture's own, not days_captured, which only the sensor reports
+CAPTURE_CHECKS = sorted(hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}, key=lambda k: k.to_user_string())
+#: the analytics of a day older than the first partition run in that day's capture run: the
+#: automation sensor sees the partitions of the loaded definitions only, which lack that day
+ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
+#: the sensor's target as the UI shows it (the keys by name: a selection that subtracts a check
+#: has no such form, the UI would show its Python repr)
+SENSOR_TARGET = dg.AssetSelection.assets(*CAPTURE_KEYS, *ANALYTICS_KEYS)
 
 _OUTCOMES = {
     dg.DagsterRunStatus.SUCCESS: attempts.SUCCEEDED,
@@ -54,12 +79,14 @@ def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
 
     @dg.sensor(
         name=SENSOR_NAME,
-        target=HERMES_ASSETS,
+        target=SENSOR_TARGET,
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=poll_seconds,
         description="Watches the Hermes store(s): a tick whose store files did not change runs no SQL; "
         "otherwise one run per UTC day whose sessions or messages changed (SPEC §8). A day whose run "
-        "failed is requested again, with backoff, until a run of it succeeds.",
+        "failed is requested again, with backoff, until a run of it succeeds. A day older than the first "
+        "partition (history restored or added while Dagster runs) is captured at once, with its analytics, "
+        "in a run of its own; it shows as a partition from the next load of the definitions.",
     )
     def hermes_state_sensor(
         context: dg.SensorEvaluationContext, hermes: HermesStores
@@ -70,7 +97,14 @@ def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
 
 
 def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
-    """One evaluation of ``hermes_state_sensor``."""
+    """One evaluation of ``hermes_state_sensor``. Its events (this module's and the library's)
+    are printed once, as every event is, and kept in the tick's log, which the UI shows
+    (:func:`hermes_assets.defs.run_log.tick_log`)."""
+    with run_log.tick_log(context):
+        return _tick(context, hermes, max_runs)
+
+
+def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
     stores = hermes.stores()
     plan = watch.plan_tick(
         stores,
@@ -79,27 +113,28 @@ def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: in
         readers=hermes.readers(),
         outcomes=lambda keys: run_outcomes(context.instance, keys),
         max_runs=max_runs,
+        before_first=before_first,
     )
     requests = [_run_request(days, key) for days, key in plan.runs]
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
     failed = [{"store": s.store.label, "path": s.store.path, "error_kind": f.error_kind} for s, f in plan.failed]
+    # a store that cannot be read (D18) is named by its own event (hermes.sensor.store_failed, at
+    # error), here and in the skip reason; its cursor entry is kept and the next tick reads it again
     log.info("hermes.sensor.tick", ms=round(plan.ms, 2), **counts, **({"failed": failed} if failed else {}))
-    context.log.info(f"hermes.sensor.tick {counts}")
-    for scan, failure in plan.failed:  # D18: named in the tick's log, whatever else the tick requests
-        context.log.error(
-            f"hermes.sensor.store_failed {scan.store.path} ({failure.error_kind}): {failure.message} "
-            "Its cursor entry is kept; the next tick reads it again."
+    if plan.early:
+        log.info(
+            "hermes.sensor.older_history",
+            days=plan.early,
+            first_partition=daily_partitions.get_first_partition_key(),
+            note="each day precedes the first partition and is requested as a run of its own day, which loads "
+            "the definitions afresh (the partitions page shows it from the next load)",
         )
     if plan.retried:
-        context.log.warning(f"hermes.sensor.retry: the capture of {', '.join(plan.retried)} failed; requested again")
+        log.warning("hermes.sensor.retry", days=plan.retried)
     if plan.failing:  # named on every tick until a run of the day succeeds
         runs = {d: plan.cursor.attempts[d].failures for d in plan.failing}
         log.error("hermes.sensor.days_failing", days=plan.failing, failures=runs)
-        context.log.error(
-            f"hermes.sensor.days_failing: the capture of {len(runs)} day(s) failed again and again "
-            f"(failed runs in a row: {runs}); requested again with backoff until one succeeds"
-        )
     events = []
     if plan.failing != plan.failing_before:
         events.append(days_captured_evaluation(plan.failing, plan.cursor.attempts))
@@ -133,14 +168,32 @@ def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunR
 
 
 def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
+    if len(days) == 1 and not daily_partitions.has_partition_key(days[0]):
+        # history older than the first partition (partitions.before_first): the run names its day
+        # itself, as Dagster would, since these definitions do not know it yet (the run's own load
+        # of the definitions does), and computes the day's analytics too; after the live days' runs
+        # in the queue (many such days are many runs)
+        return dg.RunRequest(
+            partition_key=days[0],
+            run_key=run_key,
+            tags={**TRIGGER_TAG, PARTITION_TAG: days[0], PRIORITY_TAG: OLDER_DAY_PRIORITY},
+            asset_selection=CAPTURE_KEYS + ANALYTICS_KEYS,
+            asset_check_keys=CAPTURE_CHECKS,
+        )
     if len(days) == 1:
-        return dg.RunRequest(partition_key=days[0], run_key=run_key, tags=TRIGGER_TAG)
+        return dg.RunRequest(
+            partition_key=days[0],
+            run_key=run_key,
+            tags=TRIGGER_TAG,
+            asset_selection=CAPTURE_KEYS,
+            asset_check_keys=CAPTURE_CHECKS,
+        )
     tags = {
         **TRIGGER_TAG,
         "dagster/asset_partition_range_start": days[0],
         "dagster/asset_partition_range_end": days[-1],
     }
-    return dg.RunRequest(run_key=run_key, tags=tags)
+    return dg.RunRequest(run_key=run_key, tags=tags, asset_selection=CAPTURE_KEYS, asset_check_keys=CAPTURE_CHECKS)
 
 
 def _no_store_reason(hermes: HermesStores) -> str:

@@ -189,11 +189,26 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     if "log_level" in values:
         values["log_level"] = values["log_level"].lower()
     try:
-        return Settings(**values)
+        loaded = Settings(**values)
     except pydantic.ValidationError as exc:
         field = str(exc.errors()[0]["loc"][0])
         name, form = VARIABLES[field]
         raise ConfigurationError(f"{name}={values.get(field)!r} is not {form}") from None
+    _refuse_a_future_start(loaded)
+    return loaded
+
+
+def _refuse_a_future_start(loaded: Settings) -> None:
+    """A first partition after today (UTC) would leave no partition at all: nothing to capture,
+    no day to launch, and a sensor that keeps every day pending. One line instead."""
+    today = dt.datetime.now(dt.UTC).date()
+    if loaded.start_date is not None and loaded.start_date > today:
+        name, _ = VARIABLES["start_date"]
+        raise ConfigurationError(
+            f"{name}={loaded.start_day!r} is in the future (today is {today.isoformat()}, UTC): the daily "
+            "partitions run from it to today, so there would be none; set a day on or before today, or unset "
+            "it to start at the earliest Hermes session"
+        )
 
 
 def _default_key(dagster_home: str, warehouse: str) -> str:

@@ -182,7 +182,18 @@ def step_output_metadata(result, step_key: str) -> list[dict]:
 
 
 def check_results(result) -> dict[tuple[str, str], object]:
+    """The run's check evaluations by (asset, check); a check evaluated per day: its last day's."""
     return {(c.asset_key.to_user_string(), c.check_name): c for c in result.get_asset_check_evaluations()}
+
+
+def day_check_results(result) -> dict[tuple[str, str, str | None], object]:
+    """The run's check evaluations by (asset, check, partition); each key once."""
+    found: dict[tuple[str, str, str | None], object] = {}
+    for c in result.get_asset_check_evaluations():
+        key = (c.asset_key.to_user_string(), c.check_name, c.partition)
+        assert key not in found, f"{key} evaluated twice in one run"
+        found[key] = c
+    return found
 
 
 # --------------------------------------------------------------------------

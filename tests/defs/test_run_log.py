@@ -10,10 +10,33 @@ import json
 
 import dagster as dg
 import pytest
+from dagster._core.definitions.instigation_logger import get_instigation_log_records
+from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 
 from hermes_assets.defs import run_log
 from hermes_assets.lib import logs
 from tests.ecosystem.conftest import captured_logs, parse_json_lines
+
+
+def test_inside_a_sensor_tick_an_event_is_kept_in_the_ticks_log_and_printed_once(tmp_path, capfd):
+    run_log.install()
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance, captured_logs("json") as buf:
+        with dg.build_sensor_context(
+            instance=instance, instance_ref=instance.get_ref(), repository_name="repo", sensor_name="watcher"
+        ) as context:
+            with run_log.tick_log(context):
+                logs.get_logger().info("hermes.test.tick", days_changed=2)
+                logs.get_logger().error("hermes.test.store_failed", error_kind="store_corrupt")
+            logs.get_logger().info("hermes.test.after")  # the tick is over: printed only
+        kept = get_instigation_log_records(instance, context.log_key)
+    printed = parse_json_lines(buf.getvalue())
+    assert [e["event"] for e in printed] == ["hermes.test.tick", "hermes.test.store_failed", "hermes.test.after"]
+    assert [(r["levelname"], r[LOG_RECORD_METADATA_ATTR]["orig_message"]) for r in kept] == [
+        ("INFO", 'hermes.test.tick {"days_changed": 2}'),
+        ("ERROR", 'hermes.test.store_failed {"error_kind": "store_corrupt"}'),
+    ]
+    console = capfd.readouterr()
+    assert "hermes.test" not in console.out + console.err  # Dagster's console logger printed none of them
 
 
 def test_outside_a_step_an_event_is_left_as_it_is():

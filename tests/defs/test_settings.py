@@ -6,6 +6,7 @@ form; the core library reads no environment variable.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.metadata
 import json
 import os
@@ -49,6 +50,23 @@ def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_the_form(name
     assert message.startswith(f"{name}={value!r} is not {form}"), message
     assert "\n" not in message
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no pydantic dump behind it
+
+
+def test_a_start_date_in_the_future_is_refused_in_one_line(monkeypatch, capsys):
+    """Partitions run from the start date to today (UTC): a later start would leave none."""
+    today = dt.datetime.now(dt.UTC).date()
+    tomorrow = (today + dt.timedelta(days=1)).isoformat()
+    with pytest.raises(ConfigurationError) as info:
+        settings.load({"HERMES_ASSETS_START_DATE": tomorrow})
+    message = str(info.value)
+    assert message.startswith(f"HERMES_ASSETS_START_DATE='{tomorrow}' is in the future (today is {today}, UTC)")
+    assert "\n" not in message
+    assert settings.load({"HERMES_ASSETS_START_DATE": today.isoformat()}).start_day == today.isoformat()
+    # what `make run` runs before it starts Dagster: the line, and exit status 2
+    monkeypatch.setenv("HERMES_ASSETS_START_DATE", "2999-01-01")
+    assert settings.main() == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("HERMES_ASSETS_START_DATE='2999-01-01' is in the future")
 
 
 def test_defaults_and_types(tmp_path, monkeypatch):
@@ -144,9 +162,17 @@ def test_a_warehouse_that_cannot_be_written_is_named_by_its_setting(tmp_path, un
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path):
+@pytest.mark.parametrize(
+    "start, line",
+    [
+        ("2026/11/01", "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)"),
+        ("2999-01-01", "HERMES_ASSETS_START_DATE='2999-01-01' is in the future (today is "),
+    ],
+    ids=["not-a-date", "in-the-future"],
+)
+def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path, start, line):
     """A bad start date used to print 327 lines without naming the variable."""
-    env = {**os.environ, "HERMES_ASSETS_START_DATE": "2026/11/01", "DAGSTER_HOME": str(tmp_path)}
+    env = {**os.environ, "HERMES_ASSETS_START_DATE": start, "DAGSTER_HOME": str(tmp_path)}
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-m", "hermes_assets.definitions"],
         cwd=REPO,
@@ -156,8 +182,8 @@ def test_the_cli_user_sees_the_line_not_pages_of_traceback(tmp_path):
         timeout=120,
     )
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)" in out
+    assert proc.returncode == console.EXIT_BAD_SETTING, out
+    assert line in out
     assert len(out.splitlines()) < 40, out
     assert "ValidationError" not in out and "pydantic" not in out
 

@@ -343,3 +343,123 @@ def test_backfill_launched_through_graphql_writes_every_day(dagster_dev, install
             assert md["path"] == str(path)
             assert md["rows_retained_source_deleted"] == 0
             assert md["run_rows_written"] == totals[dataset]
+
+
+# --------------------------------------------------------------------------
+# the checks of a ranged backfill, day by day
+# --------------------------------------------------------------------------
+
+#: (asset, check) of every check the write step evaluates on each day it wrote
+WRITE_CHECKS = [
+    ("ai_gateway_messages_hermes", "key_unique"),
+    ("ai_gateway_messages_hermes", "required_columns_not_null"),
+    ("ai_gateway_messages_hermes", "date_matches_message_created_at"),
+    ("hermes_sessions", "key_unique"),
+    ("hermes_messages", "key_unique"),
+]
+
+CHECK_EXECUTIONS_Q = """
+query Executions($key: AssetKeyInput!, $name: String!) {
+  assetCheckExecutions(assetKey: $key, checkName: $name, limit: 200) {
+    runId status partition
+    evaluation { metadataEntries { label ... on IntMetadataEntry { intRepr } } }
+  }
+}"""
+
+ASSET_CHECKS_Q = """
+query Checks($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    __typename
+    ... on AssetNode { assetChecksOrError { __typename ... on AssetChecks { checks {
+        name
+        executionForLatestMaterialization { status partition }
+        partitionStatuses { __typename
+          ... on AssetCheckTimePartitionStatuses { ranges { startKey endKey status } } }
+    } } } }
+  }
+}"""
+
+SENSOR_TARGET_Q = """
+query {
+  sensorOrError(sensorSelector: {repositoryName: "__repository__", repositoryLocationName: "hermes_assets",
+                                 sensorName: "hermes_state_sensor"}) {
+    __typename
+    ... on Sensor { targets { pipelineName } assetSelection { assetSelectionString assetKeys { path } }
+                    sensorState { ticks(limit: 5) { status logEvents { events { level message } } } } }
+    ... on PythonError { message }
+  }
+}"""
+
+
+def backfill(dev: DagsterDev, days: list[str], title: str) -> dict:
+    """A backfill of the three datasets over ``days``, as the UI launches it; waits for its end."""
+    params = {
+        "assetSelection": [{"path": [name]} for name in DATASETS],
+        "partitionNames": days,
+        "fromFailure": False,
+        "tags": [],
+        "title": title,
+    }
+    launched = dev.graphql(LAUNCH_M, {"params": params})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    deadline = time.monotonic() + BACKFILL_TIMEOUT_S
+    while True:
+        found = dev.graphql(BACKFILL_Q, {"id": launched["backfillId"]})["partitionBackfillOrError"]
+        assert found["__typename"] == "PartitionBackfill", found
+        if found["status"] in DONE_OK:
+            return found
+        if found["status"] in DONE_BAD or time.monotonic() > deadline:
+            pytest.fail(f"backfill {found['status']}: {found}\n{dev.log_tail()}")
+        time.sleep(1)
+
+
+def check_executions(dev: DagsterDev, asset: str, check: str, run_id: str) -> dict[str | None, dict]:
+    """One run's executions of one check, by partition, as GraphQL (and the UI) reads them."""
+    found = dev.graphql(CHECK_EXECUTIONS_Q, {"key": {"path": [asset]}, "name": check})["assetCheckExecutions"]
+    mine = [e for e in found if e["runId"] == run_id]
+    by_partition = {e["partition"]: e for e in mine}
+    assert len(by_partition) == len(mine), f"{asset}/{check}: a partition evaluated twice: {mine}"
+    return by_partition
+
+
+def test_a_ranged_backfill_shows_each_check_passed_on_each_day(dagster_dev, installation):
+    """After a 5-day backfill (one run), GraphQL shows one SUCCEEDED evaluation per check per day,
+    none SKIPPED, and each check's latest execution passed; the sensor's target reads as the
+    datasets' names, and its tick's summary was printed once and is in the tick's log."""
+    days = SMALL_DAYS[2:7]
+    found = backfill(dagster_dev, days, "hermes checks per day (e2e test)")
+    (run,) = found["runs"]
+    assert run["status"] == "SUCCESS", run
+    for asset, check in WRITE_CHECKS:
+        executions = check_executions(dagster_dev, asset, check, run["runId"])
+        assert sorted(executions, key=str) == days, (asset, check, executions)
+        assert {e["status"] for e in executions.values()} == {"SUCCEEDED"}, (asset, check, executions)
+        for day, execution in executions.items():
+            entries = {m["label"]: m.get("intRepr") for m in execution["evaluation"]["metadataEntries"]}
+            assert (
+                int(entries["rows_checked"]) == pq.read_metadata(day_path(installation.warehouse, asset, day)).num_rows
+            )
+    # what the asset's page and the lineage show: every check passed, on every day it ran
+    for asset in DATASETS:
+        node = dagster_dev.graphql(ASSET_CHECKS_Q, {"path": [asset]})["assetNodeOrError"]
+        checks = {c["name"]: c for c in node["assetChecksOrError"]["checks"]}
+        for name in (c for a, c in WRITE_CHECKS if a == asset):
+            latest = checks[name]["executionForLatestMaterialization"]
+            assert latest is not None and latest["status"] == "SUCCEEDED", (asset, name, latest)
+            ranges = checks[name]["partitionStatuses"]["ranges"]
+            assert [(r["startKey"], r["endKey"], r["status"]) for r in ranges] == [(days[0], days[-1], "SUCCEEDED")]
+
+    sensor = dagster_dev.graphql(SENSOR_TARGET_Q)["sensorOrError"]
+    assert sensor["__typename"] == "Sensor", sensor
+    target = sensor["assetSelection"]["assetSelectionString"]
+    assert all(f'key:"{name}"' in target for name in DATASETS) and "AssetSelection(" not in target, target
+    # the datasets, and the analytics that the run of a day older than the first partition computes
+    assert sorted(k["path"][0] for k in sensor["assetSelection"]["assetKeys"]) == sorted(
+        [*DATASETS, "hermes_daily_usage", "hermes_daily_tools"]
+    )
+    # the one tick (store not there yet): its summary is in the tick's log, and the console printed it once
+    (tick,) = [t for t in sensor["sensorState"]["ticks"] if t["status"] != "STARTED"]
+    kept = [e for e in tick["logEvents"]["events"] if e["message"].startswith("hermes.sensor.tick ")]
+    assert [e["level"] for e in kept] == ["INFO"], tick
+    printed = [line for line in dagster_dev.log_tail(10**7).splitlines() if "hermes.sensor.tick" in line]
+    assert len(printed) == 1 and json.loads(printed[0])["event"] == "hermes.sensor.tick", printed

@@ -49,6 +49,14 @@ BAD = {
         "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)",
     ),
     "workers": ("HERMES_ASSETS_WORKERS", "0", "HERMES_ASSETS_WORKERS='0' is not a positive integer"),
+    # partitions run from the start date to today: a start in the future would leave none
+    "future_start_date": (
+        "HERMES_ASSETS_START_DATE",
+        "2999-01-01",
+        f"HERMES_ASSETS_START_DATE='2999-01-01' is in the future (today is {dt.datetime.now(dt.UTC).date()}, UTC): "
+        "the daily partitions run from it to today, so there would be none; set a day on or before today, or "
+        "unset it to start at the earliest Hermes session",
+    ),
     "warehouse": ("HERMES_ASSETS_WAREHOUSE", None, "is not a folder this user can write: it cannot be written"),
 }
 

@@ -103,15 +103,17 @@ def test_events_are_routed_into_the_dagster_run_log(small_capture):
         assert entry.level == {"info": 20, "warning": 30, "error": 40}[event["level"]]
 
 
-def test_one_event_per_sensor_tick(tmp_path):
+def test_one_event_per_sensor_tick(tmp_path, capfd):
+    """Each tick prints its summary once, as our own line, and keeps it in the tick's log (what
+    the UI shows for the tick); Dagster's console logger prints none of our events again."""
     home = tmp_path / "hermes-home"
     home.mkdir()
     driver = SensorDriver(home)
-    with captured_logs("json") as buf:
-        missing = driver.tick()  # no store yet
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance, captured_logs("json") as buf:
+        missing = driver.tick(logged=instance)  # no store yet
         copy_small(home)
-        first = driver.tick()  # a new store: every day
-        again = driver.tick()  # nothing changed: only the rotation reads a day of long text
+        first = driver.tick(logged=instance)  # a new store: every day
+        again = driver.tick(logged=instance)  # nothing changed: only the rotation reads a day of long text
     ticks = [e for e in parse_json_lines(buf.getvalue()) if e["event"] == "hermes.sensor.tick"]
     assert len(ticks) == 3
     assert all("run_id" not in t and "op" not in t for t in ticks)  # a tick is not a run
@@ -124,6 +126,14 @@ def test_one_event_per_sensor_tick(tmp_path):
     assert again.skip.startswith("no change")
     for t in ticks:
         assert isinstance(t["ms"], float) and t["level"] == "info"
+    # each tick's own log holds its summary once, with the same fields, at INFO
+    for tick, printed in zip((missing, first, again), ticks):
+        (kept,) = [message for level, message in tick.log if message.startswith("hermes.sensor.tick ")]
+        fields = {k: v for k, v in printed.items() if k not in ("event", "level", "timestamp")}
+        assert json.loads(kept.partition(" ")[2]) == fields
+        assert [level for level, message in tick.log if message == kept] == ["INFO"]
+    console = capfd.readouterr()
+    assert "hermes.sensor." not in console.out + console.err  # nothing printed beside our own lines
 
 
 def test_console_format_and_the_environment_switch():

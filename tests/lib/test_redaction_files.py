@@ -56,14 +56,17 @@ def capture_off(db, wh: Warehouse) -> None:
 
 def all_text(root) -> str:
     out = []
-    for path in sorted(root.glob("*/day=*/part-0.parquet")):
+    for path in sorted(root.glob("*/day=*/host=*/part-0.parquet")):
         out.append(json.dumps(pq.read_table(path).to_pylist(), default=str))
     return "\n".join(out)
 
 
 def versions(root) -> set:
     """The redaction versions the warehouse's partition files record."""
-    return {partition_file.redaction_version(pa.py_buffer(p.read_bytes())) for p in root.glob("*/day=*/part-0.parquet")}
+    return {
+        partition_file.redaction_version(pa.py_buffer(p.read_bytes()))
+        for p in root.glob("*/day=*/host=*/part-0.parquet")
+    }
 
 
 def test_files_written_without_redaction_are_redacted_in_place(secret_store, tmp_path):

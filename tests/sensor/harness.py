@@ -18,10 +18,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.definitions.instigation_logger import get_instigation_log_records
+from dagster._core.execution.build_resources import wrap_resources_for_execution
+from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesStores
@@ -72,6 +75,8 @@ class Tick:
     run_requests: list[dg.RunRequest]
     skip: str | None
     cursor: str | None  # the cursor after the tick
+    #: the tick's own log (level name, message), when it was evaluated with one
+    log: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def days(self) -> list[str]:
@@ -93,15 +98,32 @@ class SensorDriver:
         )
         self.cursor: str | None = None
         self.seen_run_keys: set[str] = set()
+        self.ticks = 0
 
-    def tick(self) -> Tick:
+    def tick(self, logged: dg.DagsterInstance | None = None) -> Tick:
+        """One tick; on a ``logged`` instance (a persistent one), with the log Dagster keeps for
+        the tick as the daemon's ticks have (the UI's tick log), read back into ``Tick.log``."""
         defs = definitions()
         sensor = defs.resolve_sensor_def(SENSOR)
-        ctx = dg.build_sensor_context(
-            cursor=self.cursor, definitions=defs, resources={"hermes": self.resource}, instance=_instance()
-        )
-        data = sensor.evaluate_tick(ctx)
+        self.ticks += 1
+        with dg.SensorEvaluationContext(
+            instance_ref=logged.get_ref() if logged else None,
+            cursor=self.cursor,
+            # the daemon names each tick's log; build_sensor_context would name it by the second
+            log_key=["__repository__", SENSOR, f"tick-{id(self)}-{self.ticks}"] if logged else None,
+            repository_name="__repository__" if logged else None,
+            definitions=defs,
+            instance=logged or _instance(),
+            sensor_name=SENSOR if logged else None,
+            resources=wrap_resources_for_execution({"hermes": self.resource}),
+        ) as ctx:
+            data = sensor.evaluate_tick(ctx)
         tick = Tick(list(data.run_requests or []), data.skip_message, data.cursor)
+        if logged is not None and data.log_key:
+            tick.log = [
+                (r["levelname"], r[LOG_RECORD_METADATA_ATTR]["orig_message"])
+                for r in get_instigation_log_records(logged, data.log_key)
+            ]
         if data.cursor is not None:
             self.cursor = data.cursor
         for r in tick.run_requests:

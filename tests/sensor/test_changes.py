@@ -143,3 +143,39 @@ def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, versi
     cursor_events = [(e["event"], e["log_level"]) for e in events if e["event"].startswith("hermes.sensor.cursor")]
     assert cursor_events == [("hermes.sensor.cursor_reset", "warning")]
     assert json.loads(plan.cursor_json)["version"] == CURSOR_VERSION == 3
+
+
+def _three_days(tmp_path):
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        for n in range(3):
+            w.at(START_S + n * DAY_S)
+            w.msg(w.session(f"s{n}", "cli"), "user", "hi")
+    return Store(str(db))
+
+
+def test_history_older_than_the_first_partition_is_requested_at_once_one_run_a_day(tmp_path):
+    """Days before the first partition that a run can capture (the first day follows the history)
+    are requested on the tick that sees them, each in a run of its own, never a ranged run and
+    never kept pending; days after the last partition still wait."""
+    store = _three_days(tmp_path)
+    C = "2026-06-03"
+    plan = watch.plan_tick([store], None, is_partition=lambda d: d == C, before_first=lambda d: d < C, max_runs=2)
+    assert [d for d, _ in plan.requests] == [C, B, A] and plan.early == [A, B]
+    assert sorted(days for days, _ in plan.runs) == [[A], [B], [C]]
+    assert all(key.startswith(days[0] + "@") for days, key in plan.runs)
+    assert plan.pending == {} and plan.counts()["days_before_first_partition"] == 2
+    # the same tick without it (HERMES_ASSETS_START_DATE set): kept pending, as before
+    kept = watch.plan_tick([store], None, is_partition=lambda d: d == C)
+    assert [d for d, _ in kept.requests] == [C] and set(kept.pending) == {A, B} and kept.early == []
+
+
+def test_many_older_days_are_requested_max_runs_a_tick_newest_first(tmp_path):
+    store = _three_days(tmp_path)
+    first = watch.plan_tick([store], None, is_partition=lambda d: False, before_first=lambda d: True, max_runs=2)
+    assert first.early == [B, "2026-06-03"] and set(first.pending) == {A}
+    assert [len(days) for days, _ in first.runs] == [1, 1]
+    second = watch.plan_tick(
+        [store], first.cursor_json, is_partition=lambda d: False, before_first=lambda d: True, max_runs=2
+    )
+    assert second.early == [A] and second.pending == {}

@@ -223,6 +223,7 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
     assert records, "the sensor requested no run"
     failed = [r.dagster_run.run_id for r in records if r.dagster_run.status != dg.DagsterRunStatus.SUCCESS]
     assert not failed, f"sensor runs failed: {failed}"
+    _assert_checks_passed_on_each_day(instance, [r.dagster_run for r in records])
     created = sorted((r.create_timestamp.timestamp(), r.dagster_run.tags.get("dagster/partition")) for r in records)
     run_wall = [r.end_time - r.create_timestamp.timestamp() for r in records]
     run_exec = [r.end_time - r.start_time for r in records]
@@ -279,6 +280,35 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
     live, fresh = _parquet_files(warehouse), _parquet_files(backfill_wh)
     assert set(live) == set(fresh)
     assert [name for name in live if live[name] != fresh[name]] == []
+
+
+def _assert_checks_passed_on_each_day(instance: dg.DagsterInstance, runs: list) -> None:
+    """Each sensor run evaluated the capture's checks, not days_captured (only the sensor reports
+    it), and each write check passed on each day of the run: none left planned, which the UI
+    shows as skipped once the run is over."""
+    from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, WRITE_CHECKS
+
+    days: dict[str, set[str]] = {}
+    for run in runs:
+        assert run.asset_check_selection is not None and DAYS_CAPTURED_CHECK not in run.asset_check_selection
+        tags = run.tags
+        first = tags.get("dagster/partition") or tags["dagster/asset_partition_range_start"]
+        last = tags.get("dagster/partition") or tags["dagster/asset_partition_range_end"]
+        days[run.run_id] = {
+            (dt.date.fromisoformat(first) + dt.timedelta(days=n)).isoformat()
+            for n in range((dt.date.fromisoformat(last) - dt.date.fromisoformat(first)).days + 1)
+        }
+    for dataset, name in WRITE_CHECKS:
+        key = dg.AssetCheckKey(dg.AssetKey(dataset), name)
+        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=10_000)
+        found: dict[str, dict[str | None, str]] = {}
+        for record in history:
+            if record.run_id in days:
+                found.setdefault(record.run_id, {})[record.partition] = record.status.value
+        assert found == {run_id: dict.fromkeys(wanted, "SUCCEEDED") for run_id, wanted in days.items()}, (
+            dataset,
+            name,
+        )
 
 
 # --------------------------------------------------------------------------

@@ -18,9 +18,11 @@ import os
 import sqlite3
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import structlog
 
+from tests.ecosystem.conftest import captured_logs, parse_json_lines
 from tests.sensor.harness import SensorDriver, checkpoint
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -173,8 +175,9 @@ def test_a_bad_store_is_named_and_the_others_keep_being_captured(tmp_path, monke
     assert s.entry(BAD)["max_mid"] > bad_entry["max_mid"]
 
 
-def test_the_tick_log_names_the_bad_store_in_dagster_too(tmp_path, monkeypatch, capsys):
-    """The tick's Dagster log (what the UI shows for the tick) carries the error as well."""
+def test_the_tick_log_names_the_bad_store_in_dagster_too(tmp_path, monkeypatch, capfd):
+    """The tick's Dagster log (what the UI shows for the tick) carries the error as well; the
+    console shows it once, as our own line (Dagster's console logger does not repeat it)."""
     monkeypatch.delenv("HERMES_HOME", raising=False)
     s = Stores(tmp_path / "stores")
     s.build()
@@ -183,13 +186,19 @@ def test_the_tick_log_names_the_bad_store_in_dagster_too(tmp_path, monkeypatch, 
     for suffix in ("-wal", "-shm"):
         Path(str(s.db[BAD]) + suffix).unlink(missing_ok=True)
     s.grow("alpha")
-    capsys.readouterr()
-    tick, _ = s.tick()
+    capfd.readouterr()
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance, captured_logs("json") as buf:
+        tick = s.sensor.tick(logged=instance)
     assert tick.days == [DAYS["alpha"]]
-    # Dagster's console handler for the tick's log writes to stderr
-    errors = [line for line in capsys.readouterr().err.splitlines() if "dagster - ERROR" in line]
+    errors = [message for level, message in tick.log if level == "ERROR"]
     assert len(errors) == 1
-    assert f"hermes.sensor.store_failed {s.db[BAD]} (store_corrupt)" in errors[0]
+    name, _, fields = errors[0].partition(" ")
+    assert name == "hermes.sensor.store_failed"
+    assert (json.loads(fields)["path"], json.loads(fields)["error_kind"]) == (str(s.db[BAD]), "store_corrupt")
+    printed = [e["event"] for e in parse_json_lines(buf.getvalue())]
+    assert printed.count("hermes.sensor.store_failed") == 1, printed
+    console = capfd.readouterr()
+    assert "hermes.sensor." not in console.out + console.err  # Dagster's console logger repeats none of it
 
 
 def test_cursor_entries_of_stores_that_vanish_or_fail_are_kept_verbatim(tmp_path, monkeypatch):

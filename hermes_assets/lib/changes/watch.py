@@ -104,6 +104,7 @@ class TickPlan:
     follow: attempts.FollowUp | None = None
     retried: list[str] = field(default_factory=list)  # days requested again after a failed run
     coalesced: list[str] = field(default_factory=list)  # changed days whose queued run will capture them
+    early: list[str] = field(default_factory=list)  # days before the first partition, requested one run each
     failing: list[str] = field(default_factory=list)  # days whose runs keep failing (attempts.FAILING_AFTER)
     failing_before: list[str] = field(default_factory=list)  # the same, as the last tick left it
     unchanged: str | None = None  # the cursor's text, when the tick changed nothing in it
@@ -142,6 +143,7 @@ class TickPlan:
             "days_requested": len(self.requests),
             "days_retried": len(self.retried),
             "days_left_to_queued_runs": len(self.coalesced),
+            "days_before_first_partition": len(self.early),
             "days_pending": len(self.pending),
             "days_captured": len(follow.succeeded),
             "days_run_failed": len(follow.failed),
@@ -164,12 +166,18 @@ def plan_tick(
     now_s: float | None = None,
     outcomes: attempts.Outcomes | None = None,
     max_runs: int = 1 << 30,
+    before_first: Callable[[str], bool] | None = None,
 ) -> TickPlan:
     """Compare the stores with the cursor; return the days to request and the new cursor.
 
     ``is_partition(day)`` says whether the partitions definition has that key;
     a changed day it lacks is kept in ``pending`` and requested on the first
-    tick where it exists. A store that cannot be read is reported in the
+    tick where it exists. ``before_first(day)`` says whether a day the
+    partitions lack is history older than their first day that a run can
+    capture all the same (the run loads the definitions afresh, and they
+    start at the earliest session then): such days are requested at once,
+    each in a run of its own (:attr:`TickPlan.early`), never kept waiting for
+    a reload. A store that cannot be read is reported in the
     plan's scans and keeps its cursor entry; it never stops the other stores.
     ``outcomes`` looks up how the runs of earlier requests ended
     (:mod:`hermes_assets.lib.changes.attempts`); without it, requests are not followed.
@@ -217,9 +225,16 @@ def plan_tick(
         if is_partition(day):  # e.g. the day after a clock-skewed session became today
             requests[day] = h
             del pending[day]
+    # history older than the first partition: one run per day (never a ranged run), newest first,
+    # at most max_runs a tick; the rest wait in pending for the next ticks
+    early: dict[str, str] = {}
+    if before_first is not None:
+        for day in sorted((d for d in pending if before_first(d)), reverse=True)[:max_runs]:
+            early[day] = pending.pop(day)
 
     ordered = sorted(requests.items(), reverse=True)
-    runs = run_groups(ordered, max_runs)
+    runs = run_groups(ordered, max_runs) + [([day], f"{day}@{h}") for day, h in early.items()]
+    ordered = sorted((requests | early).items(), reverse=True)
     attempts.open_attempts(cursor, runs, wall)
     failing_before, cursor.failing = cursor.failing, attempts.failing(cursor)
     plan = TickPlan(
@@ -232,6 +247,7 @@ def plan_tick(
         follow=follow,
         retried=sorted(d for d in retried if d in requests),
         coalesced=coalesced,
+        early=sorted(early),
         failing=cursor.failing,
         failing_before=failing_before,
     )
@@ -301,9 +317,9 @@ def _healthy_reason(scans: list[StoreScan], changed: dict, pending: dict) -> str
         return (
             f"no change to capture yet: Hermes has new activity on {_count(len(days), 'day')} outside the "
             f"partitions ({', '.join(days[:5])}{' ...' if len(days) > 5 else ''}), kept pending "
-            f"({len(pending)} in all) until they are partitions: the partitions start at "
-            "HERMES_ASSETS_START_DATE or, unset, at the earliest session when the definitions loaded "
-            "(Reload definitions after restoring older history)"
+            f"({len(pending)} in all) until they are partitions: a day after today (a writer whose clock "
+            "runs ahead) when today reaches it; a day before HERMES_ASSETS_START_DATE when the setting "
+            "is moved back to it (unset, older history is captured as it comes)"
         )
     read = [s for s in scans if s.status in (READ, NEW, REPLACED)]
     tail = f"; no store yet at {', '.join(missing)}" if missing else ""
