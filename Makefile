@@ -1,10 +1,11 @@
 # Two commands do all set-up on a fresh machine (Python 3.11+ with venv):
 #   make run    check the settings, then start Dagster (`dg dev`: webserver + daemon, sensor on)
-#               on ~/.hermes/state.db; Ctrl-C or `make stop` stops it
+#               on ~/.hermes/state.db, UI on port 3000 (`make run PORT=3001`: another);
+#               Ctrl-C or `make stop` stops it
 #   make test   install the test extras and run the test suite
 #   make check  the maintainer's checks in under a minute: lint, format, types, the fast tests
 # and one queries what they wrote:
-#   make query  install DuckDB and open its shell where warehouse/ is (README's recipes)
+#   make query  install DuckDB and open its shell where warehouse/ is (docs/querying.md: recipes)
 # `make clean` removes the venv, Dagster's records of runs and sensors in this folder, and
 # the captured datasets (warehouse/); it never touches Hermes's own files.
 PYTHON ?= python3
@@ -37,11 +38,14 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 install-query: $(VENV)/.installed-query
 
-# The settings are checked before Dagster starts: a bad one stops make with that one line
-# (exit 2). hermes_assets.dev then becomes `dg dev`, stoppable by Ctrl-C or `make stop`.
+# Checked before Dagster starts: the settings, no Dagster already running for this
+# DAGSTER_HOME, the port free. A problem stops make with that one line (exit 2); the
+# check's events (a warning of the settings) are printed by Dagster's own load, once.
+# hermes_assets.dev then becomes `dg dev`, stoppable by Ctrl-C or `make stop`
+# (which returns when its webserver, daemon and code server have all exited).
 run: install
-	$(eval BAD_SETTING := $(shell $(VENV)/bin/python -m hermes_assets.defs.settings 2>&1))
-	$(if $(BAD_SETTING),$(error $(BAD_SETTING)))
+	$(eval REFUSED := $(shell $(VENV)/bin/python -m hermes_assets.dev --check --port $(PORT) 2>/dev/null))
+	$(if $(REFUSED),$(error $(REFUSED)))
 	$(VENV)/bin/python -m hermes_assets.dev --port $(PORT)
 
 stop:
@@ -65,9 +69,9 @@ check: lint types
 test: install-test
 	$(VENV)/bin/pytest
 
-# DuckDB's shell in $(DAGSTER_HOME), where the default warehouse/ is: the README's recipes run as pasted
+# DuckDB's shell in $(DAGSTER_HOME), where the default warehouse/ is: the recipes (README, docs/querying.md) run as pasted
 query: install-query
-	@echo "DuckDB in $(DAGSTER_HOME): paste a recipe from README.md; .quit to leave"
+	@echo "DuckDB in $(DAGSTER_HOME): paste a recipe from docs/querying.md; .quit to leave"
 	@cd "$(DAGSTER_HOME)" && "$(abspath $(VENV))/bin/duckdb"
 
 $(VENV)/.installed-bench: $(VENV)/.installed-test
@@ -79,4 +83,4 @@ bench: $(VENV)/.installed-bench
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) history storage schedules logs warehouse .logs_queue .nux .telemetry .hermes_assets-dev.pid
+	rm -rf $(VENV) history storage schedules logs warehouse .logs_queue .nux .telemetry .hermes_assets-dev.pid redaction.key

@@ -1,12 +1,30 @@
-"""``make run`` and ``make stop``: Dagster on this folder, started and stopped cleanly.
+"""``make run`` and ``make stop``: one Dagster per folder, on a port that is free, stopped whole.
 
-``python -m hermes_assets.dev [dg dev options]`` checks the settings first
-(one line and exit status 2 on a bad one, before Dagster starts), then
-becomes ``dg dev`` (``exec``: same process, so Ctrl-C and signals reach it
-directly) and records its pid in ``$DAGSTER_HOME/.hermes_assets-dev.pid``.
+``python -m hermes_assets.dev [dg dev options]`` checks, before anything
+starts, and refuses with one line and exit status 2 (:data:`EXIT_REFUSED`):
 
-``python -m hermes_assets.dev --stop`` sends that process SIGTERM and waits
-for it: ``dg dev`` shuts its webserver, daemon and code server down and exits.
+- a bad setting (``defs/settings.py``);
+- an instance already running for this ``DAGSTER_HOME`` (its PID and port are
+  named, and ``make stop``): two daemons on one instance would both tick the
+  sensors, and the second webserver could not serve anyway;
+- a port another program holds (it is named when this user may see it, and
+  a free one is suggested: ``make run PORT=3001``).
+
+It then becomes ``dg dev`` (``exec``: same process, so Ctrl-C and signals
+reach it directly) holding an exclusive lock on
+``$DAGSTER_HOME/.hermes_assets-dev.pid``, which names its PID and port. The
+lock, not the file's presence, says an instance runs: it goes when the
+process goes, however it ends, and a start that is refused never writes the
+file, so ``make stop`` cannot lose track of the instance that runs.
+``python -m hermes_assets.dev --check [options]`` runs the checks alone and
+prints a refusal on stdout (``make run`` reads it there, so a refusal is make's
+own one line, and an event the settings log, such as redaction being off, is
+not mistaken for one).
+
+``python -m hermes_assets.dev --stop`` stops that instance whole: SIGTERM to
+``dg dev``, which shuts down its webserver, daemon and code server; it returns
+when every one of those processes has exited (any left after the grace
+period are terminated, then killed).
 
 Why not plain ``dg dev``: Dagster's dev command stops on SIGTERM by treating it
 like Ctrl-C, but a shell that starts a command in the background (``make run &``
@@ -17,71 +35,386 @@ too. Resetting both signals to their defaults before ``exec`` makes a
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import signal
+import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
 
 PID_FILE = ".hermes_assets-dev.pid"
+#: the exit status of a refused start (as a bad setting's)
+EXIT_REFUSED = 2
+#: Dagster's webserver defaults
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 3000
+#: how long ``dg dev`` has to shut its services down, then what is left gets SIGTERM, then SIGKILL
 STOP_TIMEOUT_S = 60
+LEFTOVER_GRACE_S = 10
+
+
+class Refused(Exception):
+    """A start that must not go ahead; the message is the one line a person sees."""
+
+
+def dagster_home() -> Path:
+    return Path(os.environ.get("DAGSTER_HOME") or ".").resolve()
 
 
 def pid_file() -> Path:
-    return Path(os.environ.get("DAGSTER_HOME") or ".").resolve() / PID_FILE
+    return dagster_home() / PID_FILE
+
+
+# --------------------------------------------------------------------------
+# processes (Linux /proc): a pid and its start time name one process, even after pid reuse
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    started: int  # clock ticks after boot (/proc/<pid>/stat field 22)
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start time) of ``pid``, or None when there is no such process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def _proc(pid: int) -> Proc | None:
+    stat = _stat(pid)
+    return None if stat is None else Proc(pid, stat[2])
+
+
+def _alive(proc: Proc) -> bool:
+    """Whether ``proc`` still runs (a zombie has exited: only its parent's wait is missing)."""
+    stat = _stat(proc.pid)
+    return stat is not None and stat[2] == proc.started and stat[0] not in ("Z", "X")
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _descendants(roots: set[Proc]) -> set[Proc]:
+    """Every live process below ``roots`` (children, their children ...)."""
+    children: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        stat = _stat(pid)
+        if stat is not None:
+            children.setdefault(stat[1], []).append(pid)
+    found: set[Proc] = set()
+    todo = [p.pid for p in roots if _alive(p)]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            proc = _proc(child)
+            if proc is not None and proc not in found and _alive(proc):
+                found.add(proc)
+                todo.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [p.decode(errors="replace") for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
+    except OSError:
+        return []
+
+
+def _command(pid: int) -> str:
+    """``pid``'s command line as ``ps`` shows it, its program by name, cut to 80 characters."""
+    parts = _cmdline(pid)
+    return " ".join([os.path.basename(parts[0]), *parts[1:]])[:80] if parts else "?"
+
+
+# --------------------------------------------------------------------------
+# the instance of this folder: the holder of the pid file's lock, else a daemon serving it
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running:
+    pid: int
+    port: str
+
+
+def running() -> Running | None:
+    """The Dagster running for this folder, or None: whoever holds the pid file's lock (a
+    ``make run``), else a ``dg dev`` / ``dagster dev`` started by hand on this folder."""
+    path = pid_file()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return _started_by_hand()
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _recorded(path)
+    finally:
+        os.close(fd)
+    return _started_by_hand()  # nobody holds the lock: what the file names has ended
+
+
+def _is(cmd: list[str], module: str, script: str) -> bool:
+    return any(part == module or os.path.basename(part) == script for part in cmd[:3])
+
+
+def _dev(cmd: list[str]) -> bool:
+    """``dg dev`` or ``dagster dev`` (run as a script by its venv's python, or directly)."""
+    return "dev" in cmd[:3] and any(os.path.basename(part) in ("dg", "dagster") for part in cmd[:2])
+
+
+def _home_of(pid: int) -> Path | None:
+    """The ``DAGSTER_HOME`` process ``pid`` was started with (relative to its working folder)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+    for entry in env:
+        if entry.startswith(b"DAGSTER_HOME="):
+            value = entry.split(b"=", 1)[1].decode(errors="replace")
+            return Path(cwd, value).resolve() if value else None
+    return None
+
+
+def _started_by_hand() -> Running | None:
+    """A Dagster daemon of this folder that no ``make run`` started: the ``dg dev`` / ``dagster dev``
+    above it (or the daemon itself), and the port of the webserver beside it."""
+    home = dagster_home()
+    for pid in _all_pids():
+        if pid == os.getpid() or not _is(_cmdline(pid), "dagster._daemon", "dagster-daemon"):
+            continue
+        if _home_of(pid) != home:
+            continue
+        stat = _stat(pid)
+        root = stat[1] if stat is not None and _dev(_cmdline(stat[1])) else pid
+        port = "?"
+        for proc in _descendants({p for p in [_proc(root)] if p is not None}):
+            cmd = _cmdline(proc.pid)
+            if _is(cmd, "dagster_webserver", "dagster-webserver"):
+                port = _option(cmd, ("--port", "-p"), str(DEFAULT_PORT))
+        return Running(root, port)
+    return None
+
+
+def _recorded(path: Path) -> Running:
+    words = path.read_text().split()
+    pid = int(words[0]) if words and words[0].isdigit() else 0
+    return Running(pid, words[1] if len(words) > 1 else "?")
+
+
+def _lock(port: int) -> int:
+    """Take the pid file's lock for this process, recording its pid and port; the descriptor
+    stays open across ``exec`` (the lock lives as long as ``dg dev``). Refused when held."""
+    path = pid_file()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Refused(_already(_recorded(path))) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} {port}\n".encode())
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def _already(instance: Running) -> str:
+    return (
+        f"Dagster is already running for {dagster_home()} (pid {instance.pid}, port {instance.port}: "
+        f"http://127.0.0.1:{instance.port}); `make stop` stops it"
+    )
+
+
+# --------------------------------------------------------------------------
+# the port
+# --------------------------------------------------------------------------
+
+
+def _taken(host: str, port: int) -> bool:
+    """Whether the webserver could not listen on ``host:port`` (bound by someone else)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False  # a host we cannot resolve: the webserver will say so
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the webserver does
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
+def _listener(port: int) -> str | None:
+    """``pid N (command)`` of the process listening on ``port``, when this user may see it."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    for pid in _all_pids() if inodes else []:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return f"pid {pid}: {_command(pid)}"
+            except OSError:
+                continue
+    return None
+
+
+def _free_port_after(host: str, port: int) -> int:
+    for candidate in range(port + 1, min(port + 100, 65536)):
+        if not _taken(host, candidate):
+            return candidate
+    return port + 1
+
+
+def _port_line(host: str, port: int) -> str:
+    holder = _listener(port)
+    by = f" (by {holder})" if holder else ""
+    return (
+        f"port {port} is taken{by}: choose another, e.g. `make run PORT={_free_port_after(host, port)}` "
+        f"(or stop what holds it)"
+    )
+
+
+# --------------------------------------------------------------------------
+# start, check, stop
+# --------------------------------------------------------------------------
+
+
+def _option(args: list[str], names: tuple[str, ...], default: str) -> str:
+    """The value of ``dg dev`` option ``names`` in ``args`` (``--port 3001`` or ``--port=3001``)."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return default
+
+
+def address(args: list[str]) -> tuple[str, int]:
+    """The webserver's host and port ``dg dev`` will use with ``args``."""
+    host = _option(args, ("--host", "-h"), DEFAULT_HOST)
+    port = _option(args, ("--port", "-p"), str(DEFAULT_PORT))
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise Refused(f"PORT={port} is not a port number (1-65535), e.g. `make run PORT=3001`")
+    return host, int(port)
+
+
+def check(args: list[str]) -> tuple[str, int]:
+    """Every reason not to start, as :class:`Refused` (one line): the settings, an instance of
+    this folder already running, a taken port. Returns the webserver's host and port."""
+    try:
+        settings.check()
+    except ConfigurationError as exc:
+        raise Refused(str(exc)) from None
+    host, port = address(args)
+    instance = running()
+    if instance is not None:
+        raise Refused(_already(instance))
+    if _taken(host, port):
+        raise Refused(_port_line(host, port))
+    return host, port
 
 
 def start(args: list[str]) -> int:
     try:
-        settings.check()
-    except ConfigurationError as exc:
-        print(exc, file=sys.stderr, flush=True)
-        return 2
+        host, port = check(args)
+        _lock(port)
+        if _taken(host, port):  # taken between the check and the lock
+            raise Refused(_port_line(host, port))
+    except Refused as refused:
+        print(refused, file=sys.stderr, flush=True)
+        return EXIT_REFUSED
     dg = str(Path(sys.executable).with_name("dg"))
-    pid_file().write_text(f"{os.getpid()}\n")
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)  # an ignored signal stays ignored across exec: undo it
     os.execv(dg, [dg, "dev", *args])
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live ``dg dev`` (not a stale pid file naming another process)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return any(part.endswith(b"/dg") or part == b"dg" for part in cmdline) and b"dev" in cmdline
+def _wait_gone(procs: set[Proc], timeout_s: float) -> set[Proc]:
+    """Wait until none of ``procs`` (and of the processes they start meanwhile) runs, for at most
+    ``timeout_s``; returns those still running."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        procs = {p for p in procs | _descendants(procs) if _alive(p)}
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(0.2)
+
+
+def _signal(procs: set[Proc], sig: signal.Signals) -> None:
+    for proc in procs:
+        if _alive(proc):
+            try:
+                os.kill(proc.pid, sig)
+            except ProcessLookupError:
+                pass
 
 
 def stop() -> int:
-    path = pid_file()
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        print(f"nothing to stop: no `make run` recorded in {path.parent}")
+    instance = running()
+    if instance is None:
+        print(f"nothing to stop: no `make run` is running for {dagster_home()}")
         return 0
-    if not _running(pid):
-        path.unlink(missing_ok=True)
-        print(f"nothing to stop: process {pid} of {path} is not running")
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _running(pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if _running(pid):
-        print(f"dg dev (pid {pid}) did not stop within {STOP_TIMEOUT_S} s", file=sys.stderr)
+    root = _proc(instance.pid)
+    if root is None or not _alive(root):  # the lock is held, but not by the process it names
+        print(f"the lock of {pid_file()} is held, but pid {instance.pid} is not running", file=sys.stderr)
         return 1
-    path.unlink(missing_ok=True)
-    print(f"stopped dg dev (pid {pid})")
+    tree = {root} | _descendants({root})  # webserver, daemon, code server: tracked even once orphaned
+    os.kill(root.pid, signal.SIGTERM)
+    left = _wait_gone(tree, STOP_TIMEOUT_S)
+    forced = len(left)
+    if left:  # dg dev did not take its services down in time: what is left goes by force
+        _signal(left, signal.SIGTERM)
+        left = _wait_gone(left, LEFTOVER_GRACE_S)
+        _signal(left, signal.SIGKILL)
+        left = _wait_gone(left, 5)
+    if left:
+        print(f"dg dev (pid {root.pid}) left processes running: {sorted(p.pid for p in left)}", file=sys.stderr)
+        return 1
+    pid_file().unlink(missing_ok=True)
+    late = f" ({forced} did not stop within {STOP_TIMEOUT_S} s and were terminated)" if forced else ""
+    print(f"stopped dg dev (pid {root.pid}, port {instance.port}) and its {len(tree) - 1} processes{late}")
     return 0
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--stop"]:
         return stop()
+    if argv[:1] == ["--check"]:  # the refusal alone on stdout (what make reads); events stay on stderr
+        try:
+            check(argv[1:])
+        except Refused as refused:
+            print(str(refused).rstrip("."), flush=True)  # make ends the line with ".  Stop."
+            return EXIT_REFUSED
+        return 0
     return start(argv)
 
 

@@ -129,7 +129,7 @@ def _partition_line(exc: BaseException) -> str | None:
     match = _KEY.search(str(exc))
     if match is None:
         return None
-    from hermes_assets.defs.partitions import daily_partitions
+    from hermes_assets.defs.partitions import START, daily_partitions
 
     key, first, last = (
         match.group(1),
@@ -138,17 +138,16 @@ def _partition_line(exc: BaseException) -> str | None:
     )
     if first is None or last is None:  # a partitions definition with no day at all: nothing to say
         return None
-    start = settings.in_use().start_day
-    why = (
-        f"HERMES_ASSETS_START_DATE={start}"
-        if start
-        else "HERMES_ASSETS_START_DATE is unset, so they start on the day of the earliest Hermes session"
-    )
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", key):
         return f"partition {key!r} is not a day: partitions are UTC days, YYYY-MM-DD ({first} to {last})"
+    if key < first and START.no_history:  # a store problem: the start date is not to blame
+        return (
+            f"partition {key} is before the first partition, {first}: {START.why}; nothing to capture "
+            "before it (HERMES_HOME or HERMES_STATE_DB names where Hermes keeps its state.db)"
+        )
     if key < first:
         return (
-            f"partition {key} is before the first partition, {first} ({why}): "
+            f"partition {key} is before the first partition, {first} ({START.why}): "
             f"set HERMES_ASSETS_START_DATE={key} or earlier to capture it"
         )
     if key > last:

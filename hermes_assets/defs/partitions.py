@@ -20,6 +20,7 @@ pending: the user chose where the partitions start.
 """
 
 import datetime as dt
+from typing import NamedTuple
 
 import dagster as dg
 
@@ -30,17 +31,46 @@ from hermes_assets.lib.source.stores import discover_stores
 from hermes_assets.lib.warehouse import history
 
 
-def first_day(s: settings.Settings) -> str:
-    """The first partition: the setting, else where the history starts, else today (UTC)."""
+class Start(NamedTuple):
+    """The first partition, and why it is that day (as ``defs/console.py`` says it)."""
+
+    day: str
+    why: str
+    #: True when no Hermes session was found at all: the start is today for want of a store,
+    #: and moving HERMES_ASSETS_START_DATE would capture nothing
+    no_history: bool = False
+
+
+def start(s: settings.Settings) -> Start:
+    """The first partition: the setting, else where the history starts, else today (UTC); and why."""
     if s.start_day:
-        return s.start_day
+        return Start(s.start_day, f"HERMES_ASSETS_START_DATE={s.start_day}")
+    stores = discover_stores(s.state_db, s.hermes_home)
     found = history.first_day(
-        discover_stores(s.state_db, s.hermes_home),
+        stores,
         HermesWarehouse.from_settings(s).open(),
         readers=ReaderFactory(busy_timeout_ms=s.busy_timeout_ms),
     )
     today = dt.datetime.now(dt.UTC).date().isoformat()
-    return min(found or today, today)  # a session a writer's fast clock put in tomorrow starts nothing later
+    if found:  # a session a writer's fast clock put in tomorrow starts nothing later
+        why = "HERMES_ASSETS_START_DATE is unset, so they start on the day of the earliest Hermes session"
+        return Start(min(found, today), why)
+    present = [store.path for store in stores if store.exists()]
+    if present:
+        return Start(today, f"no session in the Hermes store {', '.join(present)} yet, so they start today", True)
+    where = ", ".join(store.path for store in stores) or f"{s.state_db} (no state.db in it)"
+    return Start(today, f"no Hermes store at {where}, so they start today", True)
+
+
+#: where the loaded partitions start, and why (set by :func:`first_day` as they are built)
+START = Start("", "not loaded yet")
+
+
+def first_day(s: settings.Settings) -> str:
+    """The first partition of the definitions being loaded (:func:`start`); remembers why in :data:`START`."""
+    global START
+    START = start(s)
+    return START.day
 
 
 _LOADED = settings.in_use()

@@ -27,6 +27,13 @@ failing days changes.
 Both are built when the definitions load, from the settings they loaded with
 (``HERMES_ASSETS_POLL_SECONDS``, ``HERMES_ASSETS_SENSOR_MAX_RUNS``): a tick reads
 no setting.
+
+A path named in ``HERMES_STATE_DB`` that is gone (a store or folder removed
+while Dagster runs) is a mistake in the setting, not a store that failed
+alone: the tick fails with the one line naming it (``BadSetting``, a Dagster
+error, so the UI shows the tick red with that line, not a wrapper of it),
+requests nothing and keeps its cursor. The first tick after the path is back
+reads it from that cursor and requests what changed meanwhile.
 """
 
 import dagster as dg
@@ -116,6 +123,7 @@ def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: i
         before_first=before_first,
     )
     requests = [_run_request(days, key) for days, key in plan.runs]
+    _fail_if_a_named_path_is_gone(plan)
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
     failed = [{"store": s.store.label, "path": s.store.path, "error_kind": f.error_kind} for s, f in plan.failed]
@@ -204,6 +212,18 @@ def _no_store_reason(hermes: HermesStores) -> str:
             f"no Hermes store found: HERMES_STATE_DB={where} holds no state.db (folders are searched for **/state.db)"
         )
     return "no Hermes store found"
+
+
+def _fail_if_a_named_path_is_gone(plan: watch.TickPlan) -> None:
+    """Fail the tick (red in the UI, the one line as its error) when a path ``HERMES_STATE_DB``
+    names is gone: a mistake in the setting, not one store failing alone. The library has logged
+    it (``hermes.sensor.store_failed``); the cursor stays as it was."""
+    from hermes_assets.defs.console import BadSetting
+    from hermes_assets.lib.errors import STORE_MISSING
+
+    gone = [failure for scan, failure in plan.failed if scan.store.explicit and failure.error_kind == STORE_MISSING]
+    if gone:
+        raise BadSetting(gone[0].message)
 
 
 def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefinition:

@@ -9,10 +9,11 @@ value and the accepted form::
 The definitions check the settings when they load (:func:`check`: the form
 of every value, and that the local folders the project writes can be
 written), and ``make run`` checks them before it starts Dagster
-(``python -m hermes_assets.defs.settings``, exit status 2), so a mistake is
+(``python -m hermes_assets.dev --check``, exit status 2), so a mistake is
 one line before anything runs; ``hermes_assets/defs/console.py`` decides how
-that line reaches a person (the CLI, the UI). Whether an explicit store
-exists is checked per run and per tick. The core library
+that line reaches a person (the CLI, the UI). So does a path of
+``HERMES_STATE_DB`` that does not exist; one that vanishes later fails the
+sensor's tick, or the run reading it, with the same line. The core library
 (``hermes_assets/lib``) never reads the environment: it receives these values
 as arguments.
 
@@ -30,7 +31,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
@@ -261,11 +261,17 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
     must be creatable. One probe each, in the folder or its nearest existing parent: a
     temporary folder made and removed at once (the only way to ask that also answers
     for root on a read-only mount). A URI warehouse is not probed (its store keeps
-    its own access control).
+    its own access control). First of all, whether every file or folder
+    ``HERMES_STATE_DB`` names exists: a path that does not is a mistake in the setting
+    (a typo must not look like an idle Hermes, nor move the partitions' start), where a
+    Hermes home with no store yet is the quiet idle case (SPEC §1).
 
     Raises :class:`ConfigurationError` with one line naming the setting.
     """
     settings = load(environ)
+    missing = stores.missing_named(settings.state_db)
+    if missing:
+        raise ConfigurationError(stores.missing_line(missing[0]))
     for field in WRITTEN_FOLDERS:
         value = getattr(settings, field)
         parsed = urlparse(value or "")
@@ -319,18 +325,3 @@ def _unwritable(folder: str) -> str | None:
         what = "it" if probe == folder else f"its parent {probe}"
         return f"{what} cannot be written ({exc.strerror or exc})"
     return None
-
-
-def main() -> int:
-    """``python -m hermes_assets.defs.settings``: check the settings of this environment
-    (``make run`` does, before it starts Dagster); one line and status 2 on a bad one."""
-    try:
-        check()
-    except ConfigurationError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,6 +6,7 @@ these tests hold the rules they rest on, in process.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import sys
 import warnings
@@ -143,3 +144,39 @@ def test_dagsters_warnings_about_our_set_up_are_silenced(monkeypatch, caplog):
                 stacklevel=1,
             )
         assert caught == []
+
+
+def test_the_first_partition_says_why_it_is_that_day(tmp_path, fixture_copy):
+    """The start date when set; the earliest session; else today, for want of any session: then
+    the store looked for is named, and the start date is not to blame."""
+    from hermes_assets.defs import partitions
+
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    base = {"HERMES_ASSETS_WAREHOUSE": str(tmp_path / "warehouse")}
+    start = partitions.start(settings.load({**base, "HERMES_ASSETS_START_DATE": "2026-05-01"}))
+    assert start == partitions.Start("2026-05-01", "HERMES_ASSETS_START_DATE=2026-05-01", False)
+    small = fixture_copy("small")
+    start = partitions.start(settings.load({**base, "HERMES_STATE_DB": str(small)}))
+    assert (start.day, start.no_history) == ("2026-06-01", False) and "earliest Hermes session" in start.why
+    home = tmp_path / "no-hermes"
+    start = partitions.start(settings.load({**base, "HERMES_HOME": str(home)}))
+    assert start == partitions.Start(today, f"no Hermes store at {home / 'state.db'}, so they start today", True)
+    empty = tmp_path / "stores"
+    empty.mkdir()
+    start = partitions.start(settings.load({**base, "HERMES_STATE_DB": str(empty)}))
+    assert start.no_history and start.why == f"no Hermes store at {empty} (no state.db in it), so they start today"
+
+
+def test_a_partition_before_a_start_for_want_of_a_store_blames_the_store(monkeypatch, suite_settings):
+    from hermes_assets.defs import partitions
+
+    why = "no Hermes store at /home/me/.hermes/state.db, so they start today"
+    monkeypatch.setattr(partitions, "START", partitions.Start(SUITE_START_DATE, why, True))
+    found = console._partition_line(
+        dg.DagsterInvariantViolationError("Could not find a partition with key `2020-01-01`.")
+    )
+    assert found == (
+        f"partition 2020-01-01 is before the first partition, {SUITE_START_DATE}: {why}; nothing to capture "
+        "before it (HERMES_HOME or HERMES_STATE_DB names where Hermes keeps its state.db)"
+    )
+    assert "START_DATE" not in found

@@ -1,8 +1,9 @@
 """Mistakes must not look like success (SPEC §1, §2), in process.
 
-- A file named in ``HERMES_STATE_DB`` that does not exist fails the run: the
-  write step fails with one line naming the path, ``error_kind`` in its
-  metadata, and no file is written (``store_missing``).
+- A path named in ``HERMES_STATE_DB`` that does not exist is a bad setting: the
+  definitions do not load, with one line naming the path. One that vanishes
+  between the load and the run fails the run: the write step fails with that
+  line, ``error_kind`` in its metadata, and no file is written (``store_missing``).
 - No Hermes installed (default discovery) is the idle case: the run succeeds
   with no warning at all.
 - A run that can capture nothing where a user expects rows, a range that holds
@@ -44,20 +45,41 @@ def _not_info(events) -> list[tuple[str, str]]:
     return [(e["level"], e["event"]) for e in events if e["level"] != "info"]
 
 
-def test_a_store_named_but_missing_fails_the_run_naming_it(small, monkeypatch, tmp_path):
+def test_a_store_named_but_missing_is_a_bad_setting_in_one_line(capture, monkeypatch, tmp_path):
+    """Named in ``HERMES_STATE_DB`` but not there when the definitions load: the load stops with the
+    one line naming the path (what the UI shows as the code location's error), before any run."""
+    from hermes_assets.defs.console import BadSetting
+
     typo = tmp_path / "hermes" / "stat.db"
     monkeypatch.setenv("HERMES_STATE_DB", str(typo))
-    result, events = _run(small, SMALL_DAYS[0], SMALL_DAYS[1], raise_on_error=False)
+    with pytest.raises(BadSetting) as raised:
+        capture.defs()
+    assert str(raised.value) == (
+        f"HERMES_STATE_DB names {typo}, which does not exist: check the path "
+        "(unset HERMES_STATE_DB to use the Hermes home's own store)."
+    )
+    assert capture.files() == {}
+
+
+def test_a_named_store_that_vanishes_before_the_run_fails_the_run_naming_it(small, monkeypatch, tmp_path):
+    """Loaded while the store was there, run after it went: the write step fails with the same line."""
+    named = tmp_path / "hermes" / "state.db"
+    named.parent.mkdir()
+    small.store.rename(named)
+    monkeypatch.setenv("HERMES_STATE_DB", str(named))
+    defs = small.defs()
+    named.unlink()
+    result, events = _run(small, SMALL_DAYS[0], SMALL_DAYS[1], defs=defs, raise_on_error=False)
     assert not result.success
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failure.step_key == WRITE_STEP
     data = failure.event_specific_data.user_failure_data
     assert data.description == (
-        f"store_missing: HERMES_STATE_DB names {typo}, which does not exist: check the path "
+        f"store_missing: HERMES_STATE_DB names {named}, which does not exist: check the path "
         "(unset HERMES_STATE_DB to use the Hermes home's own store)."
     )
     assert data.metadata["error_kind"].value == "store_missing"
-    assert _plan_md(result)["stores_failed"] == [{"path": str(typo), "error_kind": "store_missing"}]
+    assert _plan_md(result)["stores_failed"] == [{"path": str(named), "error_kind": "store_missing"}]
     assert _not_info(events) == [("error", "hermes.store.unreadable")]  # and no "nothing to capture" beside it
     assert small.files() == {}
 

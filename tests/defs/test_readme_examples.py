@@ -1,4 +1,4 @@
-"""The README's "Building on the datasets" examples, executed as written.
+"""The examples of "Building on the datasets" (``docs/building.md``), executed as written.
 
 Every ```python block after a ``<!-- example: NAME -->`` marker runs over the
 captured small fixture: the downstream asset as a module of its own next to
@@ -22,7 +22,7 @@ from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, day_path, md_val
 from tests.e2e.conftest import REPO
 from tests.sensor.harness import project_env
 
-README = REPO / "README.md"
+README = REPO / "docs" / "building.md"
 _BLOCK = re.compile(r"<!-- example: (\w+) -->\s*```python\n(.*?)```", re.S)
 DAY = "2026-06-07"
 README_DAY = "2026-07-20"

@@ -52,7 +52,7 @@ def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_the_form(name
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no pydantic dump behind it
 
 
-def test_a_start_date_in_the_future_is_refused_in_one_line(monkeypatch, capsys):
+def test_a_start_date_in_the_future_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """Partitions run from the start date to today (UTC): a later start would leave none."""
     today = dt.datetime.now(dt.UTC).date()
     tomorrow = (today + dt.timedelta(days=1)).isoformat()
@@ -62,10 +62,13 @@ def test_a_start_date_in_the_future_is_refused_in_one_line(monkeypatch, capsys):
     assert message.startswith(f"HERMES_ASSETS_START_DATE='{tomorrow}' is in the future (today is {today}, UTC)")
     assert "\n" not in message
     assert settings.load({"HERMES_ASSETS_START_DATE": today.isoformat()}).start_day == today.isoformat()
-    # what `make run` runs before it starts Dagster: the line, and exit status 2
+    # what `make run` runs before it starts Dagster: the line (on stdout, where make reads it), exit status 2
+    from hermes_assets import dev
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setenv("HERMES_ASSETS_START_DATE", "2999-01-01")
-    assert settings.main() == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    assert dev.main(["--check"]) == 2
+    (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("HERMES_ASSETS_START_DATE='2999-01-01' is in the future")
 
 
@@ -135,6 +138,32 @@ def test_a_setting_a_definitions_module_cannot_honour_is_one_line_too(capture, m
         capture.defs()
     installed = importlib.metadata.version("dagster-postgres")  # an integration of the same release
     assert str(info.value) == f"HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s=={installed} installed"
+
+
+def test_a_state_db_naming_a_path_that_does_not_exist_is_a_bad_setting(tmp_path):
+    """A file or a folder, alone or one of several: the first missing path is named, in one line.
+    Paths that exist pass (a folder with no state.db in it yet is the sensor's to report)."""
+    db, folder = tmp_path / "hermes" / "state.db", tmp_path / "stores"
+    db.parent.mkdir()
+    db.write_bytes(b"")
+    folder.mkdir()
+    base = {"HERMES_ASSETS_WAREHOUSE": str(tmp_path / "warehouse")}
+    for named in (str(db), str(folder), f"{db}:{folder}"):
+        assert settings.check({**base, "HERMES_STATE_DB": named}).state_db == named
+    for typo in (tmp_path / "hermes" / "stat.db", tmp_path / "storse"):
+        for named in (str(typo), f"{db}:{typo}"):
+            with pytest.raises(ConfigurationError) as info:
+                settings.check({**base, "HERMES_STATE_DB": named})
+            assert str(info.value) == (
+                f"HERMES_STATE_DB names {typo}, which does not exist: check the path "
+                "(unset HERMES_STATE_DB to use the Hermes home's own store)."
+            )
+    link = tmp_path / "dangling.db"
+    link.symlink_to(tmp_path / "gone.db")
+    with pytest.raises(ConfigurationError, match=r"dangling\.db, which does not exist"):
+        settings.check({**base, "HERMES_STATE_DB": str(link)})
+    # unset: the Hermes home's own store, absent here: the quiet idle case, never a bad setting
+    assert settings.check({**base, "HERMES_HOME": str(tmp_path / "no-hermes")}).state_db is None
 
 
 @pytest.mark.slow
@@ -236,7 +265,7 @@ def test_the_settings_in_use_are_the_ones_the_definitions_loaded_with(capture, m
 
 
 def test_only_the_entry_points_read_the_environment():
-    """``definitions.py`` (each load), ``dev.py`` and ``python -m ...settings`` (``make run``)
+    """``definitions.py`` (each load) and ``dev.py`` (``make run``, before Dagster starts)
     read the settings; every definitions module takes them from ``settings.in_use()``. The
     event log (named by ``dagster.yaml``, not a definitions module) sets Dagster's own batch
     switch, ``DAGSTER_EVENT_BATCH_SIZE``, and reads no setting of ours."""

@@ -5,7 +5,7 @@ The contract's column and settings tables are generated from the code
 settings as they are *now* and fails when the document differs, saying which
 command brings it up to date. The canonical table of §5.1 is prose (it says what
 each column holds) and is held to the schema's names, order and required flags.
-The README's settings table names every setting exactly once.
+The settings table (``docs/settings.md``) names every setting exactly once.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def test_the_canonical_table_names_every_column_in_order():
     ]
 
 
-def test_the_readme_settings_table_names_each_setting_once():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Settings") :]
+def test_the_settings_page_names_each_setting_once():
+    page = (REPO / "docs" / "settings.md").read_text(encoding="utf-8")
+    section = page[page.index("## Variables") :]
     section = section[: section.index("\n## ", 1)]
     named = re.findall(r"^\| `([A-Z_]+)`", section, re.M)
     assert len(named) == len(set(named)), f"a setting is listed twice: {named}"
@@ -62,12 +62,12 @@ def test_the_readme_points_at_the_contract():
     assert "docs/contract.md" in (REPO / "README.md").read_text(encoding="utf-8")
 
 
-def test_the_readme_layout_names_every_module():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    layout = readme[readme.index("## Layout") :]
+def test_the_layout_names_every_module():
+    page = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    layout = page[page.index("## Layout") :]
     layout = layout[: layout.index("\n## ", 1)]
     modules = sorted(
         p.relative_to(REPO / "hermes_assets") for p in (REPO / "hermes_assets").rglob("*.py") if p.name != "__init__.py"
     )
     missing = [str(m) for m in modules if m.name not in layout]
-    assert missing == [], f"README's Layout section leaves out {missing}"
+    assert missing == [], f"the Layout section of docs/development.md leaves out {missing}"

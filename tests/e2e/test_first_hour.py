@@ -5,11 +5,13 @@
   SupersessionWarning), and ``make stop`` stops it even when it was started from a
   script (where Dagster used to ignore SIGTERM).
 - A bad setting, in ``make run`` and in every ``dg``/``dagster`` command that loads
-  the definitions: one line naming the variable, the value and the accepted form,
-  exit status 2, no traceback.
+  the definitions: one line naming the variable, the value and the accepted form
+  (a ``HERMES_STATE_DB`` path that does not exist: the path), exit status 2, no
+  traceback.
 - The ``dg`` commands the README leads with: ``dg check defs``, ``dg list defs``,
   ``dg launch --partition-range`` (one run); and a partition before the first one
-  ends in one line naming ``HERMES_ASSETS_START_DATE``.
+  ends in one line naming ``HERMES_ASSETS_START_DATE``, or, with no Hermes store
+  at all, naming the store it looked for (never blaming the start date).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ ASSETS = ",".join(DATASETS)
 #: how long the first capture of five days may take under load (sensor tick + runs)
 CAPTURE_TIMEOUT_S = 240
 
-#: each bad setting of the issue, and the line a person must see
+#: each kind of bad setting, and the line a person must see
 BAD = {
     "start_date": (
         "HERMES_ASSETS_START_DATE",
@@ -58,6 +60,8 @@ BAD = {
         "unset it to start at the earliest Hermes session",
     ),
     "warehouse": ("HERMES_ASSETS_WAREHOUSE", None, "is not a folder this user can write: it cannot be written"),
+    # a typo in the store's path: named as such, never as an idle Hermes or a start date
+    "state_db": ("HERMES_STATE_DB", None, "which does not exist: check the path"),
 }
 
 
@@ -69,7 +73,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def bad_env(case: str, install, unwritable: Path) -> tuple[dict, str]:
     name, value, line = BAD[case]
-    if value is None:
+    if case == "state_db":
+        value = str(install.root / "hermes" / "stat.db")
+        line = f"{name} names {value}, {line} (unset HERMES_STATE_DB to use the Hermes home's own store)."
+    elif value is None:
         value = str(unwritable)
         line = f"{name}={value!r} {line}"
     return clean_env(**{**install.environ(), name: value}), line
@@ -141,7 +148,7 @@ def test_a_bad_setting_is_one_line_naming_it(command, case, install, unwritable_
     assert len(lines) == 1, lines
     assert line in lines[0], lines[0]
     if command == "make run":  # make's own one-line stop: the line, then nothing started
-        assert lines[0].endswith(".  Stop."), lines[0]
+        assert lines[0].endswith(".  Stop.") and not lines[0].endswith("..  Stop."), lines[0]
         assert not (install.dagster_home / ".hermes_assets-dev.pid").exists()
     else:  # the line itself (the unwritable folder's reason, Read-only file system or Permission denied, after it)
         assert lines[0] == line or (case == "warehouse" and lines[0].startswith(line + " (")), lines[0]
@@ -220,6 +227,22 @@ def test_a_partition_before_the_first_names_the_start_date(command, small_instal
         "HERMES_ASSETS_START_DATE=2026-05-20 or earlier to capture it"
     ], proc.stderr
     assert not small_install.warehouse.exists() or not any(small_install.warehouse.rglob("*.parquet"))
+
+
+def test_a_partition_before_the_first_with_no_store_names_the_store_not_the_start_date(install):
+    """No Hermes at the home (the idle case): the partitions start today for want of a store, and
+    the line says so; moving HERMES_ASSETS_START_DATE would capture nothing."""
+    env = small_env(install)
+    proc = run(COMMANDS["dg launch"](), env)  # 2026-06-01: before today
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    assert proc.returncode != 0
+    assert lines == [
+        f"partition 2026-06-01 is before the first partition, {today}: no Hermes store at {install.store}, "
+        "so they start today; nothing to capture before it (HERMES_HOME or HERMES_STATE_DB names where "
+        "Hermes keeps its state.db)"
+    ], proc.stderr
+    assert "HERMES_ASSETS_START_DATE" not in proc.stderr
 
 
 # --------------------------------------------------------------------------

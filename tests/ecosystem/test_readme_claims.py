@@ -1,9 +1,11 @@
-"""What the README tells a newcomer, held against what the project does.
+"""What the README and its pages tell a newcomer, held against what the project does.
 
-The recipes are run by ``test_readme_recipes.py``; these are the README's
-other promises: the system packages the suite needs (the ones ``.ci/run``
-installs), what a run without Hermes leaves (no file), and which files may
-appear beside a store that is read (SQLite's own ``-wal``/``-shm``).
+The recipes are run by ``test_readme_recipes.py``; these are the other
+promises: the system packages the suite needs (the ones ``.ci/run`` installs,
+``docs/development.md``), what a run without Hermes leaves (no file,
+``docs/running.md``), which files may appear beside a store that is read
+(SQLite's own ``-wal``/``-shm``, the README), the make targets the README
+names, and the Hermes versions table (``docs/development.md``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from tests.defs.harness import SMALL_DAYS, copy_small
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
+RUNNING = (REPO / "docs" / "running.md").read_text(encoding="utf-8")
+DEVELOPMENT = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
 
 
 def _flat(text: str) -> str:
@@ -27,16 +31,16 @@ def test_the_readme_lists_the_system_packages_ci_installs():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     needed = re.findall(r"need\+=\((\w+)\)", ci)
     assert sorted(needed) == ["chromium", "git", "postgresql", "strace"]
-    (listed,) = re.findall(r"apt-get install ([a-z ]+)`", README)
+    (listed,) = re.findall(r"apt-get install ([a-z ]+)`", DEVELOPMENT)
     assert sorted(listed.split()) == sorted(needed)
     for package in needed:
-        assert re.search(rf"^\| `{package}`", README, re.M), f"{package} has no row saying what needs it"
-    flat = _flat(README)
+        assert re.search(rf"^\| `{package}`", DEVELOPMENT, re.M), f"{package} has no row saying what needs it"
+    flat = _flat(DEVELOPMENT)
     assert "skipped with a reason" in flat and "Under CI" in flat
 
 
 def test_the_readme_says_a_run_without_hermes_writes_no_file(capture):
-    flat = _flat(README)
+    flat = _flat(RUNNING)
     assert "empty partitions" not in flat
     assert "writes no file (a day with no rows never has one)" in flat
     assert capture.materialize(SMALL_DAYS[0]).success
@@ -62,7 +66,7 @@ def test_every_make_target_the_readme_names_exists(target):
 
 def test_the_hermes_versions_table_names_stores_that_exist():
     """Each store or test the table says a Hermes version is tested on is there."""
-    (table,) = re.findall(r"## Hermes versions read\n(.*?)\n## ", README, re.S)
+    (table,) = re.findall(r"## Hermes versions read\n(.*?)(?:\n## |\Z)", DEVELOPMENT, re.S)
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Hermes")]
     assert [row.split("|")[2].strip() for row in rows] == ["11", "12-21", "22", "31"]
     named = set(re.findall(r"`((?:tests/fixtures|tests/lib)/[\w./]+)`", table))

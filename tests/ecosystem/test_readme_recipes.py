@@ -1,6 +1,7 @@
-"""The README's query recipes, executed.
+"""The query recipes of the README and ``docs/querying.md``, executed.
 
-Every ```sql block after a ``<!-- recipe: NAME -->`` marker in README.md runs
+Every ```sql block after a ``<!-- recipe: NAME -->`` marker in README.md (the
+first query) and docs/querying.md (the others) runs
 as written in DuckDB over the Parquet files of the captured small fixture
 (only the ``'warehouse/`` prefix is pointed at the test's warehouse), and its
 answer is checked against the same figure computed another way: from the
@@ -20,6 +21,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -35,7 +37,10 @@ from tests.support.skips import unavailable
 from tests.support.v022 import capture_fixture
 from tests.support.v022 import oracle as v022_oracle
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+#: the README holds the first query; docs/querying.md every other recipe
+PAGES = (README, REPO / "docs" / "querying.md")
 RECIPES = (
     "tokens_and_cost_per_day",
     "tokens_and_cost_per_model_per_day",
@@ -49,7 +54,12 @@ USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_toke
 
 
 def recipes() -> dict[str, str]:
-    return dict(_BLOCK.findall(README.read_text(encoding="utf-8")))
+    found: dict[str, str] = {}
+    for page in PAGES:
+        for name, sql in _BLOCK.findall(page.read_text(encoding="utf-8")):
+            assert name not in found, f"recipe {name} twice"
+            found[name] = textwrap.dedent(sql)  # a recipe in a list item is indented
+    return found
 
 
 def run(name: str, warehouse: Path) -> list[dict]:

@@ -109,6 +109,39 @@ def test_missing_store_skips_saying_so(world):
     assert not world.db.exists()  # we never create the store
 
 
+def test_a_named_store_that_vanishes_fails_the_tick_naming_it_and_its_return_heals_it(built, tmp_path):
+    """Named in ``HERMES_STATE_DB`` and gone: a mistake in the setting, not the idle case. The tick
+    raises the one line (``BadSetting``: Dagster marks the tick failed and shows that line), requests
+    nothing and leaves the cursor as it was; back, with what Hermes wrote meanwhile, it is requested."""
+    from hermes_assets.defs.console import BadSetting
+
+    built.close()
+    sensor = SensorDriver(state_db=built.db)
+    first = sensor.tick()
+    assert first.days == [A, B, C]
+    remembered = sensor.cursor
+    away = tmp_path / "away"
+    away.mkdir()
+    for name in os.listdir(built.home):
+        if name.startswith("state.db"):
+            os.rename(built.home / name, away / name)
+    for _ in range(2):  # every tick while it is gone
+        with pytest.raises(BadSetting) as raised:
+            sensor.tick()
+        assert str(raised.value) == (
+            f"HERMES_STATE_DB names {built.db}, which does not exist: check the path "
+            "(unset HERMES_STATE_DB to use the Hermes home's own store)."
+        )
+        assert sensor.cursor == remembered
+    for name in os.listdir(away):
+        os.rename(away / name, built.home / name)
+    with built.open() as w:
+        w.at(START_S + DAY_S + 600)
+        w.msg(built.b1, "user", "written while it was away")
+    back = sensor.tick()
+    assert back.days == [B]
+
+
 def test_a_tick_reads_no_settings(world, monkeypatch):
     """The sensor is built from the settings the definitions loaded with: a tick reads none,
     so a variable changed since counts from the next load (``defs/settings.py``)."""

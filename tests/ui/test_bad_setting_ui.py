@@ -5,8 +5,8 @@ fails to load. What a person sees under *Deployment* → *Code locations* →
 *View error* must be the line that names the variable, the value and the
 accepted form, as Dagster's own error (not "Error occurred during the loading
 of Dagster definitions" with ours three causes below, no pydantic dump).
-Each case of the issue: a start date in the wrong form, ``WORKERS=0``, a
-warehouse this user cannot write. One ``dg dev`` per case, one browser for all.
+Each case: a start date in the wrong form, ``WORKERS=0``, a warehouse this
+user cannot write, a ``HERMES_STATE_DB`` path that does not exist. One ``dg dev`` per case, one browser for all.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from tests.defs.harness import new_capture
 from tests.e2e.conftest import REPO, dagster_env  # noqa: F401  (fixture)
 from tests.e2e.test_backfill_graphql import DagsterDev
-from tests.e2e.test_first_hour import BAD
+from tests.e2e.test_first_hour import BAD, bad_env
 
 pytestmark = pytest.mark.e2e
 
@@ -33,11 +33,9 @@ query {
 def test_the_code_location_error_is_the_line(case, tmp_path, unwritable_folder, browser_page, dagster_env):
     install = new_capture(tmp_path / "install")
     shutil.copyfile(REPO / "dagster.yaml", install.dagster_home / "dagster.yaml")
-    name, value, line = BAD[case]
-    if value is None:
-        value = str(unwritable_folder)
-        line = f"{name}={value!r} {line}"
-    env = {**dagster_env, **install.environ(), name: value}
+    name = BAD[case][0]
+    bad, line = bad_env(case, install, unwritable_folder)
+    env = {**dagster_env, **install.environ(), name: bad[name]}
     dev = DagsterDev(env, tmp_path / "dg-dev.log", dg=True)
     try:
         dev.wait_ready(loaded=False)

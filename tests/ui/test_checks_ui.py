@@ -15,7 +15,7 @@ copy of the small fixture store; a backfill of five days of the three datasets
 
 And *Materialize all…*: every asset has the same backfill policy (one run per
 backfill); the dialog's "varying backfill policies" notice is the UI's own
-comparison of objects, which the README explains.
+comparison of objects, which docs/running.md explains.
 
 Screenshots of every step land in the test's temp dir (``screenshots/``).
 """
@@ -126,12 +126,13 @@ def _every_day_passed(page, screens: Screens, dev: DagsterDev) -> None:
 BACKFILL_POLICIES_Q = """
 query { assetNodes { assetKey { path } backfillPolicy { policyType maxPartitionsPerRun description } } }"""
 VARYING = "using varying backfill policies"
-README = Path(__file__).resolve().parents[2] / "README.md"
+#: where the README's reader learns how to import history (the README links it)
+RUNNING = Path(__file__).resolve().parents[2] / "docs" / "running.md"
 
 
 def _varying_policies_notice_is_the_uis_own(page, screens: Screens, dev: DagsterDev) -> None:
     """*Materialize all…* over every asset: the dialog says "varying backfill policies" although
-    every asset has the same one (the UI compares them as objects); the README says why."""
+    every asset has the same one (the UI compares them as objects); docs/running.md says why."""
     nodes = dev.graphql(BACKFILL_POLICIES_Q)["assetNodes"]
     policies = {tuple(n["assetKey"]["path"]): n["backfillPolicy"] for n in nodes}
     assert len(policies) == len(DATASETS) + 2  # the capture's three and the two analytics assets
@@ -147,8 +148,8 @@ def _varying_policies_notice_is_the_uis_own(page, screens: Screens, dev: Dagster
     dialog.get_by_role("button", name="Launch backfill").wait_for()
     screens.shot("materialize-all-dialog")
     if VARYING in dialog.inner_text():  # gone the day Dagster's UI compares policies by value
-        readme = " ".join(README.read_text().split())
-        assert f"assets {VARYING}" in readme and "compares the assets' policies as objects" in readme
+        page_text = " ".join(RUNNING.read_text().split())
+        assert f"assets {VARYING}" in page_text and "compares the assets' policies as objects" in page_text
     dialog.get_by_role("button", name="Cancel").click()
 
 

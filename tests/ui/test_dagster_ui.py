@@ -44,7 +44,7 @@ from tests.e2e.test_backfill_graphql import BACKFILL_Q, DONE_BAD, DONE_OK, Dagst
 pytestmark = pytest.mark.e2e
 
 FINAL_SCREENSHOT = Path("/tmp/hermes-ui-screenshot.png")
-#: the README's picture of the analytics plots (rewritten by every run of this test)
+#: the picture of the analytics plots in docs/running.md (rewritten by every run of this test)
 PLOTS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "ui-daily-usage-plots.png"
 USAGE = "hermes_daily_usage"
 RANGE = f"[{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}]"

@@ -45,11 +45,28 @@ class Store:
         return os.path.isfile(self.path)
 
     def missing_error(self) -> errors.StoreMissing:
-        return errors.StoreMissing(
-            f"HERMES_STATE_DB names {self.path}, which does not exist: check the path "
-            "(unset HERMES_STATE_DB to use the Hermes home's own store).",
-            path=self.path,
-        )
+        return errors.StoreMissing(missing_line(self.path), path=self.path)
+
+
+def missing_line(path: str) -> str:
+    """The one line that names a path of ``HERMES_STATE_DB`` that does not exist."""
+    return (
+        f"HERMES_STATE_DB names {path}, which does not exist: check the path "
+        "(unset HERMES_STATE_DB to use the Hermes home's own store)."
+    )
+
+
+def named_paths(state_db: str | None) -> list[str]:
+    """The paths ``HERMES_STATE_DB`` names (files or folders, separated by ``:``), absolute."""
+    if not state_db or not state_db.strip():
+        return []
+    return [os.path.abspath(os.path.expanduser(p.strip())) for p in state_db.split(":") if p.strip()]
+
+
+def missing_named(state_db: str | None) -> list[str]:
+    """The paths of ``HERMES_STATE_DB`` that do not exist (a dangling link counts as missing):
+    a mistake in the setting, never the idle case of a Hermes not installed (SPEC §1)."""
+    return [path for path in named_paths(state_db) if not os.path.exists(path)]
 
 
 def on_host(stores: list[Store], host: str, *, scoped: bool) -> list[Store]:
@@ -72,7 +89,7 @@ def discover_stores(state_db: str | None = None, hermes_home: str | None = None)
     state, not an error: SPEC R9); profiles are listed when their file exists.
     """
     if state_db and state_db.strip():
-        return _explicit_stores([p for p in state_db.split(":") if p.strip()])
+        return _explicit_stores(named_paths(state_db))
     home = os.path.abspath(os.path.expanduser(hermes_home or default_hermes_home()))
     stores = [Store(os.path.join(home, STORE_FILE))]
     profiles = Path(home, "profiles")
@@ -84,7 +101,6 @@ def discover_stores(state_db: str | None = None, hermes_home: str | None = None)
 
 
 def _explicit_stores(paths: list[str]) -> list[Store]:
-    paths = [os.path.abspath(os.path.expanduser(p.strip())) for p in paths]
     if len(paths) == 1 and not os.path.isdir(paths[0]):
         return [Store(paths[0], explicit=True)]
     stores: list[Store] = []
