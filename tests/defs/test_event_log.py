@@ -40,7 +40,6 @@ from dagster._core.events import (
     DagsterEventType,
 )
 from dagster._core.events.log import EventLogEntry
-from dagster._core.instance.methods.event_methods import EventMethods
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 
@@ -392,15 +391,6 @@ def test_an_interrupt_in_a_write_leaves_no_event_the_index_lacks(small, stored_b
 # --------------------------------------------------------------------------
 # configuration: the switch Dagster reads, the Postgres instance, the home
 # --------------------------------------------------------------------------
-
-
-def test_the_storage_turns_dagsters_batches_on_unless_the_user_set_them(monkeypatch, tmp_path):
-    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
-    BatchedSqliteEventLogStorage(str(tmp_path / "a")).dispose()
-    assert EventMethods._get_event_batch_size(None) == int(event_log.BATCH_SIZE)
-    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "0")  # the user's: batches off
-    BatchedSqliteEventLogStorage(str(tmp_path / "b")).dispose()
-    assert EventMethods._get_event_batch_size(None) == 0
 
 
 def test_the_postgres_instance_runs_without_this_module(small):

@@ -11,9 +11,6 @@ says it once.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 
 import pytest
@@ -22,15 +19,13 @@ from hermes_assets.event_log import FALLBACK_NOTE
 from tests.e2e.test_backfill_graphql import _free_port
 from tests.e2e.test_first_hour import (
     PARTITIONS_Q,
-    REPO,
     _graphql,
     clean_env,
     group_gone,
     install,  # noqa: F401  (the fixture)
-    make,
-    run,
     write_five_days,
 )
+from tests.e2e.test_make_run import start_make_run, stop_for_good
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -59,16 +54,7 @@ def test_make_run_starts_on_a_changed_dagster_with_one_warning(install, tmp_path
     env.pop("HERMES_ASSETS_START_DATE", None)
     env.pop("DAGSTER_EVENT_BATCH_SIZE", None)
     console = tmp_path / "console.txt"
-    with open(console, "wb") as out:
-        proc = subprocess.Popen(
-            make("run", env, port=port),
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    proc = start_make_run(env, port, console)
     try:
         deadline = time.monotonic() + 240
         stats = None
@@ -85,12 +71,7 @@ def test_make_run_starts_on_a_changed_dagster_with_one_warning(install, tmp_path
         assert stats and all(s["numMaterialized"] == len(days) for s in stats), (stats, console.read_text()[-3000:])
     finally:
         print(console.read_text())  # shown when the test fails
-        stop = run(make("stop", env), env, timeout=120)
-        try:
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop = stop_for_good(proc, env)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert group_gone(proc.pid, 30)
     text = console.read_text()

@@ -96,7 +96,7 @@ def tree(pid: int) -> set[int]:
 
 def running(pids: set[int]) -> list[str]:
     """``ps`` lines of the processes of ``pids`` still running (zombies have exited)."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,stat=,cmd="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,stat=,cmd="], capture_output=True, text=True).stdout
     return [ln for ln in out.splitlines() if int(ln.split()[0]) in pids and not ln.split()[1].startswith("Z")]
 
 

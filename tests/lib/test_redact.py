@@ -16,7 +16,7 @@ import string
 
 import pytest
 
-from hermes_assets.lib.plan import redact
+from hermes_assets.lib.plan import redact, secret_sources
 from hermes_assets.lib.plan.redact import RedactionConfig, Redactor
 
 ALNUM = string.ascii_letters + string.digits
@@ -316,9 +316,9 @@ def test_env_values_wherever_they_appear(tmp_path):
         "SHORT_TOKEN=abc\n# comment\n"
     )
     (home / "profiles" / "work" / ".env").write_text(f'export SUDO_PASSWORD="{profile}"\n')
-    files = redact.env_files([str(home / "profiles" / "work" / "state.db")])
+    files = secret_sources.env_files([str(home / "profiles" / "work" / "state.db")])
     assert str(home / ".env") in files and str(home / "profiles" / "work" / ".env") in files
-    values = redact.env_values(files)
+    values = secret_sources.env_values(files)
     assert set(values) == {named, shaped, profile}
     r = Redactor(os.urandom(32), values)
     for value in values:
@@ -331,7 +331,7 @@ def test_env_values_wherever_they_appear(tmp_path):
 
 
 def test_an_unreadable_env_file_holds_no_value(tmp_path):
-    assert redact.env_values([str(tmp_path / "missing" / ".env")]) == []
+    assert secret_sources.env_values([str(tmp_path / "missing" / ".env")]) == []
 
 
 # -- the key -------------------------------------------------------------------------------
@@ -339,11 +339,11 @@ def test_an_unreadable_env_file_holds_no_value(tmp_path):
 
 def test_the_key_is_created_once_private(tmp_path):
     path = tmp_path / "dagster-home" / "redaction.key"
-    key = redact.load_key(str(path))
-    assert len(key) == redact.KEY_BYTES
+    key = secret_sources.load_key(str(path))
+    assert len(key) == secret_sources.KEY_BYTES
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert redact.load_key(str(path)) == key
+    assert secret_sources.load_key(str(path)) == key
     assert not [p for p in path.parent.iterdir() if p.name != "redaction.key"]
 
 

@@ -247,7 +247,9 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     # 6. the analytics: hermes_daily_usage plots each day's totals
     page.goto(f"{dev.url}/assets/{USAGE}")
     _visible(page, "What each day of Hermes used", exact=False).wait_for()
-    _visible(page, "hermes_automation").wait_for()  # the sensor that keeps it current
+    # the sensors that keep it current: hermes_automation, and the watermark sensor, whose run of a day
+    # older than the first partition computes that day's analytics too
+    _visible(page, "2 sensors").wait_for()
     metadata = _visible(page, "Metadata")
     metadata.evaluate("e => e.scrollIntoView({block: 'start'})")
     page.get_by_role("button", name="Plots").click()
