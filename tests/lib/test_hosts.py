@@ -254,3 +254,17 @@ def test_a_move_killed_after_the_hosts_file_was_written_keeps_that_file(two_host
     assert wh.read(SESSIONS, DAY).num_rows == 2  # a reader never counts a row twice
     assert wh.adopt_legacy().files == 1
     assert own.read_bytes() == written and not (own.parent.parent / PART_FILE).exists()
+
+
+def test_staging_left_by_a_warehouse_from_before_becomes_the_moving_hosts(two_hosts, tmp_path):
+    """A run of the version from before staged under ``.staging/<run id>``: the host that moves
+    the warehouse takes it into its own staging folder, where its sweep and purge find it."""
+    root = tmp_path / "wh"
+    wh = Warehouse(str(root), host="alpha")
+    old_run = root / ".staging" / "0b7a4c1e-old-run"
+    old_run.mkdir(parents=True)
+    (old_run / f"{SESSIONS}.{DAY}.0.arrow").write_bytes(b"staged")
+    wh.adopt_legacy()
+    assert not old_run.exists()
+    assert (Path(wh.staging_root) / old_run.name / f"{SESSIONS}.{DAY}.0.arrow").read_bytes() == b"staged"
+    assert sorted(p.name for p in (root / ".staging").iterdir()) == ["host=alpha"]

@@ -49,7 +49,8 @@ PART_FILE = "part-0.parquet"
 STAGING = ".staging"
 #: in a host's staging: its files were moved to the hosts' layout (:meth:`Warehouse.adopt_legacy`)
 LAYOUT_MARK = ".layout-hosts"
-#: in the spool: the redaction version every capture file has (:mod:`~hermes_assets.lib.warehouse.redaction`)
+#: in a host's staging: the redaction version every capture file of that host has
+#: (:mod:`~hermes_assets.lib.warehouse.redaction`); a warehouse from before hosts kept it in the spool
 REDACTION_STAMP = ".redaction-version"
 
 
@@ -129,6 +130,12 @@ class Warehouse:
         """This host's staged days (a local warehouse's spool is the folder itself, which
         several hosts may share: each host sweeps and purges only its own staging)."""
         return os.path.join(self.storage.spool, STAGING, hosts.folder(self.host))
+
+    @property
+    def redaction_stamp(self) -> str:
+        """This host's redaction stamp: each host redacts, and vouches for, its own files only
+        (several hosts on one folder may redact differently, or not at all)."""
+        return os.path.join(self.staging_root, REDACTION_STAMP)
 
     def make_spool_dirs(self, folder: str) -> None:
         """Create a folder of the spool (staging, locks) with the folder mode."""
@@ -276,6 +283,7 @@ class Warehouse:
         if os.path.exists(mark):
             os.chmod(mark, self.modes.file)  # private again, whatever an older umask left
             return moved
+        self._adopt_legacy_spool()
         for dataset in CAPTURE_DATASETS:
             for day in sorted({day for day, host in self._files(dataset) if host is None}):
                 moved.files += 1
@@ -294,6 +302,28 @@ class Warehouse:
         with local_files.open_private(mark, self.modes.file) as f:
             f.write(b"day=<day>/host=<label>/part-0.parquet\n")
         return moved
+
+    def _adopt_legacy_spool(self) -> None:
+        """What a warehouse from before kept in its spool becomes this host's, with its files:
+        the redaction stamp (it vouched for the files this host now owns) and the staging
+        folders of its runs (``.staging/<run id>``: swept, purged and re-executed from here)."""
+        spool = self.storage.spool
+        self.storage.make_spool_dirs(self.staging_root)
+        legacy_stamp = os.path.join(spool, REDACTION_STAMP)
+        if os.path.isfile(legacy_stamp) and not os.path.exists(self.redaction_stamp):
+            with contextlib.suppress(FileNotFoundError):  # another host took it meanwhile
+                os.replace(legacy_stamp, self.redaction_stamp)
+        staging = os.path.join(spool, STAGING)
+        try:
+            entries = list(os.scandir(staging))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith(hosts.PREFIX):
+                target = os.path.join(self.staging_root, entry.name)
+                if not os.path.exists(target):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(entry.path, target)
 
     def _adopt_day(self, dataset: str, day: str) -> int:
         """Move one legacy day file to this host's folder (see :meth:`adopt_legacy`); its rows."""
@@ -334,7 +364,7 @@ class Warehouse:
         (the purge job: days it did not rewrite included)."""
         tops = [self.staging_root]
         local_files.chmod_dir(os.path.dirname(self.staging_root), self.modes)  # the hosts' staging folder
-        stamp = os.path.join(self.storage.spool, REDACTION_STAMP)
+        stamp = self.redaction_stamp
         if os.path.isfile(stamp):
             os.chmod(stamp, self.modes.file)
         if self.storage.local:
