@@ -173,8 +173,10 @@ def project_rows(
     plan: CapturePlan,
 ) -> dg.Output[ProjectedRun]:
     wh = warehouse.open()
-    # a warehouse from before hosts had their own files moves to this host's folders, once
+    # a warehouse from before hosts had their own files moves to this host's folders, once;
+    # the warehouse says whether this host's ids are scoped by its label (unique across hosts)
     moved = wh.adopt_legacy()
+    plan = plan.scoped_by_host() if moved.ids_scoped else plan
     run = steps.project_rows(
         plan,
         usage_policy.projection_context(

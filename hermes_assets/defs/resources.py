@@ -36,8 +36,6 @@ class HermesStores(dg.ConfigurableResource):
     busy_timeout_ms: PositiveInt = DEFAULT_BUSY_TIMEOUT_MS
     #: the host whose stores these are (every row names it; empty: the machine's hostname)
     host: str = ""
-    #: the host's label was set: several hosts write one warehouse, and it joins the ids' scope
-    host_scoped: bool = False
 
     @classmethod
     def from_settings(cls, s: Settings) -> HermesStores:
@@ -46,12 +44,12 @@ class HermesStores(dg.ConfigurableResource):
             hermes_home=s.hermes_home,
             busy_timeout_ms=s.busy_timeout_ms,
             host=s.host_label,
-            host_scoped=s.host is not None,
         )
 
     def stores(self) -> list[Store]:
         host = self.host or hosts.default_label()
-        return on_host(discover_stores(self.state_db, self.hermes_home), host, scoped=self.host_scoped)
+        # whether the host joins its ids' scope is the warehouse's to say (project_rows)
+        return on_host(discover_stores(self.state_db, self.hermes_home), host, scoped=False)
 
     def readers(self) -> ReaderFactory:
         """How the stores are opened (the busy budget belongs to the reader)."""
@@ -67,13 +65,18 @@ class HermesWarehouse(dg.ConfigurableResource):
     file_mode: FileMode = "private"
     #: this host's label: its files are its own (``day=<day>/host=<label>/``; empty: the hostname)
     host: str = ""
+    #: the label was set (``HERMES_ASSETS_HOST``): the host's ids are scoped by it
+    host_named: bool = False
 
     @classmethod
     def from_settings(cls, s: Settings) -> HermesWarehouse:
-        return cls(root=s.warehouse, spool=s.spool, file_mode=s.file_mode, host=s.host_label)
+        return cls(
+            root=s.warehouse, spool=s.spool, file_mode=s.file_mode, host=s.host_label, host_named=s.host is not None
+        )
 
     def open(self) -> Warehouse:
-        return Warehouse(self.root, spool=self.spool, modes=FileModes.named(self.file_mode), host=self.host or None)
+        modes = FileModes.named(self.file_mode)
+        return Warehouse(self.root, spool=self.spool, modes=modes, host=self.host or None, host_named=self.host_named)
 
 
 class UsagePolicy(dg.ConfigurableResource):

@@ -162,7 +162,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "redaction_key": ("HERMES_ASSETS_REDACTION_KEY", "a file path"),
     "host": (
         "HERMES_ASSETS_HOST",
-        "a host label (1-63 letters, digits, '.', '_' or '-', starting with a letter or digit)",
+        "a host label (1-63 letters, digits, '.', '_' or '-', starting with a letter; not a word "
+        "readers take for a date or a null: epoch, inf, infinity, nan, null, none, true, false)",
     ),
 }
 

@@ -199,14 +199,18 @@ def test_a_temp_file_left_by_a_killed_writer_is_never_data_and_is_replaced(small
     day = DAYS[0]
     assert small.materialize(day).success
     folder = f"{wh.file_dir(GATEWAY, day)}"
-    dead = f"{folder}/.{PART_FILE}.tmp"
-    with wh.storage.fs.open_output_stream(dead) as out:
-        out.write(b"half a parquet file")
+    dead = f"{folder}/.{PART_FILE}.{wh.host}.4242.0123abcd.tmp"  # this host's writer, killed
+    # another host's writer of the same name, alive (a shared folder): not ours to remove
+    other = f"{folder}/.{PART_FILE}.{wh.host}.b.4242.0123abcd.tmp"
+    for path in (dead, other):
+        with wh.storage.fs.open_output_stream(path) as out:
+            out.write(b"half a parquet file")
     assert wh.days(GATEWAY) == [day]
     rows = wh.read(GATEWAY, day).num_rows
 
-    wh.rewrite_day(GATEWAY, day, lambda t: _all_but_first(t))  # the next write of the day reuses the name
+    wh.rewrite_day(GATEWAY, day, lambda t: _all_but_first(t))  # the next write of the day cleans up
     assert wh.storage.fs.get_file_info(dead).type == pafs.FileType.NotFound
+    assert wh.storage.fs.get_file_info(other).type == pafs.FileType.File
     assert wh.read(GATEWAY, day).num_rows == rows - 1
 
 

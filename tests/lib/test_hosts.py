@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pytest
 
 from hermes_assets.defs import settings
@@ -23,7 +24,7 @@ from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source.stores import Store, on_host
 from hermes_assets.lib.warehouse import hosts, partition_file, purge
-from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK, PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.datasets import CLAIMS, LAYOUT_MARK, PART_FILE, Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.capture_run import capture_days
@@ -73,6 +74,40 @@ def test_a_host_label_is_a_safe_path_segment():
     assert hosts.default_label("my box!") == "my-box-"
     assert hosts.default_label("...") == "host"
     assert hosts.check_label(hosts.default_label())  # this machine's
+
+
+#: labels a reader of hive partitions would type as a number, a date or a null
+TYPED = ("123", "0x10", "20260601", "2026-06-01", "1e5", "epoch", "Inf", "infinity", "NULL", "true", "nan")
+
+
+def test_a_label_a_reader_would_type_as_a_number_or_a_date_is_refused_and_a_hostname_made_text(tmp_path):
+    for typed in TYPED:
+        with pytest.raises(ValueError, match="starting with a letter"):
+            hosts.check_label(typed)
+        with pytest.raises(ConfigurationError, match=re.escape(f"HERMES_ASSETS_HOST={typed!r}")):
+            settings.load({"HERMES_ASSETS_WAREHOUSE": str(tmp_path), "HERMES_ASSETS_HOST": typed})
+    assert hosts.default_label("123.example.org") == "host-123"
+    assert hosts.default_label("epoch") == "host-epoch"
+    assert hosts.check_label("e5") == "e5" and hosts.check_label("infinity1") == "infinity1"
+
+
+def test_every_hosts_label_reads_back_as_text_whichever_hosts_a_glob_finds(two_hosts, tmp_path):
+    """One host's files alone (a glob of ``host=<label>``) or every host's: ``host`` is text,
+    in DuckDB and pyarrow, and equals the column in the files; a hostname of digits included."""
+    root = tmp_path / "wh"
+    labels = {"alpha": "alpha", "beta": hosts.default_label("20260601")}  # a machine named by digits
+    for name, path in two_hosts.items():
+        wh = Warehouse(str(root), host=labels[name])
+        capture_days([store_of(path, labels[name])], wh, days=[DAY])
+    for label in labels.values():
+        glob = f"{root}/{SESSIONS}/day=*/host={label}/*.parquet"
+        typed = duckdb.sql(f"SELECT DISTINCT typeof(host), host FROM read_parquet('{glob}', hive_partitioning = true)")
+        assert typed.fetchall() == [("VARCHAR", label)]
+        one = pads.dataset(root / SESSIONS / f"day={DAY}" / f"host={label}", partitioning="hive").to_table()
+        assert one.schema.field("host").type == pa.string() and set(one["host"].to_pylist()) == {label}
+    every = pads.dataset(root / SESSIONS, format="parquet", partitioning="hive").to_table()
+    assert every.schema.field("host").type == pa.string()
+    assert sorted(set(every["host"].to_pylist())) == sorted(labels.values())
 
 
 def test_the_host_setting_is_checked_and_defaults_to_the_hostname(tmp_path):
@@ -217,6 +252,8 @@ def make_legacy(root: Path, host: str) -> dict[str, bytes]:
         path.parent.rmdir()
     for mark in root.glob(f".staging/*/{LAYOUT_MARK}"):  # that version left no mark of the move
         mark.unlink()
+    for claim in root.glob(f"{CLAIMS}/*"):  # nor any claim on the ids
+        claim.unlink()
     return before
 
 
@@ -231,6 +268,7 @@ def test_a_warehouse_from_before_moves_to_the_hosts_layout_with_identical_rows(t
     assert legacy.read(SESSIONS, DAY).num_rows == 2 and legacy.days(SESSIONS) == [DAY]
     moved = legacy.adopt_legacy()
     assert (moved.files, moved.days) == (3, {DAY}) and moved.rows > 0
+    assert not moved.ids_scoped  # the host that moved it keeps its ids: its rows stay identical
     after = {
         f"{p.parts[-4]}/{p.parent.parent.name}": p.read_bytes()
         for p in sorted(root.glob(f"*/day=*/host=alpha/{PART_FILE}"))
@@ -268,3 +306,61 @@ def test_staging_left_by_a_warehouse_from_before_becomes_the_moving_hosts(two_ho
     assert not old_run.exists()
     assert (Path(wh.staging_root) / old_run.name / f"{SESSIONS}.{DAY}.0.arrow").read_bytes() == b"staged"
     assert sorted(p.name for p in (root / ".staging").iterdir()) == ["host=alpha"]
+
+
+def _two_unnamed_hosts(tmp_path) -> dict[str, Warehouse]:
+    """Two hosts whose label is their hostname (``HERMES_ASSETS_HOST`` unset) on one folder."""
+    return {name: Warehouse(str(tmp_path / "wh"), host=name) for name in ("alpha", "beta")}
+
+
+def test_two_hosts_left_unnamed_never_share_an_id(two_hosts, tmp_path):
+    """The first host of a warehouse keeps the ids a single host always had; every other host
+    scopes its ids by its label, set or the hostname: colliding session ids stay unique."""
+    wh = _two_unnamed_hosts(tmp_path)
+    settled = {name: wh[name].adopt_legacy().ids_scoped for name in ("alpha", "beta")}
+    assert settled == {"alpha": False, "beta": True}
+    for name, path in two_hosts.items():
+        capture_days([store_of(path, name, scoped=settled[name])], wh[name], days=[DAY])
+    for dataset, key in ((SESSIONS, None), (MESSAGES, None), (GATEWAY, "part_id")):
+        table = wh["alpha"].read(dataset, DAY)
+        if key is None:  # a raw row: its session's id and its own
+            key_rows = list(zip(*(table[c].to_pylist() for c in ("host", "id"))))
+            assert len(set(key_rows)) == len(key_rows)
+        else:
+            assert len(set(table[key].to_pylist())) == table.num_rows, dataset
+    sessions = {s for s in wh["alpha"].read(GATEWAY, DAY)["session_id"].to_pylist()}
+    assert sessions == {"hermes-a", "hermes-b", "hermes-beta:a", "hermes-beta:b"}
+    # settled once: the next runs, and a host whose spool was lost (a reboot), say the same
+    for name in wh:
+        assert wh[name].adopt_legacy().ids_scoped is settled[name]
+        for mark in (tmp_path / "wh" / ".staging").glob(f"*/{LAYOUT_MARK}"):
+            mark.unlink()
+        assert Warehouse(str(tmp_path / "wh"), host=name).adopt_legacy().ids_scoped is settled[name]
+
+
+def test_two_unnamed_hosts_settling_at_once_never_both_keep_the_unscoped_ids(tmp_path):
+    wh = _two_unnamed_hosts(tmp_path)
+    # beta has written its claim and not yet listed the others when alpha settles
+    (tmp_path / "wh" / CLAIMS).mkdir(parents=True)
+    (tmp_path / "wh" / CLAIMS / "host=beta").write_text("trying\n")
+    assert wh["alpha"].settle_ids() is True  # it saw beta's claim: it scopes its ids
+    # beta lists the claims now: alpha gave up, so beta keeps them; one host at most ever does
+    assert wh["beta"].settle_ids() is False
+    assert wh["alpha"].claims() == {"alpha": "scoped", "beta": "unscoped"}
+    assert wh["alpha"].settle_ids() is True and wh["beta"].settle_ids() is False  # settled: kept
+
+
+def test_a_named_host_scopes_its_ids_unless_it_moved_the_warehouse_from_before(two_hosts, tmp_path):
+    assert Warehouse(str(tmp_path / "wh"), host="gw", host_named=True).adopt_legacy().ids_scoped is True
+    # the host that moves a warehouse from before keeps its ids, named or not: its rows stay identical
+    root = tmp_path / "old"
+    first = Warehouse(str(root), host="alpha")
+    capture_days([store_of(two_hosts["alpha"], "alpha", scoped=False)], first, days=[DAY])
+    before = make_legacy(root, "alpha")
+    moved = Warehouse(str(root), host="alpha", host_named=True).adopt_legacy()
+    assert moved.files == 3 and moved.ids_scoped is False
+    assert {
+        f"{p.parts[-4]}/{p.parent.parent.name}": p.read_bytes() for p in root.glob(f"*/day=*/host=alpha/{PART_FILE}")
+    } == before
+    # a host that comes after it scopes its ids, its label set or not
+    assert Warehouse(str(root), host="beta").adopt_legacy().ids_scoped is True

@@ -37,6 +37,10 @@ class Store:
     def scoped(self, sid: str) -> str:
         return ids.scoped_sid(self.label, sid)
 
+    def scoped_by_host(self) -> Store:
+        """This store with its host joining the scope of its ids (:func:`ids.host_scope`)."""
+        return dataclasses.replace(self, label=ids.host_scope(self.host or None, self.label))
+
     @property
     def path_hash(self) -> str:
         return hashlib.sha256(self.path.encode("utf-8")).hexdigest()[:16]
@@ -70,9 +74,9 @@ def missing_named(state_db: str | None) -> list[str]:
 
 
 def on_host(stores: list[Store], host: str, *, scoped: bool) -> list[Store]:
-    """``stores`` as stores of host ``host``; ``scoped``: the host's label was set (several
-    hosts write one warehouse), and it joins each store's label, the scope of its ids
-    (:func:`hermes_assets.lib.ids.host_scope`)."""
+    """``stores`` as stores of host ``host``; ``scoped``: its label joins each store's label,
+    the scope of its ids (:func:`hermes_assets.lib.ids.host_scope`; whether a host's ids are
+    scoped is its warehouse's to say: :meth:`~hermes_assets.lib.warehouse.datasets.Warehouse.adopt_legacy`)."""
     return [dataclasses.replace(s, host=host, label=ids.host_scope(host if scoped else None, s.label)) for s in stores]
 
 

@@ -47,8 +47,15 @@ log = get_logger()
 PART_FILE = "part-0.parquet"
 #: staged days, under the spool (the root of a local warehouse), one folder per host
 STAGING = ".staging"
-#: in a host's staging: its files were moved to the hosts' layout (:meth:`Warehouse.adopt_legacy`)
+#: in a host's staging: its files were moved to the hosts' layout, and whether its ids are
+#: scoped (:meth:`Warehouse.adopt_legacy`)
 LAYOUT_MARK = ".layout-hosts"
+#: in the warehouse root: each host's claim on the unscoped ids, ``host=<label>`` (:meth:`Warehouse.settle_ids`)
+CLAIMS = ".hosts"
+#: what a claim says: tried (the host is settling), held (its ids are unscoped), given up (scoped)
+CLAIM_TRIED, CLAIM_HELD, CLAIM_GIVEN_UP = "trying", "unscoped", "scoped"
+#: the mark's line that records the host's ids (``ids: scoped`` or ``ids: unscoped``)
+_IDS_LINE = "ids: "
 #: in a host's staging: the redaction version every capture file of that host has
 #: (:mod:`~hermes_assets.lib.warehouse.redaction`); a warehouse from before hosts kept it in the spool
 REDACTION_STAMP = ".redaction-version"
@@ -89,9 +96,16 @@ class LayoutMove:
     files: int = 0
     rows: int = 0
     days: set[str] = field(default_factory=set)
+    #: this host's ids are scoped by its label (:meth:`Warehouse.settle_ids`)
+    ids_scoped: bool = False
 
     def metadata(self) -> dict:
-        return {"layout_files_moved": self.files, "layout_rows_moved": self.rows, "layout_days_moved": len(self.days)}
+        return {
+            "layout_files_moved": self.files,
+            "layout_rows_moved": self.rows,
+            "layout_days_moved": len(self.days),
+            "ids_scoped_by_host": self.ids_scoped,
+        }
 
 
 class Warehouse:
@@ -106,12 +120,16 @@ class Warehouse:
         modes: FileModes = PRIVATE,
         redaction_version: int | None = None,
         host: str | None = None,
+        host_named: bool = False,
     ):
-        self.storage = open_storage(root, spool=spool, modes=modes)
-        #: what a capture file written here records (None: the run does not redact)
-        self.redaction_version = redaction_version
         #: this host's label: its own files are ``day=<day>/host=<label>/`` (:mod:`.hosts`)
         self.host = hosts.check_label(host) if host is not None else hosts.default_label()
+        #: the label was set (``HERMES_ASSETS_HOST``): the host's ids are scoped by it, always
+        self.host_named = host_named
+        # the temp files of a replace name their host: hosts sharing a folder never clash
+        self.storage = open_storage(root, spool=spool, modes=modes, owner=self.host)
+        #: what a capture file written here records (None: the run does not redact)
+        self.redaction_version = redaction_version
 
     @property
     def uri(self) -> str:
@@ -280,12 +298,16 @@ class Warehouse:
         in the spool says the move is done."""
         moved = LayoutMove()
         mark = self._layout_mark()
-        if os.path.exists(mark):
+        recorded = self._recorded_ids(mark)
+        if recorded is not None:
             os.chmod(mark, self.modes.file)  # private again, whatever an older umask left
+            moved.ids_scoped = recorded
             return moved
         self._adopt_legacy_spool()
+        legacy = {dataset: sorted({d for d, h in self._files(dataset) if h is None}) for dataset in CAPTURE_DATASETS}
+        moved.ids_scoped = self.settle_ids(legacy=any(legacy.values()))
         for dataset in CAPTURE_DATASETS:
-            for day in sorted({day for day, host in self._files(dataset) if host is None}):
+            for day in legacy[dataset]:
                 moved.files += 1
                 moved.rows += self._adopt_day(dataset, day)
                 moved.days.add(day)
@@ -299,9 +321,77 @@ class Warehouse:
                 layout=f"<dataset>/day=<day>/{hosts.folder(self.host)}/{PART_FILE}",
             )
         self.storage.make_spool_dirs(os.path.dirname(mark))
+        ids_line = _IDS_LINE + (CLAIM_GIVEN_UP if moved.ids_scoped else CLAIM_HELD)
         with local_files.open_private(mark, self.modes.file) as f:
-            f.write(b"day=<day>/host=<label>/part-0.parquet\n")
+            f.write(f"day=<day>/host=<label>/part-0.parquet\n{ids_line}\n".encode())
         return moved
+
+    @staticmethod
+    def _recorded_ids(mark: str) -> bool | None:
+        """Whether the mark says this host's ids are scoped (None: no mark, or none that says)."""
+        try:
+            with open(mark, encoding="ascii") as f:
+                lines = f.read().splitlines()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None
+        said = [line[len(_IDS_LINE) :] for line in lines if line.startswith(_IDS_LINE)]
+        return None if not said or said[-1] not in (CLAIM_HELD, CLAIM_GIVEN_UP) else said[-1] == CLAIM_GIVEN_UP
+
+    # -- ids across hosts -----------------------------------------------------------
+
+    def _claim_path(self, host: str | None = None) -> str:
+        return self.storage.join(self.root, CLAIMS, hosts.folder(host or self.host))
+
+    def _put_claim(self, state: str) -> None:
+        path = self._claim_path()
+        if self.storage.local:
+            local_files.make_dirs(os.path.dirname(self.storage.location(path)), self.modes, self.root)
+        self.storage.put(path, pa.py_buffer(f"{state}\n".encode()))
+
+    def claims(self) -> dict[str, str]:
+        """Every host's claim on the unscoped ids: label -> what it says."""
+        out = {}
+        for found in self.storage.files_under(self.storage.join(self.root, CLAIMS), depth=1):
+            label = hosts.label_of(found.path)
+            data = None if label is None else self.storage.read_bytes(self._claim_path(label))
+            if label is not None and data is not None:
+                out[label] = data.to_pybytes().decode("ascii", "replace").strip()
+        return out
+
+    def settle_ids(self, *, legacy: bool = False) -> bool:
+        """Whether this host's ids are scoped by its label (``<host>:<sid>``), settled once per
+        host and kept: a row's id never changes with a later run.
+
+        At most one host of a warehouse keeps the unscoped ids (``<sid>``, as a single host
+        always had them), so every id stays unique across hosts whose Hermes session ids
+        collide, whether their labels were set or not:
+
+        * the host that moves a warehouse from before (``legacy``: its files, its rows
+          byte-identical) holds them, whatever its label;
+        * a host whose label was set (``HERMES_ASSETS_HOST``) scopes its ids;
+        * a host whose label is its hostname holds them when it is first: it writes its claim
+          (``.hosts/host=<label>``), then lists the claims, and holds them only when it finds
+          no other host's claim that tried or holds, and no file from before. Of two hosts
+          settling at once, at most one finds none (the second to list sees the first's
+          claim): at worst both scope their ids, never neither.
+
+        A host's own settled claim, found again (its spool lost: a reboot), says the same.
+        """
+        own = self.claims().get(self.host)
+        if own in (CLAIM_HELD, CLAIM_GIVEN_UP):
+            return own == CLAIM_GIVEN_UP
+        if legacy:
+            self._put_claim(CLAIM_HELD)
+            return False
+        if self.host_named:
+            self._put_claim(CLAIM_GIVEN_UP)
+            return True
+        self._put_claim(CLAIM_TRIED)
+        others = {h: c for h, c in self.claims().items() if h != self.host and c != CLAIM_GIVEN_UP}
+        scoped = bool(others)
+        self._put_claim(CLAIM_GIVEN_UP if scoped else CLAIM_HELD)
+        log.info("hermes.warehouse.ids_settled", host=self.host, scoped=scoped, other_claims=sorted(others))
+        return scoped
 
     def _adopt_legacy_spool(self) -> None:
         """What a warehouse from before kept in its spool becomes this host's, with its files:

@@ -13,8 +13,9 @@ dataset's days, lock a day); a :class:`Storage` says how, on its filesystem:
   delete. Object stores have no rename and no locks, so a file is replaced by
   one upload on an object store (S3, GCS, Azure), whose new object appears
   whole or not at all; on a filesystem with folders (``file://``, HDFS) by a
-  temp file beside it (``.part-0.parquet.tmp``, never matched by
-  ``day=*/part-0.parquet``) and ``FileSystem.move``, a rename. Staging and the
+  temp file beside it (``.part-0.parquet.<host>.<pid>.<random>.tmp``: hidden,
+  never matched by ``day=*/host=*/part-0.parquet``, and never another
+  writer's, on this host or another) and ``FileSystem.move``, a rename. Staging and the
   day locks live in a local spool folder (default a folder per user and
   warehouse under the system temp dir). The locks order the writers of one
   host; several hosts writing one bucket each write their own files
@@ -144,12 +145,13 @@ class Storage(Protocol):
         ...
 
 
-def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE) -> Storage:
-    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`."""
+def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:
+    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`. ``owner``: the host
+    whose temp files this storage writes and may clean up (:func:`local_files.temp_name`)."""
     scheme = urlparse(uri).scheme
     if len(scheme) > 1:  # "C:\\x" is a path
-        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes)
-    return LocalStorage(uri, modes=modes)
+        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes, owner=owner)
+    return LocalStorage(uri, modes=modes, owner=owner)
 
 
 class LocalStorage:
@@ -158,9 +160,10 @@ class LocalStorage:
     local = True
     cheap_listing = True
 
-    def __init__(self, root: str, *, modes: FileModes = PRIVATE):
+    def __init__(self, root: str, *, modes: FileModes = PRIVATE, owner: str = ""):
         self.root = self.uri = os.path.abspath(os.path.expanduser(root))
         self.modes = modes
+        self.owner = owner
         self.fs = pafs.LocalFileSystem()
 
     @property
@@ -207,10 +210,10 @@ class LocalStorage:
             yield
 
     def put(self, path: str, data: pa.Buffer, *, durable: bool = True) -> None:
-        local_files.atomic_write(path, data, self.modes.file, fsync=durable)
+        local_files.atomic_write(path, data, self.modes.file, fsync=durable, owner=self.owner)
 
     def put_file(self, path: str, source: str) -> None:
-        local_files.link_into_place(source, path, self.modes.file)
+        local_files.link_into_place(source, path, self.modes.file, self.owner)
 
     def delete(self, path: str) -> None:
         local_files.delete(path)
@@ -224,8 +227,9 @@ class ArrowStorage:
 
     cheap_listing = False
 
-    def __init__(self, uri: str, scheme: str, *, spool: str | None = None, modes: FileModes = PRIVATE):
+    def __init__(self, uri: str, scheme: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = ""):
         self.uri = uri
+        self.owner = owner
         self.scheme = scheme
         self.root = _fs_path(uri)
         self.modes = modes
@@ -334,11 +338,15 @@ class ArrowStorage:
         fs = self.fs
         folder, _, name = path.rpartition("/")
         # An object store publishes an upload whole when it completes: write in place.
-        # Elsewhere write a temp file and rename it; its name is fixed per target (we
-        # hold the day's lock), so a killed writer's leftover is simply overwritten.
-        tmp = path if fs.type_name in ATOMIC_UPLOAD else f"{folder}/.{name}.tmp"
+        # Elsewhere write a temp file and rename it. Its name is this writer's own (host,
+        # pid, random: hosts sharing a folder never write one temp file); this host's older
+        # temp files of the same target are dead writers' (we hold the day's lock): removed.
+        atomic = fs.type_name in ATOMIC_UPLOAD
+        tmp = path if atomic else local_files.temp_name(path, self.owner).replace(os.sep, "/")
         if self.local:  # file://: private folders first, so the file is never readable by others
             local_files.make_dirs(folder, self.modes, os.path.dirname(self.root))
+        if not atomic:
+            self._remove_stale_temps(folder, name)
         try:
             try:
                 out = fs.open_output_stream(tmp)
@@ -365,6 +373,13 @@ class ArrowStorage:
     def put_file(self, path: str, source: str) -> None:
         with open(source, "rb") as f:
             self.put(path, pa.py_buffer(f.read()))
+
+    def _remove_stale_temps(self, folder: str, name: str) -> None:
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            if local_files.is_temp_of(info.base_name, name, self.owner):
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(info.path)
 
     def delete(self, path: str) -> None:
         self.fs.delete_file(path)
