@@ -22,7 +22,7 @@ from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsageP
 from hermes_assets.lib import schemas
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK
+from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK, REDACTION_STAMP
 from tests.defs.harness import (
     DATASETS,
     SMALL_DAYS,
@@ -133,9 +133,10 @@ def test_one_ranged_run_writes_every_day_of_the_three_datasets(small):
             assert {p.name for p in folder.iterdir()} <= {"part-0.parquet", ".lock", ".read_at"}, folder
     assert _rows_total(small.warehouse, SESSIONS) == SMALL_SESSIONS
     assert _rows_total(small.warehouse, MESSAGES) == SMALL_MESSAGES
-    # beside the datasets: the staging folder and the redaction stamp (docs/redaction.md)
-    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".redaction-version"} == set(DATASETS)
-    staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name != LAYOUT_MARK]
+    # beside the datasets: the hosts' staging folders (each with its layout mark and redaction
+    # stamp, docs/redaction.md) and the hosts' claims on the ids
+    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".hosts"} == set(DATASETS)
+    staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name not in (LAYOUT_MARK, REDACTION_STAMP)]
     assert not staged, "staged files left behind"
 
     # every session lands on its started_at day, in all three datasets

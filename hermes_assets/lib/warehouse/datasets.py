@@ -124,7 +124,7 @@ class Warehouse:
     ):
         #: this host's label: its own files are ``day=<day>/host=<label>/`` (:mod:`.hosts`)
         self.host = hosts.check_label(host) if host is not None else hosts.default_label()
-        #: the label was set (``HERMES_ASSETS_HOST``): the host's ids are scoped by it, always
+        #: the label was set (``HERMES_ASSETS_HOST``): its ids are scoped unless it moved a warehouse from before
         self.host_named = host_named
         # the temp files of a replace name their host: hosts sharing a folder never clash
         self.storage = open_storage(root, spool=spool, modes=modes, owner=self.host)
