@@ -301,6 +301,7 @@ class Warehouse:
         recorded = self._recorded_ids(mark)
         if recorded is not None:
             os.chmod(mark, self.modes.file)  # private again, whatever an older umask left
+            self._fix_claim_modes()
             moved.ids_scoped = recorded
             return moved
         self._adopt_legacy_spool()
@@ -341,6 +342,17 @@ class Warehouse:
 
     def _claim_path(self, host: str | None = None) -> str:
         return self.storage.join(self.root, CLAIMS, hosts.folder(host or self.host))
+
+    def _fix_claim_modes(self) -> None:
+        """The claims' folder and this host's claim get the modes again (a local warehouse)."""
+        if not self.storage.local:
+            return
+        own = self.storage.location(self._claim_path())
+        folder = os.path.dirname(own)
+        if os.path.isdir(folder):
+            local_files.chmod_dir(folder, self.modes)
+        if os.path.isfile(own):
+            os.chmod(own, self.modes.file)
 
     def _put_claim(self, state: str) -> None:
         path = self._claim_path()
@@ -454,6 +466,7 @@ class Warehouse:
         (the purge job: days it did not rewrite included)."""
         tops = [self.staging_root]
         local_files.chmod_dir(os.path.dirname(self.staging_root), self.modes)  # the hosts' staging folder
+        self._fix_claim_modes()
         stamp = self.redaction_stamp
         if os.path.isfile(stamp):
             os.chmod(stamp, self.modes.file)
