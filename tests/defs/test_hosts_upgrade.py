@@ -1,4 +1,5 @@
-"""A single-host warehouse from before hosts had their own files upgrades in place (SPEC §2).
+"""A single-host warehouse from before hosts had their own files upgrades in place, and hosts
+that name no label keep their ids apart (SPEC §2).
 
 The small fixture captured by the project's own run, its files then put back the way the
 version before wrote them (``day=<day>/part-0.parquet``, no ``host`` column); the next run
@@ -8,13 +9,17 @@ metadata), and its rows are the ones captured before, byte for byte.
 
 from __future__ import annotations
 
+import socket
+
 import pyarrow.parquet as pq
 import pytest
 import structlog
 
-from hermes_assets.lib.warehouse.datasets import PART_FILE
-from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, step_output_metadata
+from hermes_assets.lib.schemas import GATEWAY
+from hermes_assets.lib.warehouse.datasets import PART_FILE, Warehouse
+from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, new_capture, step_output_metadata
 from tests.lib.test_hosts import make_legacy
+from tests.support.hermes_writer import HermesWriter
 from tests.support.hosts import HOST, HOST_FILES
 
 pytestmark = pytest.mark.slow
@@ -48,3 +53,33 @@ def test_a_warehouse_from_before_moves_to_this_hosts_folders_on_its_first_run(sm
     assert md["layout_files_moved"] == 0
     for dataset in DATASETS:
         assert sorted(p.parent.parent.name[4:] for p in (small.warehouse / dataset).glob(HOST_FILES)) == SMALL_DAYS[:5]
+
+
+def test_two_hosts_left_unnamed_keep_every_id_unique(tmp_path, monkeypatch):
+    """Two machines share a warehouse, neither sets ``HERMES_ASSETS_HOST`` (their labels are
+    their hostnames) and their Hermes session ids collide: the first keeps the ids a single
+    host always had, the second scopes its ids by its hostname (the project's own runs)."""
+    day, warehouse = "2026-06-01", tmp_path / "shared-warehouse"
+    scoped = {}
+    for name in ("alpha", "beta"):
+        cap = new_capture(tmp_path / name)
+        env = {**cap.environ(), "HERMES_ASSETS_WAREHOUSE": str(warehouse), "HERMES_ASSETS_START_DATE": "2026-05-25"}
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("HERMES_STATE_DB", raising=False)
+        monkeypatch.delenv("HERMES_ASSETS_HOST", raising=False)
+        monkeypatch.setattr(socket, "gethostname", lambda name=name: f"{name}.example.org")
+        with HermesWriter(cap.store, home=cap.home) as writer:
+            sid = writer.session("s1", "cli", model="model-a")  # the same id on both machines
+            writer.msg(sid, "user", f"hello from {name}")
+        result = cap.materialize(day)
+        assert result.success
+        (md,) = [m for m in step_output_metadata(result, PROJECT_STEP) if "ids_scoped_by_host" in m]
+        scoped[name] = md["ids_scoped_by_host"]
+    assert scoped == {"alpha": False, "beta": True}
+    reader = Warehouse(str(warehouse), host="reader")
+    gateway = reader.read(GATEWAY, day)
+    ids = gateway["part_id"].to_pylist()
+    assert len(ids) == len(set(ids)) and gateway.num_rows > 0
+    by_host = {(r["host"], r["session_id"]) for r in gateway.select(["host", "session_id"]).to_pylist()}
+    assert by_host == {("alpha", "hermes-s1"), ("beta", "hermes-beta:s1")}
