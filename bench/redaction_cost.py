@@ -111,12 +111,12 @@ def report(f: dict) -> None:
         f"\nstore: {f['store']} ({f['sessions']:,} sessions, {f['messages']:,} messages, "
         f"{f['first_day']} .. {f['last_day']}); {f['cores']} cores; {os.getloadavg()[0]:.2f} load now\n"
     )
-    print(f"  {'':<34} {'wall':>9} {'CPU':>9} {'peak RSS':>10} {'peak PSS':>10}  load before")
+    print(f"  {'':<42} {'wall':>9} {'CPU':>9} {'peak RSS':>10} {'peak PSS':>10}  load before")
     for setting, s in f["settings"].items():
         for part, name in (("capture", "whole capture (dg launch)"), ("library", "library alone")):
             m = s[part]
             print(
-                f"  {name + ', redaction ' + setting:<34} {m['seconds']:>7.1f} s {m['cpu']:>7.1f} s "
+                f"  {name + ', redaction ' + setting:<42} {m['seconds']:>7.1f} s {m['cpu']:>7.1f} s "
                 f"{m['rss_mb']:>7.0f} MB {m['pss_mb']:>7.0f} MB  {s['load'][part]:.2f}"
             )
     for part in ("capture", "library"):
