@@ -68,19 +68,19 @@ class Maker:
         raw = bytes(self.rng.getrandbits(8) for _ in range(96))
         return base64.b64encode(raw).decode("ascii")
 
-    def secrets(self) -> dict[str, dict[str, str]]:
-        """name -> {"kind": the marker's kind, "value": the secret, "text": how it appears in a cell}."""
+    def secrets(self) -> dict[str, dict]:
+        """name -> {"kind": the marker's kind, "value": the secret, "text": how it appears in a
+        cell, "parts": what a reader must never see of it}."""
         c = self.chars
-        out: dict[str, dict[str, str]] = {}
+        out: dict[str, dict] = {}
 
-        def add(name: str, kind: str, value: str, text: str | None = None) -> None:
-            out[name] = {"kind": kind, "value": value, "text": text if text is not None else value}
+        def add(name: str, kind: str, value: str, text: str | None = None, parts: list[str] | None = None) -> None:
+            out[name] = {"kind": kind, "value": value, "text": text or value, "parts": parts or [value]}
 
         body = self.pem_body()
         begin, end = "-----BEGIN " + "RSA PRIVATE KEY-----", "-----END " + "RSA PRIVATE KEY-----"
-        add("private_key", "private_key", body, f"{begin}\n{body[:64]}\n{body[64:]}\n{end}")
         # the body is split over two lines in the text: each line is looked for on its own
-        out["private_key"]["parts"] = [body[:64], body[64:]]  # type: ignore[assignment]
+        add("private_key", "private_key", body, f"{begin}\n{body[:64]}\n{body[64:]}\n{end}", [body[:64], body[64:]])
         add("anthropic_api_key", "anthropic_api_key", "sk-" + "ant-" + "api03-" + c(93, URLSAFE) + "AA")
         add("openrouter_api_key", "openrouter_api_key", "sk-" + "or-" + "v1-" + c(64, HEX))
         add("openai_api_key", "openai_api_key", "sk-" + "proj-" + c(48, URLSAFE) + "1")
@@ -123,12 +123,12 @@ class Maker:
         return out
 
 
-def prose(s: dict[str, dict[str, str]]) -> str:
+def prose(s: dict[str, dict]) -> str:
     """Every secret in one text, each in its typical place, one per line."""
     return "".join(f"- {entry['text']}\n" for entry in s.values())
 
 
-def write_env(home: Path, s: dict[str, dict[str, str]]) -> None:
+def write_env(home: Path, s: dict[str, dict]) -> None:
     def write(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -148,7 +148,7 @@ def call(call_id: str, name: str, args: dict) -> dict:
     }
 
 
-def write_store(db_path: Path, s: dict[str, dict[str, str]], clock) -> tuple[list[str], dict[str, list[str]]]:
+def write_store(db_path: Path, s: dict[str, dict], clock) -> tuple[list[str], dict[str, list[str]]]:
     """The sessions, through SessionDB's public methods -> (session ids, place -> the secrets it holds)."""
     from hermes_state import SessionDB
 
@@ -304,7 +304,7 @@ def main() -> int:
         sessions, places = write_store(home / "state.db", s, clock)
     reading = read_back(home / "state.db", sessions)
     blob = json.dumps(reading, ensure_ascii=False)
-    missing = [name for name, entry in s.items() for part in entry.get("parts", [entry["value"]]) if part not in blob]
+    missing = [name for name, entry in s.items() for part in entry["parts"] if part not in blob]
     if missing:
         raise SystemExit(f"Hermes's reading of the store lacks {sorted(set(missing))}: it would prove nothing")
     fd = os.open(args.reading, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -59,11 +59,6 @@ def v022_python() -> Path:
     return hermes_python()
 
 
-def parts(entry: dict) -> list[str]:
-    """What must never be seen of a secret (a PEM body is looked for line by line)."""
-    return entry.get("parts") or [entry["value"]]
-
-
 def expected_marker(key: bytes, entry: dict) -> str:
     """The marker of a secret: its kind and the keyed digest of what the pattern matched
     (a whole PEM block; else the secret itself)."""
@@ -99,7 +94,7 @@ def test_a_v022_store_full_of_secrets_is_captured_without_one(capture: Capture, 
     session = hermes[SECRET_SID]["session"]
     by_role = {m["id"]: m for m in hermes[SECRET_SID]["messages"]}
     for name, entry in secrets.items():
-        for part in parts(entry):
+        for part in entry["parts"]:
             assert part in session["system_prompt"] and part in session["model_config"], name
             user = next(m for m in by_role.values() if m["role"] == "user")
             assert part in user["content"] and part in json.dumps(user["display_metadata"]), name
@@ -124,7 +119,7 @@ def test_a_v022_store_full_of_secrets_is_captured_without_one(capture: Capture, 
     key = (capture.dagster_home / "redaction.key").read_bytes()
 
     for name, entry in secrets.items():
-        for part in parts(entry):
+        for part in entry["parts"]:
             assert part not in every_string, f"{name} in a Parquet file"
             assert part not in records, f"{name} in the instance's run records or event log"
             assert part.encode() not in raw, f"{name} under DAGSTER_HOME"
