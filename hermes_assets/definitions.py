@@ -1,33 +1,96 @@
-"""The Dagster entry point: everything lives in :mod:`hermes_assets.defs`.
+"""The Dagster entry point: the one place where the definitions are built.
 
-The settings are read here, once per load of the definitions, and checked
-first (SPEC §10): a bad value, or a warehouse this user cannot write, stops
-the load with one line naming the variable, before any definition is built
-(``defs/console.py`` says how that line reaches the console or the UI). So
-does any other setting a definitions module finds it cannot honour (an
-executor whose package is not installed). The definitions modules then take
-their values from these settings (``settings.in_use()``).
+Importing any module of ``hermes_assets`` does nothing but define things: it
+reads no setting, file or store, configures no logging and touches no hook or
+filter (``tests/docs/test_import_purity.py`` holds that). :func:`defs`, which
+Dagster calls each time it loads the definitions (a code server's start,
+*Reload definitions*, each run worker), does all of it, in one lifetime:
+
+1. reads and checks the settings (SPEC §10): a bad value, or a warehouse this
+   user cannot write, stops the load with one line naming the variable, before
+   any definition is built (``defs/console.py`` says how that line reaches the
+   console or the UI); so does any other setting a builder finds it cannot
+   honour (an executor whose package is not installed);
+2. configures logging, and the console of a command a person typed;
+3. finds where the history starts and builds the daily partitions from it
+   (``defs/partitions.py``);
+4. builds the assets, checks, sensors, resources and executor on those
+   partitions and settings, and adds the definitions of each module of yours
+   under ``defs/`` that defines ``definitions(days)`` (``docs/building.md``).
 """
 
-from pathlib import Path
+import importlib
+import pkgutil
+import warnings
 
 import dagster as dg
 
-from hermes_assets.defs import console, run_log, settings
+import hermes_assets.defs
+from hermes_assets.defs import (
+    analytics_assets,
+    capture_assets,
+    checks,
+    console,
+    executor,
+    io_manager,
+    jobs,
+    partitions,
+    resources,
+    run_log,
+    sensors,
+    settings,
+)
 from hermes_assets.lib import logs
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    loaded = settings.use(console.checked_settings())
+    loaded = console.checked_settings()
     logs.configure(loaded.log_format, level=loaded.log_level)
     run_log.install()
     console.quiet_dagster_warnings()
-    console.explain_partition_errors()
     try:
-        return dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
+        days = partitions.build(loaded)
+        console.explain_partition_errors(days)
+        return _build(loaded, days)
     except Exception as exc:
         bad = console.setting_error(exc)
         if bad is None or isinstance(bad, console.BadSetting):
             raise
         console.stop(bad)
+
+
+def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
+    """The definitions on the settings ``loaded`` and the partitions ``days``.
+
+    Dagster warns that some parameters used here are in beta or preview (a check's partitions, a
+    backfill policy): the project chose them and its tests pin them, so the warnings, which a
+    user can do nothing about, are silenced while the definitions are built, and only then."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        project = dg.Definitions(
+            assets=[capture_assets.capture_asset(days), *analytics_assets.analytics_assets(days)],
+            asset_checks=[checks.days_captured],
+            sensors=sensors.build(loaded, days),
+            jobs=[jobs.purge_job],
+            resources={**resources.resources_for(loaded), **io_manager.io_managers(loaded)},
+            executor=executor.executor_for(loaded.executor),
+        )
+        return dg.Definitions.merge(project, *yours(days))
+
+
+#: the hook a module of yours under ``defs/`` defines: ``definitions(days: Days) -> dg.Definitions``
+HOOK = "definitions"
+
+
+def yours(days: partitions.Days) -> list[dg.Definitions]:
+    """The definitions of your own modules under ``defs/``: each module there that defines
+    :data:`HOOK` is imported and called with the partitions (the project's modules define none)."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(hermes_assets.defs.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"hermes_assets.defs.{info.name}")
+        hook = getattr(module, HOOK, None)
+        if callable(hook):
+            found.append(hook(days))
+    return found

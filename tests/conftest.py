@@ -29,16 +29,26 @@ pytest_plugins = ["tests.support.fast_lane"]
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 
-#: The daily partitions are built once per process, when ``hermes_assets.defs.partitions`` is
-#: first imported, from the settings in use then; unset, their start would depend on which
-#: test's Hermes home that happened in. This process pins them to a start that holds every
-#: fixture's days and today. Tests of the start-from-history rule load the definitions in a
-#: fresh process of their own. (Each test that loads the definitions puts its own settings in
-#: use; these are in use for the modules tests import before any definitions load.)
+#: The first partition of the suite's definitions: a start that holds every fixture's days and
+#: today, set for every test (:func:`suite_start_date`), so a test's definitions do not start
+#: where its Hermes home's history happens to. Tests of the start-from-history rule unset it.
 SUITE_START_DATE = "2025-01-01"
-os.environ["HERMES_ASSETS_START_DATE"] = SUITE_START_DATE
-settings.use(settings.load())
-import hermes_assets.defs.partitions  # noqa: E402,F401  (built now, with the pinned start)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def suite_start_date():
+    """``HERMES_ASSETS_START_DATE`` of every test, of the module fixtures that capture before them,
+    and of the processes they start: the suite's start (a test may unset it with ``monkeypatch``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HERMES_ASSETS_START_DATE", SUITE_START_DATE)
+        yield
+
+
+def suite_days():
+    """The daily partitions the suite's definitions are built on (:data:`SUITE_START_DATE`)."""
+    from hermes_assets.defs import partitions
+
+    return partitions.build(settings.load({"HERMES_ASSETS_START_DATE": SUITE_START_DATE}))
 
 
 def fixture_dir(name: str) -> Path:

@@ -15,7 +15,7 @@ import dagster as dg
 
 from hermes_assets.defs.capture_assets import column_schema
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
-from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.analytics.daily import TOOLS, USAGE, DayFigures
@@ -62,10 +62,10 @@ def automation_condition() -> dg.AutomationCondition:
 AUTOMATION = automation_condition()
 
 
-def _common(dataset: str) -> dict:
+def _common(dataset: str, days: Days) -> dict:
     return dict(
         group_name=GROUP,
-        partitions_def=daily_partitions,
+        partitions_def=days.partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         automation_condition=AUTOMATION,
         io_manager_key=DATASETS_IO_MANAGER,
@@ -105,43 +105,45 @@ def _materialize(
     return dg.MaterializeResult()
 
 
-@dg.asset(
-    name=USAGE,
-    description="What each day of Hermes used, per model: sessions, messages, tool calls, API calls, "
+USAGE_DESCRIPTION = (
+    "What each day of Hermes used, per model: sessions, messages, tool calls, API calls, "
     "input/output/cache read/cache write/reasoning tokens, total tokens (Hermes's own: input + cache + output), "
     "estimated and actual cost in USD. Tokens and costs come from each session's `usage_by_model` (a session "
     "that used several models counts under each; without it, the session's own model and totals); messages "
     "(`session_meta` rows excepted) and tool calls count under the session's `model`, each logical message "
     "once (copies Hermes makes of a message, `copy_of`, left out). The day is the day the sessions started; rows "
-    "flagged `source_deleted` are left out.",
-    ins=_ins(daily.USAGE_INPUTS),
-    **_common(USAGE),
+    "flagged `source_deleted` are left out."
 )
-def hermes_daily_usage(
-    context: dg.AssetExecutionContext,
-    warehouse: HermesWarehouse,
-    hermes_sessions: DatasetDays,
-    hermes_messages: DatasetDays,
-    ai_gateway_messages_hermes: DatasetDays,
-) -> dg.MaterializeResult:
-    inputs = {d.dataset: d for d in (hermes_sessions, hermes_messages, ai_gateway_messages_hermes)}
-    return _materialize(context, warehouse, USAGE, inputs)
-
-
-@dg.asset(
-    name=TOOLS,
-    description="Which tools Hermes used each day, per `tool_name`: calls (`tool_call` parts), results "
+TOOLS_DESCRIPTION = (
+    "Which tools Hermes used each day, per `tool_name`: calls (`tool_call` parts), results "
     "(`tool_result` parts), error results and sessions, from `ai_gateway_messages_hermes` (rows flagged "
     "`source_deleted` and copies, `copy_of`, left out). An error result is one whose `is_error` is true or, as Hermes leaves "
     "`is_error` NULL, one Hermes itself shows as failed (hermes-agent's `_detect_tool_failure`): a terminal "
     "result with a non-zero `exit_code`; a JSON result with a truthy `error` (or `message`) and "
     '`"success": false` or an `error` key; a memory result over its limit; else text whose first 500 '
     'characters hold `"error"` or `"failed"` or that starts with `Error` (file writes that landed never '
-    "count).",
-    ins=_ins(daily.TOOLS_INPUTS),
-    **_common(TOOLS),
+    "count)."
 )
-def hermes_daily_tools(
-    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, ai_gateway_messages_hermes: DatasetDays
-) -> dg.MaterializeResult:
-    return _materialize(context, warehouse, TOOLS, {ai_gateway_messages_hermes.dataset: ai_gateway_messages_hermes})
+
+
+def analytics_assets(days: Days) -> list[dg.AssetsDefinition]:
+    """``hermes_daily_usage`` and ``hermes_daily_tools`` on the partitions ``days``."""
+
+    @dg.asset(name=USAGE, description=USAGE_DESCRIPTION, ins=_ins(daily.USAGE_INPUTS), **_common(USAGE, days))
+    def hermes_daily_usage(
+        context: dg.AssetExecutionContext,
+        warehouse: HermesWarehouse,
+        hermes_sessions: DatasetDays,
+        hermes_messages: DatasetDays,
+        ai_gateway_messages_hermes: DatasetDays,
+    ) -> dg.MaterializeResult:
+        inputs = {d.dataset: d for d in (hermes_sessions, hermes_messages, ai_gateway_messages_hermes)}
+        return _materialize(context, warehouse, USAGE, inputs)
+
+    @dg.asset(name=TOOLS, description=TOOLS_DESCRIPTION, ins=_ins(daily.TOOLS_INPUTS), **_common(TOOLS, days))
+    def hermes_daily_tools(
+        context: dg.AssetExecutionContext, warehouse: HermesWarehouse, ai_gateway_messages_hermes: DatasetDays
+    ) -> dg.MaterializeResult:
+        return _materialize(context, warehouse, TOOLS, {ai_gateway_messages_hermes.dataset: ai_gateway_messages_hermes})
+
+    return [hermes_daily_usage, hermes_daily_tools]

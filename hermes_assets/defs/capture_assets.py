@@ -23,7 +23,7 @@ import dagster as dg
 
 from hermes_assets.defs import checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
-from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
 from hermes_assets.lib import errors, logs, schemas
@@ -69,23 +69,38 @@ def column_schema(dataset: str) -> dg.TableSchema:
 # --------------------------------------------------------------------------
 
 
-@dg.op(
-    description="Place every Hermes session on its UTC day (one pass over each store's sessions table) "
-    "and keep those of the run's days.",
-    out={"plan": dg.Out(CapturePlan), RANGE_CHECK: dg.Out(is_required=False), STORES_CHECK: dg.Out(is_required=False)},
-)
-def plan(
-    context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy
-) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    days = list(context.partition_keys)
-    result = capture_plan.plan_capture(
-        hermes.stores(),
-        days,
-        user_home=usage_policy.user_home,
-        first_day=daily_partitions.get_first_partition_key(),
-        last_day=daily_partitions.get_last_partition_key(),
-        readers=hermes.readers(),
+def plan_op(days: Days) -> dg.OpDefinition:
+    """The ``plan`` op of the capture over the partitions ``days``: sessions outside them are
+    reported by the range check, never written."""
+
+    @dg.op(
+        name="plan",
+        description="Place every Hermes session on its UTC day (one pass over each store's sessions table) "
+        "and keep those of the run's days.",
+        out={
+            "plan": dg.Out(CapturePlan),
+            RANGE_CHECK: dg.Out(is_required=False),
+            STORES_CHECK: dg.Out(is_required=False),
+        },
     )
+    def plan(
+        context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy
+    ) -> Iterator[dg.Output | dg.AssetCheckResult]:
+        result = capture_plan.plan_capture(
+            hermes.stores(),
+            list(context.partition_keys),
+            user_home=usage_policy.user_home,
+            first_day=days.partitions.get_first_partition_key(),
+            last_day=days.partitions.get_last_partition_key(),
+            readers=hermes.readers(),
+        )
+        yield from plan_outputs(result)
+
+    return plan
+
+
+def plan_outputs(result: CapturePlan) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """The plan op's outputs: the plan, and the results of the two checks about the stores."""
     yield dg.Output(result, "plan", metadata=plan_metadata(result))
     yield dg.AssetCheckResult(
         asset_key=GATEWAY,
@@ -319,21 +334,44 @@ KINDS = {"sqlite", "parquet", "python"}
 OWNERS = ["team:hermes-assets"]
 
 
-@dg.graph_multi_asset(
-    name="hermes_capture",
-    group_name=GROUP,
-    outs={
-        dataset: dg.AssetOut(
-            description=DESCRIPTIONS[dataset],
-            metadata={"dagster/column_schema": column_schema(dataset)},
-            kinds=KINDS,
-            owners=OWNERS,
-        )
-        for dataset in CAPTURE_DATASETS
-    },
-    partitions_def=daily_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    check_specs=[
+def capture_asset(days: Days) -> dg.AssetsDefinition:
+    """``hermes_capture``: the three datasets on the partitions ``days``, with their checks."""
+    plan = plan_op(days)
+
+    @dg.graph_multi_asset(
+        name="hermes_capture",
+        group_name=GROUP,
+        outs={
+            dataset: dg.AssetOut(
+                description=DESCRIPTIONS[dataset],
+                metadata={"dagster/column_schema": column_schema(dataset)},
+                kinds=KINDS,
+                owners=OWNERS,
+            )
+            for dataset in CAPTURE_DATASETS
+        },
+        partitions_def=days.partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        check_specs=[*store_check_specs(), *checks.write_check_specs(days.partitions)],
+    )
+    def hermes_capture():
+        planned, range_check, stores_check = plan()
+        sessions, messages, gateway, *written_checks = write_partitions(project_rows(apply_usage_policy(planned)))
+        return {
+            SESSIONS: sessions,
+            MESSAGES: messages,
+            GATEWAY: gateway,
+            **{checks.check_output(*check): result for check, result in zip(checks.WRITE_CHECKS, written_checks)},
+            f"{GATEWAY}_{RANGE_CHECK}": range_check,
+            f"{GATEWAY}_{STORES_CHECK}": stores_check,
+        }
+
+    return hermes_capture
+
+
+def store_check_specs() -> list[dg.AssetCheckSpec]:
+    """The checks the plan reports: about the stores and the run, not a day."""
+    return [
         dg.AssetCheckSpec(
             RANGE_CHECK,
             asset=GATEWAY,
@@ -346,17 +384,13 @@ OWNERS = ["team:hermes-assets"]
             description="Every Hermes store of the run could be read; a store that cannot "
             "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18).",
         ),
-        *checks.write_check_specs(),
-    ],
+    ]
+
+
+#: the checks a capture run evaluates: the plan's and the write step's (not ``days_captured``,
+#: which only the sensor reports)
+CAPTURE_CHECKS = sorted(
+    [dg.AssetCheckKey(dg.AssetKey(GATEWAY), name) for name in (RANGE_CHECK, STORES_CHECK)]
+    + [checks.check_key(*check) for check in checks.WRITE_CHECKS],
+    key=lambda k: k.to_user_string(),
 )
-def hermes_capture():
-    planned, range_check, stores_check = plan()
-    sessions, messages, gateway, *written_checks = write_partitions(project_rows(apply_usage_policy(planned)))
-    return {
-        SESSIONS: sessions,
-        MESSAGES: messages,
-        GATEWAY: gateway,
-        **{checks.check_output(*check): result for check, result in zip(checks.WRITE_CHECKS, written_checks)},
-        f"{GATEWAY}_{RANGE_CHECK}": range_check,
-        f"{GATEWAY}_{STORES_CHECK}": stores_check,
-    }

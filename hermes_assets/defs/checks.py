@@ -21,6 +21,7 @@ stores that cannot be read) are reported by the capture's plan: it already
 knows, and they are about the run, not a day.
 """
 
+import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,10 +34,9 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from hermes_assets.defs.partitions import daily_partitions
+from hermes_assets.defs.tags import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, TRIGGER_TAG, WILL_RETRY_TAG
 from hermes_assets.lib import schemas
 from hermes_assets.lib.changes import attempts
-from hermes_assets.lib.changes.cursor import load_cursor
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
@@ -59,15 +59,15 @@ def _keys(dataset: str) -> list[str]:
     return list(schemas.DATASETS[dataset].key)
 
 
-def write_check_specs() -> list[dg.AssetCheckSpec]:
-    """The specs of the checks the write step evaluates, declared on the capture's assets."""
+def write_check_specs(partitions: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
+    """The specs of the checks the write step evaluates, declared on the capture's assets (on their partitions)."""
     descriptions = {
         KEY_UNIQUE: lambda ds: f"Within each partition, ({', '.join(_keys(ds))}) identifies one row: no duplicates.",
         REQUIRED_NOT_NULL: lambda ds: "Required columns of ai_gateway_messages (SPEC §5.1, marked *) are never null.",
         DATE_MATCHES: lambda ds: "Every row's `date` is the UTC day of its `message_created_at`.",
     }
     return [
-        dg.AssetCheckSpec(name, asset=dataset, description=descriptions[name](dataset), partitions_def=daily_partitions)
+        dg.AssetCheckSpec(name, asset=dataset, description=descriptions[name](dataset), partitions_def=partitions)
         for dataset, name in WRITE_CHECKS
     ]
 
@@ -246,6 +246,8 @@ def materializations(
 DAYS_CAPTURED = "days_captured"
 DAYS_CAPTURED_CHECK = dg.AssetCheckKey(dg.AssetKey(GATEWAY), DAYS_CAPTURED)
 SENSOR_NAME = "hermes_state_sensor"
+#: the sensor's runs a check executed by hand reads, newest first: days fail in a row recently
+RUNS_READ = 500
 
 
 def days_captured_evaluation(failing: list[str], open_attempts: dict) -> dg.AssetCheckEvaluation:
@@ -255,7 +257,12 @@ def days_captured_evaluation(failing: list[str], open_attempts: dict) -> dg.Asse
         check_name=DAYS_CAPTURED,
         passed=not failing,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata=_days_captured_metadata(failing, open_attempts),
+        metadata=_days_captured_metadata(
+            failing,
+            {d: open_attempts[d].failures for d in failing},
+            {d: open_attempts[d].error or "" for d in failing},
+            len(open_attempts),
+        ),
         description=(
             f"the capture of {', '.join(failing)} failed {attempts.FAILING_AFTER} or more times in a "
             "row; the sensor requests it again with backoff"
@@ -265,13 +272,59 @@ def days_captured_evaluation(failing: list[str], open_attempts: dict) -> dg.Asse
     )
 
 
-def _days_captured_metadata(failing: list[str], open_attempts: dict) -> dict:
+def _days_captured_metadata(failing: list[str], failures: dict, last: dict, in_flight: int) -> dict:
     return {
         "days_failing": failing,
-        "failed_runs_in_a_row": {d: open_attempts[d].failures for d in failing},
-        "last_outcome": {d: open_attempts[d].error or "" for d in failing},
-        "days_in_flight": len(open_attempts),
+        "failed_runs_in_a_row": failures,
+        "last_outcome": last,
+        "days_in_flight": in_flight,
     }
+
+
+@dataclass
+class DayRuns:
+    """What the sensor's runs of one day show, newest first, up to the day's latest success."""
+
+    failures: int = 0
+    last_outcome: str = ""
+    in_flight: bool = False
+    done: bool = False
+
+
+def days_from_runs(runs: Iterable[dg.DagsterRun]) -> dict[str, DayRuns]:
+    """Each day's runs read newest first (``runs`` is): its failed or canceled runs since its
+    latest success, and whether one is still queued or running. A failed run that Dagster's
+    own retries run again is not an outcome: its retry is."""
+    out: dict[str, DayRuns] = {}
+    for run in runs:
+        for day in run_days(run.tags):
+            seen = out.setdefault(day, DayRuns())
+            if seen.done:
+                continue
+            if run.status == dg.DagsterRunStatus.SUCCESS:
+                seen.done = True
+            elif run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+                if run.tags.get(WILL_RETRY_TAG) != "true":
+                    seen.failures += 1
+                    seen.last_outcome = seen.last_outcome or f"run {run.run_id} {run.status.value.lower()}"
+            elif not run.is_finished:
+                seen.in_flight = True
+    return out
+
+
+def run_days(tags: Mapping[str, str]) -> list[str]:
+    """The days a run captures, from its tags: its partition, or every day of its range."""
+    if tags.get(PARTITION_TAG):
+        return [tags[PARTITION_TAG]]
+    first, last = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
+    if not first or not last:
+        return []
+    day, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    out = []
+    while day <= end:
+        out.append(day.isoformat())
+        day += dt.timedelta(days=1)
+    return out
 
 
 @dg.asset_check(
@@ -280,23 +333,19 @@ def _days_captured_metadata(failing: list[str], open_attempts: dict) -> dict:
     description="Every day the sensor requested is captured: a day whose capture runs failed "
     f"{attempts.FAILING_AFTER} or more times in a row (a full disk, a read-only warehouse ...) is named "
     "here until a run of it succeeds. The sensor reports it whenever that set of days changes; "
-    "executed by hand, it reads the sensor's cursor.",
+    f"executed by hand, it reads the sensor's latest {RUNS_READ} runs.",
 )
 def days_captured(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    cursor = load_cursor(_sensor_cursor(context.instance))
-    failing = attempts.failing(cursor)
+    runs = context.instance.get_runs(filters=dg.RunsFilter(tags=TRIGGER_TAG), limit=RUNS_READ)  # newest first
+    days = days_from_runs(runs)
+    failing = sorted(d for d, r in days.items() if not r.done and r.failures >= attempts.FAILING_AFTER)
     return dg.AssetCheckResult(
         passed=not failing,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata=_days_captured_metadata(failing, cursor.attempts),
+        metadata=_days_captured_metadata(
+            failing,
+            {d: days[d].failures for d in failing},
+            {d: days[d].last_outcome for d in failing},
+            sum(r.in_flight for r in days.values()),
+        ),
     )
-
-
-def _sensor_cursor(instance: dg.DagsterInstance) -> str | None:
-    if instance.schedule_storage is None:  # an ephemeral instance: no sensor has ever run in it
-        return None
-    for state in instance.all_instigator_state():  # schedules and sensors: few
-        cursor = getattr(state.instigator_data, "cursor", None)  # a schedule's data has none
-        if state.instigator_name == SENSOR_NAME and cursor:
-            return cursor
-    return None

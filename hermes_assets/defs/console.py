@@ -37,6 +37,7 @@ from typing import NoReturn
 import dagster as dg
 
 from hermes_assets.defs import settings
+from hermes_assets.defs.partitions import Days
 from hermes_assets.lib.errors import ConfigurationError
 
 #: the console scripts a person types; their server subcommands are not one-shot commands
@@ -101,53 +102,58 @@ ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None]
 
 class PartitionErrorHook:
     """``sys.excepthook`` of a typed command: Dagster's error for a partition key outside the
-    partitions becomes one line (:func:`_partition_line`); any other error goes on to the hook
-    it replaced (Python's own report)."""
+    partitions ``days`` becomes one line (:func:`partition_line`); any other error goes on to
+    the hook it replaced (Python's own report)."""
 
-    def __init__(self, previous: ExceptHook) -> None:
+    def __init__(self, previous: ExceptHook, days: Days) -> None:
         self.previous = previous
+        self.days = days
 
     def __call__(self, kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        line = _partition_line(exc) if isinstance(exc, dg.DagsterError) else None
+        line = partition_line(exc, self.days) if isinstance(exc, dg.DagsterError) else None
         if line is None:
             self.previous(kind, exc, tb)
         else:
             print(line, file=sys.stderr, flush=True)
 
 
-def explain_partition_errors() -> None:
-    """In a typed command, install :class:`PartitionErrorHook` (once per process)."""
-    if typed_command() and not isinstance(sys.excepthook, PartitionErrorHook):
-        sys.excepthook = PartitionErrorHook(sys.excepthook)
+def explain_partition_errors(days: Days) -> None:
+    """In a typed command, install :class:`PartitionErrorHook` over the partitions ``days`` (once
+    per process; a later load of the definitions gives it its partitions)."""
+    if not typed_command():
+        return
+    if isinstance(sys.excepthook, PartitionErrorHook):
+        sys.excepthook.days = days
+    else:
+        sys.excepthook = PartitionErrorHook(sys.excepthook, days)
 
 
 _KEY = re.compile(r"partition (?:with )?key `([^`]*)`")
 
 
-def _partition_line(exc: BaseException) -> str | None:
+def partition_line(exc: BaseException, days: Days) -> str | None:
     """One line for Dagster's "no such partition key" errors, or None for any other error."""
     match = _KEY.search(str(exc))
     if match is None:
         return None
-    from hermes_assets.defs.partitions import START, daily_partitions
-
     key, first, last = (
         match.group(1),
-        daily_partitions.get_first_partition_key(),
-        daily_partitions.get_last_partition_key(),
+        days.partitions.get_first_partition_key(),
+        days.partitions.get_last_partition_key(),
     )
+    start = days.start
     if first is None or last is None:  # a partitions definition with no day at all: nothing to say
         return None
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", key):
         return f"partition {key!r} is not a day: partitions are UTC days, YYYY-MM-DD ({first} to {last})"
-    if key < first and START.no_history:  # a store problem: the start date is not to blame
+    if key < first and start.no_history:  # a store problem: the start date is not to blame
         return (
-            f"partition {key} is before the first partition, {first}: {START.why}; nothing to capture "
+            f"partition {key} is before the first partition, {first}: {start.why}; nothing to capture "
             "before it (HERMES_HOME or HERMES_STATE_DB names where Hermes keeps its state.db)"
         )
     if key < first:
         return (
-            f"partition {key} is before the first partition, {first} ({START.why}): "
+            f"partition {key} is before the first partition, {first} ({start.why}): "
             f"set HERMES_ASSETS_START_DATE={key} or earlier to capture it"
         )
     if key > last:

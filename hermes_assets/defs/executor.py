@@ -36,8 +36,3 @@ def executor_for(name: settings.Executor) -> dg.ExecutorDefinition:
             f"HERMES_ASSETS_EXECUTOR=celery needs {integration_release('dagster-celery')} installed"
         ) from exc
     return celery_executor
-
-
-@dg.definitions
-def executor() -> dg.Definitions:
-    return dg.Definitions(executor=executor_for(settings.in_use().executor))

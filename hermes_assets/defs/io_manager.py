@@ -24,8 +24,8 @@ import dagster as dg
 import pandas as pd
 import pyarrow as pa
 
-from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesWarehouse
+from hermes_assets.defs.settings import Settings
 from hermes_assets.lib import schemas
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
@@ -74,7 +74,6 @@ def datasets_io_manager(warehouse: HermesWarehouse) -> HermesDatasetsIOManager:
     return HermesDatasetsIOManager(warehouse=warehouse)
 
 
-@dg.definitions
-def io_managers() -> dg.Definitions:
-    warehouse = HermesWarehouse.from_settings(settings.in_use())
-    return dg.Definitions(resources={DATASETS_IO_MANAGER: datasets_io_manager(warehouse)})
+def io_managers(s: Settings) -> dict[str, dg.ConfigurableIOManager]:
+    """The IO managers of the definitions, by key, from the settings ``s``."""
+    return {DATASETS_IO_MANAGER: datasets_io_manager(HermesWarehouse.from_settings(s))}

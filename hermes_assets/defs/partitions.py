@@ -12,7 +12,7 @@ a store with older sessions added to a folder of stores, a session begun just
 before midnight when Dagster started on an empty store) is captured at once,
 with no reload: every run loads the definitions afresh, so in a run the first
 day is already that older day (its sessions are in a store), and the sensor
-requests it as a run of that one day (:func:`before_first`). The loaded
+requests it as a run of that one day (:meth:`Days.before_first`). The loaded
 definitions, the UI's partitions page among them, show the day from their next
 load; from then on the start stays there, since the captured day counts (a
 local warehouse). With ``HERMES_ASSETS_START_DATE`` set, a day before it stays
@@ -62,25 +62,31 @@ def start(s: settings.Settings) -> Start:
     return Start(today, f"no Hermes store at {where}, so they start today", True)
 
 
-#: where the loaded partitions start, and why (set by :func:`first_day` as they are built)
-START = Start("", "not loaded yet")
+class Days(NamedTuple):
+    """The daily partitions of one load of the definitions, and where they start and why.
+
+    Built by :func:`build` in the definitions function (``hermes_assets/definitions.py``),
+    once per load, with the settings of that load: *Reload definitions* reads the history
+    start, the settings and the stores again, together."""
+
+    partitions: dg.DailyPartitionsDefinition
+    start: Start
+    #: True when HERMES_ASSETS_START_DATE is unset: the first day follows the history
+    follows_history: bool
+
+    def first(self) -> str:
+        return self.start.day
+
+    def before_first(self, day: str) -> bool:
+        """Whether ``day`` (a changed day these partitions lack) is Hermes history older than the
+        first partition that a run captures all the same: the first day follows the history
+        (``HERMES_ASSETS_START_DATE`` unset), and the run's own load of the definitions starts at
+        the earliest session then, which is on ``day`` or before it."""
+        return self.follows_history and day < self.start.day
 
 
-def first_day(s: settings.Settings) -> str:
-    """The first partition of the definitions being loaded (:func:`start`); remembers why in :data:`START`."""
-    global START
-    START = start(s)
-    return START.day
-
-
-_LOADED = settings.in_use()
-daily_partitions = dg.DailyPartitionsDefinition(start_date=first_day(_LOADED), timezone="UTC", end_offset=1)
-
-
-def before_first(day: str) -> bool:
-    """Whether ``day`` (a changed day the loaded partitions lack) is Hermes history older than the
-    first partition that a run captures all the same: the first day follows the history
-    (``HERMES_ASSETS_START_DATE`` unset), and the run's own load of the definitions starts at
-    the earliest session then, which is on ``day`` or before it."""
-    first = daily_partitions.get_first_partition_key()
-    return _LOADED.start_day is None and first is not None and day < first
+def build(s: settings.Settings) -> Days:
+    """The daily partitions of the definitions being loaded with the settings ``s`` (:func:`start`)."""
+    first = start(s)
+    daily = dg.DailyPartitionsDefinition(start_date=first.day, timezone="UTC", end_offset=1)
+    return Days(daily, first, s.start_day is None)

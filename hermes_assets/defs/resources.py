@@ -13,7 +13,6 @@ from typing import Literal
 
 import dagster as dg
 
-from hermes_assets.defs import settings
 from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
 from hermes_assets.lib.capture.pool import START_METHODS
 from hermes_assets.lib.capture.steps import PARALLEL_MIN_SESSIONS
@@ -120,8 +119,3 @@ def resources_for(s: Settings) -> dict[str, dg.ConfigurableResource]:
         "usage_policy": UsagePolicy.from_settings(s),
         "capture_runtime": CaptureRuntime.from_settings(s),
     }
-
-
-@dg.definitions
-def resources() -> dg.Definitions:
-    return dg.Definitions(resources=resources_for(settings.in_use()))

@@ -11,7 +11,7 @@ over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
 A changed day older than the first partition (history restored or added while Dagster
-runs; :func:`~hermes_assets.defs.partitions.before_first`) is requested at once as a run
+runs; :meth:`~hermes_assets.defs.partitions.Days.before_first`) is requested at once as a run
 of that one day, never part of a ranged run, which names its partition itself and also
 computes the day's analytics: the run loads the definitions afresh and has the day as a
 partition, while the definitions loaded here, and the automation sensor's, lack it until
@@ -38,15 +38,18 @@ reads it from that cursor and requests what changed meanwhile.
 
 import dagster as dg
 
-from hermes_assets.defs import run_log, settings
-from hermes_assets.defs.capture_assets import hermes_capture
-from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, SENSOR_NAME, days_captured_evaluation
-from hermes_assets.defs.partitions import before_first, daily_partitions
+from hermes_assets.defs import run_log
+from hermes_assets.defs.capture_assets import CAPTURE_CHECKS
+from hermes_assets.defs.checks import SENSOR_NAME, days_captured_evaluation
+from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesStores
+from hermes_assets.defs.settings import Settings
 from hermes_assets.defs.tags import (
     OLDER_DAY_PRIORITY,
     PARTITION_TAG,
     PRIORITY_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
     RUN_KEY_TAG,
     TRIGGER_TAG,
     WILL_RETRY_TAG,
@@ -61,8 +64,6 @@ log = get_logger()
 #: the sensor's target: the three datasets, which the UI shows by their names (a selection that
 #: also subtracts a check has no such form: the UI would show its Python repr)
 CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
-#: the checks its runs evaluate: the capture's own, not days_captured, which only the sensor reports
-CAPTURE_CHECKS = sorted(hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}, key=lambda k: k.to_user_string())
 #: the analytics of a day older than the first partition run in that day's capture run: the
 #: automation sensor sees the partitions of the loaded definitions only, which lack that day
 ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
@@ -80,9 +81,9 @@ _OUTCOMES = {
 }
 
 
-def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
-    """``hermes_state_sensor``, ticking at most every ``poll_seconds``; a tick with more than
-    ``max_runs`` changed days requests one ranged run over them."""
+def state_sensor(poll_seconds: int, max_runs: int, days: Days) -> dg.SensorDefinition:
+    """``hermes_state_sensor`` over the partitions ``days``, ticking at most every ``poll_seconds``;
+    a tick with more than ``max_runs`` changed days requests one ranged run over them."""
 
     @dg.sensor(
         name=SENSOR_NAME,
@@ -98,31 +99,35 @@ def state_sensor(poll_seconds: int, max_runs: int) -> dg.SensorDefinition:
     def hermes_state_sensor(
         context: dg.SensorEvaluationContext, hermes: HermesStores
     ) -> dg.SensorResult | dg.SkipReason:
-        return tick(context, hermes, max_runs)
+        return tick(context, hermes, max_runs, days)
 
     return hermes_state_sensor
 
 
-def tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
+def tick(
+    context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int, days: Days
+) -> dg.SensorResult | dg.SkipReason:
     """One evaluation of ``hermes_state_sensor``. Its events (this module's and the library's)
     are printed once, as every event is, and kept in the tick's log, which the UI shows
     (:func:`hermes_assets.defs.run_log.tick_log`)."""
     with run_log.tick_log(context):
-        return _tick(context, hermes, max_runs)
+        return _tick(context, hermes, max_runs, days)
 
 
-def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int) -> dg.SensorResult | dg.SkipReason:
+def _tick(
+    context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int, days: Days
+) -> dg.SensorResult | dg.SkipReason:
     stores = hermes.stores()
     plan = watch.plan_tick(
         stores,
         context.cursor,
-        is_partition=daily_partitions.has_partition_key,
+        is_partition=days.partitions.has_partition_key,
         readers=hermes.readers(),
         outcomes=lambda keys: run_outcomes(context.instance, keys),
         max_runs=max_runs,
-        before_first=before_first,
+        before_first=days.before_first,
     )
-    requests = [_run_request(days, key) for days, key in plan.runs]
+    requests = [_run_request(run_days, key, days) for run_days, key in plan.runs]
     _fail_if_a_named_path_is_gone(plan)
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
@@ -134,7 +139,7 @@ def _tick(context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: i
         log.info(
             "hermes.sensor.older_history",
             days=plan.early,
-            first_partition=daily_partitions.get_first_partition_key(),
+            first_partition=days.first(),
             note="each day precedes the first partition and is requested as a run of its own day, which loads "
             "the definitions afresh (the partitions page shows it from the next load)",
         )
@@ -170,14 +175,15 @@ def run_outcomes(instance: dg.DagsterInstance, run_keys: list[str]) -> dict[str,
     return out
 
 
-def run_requests(requests: list[tuple[str, str]], max_runs: int) -> list[dg.RunRequest]:
+def run_requests(requests: list[tuple[str, str]], max_runs: int, days: Days) -> list[dg.RunRequest]:
     """One run per changed day, or one ranged run when there are too many days."""
-    return [_run_request(days, key) for days, key in watch.run_groups(requests, max_runs)]
+    return [_run_request(run_days, key, days) for run_days, key in watch.run_groups(requests, max_runs)]
 
 
-def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
-    if len(days) == 1 and not daily_partitions.has_partition_key(days[0]):
-        # history older than the first partition (partitions.before_first): the run names its day
+def _run_request(run_days: list[str], run_key: str, partitions: Days) -> dg.RunRequest:
+    days = run_days
+    if len(days) == 1 and not partitions.partitions.has_partition_key(days[0]):
+        # history older than the first partition (Days.before_first): the run names its day
         # itself, as Dagster would, since these definitions do not know it yet (the run's own load
         # of the definitions does), and computes the day's analytics too; after the live days' runs
         # in the queue (many such days are many runs)
@@ -198,8 +204,8 @@ def _run_request(days: list[str], run_key: str) -> dg.RunRequest:
         )
     tags = {
         **TRIGGER_TAG,
-        "dagster/asset_partition_range_start": days[0],
-        "dagster/asset_partition_range_end": days[-1],
+        RANGE_START_TAG: days[0],
+        RANGE_END_TAG: days[-1],
     }
     return dg.RunRequest(run_key=run_key, tags=tags, asset_selection=CAPTURE_KEYS, asset_check_keys=CAPTURE_CHECKS)
 
@@ -242,9 +248,7 @@ def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefiniti
     )
 
 
-@dg.definitions
-def sensors() -> dg.Definitions:
-    loaded = settings.in_use()
-    return dg.Definitions(
-        sensors=[state_sensor(loaded.poll_seconds, loaded.sensor_max_runs), automation_sensor(loaded.poll_seconds)]
-    )
+def build(s: Settings, days: Days) -> list[dg.SensorDefinition]:
+    """The two sensors of one load of the definitions, with its settings and partitions: a tick
+    reads no setting."""
+    return [state_sensor(s.poll_seconds, s.sensor_max_runs, days), automation_sensor(s.poll_seconds)]

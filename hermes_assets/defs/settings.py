@@ -17,13 +17,11 @@ sensor's tick, or the run reading it, with the same line. The core library
 (``hermes_assets/lib``) never reads the environment: it receives these values
 as arguments.
 
-The settings are read once per load of the definitions: ``hermes_assets/
-definitions.py`` checks them and hands them over with :func:`use`, before
-any definitions module is imported. A module that needs a value while it is
-imported (the first partition, the sensors' intervals) or while Dagster
-builds its definitions (the resources, the executor) takes it from
-:func:`in_use`. Nothing re-reads the environment after that: not a sensor
-tick, not a run.
+The settings are read once per load of the definitions, by the definitions
+function (``hermes_assets/definitions.py``), which checks them and builds the
+partitions, resources, sensors and checks from them: importing a module reads
+nothing. Nothing re-reads the environment after that: not a sensor tick, not
+a run (a run loads the definitions afresh, in its own process).
 """
 
 from __future__ import annotations
@@ -205,33 +203,6 @@ def _default_key(dagster_home: str, warehouse: str) -> str:
         return os.path.join("~", ".hermes_assets", REDACTION_KEY_FILE)
     local = parsed.path if parsed.scheme else warehouse
     return os.path.join(os.path.dirname(os.path.abspath(os.path.expanduser(local))), REDACTION_KEY_FILE)
-
-
-#: the settings of the definitions loaded in this process (:func:`use`, :func:`in_use`)
-_in_use: Settings | None = None
-
-
-def use(loaded: Settings) -> Settings:
-    """Make ``loaded`` the settings the definitions read (``hermes_assets/definitions.py`` calls
-    this each time the definitions load, before any definitions module is imported)."""
-    global _in_use
-    _in_use = loaded
-    return loaded
-
-
-def in_use() -> Settings:
-    """The settings the definitions were loaded with.
-
-    Raises :class:`RuntimeError` when no definitions have loaded in this process: a
-    definitions module is imported through ``hermes_assets.definitions`` (as Dagster does),
-    or after :func:`use` (as ``tests/conftest.py`` does), never on its own.
-    """
-    if _in_use is None:
-        raise RuntimeError(
-            "the settings are read when the definitions load: load hermes_assets.definitions "
-            "(or call hermes_assets.defs.settings.use(settings.check())) before importing a definitions module"
-        )
-    return _in_use
 
 
 #: the settings that name a local folder the project writes into (checked by :func:`check`)

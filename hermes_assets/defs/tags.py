@@ -9,10 +9,13 @@ AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 #: on every run the sensor requests
 TRIGGER_TAG = {"hermes/trigger": "sensor"}
 #: the partition of a run, as Dagster tags it (the sensor sets it itself on the run of a day the
-#: loaded partitions lack: defs/partitions.before_first)
+#: loaded partitions lack: defs/partitions.Days.before_first)
 PARTITION_TAG = "dagster/partition"
 #: Dagster's run queue starts the runs of higher priority first (default 0): the run of a day
 #: older than the first partition has -1, so that a restored history of many days, one run each,
 #: never holds the live days' captures behind it in the queue
 PRIORITY_TAG = "dagster/priority"
 OLDER_DAY_PRIORITY = "-1"
+#: the first and last day of a ranged run (a backfill's single run, the sensor's ranged run)
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"

@@ -25,6 +25,7 @@ from hermes_assets.lib import schemas
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import PART_FILE
 from tests.conftest import copy_fixture
+from tests.support.definitions import load_definitions
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 #: the analytics layer built on them (SPEC §11)
@@ -224,10 +225,9 @@ class Capture:
         A ``warehouse`` override also moves the ``hermes_datasets`` IO manager (which
         loads the datasets back) to that warehouse, unless it is overridden too.
         """
-        from hermes_assets.definitions import defs as lazy_defs
         from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER, datasets_io_manager
 
-        defs = lazy_defs()
+        defs = load_definitions()
         if not resource_overrides:
             return defs
         if "warehouse" in resource_overrides and DATASETS_IO_MANAGER not in resource_overrides:

@@ -16,7 +16,7 @@ import pytest
 
 from hermes_assets.defs import console, settings
 from hermes_assets.lib.errors import ConfigurationError
-from tests.conftest import SUITE_START_DATE
+from tests.conftest import SUITE_START_DATE, suite_days
 
 LINE = "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)"
 
@@ -77,9 +77,9 @@ def test_a_server_gets_the_line_as_a_dagster_error_of_its_own(monkeypatch, capsy
 
 
 @pytest.fixture
-def suite_settings(monkeypatch):
-    """The settings the suite's partitions were built with (tests/conftest.py), in use."""
-    monkeypatch.setattr(settings, "_in_use", settings.load({"HERMES_ASSETS_START_DATE": SUITE_START_DATE}))
+def suite_settings():
+    """The partitions of the suite's definitions (tests/conftest.py)."""
+    return suite_days()
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def suite_settings(monkeypatch):
     ],
 )
 def test_an_unknown_partition_is_one_line_naming_the_setting(suite_settings, message, line):
-    found = console._partition_line(dg.DagsterInvariantViolationError(message))
+    found = console.partition_line(dg.DagsterInvariantViolationError(message), suite_settings)
     if line is None:
         assert found is None
     else:
@@ -109,8 +109,8 @@ def test_the_partition_hook_is_installed_once_and_passes_other_errors_on(monkeyp
     seen: list[BaseException] = []
     monkeypatch.setattr(sys, "argv", ["/v/bin/dg", "launch"])
     monkeypatch.setattr(sys, "excepthook", lambda kind, exc, tb: seen.append(exc))
-    console.explain_partition_errors()
-    console.explain_partition_errors()
+    console.explain_partition_errors(suite_settings)
+    console.explain_partition_errors(suite_settings)
     hook = sys.excepthook
     assert isinstance(hook, console.PartitionErrorHook) and not isinstance(hook.previous, console.PartitionErrorHook)
     unknown = dg.DagsterInvariantViolationError("Could not find a partition with key `2020-01-01`.")
@@ -124,7 +124,7 @@ def test_the_partition_hook_is_installed_once_and_passes_other_errors_on(monkeyp
 def test_no_hook_outside_a_typed_command(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["/v/bin/dagster", "api", "grpc"])
     before = sys.excepthook
-    console.explain_partition_errors()
+    console.explain_partition_errors(suite_settings)
     assert sys.excepthook is before
 
 
@@ -171,9 +171,9 @@ def test_a_partition_before_a_start_for_want_of_a_store_blames_the_store(monkeyp
     from hermes_assets.defs import partitions
 
     why = "no Hermes store at /home/me/.hermes/state.db, so they start today"
-    monkeypatch.setattr(partitions, "START", partitions.Start(SUITE_START_DATE, why, True))
-    found = console._partition_line(
-        dg.DagsterInvariantViolationError("Could not find a partition with key `2020-01-01`.")
+    days = suite_settings._replace(start=partitions.Start(SUITE_START_DATE, why, True))
+    found = console.partition_line(
+        dg.DagsterInvariantViolationError("Could not find a partition with key `2020-01-01`."), days
     )
     assert found == (
         f"partition 2020-01-01 is before the first partition, {SUITE_START_DATE}: {why}; nothing to capture "

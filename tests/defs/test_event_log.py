@@ -45,10 +45,13 @@ from dagster._core.storage.partition_status_cache import get_and_update_asset_st
 
 from hermes_assets import event_log
 from hermes_assets.defs import capture_assets as capture_defs
-from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.event_log import BatchedSqliteEventLogStorage
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SMALL_DAYS, md_values
+
+#: the partitions of the suite's definitions (tests/conftest.py)
+SUITE_PARTITIONS = suite_days().partitions
 
 pytestmark = pytest.mark.slow  # Dagster runs (tests/support/fast_lane.py)
 
@@ -129,10 +132,10 @@ def _status(instance: dg.DagsterInstance) -> dict[str, tuple[list[str], list[str
     """Per dataset: (materialized, failed) partitions, as the UI's partition status computes them."""
     out = {}
     for dataset in DATASETS:
-        value = get_and_update_asset_status_cache_value(instance, dg.AssetKey(dataset), daily_partitions)
+        value = get_and_update_asset_status_cache_value(instance, dg.AssetKey(dataset), SUITE_PARTITIONS)
         out[dataset] = (
-            sorted(value.deserialize_materialized_partition_subsets(daily_partitions).get_partition_keys()),
-            sorted(value.deserialize_failed_partition_subsets(daily_partitions).get_partition_keys()),
+            sorted(value.deserialize_materialized_partition_subsets(SUITE_PARTITIONS).get_partition_keys()),
+            sorted(value.deserialize_failed_partition_subsets(SUITE_PARTITIONS).get_partition_keys()),
         )
     return out
 

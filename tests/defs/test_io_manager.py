@@ -17,12 +17,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
-from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.lib import schemas
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.loading import DatasetDays
+from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path, new_capture
 from tests.support.environ import use_environment
+
+#: the partitions of the suite's definitions (tests/conftest.py)
+SUITE_PARTITIONS = suite_days().partitions
 
 #: slow: every test loads from one capture of the small fixture, run through Dagster
 pytestmark = pytest.mark.slow
@@ -135,7 +138,7 @@ def test_load_one_day_as_arrow_in_the_datasets_own_types(defs, instance, capture
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_a_day_with_no_file_loads_empty_with_the_datasets_columns(defs, instance, captured, dataset):
     assert not day_path(captured.warehouse, dataset, EMPTY_DAY).exists()
-    assert daily_partitions.has_partition_key(EMPTY_DAY)
+    assert SUITE_PARTITIONS.has_partition_key(EMPTY_DAY)
     table = load(defs, instance, dataset, partition_key=EMPTY_DAY, python_type=pa.Table)
     assert table.num_rows == 0 and table.schema == schemas.DATASETS[dataset].schema
     frame = load(defs, instance, dataset, partition_key=EMPTY_DAY)
@@ -183,7 +186,7 @@ def test_a_downstream_asset_reads_the_last_7_days(defs, instance, captured, data
     seen = {}
 
     @dg.asset(
-        partitions_def=daily_partitions,
+        partitions_def=SUITE_PARTITIONS,
         ins={"upstream": dg.AssetIn(dataset, partition_mapping=dg.TimeWindowPartitionMapping(start_offset=-6))},
     )
     def last_week(context: dg.AssetExecutionContext, upstream: as_type) -> None:
@@ -205,7 +208,7 @@ def test_the_docstring_promise_a_report_over_same_day_partitions(defs, instance,
     """``def my_report(ai_gateway_messages_hermes: pd.DataFrame)`` with the same partitions: it just works."""
     seen = {}
 
-    @dg.asset(partitions_def=daily_partitions)
+    @dg.asset(partitions_def=SUITE_PARTITIONS)
     def my_report(ai_gateway_messages_hermes: pd.DataFrame) -> None:
         seen["parts"] = ai_gateway_messages_hermes["part_type"].value_counts().to_dict()
 
@@ -231,7 +234,7 @@ def test_day_by_day_reading_with_dataset_days(defs, instance, captured):
     seen = {}
 
     @dg.asset(
-        partitions_def=daily_partitions,
+        partitions_def=SUITE_PARTITIONS,
         ins={
             "messages": dg.AssetIn(
                 MESSAGES,

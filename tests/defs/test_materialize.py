@@ -17,11 +17,11 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import schemas
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from tests.conftest import suite_days
 from tests.defs.harness import (
     DATASETS,
     SMALL_DAYS,
@@ -45,6 +45,9 @@ from tests.defs.harness import (
 )
 from tests.support.hermes_writer import DAY_S, START_S, openai_call
 
+#: the partitions of the suite's definitions (tests/conftest.py)
+SUITE_PARTITIONS = suite_days().partitions
+
 #: slow: every test materializes through Dagster (some look up git remotes in a subprocess)
 pytestmark = pytest.mark.slow
 
@@ -60,7 +63,7 @@ ALL_CHECKS = {
     (GATEWAY, "date_matches_message_created_at"),
     (GATEWAY, "sessions_within_partition_range"),
     (GATEWAY, "stores_readable"),
-    (GATEWAY, "days_captured"),  # the sensor reports it; run by hand (here), it reads the sensor's cursor
+    (GATEWAY, "days_captured"),  # the sensor reports it; run by hand (here), it reads the sensor's runs
     (SESSIONS, "key_unique"),
     (MESSAGES, "key_unique"),
 }
@@ -572,7 +575,7 @@ def test_missing_store_materializes_empty_partitions(capture):
 
 
 def test_session_before_the_start_date_is_reported_not_written(capture, writer):
-    first = dt.datetime.fromisoformat(daily_partitions.get_first_partition_key()).replace(tzinfo=dt.UTC)
+    first = dt.datetime.fromisoformat(SUITE_PARTITIONS.get_first_partition_key()).replace(tzinfo=dt.UTC)
     writer.at(first.timestamp() - 30 * DAY_S)
     writer.session("s-old", "cli", cwd="/work/old")
     writer.msg("s-old", "user", "long ago")

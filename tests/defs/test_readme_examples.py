@@ -6,7 +6,6 @@ the project's definitions, the notebook snippet in a fresh interpreter (as a
 notebook kernel runs it) with only its date pointed at a fixture day.
 """
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -39,22 +38,22 @@ def test_the_readme_has_both_examples_and_the_asset_is_about_ten_lines():
     assert README_DAY in found["notebook"]
 
 
-def _load_module(code: str, folder: Path):
-    path = folder / "my_report.py"
-    path.write_text(code, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("my_report", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _as_a_defs_module(code: str, folder: Path, monkeypatch) -> None:
+    """``code`` saved as ``my_report.py`` in a folder the ``hermes_assets.defs`` package searches
+    (as a file saved in ``hermes_assets/defs/`` is: the repository's own folder stays untouched)."""
+    import hermes_assets.defs
+
+    (folder / "my_report.py").write_text(code, encoding="utf-8")
+    monkeypatch.setattr(hermes_assets.defs, "__path__", [*hermes_assets.defs.__path__, str(folder)])
+    monkeypatch.delitem(sys.modules, "hermes_assets.defs.my_report", raising=False)
 
 
 @pytest.mark.slow
-def test_the_downstream_asset_example_runs(small, instance, tmp_path):
+def test_the_downstream_asset_example_runs(small, instance, tmp_path, monkeypatch):
     assert small.materialize(SMALL_DAYS[0], SMALL_DAYS[-1], instance=instance).success
-    module = _load_module(examples()["downstream_asset"], tmp_path)
-    asset = next(v for v in vars(module).values() if isinstance(v, dg.AssetsDefinition))
-    project = small.defs()
-    defs = dg.Definitions(assets=[*project.assets, asset], resources=project.resources)
+    _as_a_defs_module(examples()["downstream_asset"], tmp_path, monkeypatch)
+    defs = small.defs()
+    asset = defs.resolve_assets_def("hermes_user_turns")
     graph = defs.resolve_asset_graph()
     assert graph.get(asset.key).parent_keys == {dg.AssetKey("ai_gateway_messages_hermes")}
     job = defs.resolve_implicit_global_asset_job_def()

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from hermes_assets.definitions import defs
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.schemas import MESSAGES
 from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files
+from tests.support.definitions import load_definitions as defs
 
 #: slow: Dagster runs, re-executed from failure
 pytestmark = pytest.mark.slow

@@ -255,18 +255,20 @@ def test_the_file_modes_are_the_warehouses():
     assert tuple(FILE_MODES) == settings.FILE_MODES
 
 
-def test_the_settings_in_use_are_the_ones_the_definitions_loaded_with(capture, monkeypatch):
-    monkeypatch.setattr(settings, "_in_use", None)
-    with pytest.raises(RuntimeError, match="when the definitions load"):
-        settings.in_use()
+def test_each_load_of_the_definitions_reads_the_settings_again(capture, monkeypatch):
+    """The definitions function reads the settings each time it runs (a code server's start,
+    *Reload definitions*, a run): a variable changed since counts from the next load."""
     monkeypatch.setenv("HERMES_ASSETS_SENSOR_MAX_RUNS", "3")
-    capture.defs()
-    assert settings.in_use() == settings.load() and settings.in_use().sensor_max_runs == 3
+    monkeypatch.setenv("HERMES_ASSETS_POLL_SECONDS", "17")
+    first = capture.defs().resolve_sensor_def("hermes_state_sensor")
+    monkeypatch.setenv("HERMES_ASSETS_POLL_SECONDS", "23")
+    again = capture.defs().resolve_sensor_def("hermes_state_sensor")
+    assert (first.minimum_interval_seconds, again.minimum_interval_seconds) == (17, 23)
 
 
 def test_only_the_entry_points_read_the_environment():
     """``definitions.py`` (each load) and ``dev.py`` (``make run``, before Dagster starts)
-    read the settings; every definitions module takes them from ``settings.in_use()``. The
+    read the settings; every definitions module is handed them by the definitions function. The
     event log (named by ``dagster.yaml``, not a definitions module) sets Dagster's own batch
     switch, ``DAGSTER_EVENT_BATCH_SIZE``, and reads no setting of ours."""
     reads = re.compile(r"settings\.(load|check)\(|\bcheck\(\)|os\.environ|os\.getenv")

@@ -55,7 +55,7 @@ BAD = {
     "future_start_date": (
         "HERMES_ASSETS_START_DATE",
         "2999-01-01",
-        f"HERMES_ASSETS_START_DATE='2999-01-01' is in the future (today is {dt.datetime.now(dt.UTC).date()}, UTC): "
+        "HERMES_ASSETS_START_DATE='2999-01-01' is in the future (today is {today}, UTC): "
         "the daily partitions run from it to today, so there would be none; set a day on or before today, or "
         "unset it to start at the earliest Hermes session",
     ),
@@ -73,6 +73,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def bad_env(case: str, install, unwritable: Path) -> tuple[dict, str]:
     name, value, line = BAD[case]
+    # today as the command will see it (a suite that runs across midnight UTC built BAD the day before)
+    line = line.replace("{today}", dt.datetime.now(dt.UTC).date().isoformat())
     if case == "state_db":
         value = str(install.root / "hermes" / "stat.db")
         line = f"{name} names {value}, {line} (unset HERMES_STATE_DB to use the Hermes home's own store)."

@@ -16,10 +16,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import urllib.request
@@ -221,6 +223,13 @@ def ticks_after(port: int, since: float) -> list[dict]:
     return sorted((t for t in doc["sensorState"]["ticks"] if t["timestamp"] > since), key=lambda t: t["timestamp"])
 
 
+def session_day(store: Path) -> str:
+    """The UTC day the store's only session started (its partition), read read-only."""
+    with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+        (started,) = db.execute("SELECT started_at FROM sessions").fetchone()
+    return time.strftime("%Y-%m-%d", time.gmtime(started))
+
+
 def messages_of(install, day: str) -> int:
     table = read_day(install.warehouse, MESSAGES, day)
     return 0 if table is None else table.num_rows
@@ -256,7 +265,7 @@ def write(install, messages: list[str], *, new_session: bool = False) -> None:
 def test_a_store_that_vanishes_fails_the_ticks_in_one_line_and_its_return_heals_them(install, tmp_path):
     store = install.store
     write(install, ["hello"], new_session=True)
-    today = time.strftime("%Y-%m-%d", time.gmtime())
+    today = session_day(store)  # the session's day, never the clock's: the test may run across midnight UTC
     port = _free_port()
     env = clean_env(**install.environ(), HERMES_STATE_DB=str(store), HERMES_ASSETS_POLL_SECONDS="5")
     console = tmp_path / "console.txt"

@@ -29,6 +29,7 @@ from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 from hermes_assets.defs import settings
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.lib.changes.watch import ROTATION_TICKS
+from tests.support.definitions import load_definitions
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)
@@ -38,7 +39,7 @@ RUN_KEY = re.compile(r"^(\d{4}-\d{2}-\d{2})@([0-9a-f]{12})$")
 
 
 class LoadedDefinitions:
-    """The project's definitions as ``dagster dev`` loads them (the defs folder), loaded once per
+    """The project's definitions as ``dagster dev`` loads them (``definitions.defs()``), loaded once per
     distinct settings of the environment: a tick reads the settings the definitions were loaded
     with (``HERMES_ASSETS_SENSOR_MAX_RUNS`` ...), so a test that sets one gets definitions of its own."""
 
@@ -46,11 +47,9 @@ class LoadedDefinitions:
         self._by_settings: dict[settings.Settings, dg.Definitions] = {}
 
     def __call__(self) -> dg.Definitions:
-        from hermes_assets.definitions import defs
-
         current = settings.load()
         if current not in self._by_settings:
-            self._by_settings[current] = defs()
+            self._by_settings[current] = load_definitions()
         return self._by_settings[current]
 
 

@@ -31,11 +31,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.defs.capture_assets import hermes_capture
+from hermes_assets.defs.capture_assets import capture_asset
 from hermes_assets.defs.io_manager import datasets_io_manager
-from hermes_assets.defs.partitions import daily_partitions
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from tests.conftest import suite_days
 from tests.sensor.harness import (
     DAGSTER,
     PYTHON,
@@ -324,7 +324,7 @@ def _materialize(days: list[str], hermes: HermesStores, warehouse: Path, policy_
         "hermes_datasets": datasets_io_manager(HermesWarehouse(root=str(warehouse))),
     }
     tags = {"dagster/asset_partition_range_start": days[0], "dagster/asset_partition_range_end": days[-1]}
-    result = dg.materialize([hermes_capture], resources=resources, instance=instance, tags=tags)
+    result = dg.materialize([capture_asset(suite_days())], resources=resources, instance=instance, tags=tags)
     assert result.success
 
 
@@ -389,7 +389,7 @@ def test_read_while_hermes_writes(tmp_path, processes):
     while True:
         alive = writer.poll() is None
         tick = sensor.tick()
-        days = [d for d in tick.days if daily_partitions.has_partition_key(d)]
+        days = [d for d in tick.days if suite_days().partitions.has_partition_key(d)]
         if days:
             _materialize(days, hermes, warehouse, policy_list, instance)
             runs += 1

@@ -9,7 +9,7 @@ import structlog
 
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.sensors import run_requests
-from tests.conftest import copy_fixture
+from tests.conftest import copy_fixture, suite_days
 from tests.sensor.harness import SENSOR, _instance, definitions
 
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
@@ -17,21 +17,23 @@ DATASETS = ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes")
 
 
 def test_few_days_are_one_run_each():
-    requests = run_requests([("2026-06-02", "bbbbbbbbbbbb"), ("2026-06-01", "aaaaaaaaaaaa")], max_runs=14)
+    requests = run_requests(
+        [("2026-06-02", "bbbbbbbbbbbb"), ("2026-06-01", "aaaaaaaaaaaa")], max_runs=14, days=suite_days()
+    )
     assert sorted(r.partition_key for r in requests) == ["2026-06-01", "2026-06-02"]
     assert {r.run_key for r in requests} == {"2026-06-01@aaaaaaaaaaaa", "2026-06-02@bbbbbbbbbbbb"}
 
 
 def test_many_days_are_one_ranged_run_with_a_key_that_moves_with_any_day():
     days = [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)]
-    (request,) = run_requests(days, max_runs=14)
+    (request,) = run_requests(days, max_runs=14, days=suite_days())
     assert request.partition_key is None
     assert request.tags["dagster/asset_partition_range_start"] == "2026-06-01"
     assert request.tags["dagster/asset_partition_range_end"] == "2026-06-20"
     assert request.tags["hermes/trigger"] == "sensor"
     changed = list(days)
     changed[5] = (changed[5][0], "ffffffffffff")
-    (again,) = run_requests(changed, max_runs=14)
+    (again,) = run_requests(changed, max_runs=14, days=suite_days())
     assert again.run_key != request.run_key  # a reused key would be silently skipped by Dagster
 
 
@@ -39,7 +41,7 @@ def test_the_sensor_targets_the_datasets_by_name_and_its_runs_leave_days_capture
     """The UI shows a sensor's target as its selection's string: the three datasets' names (a
     selection that also subtracts a check shows as a Python repr). Its runs name their assets
     and checks: the capture's own, not days_captured, which only the sensor reports."""
-    from hermes_assets.defs.capture_assets import hermes_capture
+    from hermes_assets.defs.capture_assets import capture_asset
     from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK
     from hermes_assets.defs.sensors import SENSOR_TARGET
 
@@ -48,11 +50,11 @@ def test_the_sensor_targets_the_datasets_by_name_and_its_runs_leave_days_capture
         'key:"hermes_sessions" or key:"hermes_messages" or key:"ai_gateway_messages_hermes"'
         ' or key:"hermes_daily_usage" or key:"hermes_daily_tools"'
     )
-    for request in run_requests([("2026-06-01", "aaaaaaaaaaaa")], 14) + run_requests(
-        [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)], 14
+    for request in run_requests([("2026-06-01", "aaaaaaaaaaaa")], 14, days=suite_days()) + run_requests(
+        [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)], 14, days=suite_days()
     ):
         assert set(request.asset_selection) == {dg.AssetKey(k) for k in DATASETS}
-        assert set(request.asset_check_keys) == hermes_capture.check_keys - {DAYS_CAPTURED_CHECK}
+        assert set(request.asset_check_keys) == capture_asset(suite_days()).check_keys - {DAYS_CAPTURED_CHECK}
         assert DAYS_CAPTURED_CHECK not in request.asset_check_keys and len(request.asset_check_keys) == 7
 
 
@@ -96,10 +98,8 @@ def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path
 def test_a_day_before_the_first_partition_is_a_run_naming_its_day_with_its_analytics():
     """History older than the first partition: a run of its own day, which names its partition itself
     (the loaded definitions lack it; the run's own load has it) and computes the day's analytics."""
-    from hermes_assets.defs.partitions import daily_partitions
-
-    first = daily_partitions.get_first_partition_key()
-    (request,) = run_requests([("2020-01-01", "aaaaaaaaaaaa")], max_runs=14)
+    first = suite_days().first()
+    (request,) = run_requests([("2020-01-01", "aaaaaaaaaaaa")], max_runs=14, days=suite_days())
     assert first > "2020-01-01"
     assert request.partition_key == "2020-01-01" and request.tags["dagster/partition"] == "2020-01-01"
     assert request.run_key == "2020-01-01@aaaaaaaaaaaa" and request.tags["hermes/trigger"] == "sensor"
@@ -109,7 +109,7 @@ def test_a_day_before_the_first_partition_is_a_run_naming_its_day_with_its_analy
         "hermes_daily_usage",
         "hermes_daily_tools",
     }
-    (regular,) = run_requests([(first, "bbbbbbbbbbbb")], max_runs=14)
+    (regular,) = run_requests([(first, "bbbbbbbbbbbb")], max_runs=14, days=suite_days())
     assert "dagster/partition" not in regular.tags  # Dagster resolves it, checking the key
     assert {k.to_user_string() for k in regular.asset_selection} == {
         "hermes_sessions",

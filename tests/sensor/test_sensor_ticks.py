@@ -151,7 +151,7 @@ def test_a_tick_reads_no_settings(world, monkeypatch):
     def read(*args, **kwargs):
         raise AssertionError("a sensor tick read the settings")
 
-    for name in ("load", "check", "use", "in_use"):
+    for name in ("load", "check"):
         monkeypatch.setattr(settings, name, read)
     monkeypatch.setenv("HERMES_ASSETS_SENSOR_MAX_RUNS", "1")  # read by a tick, it would request one day
     world.build()  # its first tick requests all three days
