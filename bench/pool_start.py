@@ -164,7 +164,7 @@ def rerun(work: Path, store: Path, workers: int, repeat: int, code: str | None) 
     opened: dict[str, int] = {}
     for line in trace.read_text().splitlines():
         # a day's file by its path, or by the hard link the stage step reads it through (a pin)
-        m = re.search(r'openat\(AT_FDCWD, "([^"]*(?:/day=[^"/]+/part-0\.parquet|\.pin))", O_RDONLY', line)
+        m = re.search(r'openat\(AT_FDCWD, "([^"]*(?:/day=[^"/]+/host=[^"/]+/part-0\.parquet|\.pin))", O_RDONLY', line)
         if m and " = -1 " not in line:
             opened[m.group(1)] = opened.get(m.group(1), 0) + 1
     per_file = statistics.mean(opened.values()) if opened else 0

@@ -93,31 +93,38 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-def _pss_kb(pid: int) -> int:
+def _memory_kb(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of one process in kB: RSS counts a shared page in each sharer, PSS splits it."""
+    rss = pss = 0
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return rss, pss
 
 
 def measure(cmd: list[str], env: dict | None = None, *, cwd: Path = REPO) -> dict:
     """Run ``cmd`` to its end: wall seconds, CPU seconds (user + system of the whole tree: a
-    figure the machine's load moves less than the wall time), the peak summed PSS of its process
-    tree (workers included) and the most processes it had at once; a failure stops the benchmark."""
+    figure the machine's load moves less than the wall time), the peak summed PSS and the peak
+    summed RSS of its process tree (workers included) and the most processes it had at once; a
+    failure stops the benchmark."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     out: list[tuple[str, str]] = []
     reader = threading.Thread(target=lambda: out.append(proc.communicate()), daemon=True)
     reader.start()
-    peak_pss = procs = 0
+    peak_pss = peak_rss = procs = 0
     while proc.poll() is None:
         tree = _tree(proc.pid)
-        peak_pss = max(peak_pss, sum(_pss_kb(pid) for pid in tree))
+        memory = [_memory_kb(pid) for pid in tree]
+        peak_rss = max(peak_rss, sum(rss for rss, _ in memory))
+        peak_pss = max(peak_pss, sum(pss for _, pss in memory))
         procs = max(procs, len(tree))
         time.sleep(0.05)
     wall = time.perf_counter() - start
@@ -127,7 +134,14 @@ def measure(cmd: list[str], env: dict | None = None, *, cwd: Path = REPO) -> dic
     stdout, stderr = out[0] if out else ("", "")
     if proc.returncode != 0:
         raise SystemExit(f"command failed: {' '.join(cmd)}\n{stderr[-4000:]}")
-    return {"seconds": wall, "cpu": cpu, "pss_mb": peak_pss / 1024, "processes": procs, "stdout": stdout[-4000:]}
+    return {
+        "seconds": wall,
+        "cpu": cpu,
+        "pss_mb": peak_pss / 1024,
+        "rss_mb": peak_rss / 1024,
+        "processes": procs,
+        "stdout": stdout[-4000:],
+    }
 
 
 def last_json(result: dict) -> dict:
@@ -159,6 +173,29 @@ def ensure_store(kind: str, cache: Path) -> Path:
             [PY, str(TOOLS / "multiply_db.py"), str(medium), str(large.parent), "--copies", "11"], check=True
         )
     return large
+
+
+def ensure_messages(messages: int, cache: Path) -> Path:
+    """A store of at least ``messages`` messages: the medium store multiplied by raw SQL
+    (``tools/multiply_db.py``) as many times as it takes; 1,000,000 gives the large store."""
+    medium = ensure_store("medium", cache)
+    conn = sqlite3.connect(f"file:{medium}?mode=ro", uri=True)
+    try:
+        per_copy = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+    copies = max(1, -(-messages // per_copy))
+    if copies == 1:
+        return medium
+    if copies == 11:
+        return ensure_store("large", cache)
+    target = cache / f"x{copies}" / "state.db"
+    if not target.exists():
+        print(f"multiplying the medium store {copies} times ...", file=sys.stderr)
+        subprocess.run(
+            [PY, str(TOOLS / "multiply_db.py"), str(medium), str(target.parent), "--copies", str(copies)], check=True
+        )
+    return target
 
 
 def store_facts(path: Path) -> dict:

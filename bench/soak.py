@@ -291,7 +291,8 @@ def warehouse_reading(warehouse: Path) -> dict:
         base = warehouse / name
         if not base.is_dir():
             return []
-        files = [str(p) for p in base.glob("day=*/part-0.parquet")]
+        # every host's files of a captured dataset, the one file of a day of the analytics
+        files = [str(p) for p in (*base.glob("day=*/host=*/part-0.parquet"), *base.glob("day=*/part-0.parquet"))]
         return ds.dataset(files, format="parquet").to_table(columns=columns).to_pylist() if files else []
 
     sessions, usage = {}, {}
@@ -378,7 +379,7 @@ def analytics_differences(warehouse: Path) -> list[str]:
     from hermes_assets.lib.warehouse.loading import DatasetDays
 
     wh = Warehouse(str(warehouse))
-    days = sorted(p.parent.name[4:] for p in (warehouse / "hermes_sessions").glob("day=*/part-0.parquet"))
+    days = Warehouse(str(warehouse)).days("hermes_sessions")
     inputs = {name: DatasetDays(wh, name, [], columns) for name, columns in daily.INPUTS.items()}
     out = []
     for day in days:

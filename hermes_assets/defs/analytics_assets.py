@@ -8,10 +8,15 @@ keeps them current by themselves: after every capture, of any day, the
 days whose inputs changed, and runs again a day whose analytics run failed. Each day is written as Parquet
 beside the other datasets (``<warehouse>/<asset>/day=YYYY-MM-DD/part-0.parquet``,
 the same file rules) and its totals are numeric metadata, which the asset
-page plots over time.
+page plots over time. In a warehouse several hosts write, every host computes
+the days it captures over all hosts' files: the last file written is computed
+from the final inputs (:func:`hermes_assets.lib.analytics.daily.write_current_day`).
 """
 
+import functools
+
 import dagster as dg
+import pyarrow as pa
 
 from hermes_assets.defs.capture_assets import column_schema
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
@@ -84,6 +89,10 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
+def _read_day(inputs: dict[str, DatasetDays], day: str) -> dict[str, pa.Table]:
+    return {name: d.read(day) for name, d in inputs.items()}
+
+
 def _materialize(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str, inputs: dict[str, DatasetDays]
 ) -> dg.MaterializeResult:
@@ -91,7 +100,7 @@ def _materialize(
     wh = warehouse.open()
     files_changed = rows = 0
     for day in context.partition_keys:
-        result, figures = daily.write_day(wh, dataset, day, {name: d.read(day) for name, d in inputs.items()})
+        result, figures = daily.write_current_day(wh, dataset, day, functools.partial(_read_day, inputs, day))
         context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
         files_changed += result.changed
         rows += result.rows

@@ -188,6 +188,10 @@ def project_rows(
     plan: CapturePlan,
 ) -> dg.Output[ProjectedRun]:
     wh = warehouse.open()
+    # a warehouse from before hosts had their own files moves to this host's folders, once;
+    # the warehouse says whether this host's ids are scoped by its label (unique across hosts)
+    moved = wh.adopt_legacy()
+    plan = plan.scoped_by_host() if moved.ids_scoped else plan
     run = steps.project_rows(
         plan,
         usage_policy.projection_context(
@@ -201,7 +205,7 @@ def project_rows(
         start_method=capture_runtime.start_method,
         log_format=logs.configured_format(),
     )
-    metadata: dict = {"days": len(run.days)}
+    metadata: dict = {"days": len(run.days), "host": wh.host, **moved.metadata()}
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, samples = run.totals(dataset)
         metadata[f"{dataset}.rows"] = rows
@@ -297,7 +301,7 @@ def staging_dir(warehouse: Warehouse, run_id: str, instance: dg.DagsterInstance)
     Staging left by runs that are no longer in progress, with no retry of them
     coming (failed, canceled, killed mid-way), is removed first
     (:func:`hermes_assets.lib.warehouse.staging.sweep`). Staged files are never read as
-    data: the datasets' globs only match ``day=*/part-0.parquet``.
+    data: the datasets' globs only match ``day=*/host=*/part-0.parquet``.
     """
     base = warehouse.staging_root
     warehouse.make_spool_dirs(base)

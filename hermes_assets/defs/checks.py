@@ -143,7 +143,7 @@ def _columns(dataset: str) -> list[str]:
 def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures:
     columns = _columns(dataset)
     # `store` repeats one long path per row: keep it dictionary-encoded
-    table = warehouse.read(dataset, day, columns=columns, read_dictionary=["store"] if "store" in columns else None)
+    table = warehouse.read_own(dataset, day, columns=columns, read_dictionary=["store"] if "store" in columns else None)
     return DayFigures() if table is None else day_figures(dataset, table)
 
 

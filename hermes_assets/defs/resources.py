@@ -21,7 +21,8 @@ from hermes_assets.lib.plan.redact import RedactionConfig
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
-from hermes_assets.lib.source.stores import Store, discover_stores
+from hermes_assets.lib.source.stores import Store, discover_stores, on_host
+from hermes_assets.lib.warehouse import hosts
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.local_files import FileModes
 
@@ -32,13 +33,22 @@ class HermesStores(dg.ConfigurableResource):
     state_db: str | None = None
     hermes_home: AbsolutePath | None = None
     busy_timeout_ms: PositiveInt = DEFAULT_BUSY_TIMEOUT_MS
+    #: the host whose stores these are (every row names it; empty: the machine's hostname)
+    host: str = ""
 
     @classmethod
     def from_settings(cls, s: Settings) -> HermesStores:
-        return cls(state_db=s.state_db, hermes_home=s.hermes_home, busy_timeout_ms=s.busy_timeout_ms)
+        return cls(
+            state_db=s.state_db,
+            hermes_home=s.hermes_home,
+            busy_timeout_ms=s.busy_timeout_ms,
+            host=s.host_label,
+        )
 
     def stores(self) -> list[Store]:
-        return discover_stores(self.state_db, self.hermes_home)
+        host = self.host or hosts.default_label()
+        # whether the host joins its ids' scope is the warehouse's to say (project_rows)
+        return on_host(discover_stores(self.state_db, self.hermes_home), host, scoped=False)
 
     def readers(self) -> ReaderFactory:
         """How the stores are opened (the busy budget belongs to the reader)."""
@@ -52,13 +62,20 @@ class HermesWarehouse(dg.ConfigurableResource):
     root: PathOrUri
     spool: AbsolutePath | None = None
     file_mode: FileMode = "private"
+    #: this host's label: its files are its own (``day=<day>/host=<label>/``; empty: the hostname)
+    host: str = ""
+    #: the label was set (``HERMES_ASSETS_HOST``): the host's ids are scoped by it
+    host_named: bool = False
 
     @classmethod
     def from_settings(cls, s: Settings) -> HermesWarehouse:
-        return cls(root=s.warehouse, spool=s.spool, file_mode=s.file_mode)
+        return cls(
+            root=s.warehouse, spool=s.spool, file_mode=s.file_mode, host=s.host_label, host_named=s.host is not None
+        )
 
     def open(self) -> Warehouse:
-        return Warehouse(self.root, spool=self.spool, modes=FileModes.named(self.file_mode))
+        modes = FileModes.named(self.file_mode)
+        return Warehouse(self.root, spool=self.spool, modes=modes, host=self.host or None, host_named=self.host_named)
 
 
 class UsagePolicy(dg.ConfigurableResource):

@@ -42,6 +42,7 @@ from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.source import stores
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.warehouse import hosts
 
 Executor = Literal["in_process", "multiprocess", "k8s", "celery"]
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -88,6 +89,10 @@ def _on_off(value: Any) -> Any:
     return value
 
 
+def _host(value: str | None) -> str | None:
+    return None if value is None else hosts.check_label(value)
+
+
 PositiveInt = Annotated[int, Field(ge=1, strict=False)]
 #: a path as given, with ``~`` expanded and made absolute
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
@@ -115,11 +120,19 @@ class Settings(pydantic.BaseModel):
     spool: AbsolutePath | None = None
     workers: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
     sensor_max_runs: PositiveInt = 14
+    #: this host's label (None: not set, the machine's hostname; see :attr:`host_label`)
+    host: Annotated[str | None, AfterValidator(_host)] = None
     user_home: str = Field(default_factory=lambda: os.path.expanduser("~"))
     #: ``off``: cells are copied as Hermes stored them, credentials included (docs/redaction.md)
     redact_secrets: Annotated[bool, BeforeValidator(_on_off)] = True
     #: the key of the redaction markers (created once, 0600); set by :func:`load` when unset
     redaction_key: AbsolutePath | None = None
+
+    @property
+    def host_label(self) -> str:
+        """The label this host's files and rows carry: ``HERMES_ASSETS_HOST``, else the
+        machine's hostname made a safe path segment."""
+        return self.host or hosts.default_label()
 
     @property
     def start_day(self) -> str | None:
@@ -145,6 +158,11 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "sensor_max_runs": ("HERMES_ASSETS_SENSOR_MAX_RUNS", "a positive integer"),
     "redact_secrets": ("HERMES_ASSETS_REDACT_SECRETS", "on or off"),
     "redaction_key": ("HERMES_ASSETS_REDACTION_KEY", "a file path"),
+    "host": (
+        "HERMES_ASSETS_HOST",
+        "a host label (1-63 letters, digits, '.', '_' or '-', starting with a letter; not a word "
+        "readers take for a date or a null: epoch, inf, infinity, nan, null, none, true, false)",
+    ),
 }
 
 #: the key's file in the Dagster instance's folder (or beside a local warehouse without one)

@@ -1,7 +1,8 @@
 """Every id the datasets carry, built and parsed here and nowhere else (SPEC §1, §5.2, §6).
 
 * The *scoped sid* keeps two stores' sessions apart: ``sid``, or ``<label>:<sid>``
-  for a store with a label (§1).
+  for a store with a label (§1); on a host whose label is set (several hosts, one
+  warehouse) the host leads the label: ``<host>:<sid>``, ``<host>/<label>:<sid>``.
 * A canonical ``session_id`` is ``hermes-<scoped sid>``, with ``.g<n>`` after it for
   the n-th session that reused the id in one day file (a restored store, D15);
   ``parent_thread_id`` names the parent the same way (generation 1).
@@ -37,6 +38,19 @@ _GENERATION_AT_END = r"\.g[0-9]+$"
 def scoped_sid(label: str | None, sid: str) -> str:
     """``sid``, or ``<label>:<sid>`` for a store with a label (SPEC §1)."""
     return f"{label}:{sid}" if label else sid
+
+
+def host_scope(host: str | None, store_label: str) -> str:
+    """The label that scopes a store's ids on a host (the store's ``label``, then :func:`scoped_sid`).
+
+    ``host`` is None on a host whose label was not set: one host, its ids as they always
+    were. A host whose label is set is one of several writing one warehouse, and its label
+    joins the scope: ``<host>`` for its default store, ``<host>/<store label>`` for the
+    others, so two hosts whose Hermes session ids collide keep both sessions apart.
+    """
+    if not host:
+        return store_label
+    return f"{host}/{store_label}" if store_label else host
 
 
 def suffix(generation: int) -> str:

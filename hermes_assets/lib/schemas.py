@@ -195,6 +195,8 @@ _PROVENANCE = [
     pa.field("store", pa.string(), nullable=False),
     pa.field("store_label", pa.string(), nullable=False),
     pa.field("profile", pa.string()),
+    # the host that captured the row (several hosts can write one warehouse, SPEC §2)
+    pa.field("host", pa.string(), nullable=False),
 ]
 
 #: D13/D15: the row's source is gone from the store; which generation of a reused id the row
@@ -302,6 +304,7 @@ GATEWAY_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("attributes", JSON, False),
     ("raw_frame", JSON, False),
     ("date", S, True),
+    ("host", S, True),
 )
 
 AI_GATEWAY_MESSAGES = pa.schema([pa.field(name, typ, nullable=not required) for name, typ, required in GATEWAY_COLUMNS])

@@ -26,6 +26,7 @@ from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import PART_FILE
 from tests.conftest import copy_fixture
 from tests.support.definitions import load_definitions
+from tests.support.hosts import HOST_DIR, HOST_FILES
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 #: the analytics layer built on them (SPEC §11)
@@ -92,12 +93,19 @@ def part_files(warehouse: Path) -> dict[str, str]:
 
 
 def day_path(warehouse: Path, dataset: str, day: str) -> Path:
+    """A day's file of this host (a captured dataset), or the day's file (a derived one)."""
+    if dataset in DATASETS:
+        return warehouse / dataset / f"day={day}" / HOST_DIR / PART_FILE
     return warehouse / dataset / f"day={day}" / PART_FILE
 
 
 def days_on_disk(warehouse: Path, dataset: str) -> list[str]:
     base = warehouse / dataset
-    return sorted(p.parent.name[4:] for p in base.glob(f"day=*/{PART_FILE}")) if base.is_dir() else []
+    if not base.is_dir():
+        return []
+    if dataset in DATASETS:
+        return sorted({p.parent.parent.name[4:] for p in base.glob(HOST_FILES)})
+    return sorted(p.parent.name[4:] for p in base.glob(f"day=*/{PART_FILE}"))
 
 
 def read_day(warehouse: Path, dataset: str, day: str) -> pa.Table | None:

@@ -54,7 +54,7 @@ def connect(warehouse) -> duckdb.DuckDBPyConnection:
     for name in DATASETS:
         con.execute(
             f"CREATE VIEW {name} AS SELECT *, regexp_extract(filename, 'day=([0-9-]+)', 1) AS partition_day "
-            f"FROM read_parquet('{warehouse}/{name}/*/*.parquet', hive_partitioning=false, filename=true)"
+            f"FROM read_parquet('{warehouse}/{name}/*/*/*.parquet', hive_partitioning=false, filename=true)"
         )
     return con
 

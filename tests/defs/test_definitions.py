@@ -150,14 +150,14 @@ def test_column_schema_is_the_dataset_schema(capture, dataset):
     assert got == [(f.name, str(f.type), f.nullable) for f in arrow]
 
 
-def test_gateway_schema_has_the_56_canonical_columns_in_order(capture):
+def test_gateway_schema_has_the_56_canonical_columns_in_order_and_the_host(capture):
     spec = _specs(capture.defs())["ai_gateway_messages_hermes"]
     table_schema = spec.metadata["dagster/column_schema"]
     table_schema = getattr(table_schema, "value", table_schema)
     names = [c.name for c in table_schema.columns]
-    assert len(names) == 56
+    assert len(names) == 57  # HypAware's 56, then the host that captured the row
     assert names[:3] == ["gateway_id", "schema_version", "session_id"]
-    assert names[-1] == "date" and names[53] == "attributes"
+    assert names[-2:] == ["date", "host"] and names[53] == "attributes"
     required = {c.name for c in table_schema.columns if not c.constraints.nullable}
     assert required == {
         "gateway_id",
@@ -173,6 +173,7 @@ def test_gateway_schema_has_the_56_canonical_columns_in_order(capture):
         "part_index",
         "part_type",
         "date",
+        "host",
     }
 
 
@@ -185,6 +186,7 @@ def test_raw_schemas_carry_provenance_columns(capture):
                 "store",
                 "store_label",
                 "profile",
+                "host",
                 "scope_path",
                 "policy_class",
                 "usage_by_model",
@@ -194,7 +196,7 @@ def test_raw_schemas_carry_provenance_columns(capture):
         ),
         (
             "hermes_messages",
-            {"store", "store_label", "profile", "source_deleted", "day", "content_text", "content_json"},
+            {"store", "store_label", "profile", "host", "source_deleted", "day", "content_text", "content_json"},
         ),
     ):
         ts = specs[dataset].metadata["dagster/column_schema"]

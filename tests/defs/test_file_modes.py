@@ -29,13 +29,14 @@ from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.local_files import FileModes
 from tests.defs.harness import SMALL_DAYS, step_output_metadata
 from tests.sensor.harness import SensorDriver
+from tests.support.hosts import HOST_DIR
 from tests.support.modes import GROUP, PRIVATE, names, open_up, umask, wrong_modes
 from tests.support.skips import unavailable
 
 UMASKS = pytest.mark.parametrize("mask", [0o022, 0o000], ids=["umask022", "umask000"])
 FIRST, THIRD, LAST = SMALL_DAYS[0], SMALL_DAYS[2], SMALL_DAYS[-1]
 #: every kind of thing a capture leaves in a POSIX warehouse
-WAREHOUSE_NAMES = {".lock", ".read_at", "part-0.parquet", ".staging", "hermes_sessions", "day=" + FIRST}
+WAREHOUSE_NAMES = {".lock", ".read_at", "part-0.parquet", ".staging", "hermes_sessions", "day=" + FIRST, HOST_DIR}
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +152,7 @@ def test_the_purge_job_makes_every_file_private(small, instance, mask):
     """The purge rewrites every day, and sets the modes of everything it keeps: days it
     did not change, the root, and what a killed run left staged."""
     assert small.materialize(FIRST, LAST, instance=instance).success
-    leftover = small.warehouse / ".staging" / "a-run-killed-long-ago"
+    leftover = small.warehouse / ".staging" / HOST_DIR / "a-run-killed-long-ago"
     leftover.mkdir()
     (leftover / "hermes_sessions.2026-06-01.0.arrow.tmp").write_bytes(b"half a file")
     open_up(small.warehouse)

@@ -21,6 +21,7 @@ from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsageP
 from hermes_assets.lib import schemas
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK, REDACTION_STAMP
 from tests.conftest import suite_days
 from tests.defs.harness import (
     DATASETS,
@@ -135,9 +136,11 @@ def test_one_ranged_run_writes_every_day_of_the_three_datasets(small):
             assert {p.name for p in folder.iterdir()} <= {"part-0.parquet", ".lock", ".read_at"}, folder
     assert _rows_total(small.warehouse, SESSIONS) == SMALL_SESSIONS
     assert _rows_total(small.warehouse, MESSAGES) == SMALL_MESSAGES
-    # beside the datasets: the staging folder and the redaction stamp (docs/redaction.md)
-    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".redaction-version"} == set(DATASETS)
-    assert not list(small.warehouse.glob(".staging/*")), "staged files left behind"
+    # beside the datasets: the hosts' staging folders (each with its layout mark and redaction
+    # stamp, docs/redaction.md) and the hosts' claims on the ids
+    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".hosts"} == set(DATASETS)
+    staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name not in (LAYOUT_MARK, REDACTION_STAMP)]
+    assert not staged, "staged files left behind"
 
     # every session lands on its started_at day, in all three datasets
     sessions = store_sessions(small.store)
@@ -164,11 +167,11 @@ def test_rows_are_sorted_and_readable_with_duckdb(small):
             )
     con = duckdb.connect()
     n, days = con.execute(
-        f"SELECT count(*), count(DISTINCT day) FROM read_parquet('{small.warehouse}/{GATEWAY}/*/*.parquet', hive_partitioning=true)"
+        f"SELECT count(*), count(DISTINCT day) FROM read_parquet('{small.warehouse}/{GATEWAY}/*/*/*.parquet', hive_partitioning=true)"
     ).fetchone()
     assert n == _rows_total(small.warehouse, GATEWAY) and days == len(SMALL_DAYS)
     (bad,) = con.execute(
-        f"SELECT count(*) FROM read_parquet('{small.warehouse}/{GATEWAY}/*/*.parquet', hive_partitioning=true) "
+        f"SELECT count(*) FROM read_parquet('{small.warehouse}/{GATEWAY}/*/*/*.parquet', hive_partitioning=true) "
         "WHERE client_name <> 'hermes' OR schema_version <> 7 OR NOT starts_with(session_id, 'hermes-')"
     ).fetchone()
     assert bad == 0
@@ -279,7 +282,7 @@ def test_days_without_sessions_get_no_file(small):
     assert result.success
     for dataset in DATASETS:
         assert days_on_disk(small.warehouse, dataset) == ["2026-06-01", "2026-06-02"], dataset
-        assert not (small.warehouse / dataset / "day=2026-05-30" / "part-0.parquet").exists()
+        assert not (small.warehouse / dataset / "day=2026-05-30").exists()
     per_day = partition_metadata(result)
     for dataset in DATASETS:
         assert per_day[(dataset, "2026-05-30")]["rows_written"] == 0

@@ -20,6 +20,7 @@ import pytest
 from hermes_assets.defs.resources import CaptureRuntime
 from hermes_assets.lib.capture import pool
 from tests.defs.harness import SMALL_DAYS
+from tests.support.hosts import HOST_FILES
 
 #: slow: the capture's worker processes, in Dagster runs
 pytestmark = pytest.mark.slow
@@ -81,7 +82,7 @@ def test_a_ranged_capture_with_workers_survives_a_process_full_of_threads(small,
         t.start()
     try:
         for round_ in range(ROUNDS):
-            for path in small.warehouse.glob("*/day=*/part-0.parquet"):
+            for path in small.warehouse.glob(f"*/{HOST_FILES}"):
                 path.unlink()  # every round writes every file again, from staged days
             result = small.materialize(FIRST, LAST, instance=instance, defs=two, raise_on_error=False)
             assert result.success, f"round {round_}: " + "; ".join(

@@ -16,6 +16,7 @@ from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.schemas import MESSAGES
 from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files
 from tests.support.definitions import load_definitions as defs
+from tests.support.hosts import HOST_DIR
 
 #: slow: Dagster runs, re-executed from failure
 pytestmark = pytest.mark.slow
@@ -54,9 +55,9 @@ def test_a_failed_write_is_re_executed_from_failure_with_the_staged_days(small, 
         assert not failed.success
         assert "hermes_capture.write_partitions" in _steps(failed, "STEP_FAILURE")
         assert {"hermes_capture.plan", "hermes_capture.project_rows"} <= _steps(failed, "STEP_SUCCESS")
-        staged = list((small.warehouse / ".staging" / failed.run_id).glob(f"*.{FIRST}.*"))
+        staged = list((small.warehouse / ".staging" / HOST_DIR / failed.run_id).glob(f"*.{FIRST}.*"))
         assert len(staged) == 3, "the staged days did not survive the failed write"
-        assert len(list((small.warehouse / ".staging" / failed.run_id).iterdir())) == 3 * len(SMALL_DAYS)
+        assert len(list((small.warehouse / ".staging" / HOST_DIR / failed.run_id).iterdir())) == 3 * len(SMALL_DAYS)
 
         (small.warehouse / MESSAGES).unlink()  # the user fixes the cause, then re-executes from failure
         options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)
@@ -66,4 +67,6 @@ def test_a_failed_write_is_re_executed_from_failure_with_the_staged_days(small, 
         assert "hermes_capture.write_partitions" in ran
         assert not {"hermes_capture.plan", "hermes_capture.apply_usage_policy", "hermes_capture.project_rows"} & ran
         assert part_files(small.warehouse) == want
-        assert not (small.warehouse / ".staging" / failed.run_id).exists(), "staged days left after the write"
+        assert not (small.warehouse / ".staging" / HOST_DIR / failed.run_id).exists(), (
+            "staged days left after the write"
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from hermes_assets.defs.capture_assets import needs_staging
 from hermes_assets.lib.schemas import MESSAGES
 from hermes_assets.lib.warehouse import staging
+from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.defs.harness import RANGE_END, RANGE_START, SMALL_DAYS, part_files
 
 #: slow: Dagster runs, and a run killed in a subprocess
@@ -28,9 +30,14 @@ FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 TAGS = {RANGE_START: FIRST, RANGE_END: LAST}
 
 
+def _staging_root(warehouse) -> Path:
+    """This host's staging folder: ``.staging/host=<label>/`` (each host sweeps only its own)."""
+    return Path(Warehouse(str(warehouse)).staging_root)
+
+
 def _staged(warehouse) -> set[str]:
-    root = warehouse / ".staging"
-    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+    root = _staging_root(warehouse)
+    return {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
 
 
 def test_a_failed_runs_staging_goes_when_a_later_run_of_its_days_succeeds(small, tmp_path):
@@ -52,7 +59,7 @@ def test_a_run_that_starts_removes_staging_of_runs_no_longer_in_progress(small, 
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         job = small.defs().resolve_implicit_global_asset_job_def()
-        root = small.warehouse / ".staging"
+        root = _staging_root(small.warehouse)
         left = {}
         for name, status, tags in (
             ("killed", dg.DagsterRunStatus.FAILURE, {}),  # run monitoring marked it failed

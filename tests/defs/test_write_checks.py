@@ -42,7 +42,7 @@ def _foreign_gateway_row(table: pa.Table, *, date: str) -> dict:
 
 
 def _append_rows(path, dataset: str, rows: list[dict]) -> None:
-    table = read_day(path.parents[2], dataset, path.parent.name[4:])
+    table = read_day(path.parents[3], dataset, path.parent.parent.name[4:])  # <dataset>/day=<day>/host=<label>/
     extra = pa.Table.from_pylist(rows, schema=table.schema)
     pq.write_table(pa.concat_tables([table, extra]), path)
 

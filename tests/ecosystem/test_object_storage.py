@@ -12,7 +12,7 @@ here end to end, by the project's own definitions:
 
 Both must hold exactly the rows a plain-path warehouse holds, re-run without
 change, keep rows whose source vanished, and leave nothing but
-``day=*/part-0.parquet`` (and its read watermark) in the bucket.
+``day=*/host=*/part-0.parquet`` (and its read watermark) in the bucket.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from hermes_assets.lib.warehouse.storage import ArrowStorage
 from tests.defs.conftest import instance, small  # noqa: F401  (fixtures: the small store in an isolated installation)
 from tests.defs.harness import ANALYTICS, SMALL_DAYS, partition_metadata, source_deleted, store_sessions
 from tests.support.hermes_writer import HermesWriter
+from tests.support.hosts import HOST_DIR
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 DAYS = SMALL_DAYS[2:6]
@@ -66,7 +67,10 @@ def object_names(wh: Warehouse) -> list[str]:
 def assert_only_data_files(wh: Warehouse) -> None:
     names = object_names(wh)
     assert names, "the warehouse is empty"
-    stray = [n for n in names if n.rsplit("/", 1)[-1] not in (PART_FILE, READ_AT_FILE)]
+    # the day files and read marks, and each host's claim on the ids (.hosts/host=<label>)
+    stray = [
+        n for n in names if n.rsplit("/", 1)[-1] not in (PART_FILE, READ_AT_FILE) and n.split("/")[-2:-1] != [".hosts"]
+    ]
     assert not stray, f"not data: {stray}"
 
 
@@ -156,7 +160,7 @@ def test_file_uri_warehouse_holds_what_a_local_one_holds(small, monkeypatch, tmp
     assert_only_data_files(wh)
     assert list((tmp_path / "spool").rglob(".lock"))
     md = partition_metadata(result)[(GATEWAY, DAYS[0])]
-    assert md["path"] == str(root / GATEWAY / f"day={DAYS[0]}" / PART_FILE)
+    assert md["path"] == str(root / GATEWAY / f"day={DAYS[0]}" / HOST_DIR / PART_FILE)
     assert md["dagster/row_count"] == len(expected[(GATEWAY, DAYS[0])])
     checks = result.get_asset_check_evaluations()
     assert checks and all(c.passed for c in checks)
@@ -197,15 +201,19 @@ def test_a_temp_file_left_by_a_killed_writer_is_never_data_and_is_replaced(small
     wh = use_warehouse(monkeypatch, (tmp_path / "uri-warehouse").as_uri(), tmp_path / "spool")
     day = DAYS[0]
     assert small.materialize(day).success
-    folder = f"{wh.day_dir(GATEWAY, day)}"
-    dead = f"{folder}/.{PART_FILE}.tmp"
-    with wh.storage.fs.open_output_stream(dead) as out:
-        out.write(b"half a parquet file")
+    folder = f"{wh.file_dir(GATEWAY, day)}"
+    dead = f"{folder}/.{PART_FILE}.{wh.host}.4242.0123abcd.tmp"  # this host's writer, killed
+    # another host's writer of the same name, alive (a shared folder): not ours to remove
+    other = f"{folder}/.{PART_FILE}.{wh.host}.b.4242.0123abcd.tmp"
+    for path in (dead, other):
+        with wh.storage.fs.open_output_stream(path) as out:
+            out.write(b"half a parquet file")
     assert wh.days(GATEWAY) == [day]
     rows = wh.read(GATEWAY, day).num_rows
 
-    wh.rewrite_day(GATEWAY, day, lambda t: _all_but_first(t))  # the next write of the day reuses the name
+    wh.rewrite_day(GATEWAY, day, lambda t: _all_but_first(t))  # the next write of the day cleans up
     assert wh.storage.fs.get_file_info(dead).type == pafs.FileType.NotFound
+    assert wh.storage.fs.get_file_info(other).type == pafs.FileType.File
     assert wh.read(GATEWAY, day).num_rows == rows - 1
 
 
@@ -244,7 +252,7 @@ def test_definitions_with_an_s3_warehouse_load_without_touching_the_network(capt
     defs.validate_loadable(defs)
     assert defs.resources["warehouse"].root.startswith("s3://no-such-bucket/")
     assert Warehouse(defs.resources["warehouse"].root).path(GATEWAY, "2026-06-01") == (
-        f"no-such-bucket/wh/{GATEWAY}/day=2026-06-01/{PART_FILE}"
+        f"no-such-bucket/wh/{GATEWAY}/day=2026-06-01/{HOST_DIR}/{PART_FILE}"
     )
 
 
@@ -264,7 +272,7 @@ def test_s3_warehouse_end_to_end(small, monkeypatch, tmp_path, s3_uri):
     assert len(list((tmp_path / "spool").rglob(".lock"))) == 3 * len(DAYS)  # the day locks, on local disk
     md = partition_metadata(result)[(SESSIONS, DAYS[1])]
     bucket = s3_uri.split("/")[2]
-    assert md["path"] == f"s3://{bucket}/team/warehouse/{SESSIONS}/day={DAYS[1]}/{PART_FILE}"
+    assert md["path"] == f"s3://{bucket}/team/warehouse/{SESSIONS}/day={DAYS[1]}/{HOST_DIR}/{PART_FILE}"
     assert all(c.passed for c in result.get_asset_check_evaluations())
 
     # idempotent: nothing is rewritten

@@ -32,6 +32,7 @@ import pytest
 
 from tests.defs.harness import read_all
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
+from tests.support.hosts import HOST_FILES
 from tests.support.skips import unavailable
 from tests.support.v022 import capture_fixture
 from tests.support.v022 import oracle as v022_oracle
@@ -132,7 +133,7 @@ def test_transcript_of_one_session_in_order(small_capture):
     (session_id,) = re.findall(r"SET VARIABLE session_id = '([^']+)'", sql)
     got = run("transcript_of_one_session", small_capture.warehouse)
     table = None
-    for day_file in sorted((small_capture.warehouse / "ai_gateway_messages_hermes").glob("day=*/part-0.parquet")):
+    for day_file in sorted((small_capture.warehouse / "ai_gateway_messages_hermes").glob(HOST_FILES)):
         t = pq.read_table(day_file)
         t = t.filter(pc.equal(t.column("session_id"), session_id))
         if t.num_rows:

@@ -34,6 +34,7 @@ from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.defs.harness import RANGE_END, RANGE_START, Capture, new_capture, step_output_metadata
 from tests.sensor.harness import SensorDriver
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter, openai_call
+from tests.support.hosts import HOST_FILES
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 DAY1, DAY2, DAY3, DAY4 = "2026-06-01", "2026-06-02", "2026-06-03", "2026-06-04"
@@ -167,13 +168,14 @@ def row_key(dataset: str, row: dict):
 
 def warehouse_state(root: Path) -> WarehouseState:
     root = Path(root)
-    files = {str(p.relative_to(root)): sha256(p) for p in sorted(root.glob(f"*/day=*/{PART_FILE}"))}
+    found = [*root.glob(f"*/day=*/{PART_FILE}"), *root.glob(f"*/{HOST_FILES}")]
+    files = {str(p.relative_to(root)): sha256(p) for p in sorted(found)}
     rows: dict[str, dict] = {}
     for dataset in DATASETS:
         rows[dataset] = {}
-        for path in sorted((root / dataset).glob(f"day=*/{PART_FILE}")):
+        for path in sorted((root / dataset).glob(HOST_FILES)):
             for row in pq.read_table(path, schema=schemas.DATASETS[dataset].schema).to_pylist():
-                row["_day"] = path.parent.name[4:]
+                row["_day"] = path.parent.parent.name[4:]
                 rows[dataset][row_key(dataset, row)] = row
     return WarehouseState(files, rows)
 
@@ -204,7 +206,9 @@ def assert_sound(root: Path) -> None:
     it is dead weight)."""
     root = Path(root)
     for dataset in DATASETS:
-        for folder in sorted((root / dataset).glob("day=*")):
+        for day in sorted((root / dataset).glob("day=*")):
+            assert all(e.name.startswith("host=") for e in day.iterdir()), f"a day folder holds more than hosts: {day}"
+        for folder in sorted((root / dataset).glob("day=*/host=*")):
             for entry in folder.iterdir():
                 if entry.name == PART_FILE:
                     table = pq.read_table(entry, schema=schemas.DATASETS[dataset].schema)

@@ -286,9 +286,13 @@ def test_session_id_with_slashes_dots_quotes_and_emoji(hostile):
     root = hostile.install.warehouse
     for path in root.rglob("*"):
         rel = path.relative_to(root).parts
-        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, *ANALYTICS, ".staging", ".redaction-version"), path
-        if rel[0] != ".staging":
-            assert len(rel) <= 3 and (len(rel) < 2 or rel[1].startswith("day=")), path
+        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, *ANALYTICS, ".staging", ".hosts"), path
+        if rel[0] == ".hosts":  # each host's claim on the ids: .hosts/host=<label>
+            assert len(rel) <= 2 and (len(rel) < 2 or rel[1].startswith("host=")), path
+        elif rel[0] != ".staging":
+            # <dataset>/day=<day>/host=<label>/<file> (a derived dataset: <dataset>/day=<day>/<file>)
+            assert len(rel) <= 4 and (len(rel) < 2 or rel[1].startswith("day=")), path
+            assert len(rel) < 4 or rel[2].startswith("host="), path
 
 
 def test_cwd_with_a_newline(hostile):

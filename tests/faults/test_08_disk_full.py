@@ -32,6 +32,7 @@ from tests.faults.helpers import (
     warehouse_state,
     write_scenario,
 )
+from tests.support.hosts import HOST_DIR
 
 LIMIT = 1024 * 1024
 
@@ -143,7 +144,7 @@ def test_disk_full_fails_clearly_and_leaves_the_old_file(install, small_disk, tm
         )
         assert_untouched(install.warehouse, before)
     else:
-        messages = f"{MESSAGES}/day={DAY1}/part-0.parquet"
+        messages = f"{MESSAGES}/day={DAY1}/{HOST_DIR}/part-0.parquet"
         assert any(
             str(install.warehouse / messages) in f.message and "previous file is unchanged" in f.message
             for f in failures
@@ -154,7 +155,8 @@ def test_disk_full_fails_clearly_and_leaves_the_old_file(install, small_disk, tm
             assert digest in (before.files.get(rel), new.files.get(rel)), rel
         assert_sound(install.warehouse)
         # a day's files are written sessions, messages, canonical rows: the first one made it
-        assert now.files[f"{SESSIONS}/day={DAY1}/part-0.parquet"] == new.files[f"{SESSIONS}/day={DAY1}/part-0.parquet"]
+        sessions = f"{SESSIONS}/day={DAY1}/{HOST_DIR}/part-0.parquet"
+        assert now.files[sessions] == new.files[sessions]
 
     small_disk.grow()
     install.run(DAY1, DAY2).ok()

@@ -147,12 +147,14 @@ def test_ignored_data_never_reaches_disk_and_purge_removes_a_scope_everywhere(in
     _cli(install, logs, "sensor-preview", "sensor", "preview", "-m", "hermes_assets.definitions", "hermes_state_sensor")
     assert _found(IGNORED, everywhere) == []
     decoded = _found(PURGED, [install.warehouse])
-    datasets = {Path(h.split(" ")[0]).parent.parent.name for h in decoded}
+    # <dataset>/day=<day>/[host=<label>/]part-0.parquet
+    where = [Path(h.split(" ")[0]).relative_to(install.warehouse).parts for h in decoded]
+    datasets = {parts[0] for parts in where}
     # the three datasets, and the daily usage per model (the planted model name is a marker too)
     assert datasets == {"ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages", "hermes_daily_usage"}, (
         decoded
     )
-    assert {Path(h.split(" ")[0]).parent.name for h in decoded} == {f"day={DAY1}", f"day={DAY2}"}
+    assert {parts[1] for parts in where} == {f"day={DAY1}", f"day={DAY2}"}
     assert _found(PURGED, [install.dagster_home, logs]) == [], "captured content reached logs or Dagster storage"
 
     install.write_policy([(f"{Path.home()}/.hermes/channels/telegram", "ignore"), (scopes["client"], "ignore")])

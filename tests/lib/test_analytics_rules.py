@@ -129,6 +129,7 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     from hermes_assets.lib.schemas import MESSAGES, SESSIONS
 
     session = {
+        "host": "box",
         "store": "/h/state.db",
         "store_label": None,
         "id": "s1",
@@ -149,6 +150,7 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     assert set(sessions.column_names) == set(USAGE_INPUTS[SESSIONS])
     messages = pa.table(
         {
+            "host": ["box"],
             "store": ["/h/state.db"],
             "session_id": ["s1"],
             "role": ["assistant"],

@@ -12,6 +12,7 @@ from hermes_assets.lib.warehouse import purge, staging
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import capture_days, stage
 from tests.support.hermes_writer import START_S, HermesWriter
+from tests.support.hosts import HOST_DIR
 
 DAY = "2026-06-01"
 
@@ -51,7 +52,7 @@ def test_a_session_and_its_subagents_leave_every_dataset(store, tmp_path):
 def test_a_scope_leaves_and_every_file_is_private_again(store, tmp_path):
     wh = Warehouse(str(tmp_path / "wh"))
     capture_days([store], wh)
-    part = tmp_path / "wh" / SESSIONS / f"day={DAY}" / "part-0.parquet"
+    part = tmp_path / "wh" / SESSIONS / f"day={DAY}" / HOST_DIR / "part-0.parquet"
     os.chmod(part, 0o644)
     purge.purge(wh, scope="/work/secret")
     assert sids(wh)[SESSIONS] == {"other"}

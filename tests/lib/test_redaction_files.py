@@ -20,7 +20,7 @@ from hermes_assets.lib.plan import redact
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES
 from hermes_assets.lib.warehouse import partition_file, purge, redaction
-from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK, Warehouse
 from tests.lib.test_redact import fake
 from tests.support.capture_run import USER_HOME, capture_days, files, plan_for
 from tests.support.hermes_writer import START_S, HermesWriter, openai_call
@@ -56,14 +56,17 @@ def capture_off(db, wh: Warehouse) -> None:
 
 def all_text(root) -> str:
     out = []
-    for path in sorted(root.glob("*/day=*/part-0.parquet")):
+    for path in sorted(root.glob("*/day=*/host=*/part-0.parquet")):
         out.append(json.dumps(pq.read_table(path).to_pylist(), default=str))
     return "\n".join(out)
 
 
 def versions(root) -> set:
     """The redaction versions the warehouse's partition files record."""
-    return {partition_file.redaction_version(pa.py_buffer(p.read_bytes())) for p in root.glob("*/day=*/part-0.parquet")}
+    return {
+        partition_file.redaction_version(pa.py_buffer(p.read_bytes()))
+        for p in root.glob("*/day=*/host=*/part-0.parquet")
+    }
 
 
 def test_files_written_without_redaction_are_redacted_in_place(secret_store, tmp_path):
@@ -112,3 +115,41 @@ def test_a_run_without_redaction_forgets_the_stamp(secret_store, tmp_path):
     capture_off(db, wh)
     assert not os.path.exists(redaction.stamp_path(wh))
     assert versions(tmp_path / "wh") == {None}
+
+
+def test_each_host_on_a_shared_folder_redacts_its_own_files_whatever_the_other_stamped(secret_store, tmp_path):
+    """Hosts sharing one folder may redact differently: one host's stamp never stops another
+    from redacting its own files, and a host without redaction never forgets the other's."""
+    db, keys = secret_store
+    root = tmp_path / "wh"
+    alpha, beta = Warehouse(str(root), host="alpha"), Warehouse(str(root), host="beta")
+    capture_off(db, alpha)  # alpha runs with redaction off
+    capture_days([db], beta)  # beta redacts, and stamps
+    assert os.path.exists(redaction.stamp_path(beta)) and redaction.stamp_path(alpha) != redaction.stamp_path(beta)
+    assert keys["github"] in all_text(root)  # alpha's files, as stored
+    capture_off(db, alpha)
+    assert os.path.exists(redaction.stamp_path(beta)), "a host without redaction forgot another host's stamp"
+    run, _ = capture_days([db], alpha)  # alpha turns redaction on: its own files are redacted
+    assert sum(run.files_redacted.files_rewritten.values()) == len(CAPTURE_DATASETS)
+    assert keys["github"] not in all_text(root) and keys["openai"] not in all_text(root)
+    assert versions(root) == {redact.REDACTION_VERSION}
+
+
+def test_the_stamp_of_a_warehouse_from_before_becomes_the_moving_hosts(secret_store, tmp_path):
+    db, _ = secret_store
+    root = tmp_path / "wh"
+    wh = Warehouse(str(root), host="alpha")
+    capture_days([db], wh)
+    # that version kept its stamp in the spool (the root of a local warehouse) and no mark of a move
+    legacy = root / redaction.STAMP_FILE
+    os.replace(redaction.stamp_path(wh), legacy)
+    (root / ".staging" / "host=alpha" / LAYOUT_MARK).unlink(missing_ok=True)
+    Warehouse(str(root), host="alpha").adopt_legacy()
+    assert not legacy.exists() and os.path.exists(redaction.stamp_path(wh))
+    assert os.stat(redaction.stamp_path(wh)).st_mode & 0o777 == 0o600
+    run, _ = capture_days([db], wh)
+    assert run.files_redacted is not None and not sum(
+        run.files_redacted.files_checked.values()
+    )  # stamped: no footer read
+    # a host that joins later has no stamp of its own: it checks its own files
+    assert not os.path.exists(redaction.stamp_path(Warehouse(str(root), host="beta")))

@@ -190,3 +190,68 @@ def test_a_default_spool_of_another_user_is_refused(tmp_path, monkeypatch):
     st = open_storage("s3://bucket/prefix")
     with pytest.raises(PermissionError, match="HERMES_ASSETS_SPOOL"):
         st.make_spool_dirs(os.path.join(st.spool, "locks"))
+
+
+class _MoveHook:
+    """A pyarrow filesystem whose next rename first runs ``before`` (another writer's whole put)."""
+
+    def __init__(self, fs, before):
+        self._fs, self._before = fs, before
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def move(self, src, dest):
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        return self._fs.move(src, dest)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_hosts_replacing_one_file_of_a_shared_folder_never_share_a_temp_file(kind, tmp_path, monkeypatch):
+    """Hosts sharing a folder replace its shared files (a day's analytics) with no lock between
+    them: each writes its own temp file (its host, pid and a random part in the name) and never
+    removes the other's, so both replaces succeed and the file is one whole version."""
+    root = tmp_path / "wh"
+
+    def host(label: str) -> storage.Storage:
+        uri = str(root) if kind == "local" else root.as_uri()
+        return open_storage(uri, spool=str(tmp_path / f"spool-{label}"), owner=label)
+
+    alpha, beta = host("alpha"), host("beta")
+    path = alpha.join(alpha.root, "ds", "day=2026-06-01", "part-0.parquet")
+    os.makedirs(os.path.dirname(path) if kind == "local" else alpha.location(path).rpartition("/")[0])
+    first, second = b"alpha's whole file, the longer of the two", b"beta's file"
+
+    def beta_writes_meanwhile():
+        beta.put(path, pa.py_buffer(second))
+
+    # alpha's temp file is complete; beta replaces the file before alpha's rename
+    if kind == "local":
+        real, hook = os.replace, [beta_writes_meanwhile]
+
+        def replace(src, dst, *args, **kwargs):
+            if hook and str(src).endswith(".tmp"):
+                hook.pop()()
+            return real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, "replace", replace)
+    else:
+        alpha._fs = _MoveHook(alpha.fs, beta_writes_meanwhile)
+    alpha.put(path, pa.py_buffer(first))
+    assert alpha.read_bytes(path).to_pybytes() == first  # alpha renamed last: its file, whole
+    folder = os.path.dirname(alpha.location(path))
+    assert [n for n in os.listdir(folder) if n.endswith(".tmp")] == []
+
+    names = {storage.local_files.temp_name(path, "alpha") for _ in range(3)}
+    assert len(names) == 3 and all(".alpha." in n for n in names)
+    # a temp file of another host (alive, say) stays through this host's writes; its own dead ones go
+    others = [f"{folder}/.part-0.parquet.beta.7.0a.tmp", f"{folder}/.part-0.parquet.alpha.x.7.0a.tmp"]
+    dead = f"{folder}/.part-0.parquet.alpha.7.0a.tmp"
+    for leftover in (*others, dead):
+        with open(leftover, "wb") as f:
+            f.write(b"half")
+    monkeypatch.undo()
+    alpha.put(path, pa.py_buffer(second))
+    assert all(os.path.exists(p) for p in others) and not os.path.exists(dead)

@@ -19,11 +19,14 @@ from hermes_assets.lib.schemas import SESSIONS
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.hosts import default_label, folder
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store
 
 DAY = "2026-06-01"
+#: this machine's folder in a day's folder (a warehouse opened without a host label)
+HOST_DIR = folder(default_label())
 KINDS = ("local", "file")
 
 
@@ -50,7 +53,7 @@ def facts(store, sessions=("a", "b", "c"), path=None) -> StoreFacts:
 
 
 def day_file(tmp_path) -> str:
-    return str(tmp_path / "wh" / SESSIONS / f"day={DAY}" / PART_FILE)
+    return str(tmp_path / "wh" / SESSIONS / f"day={DAY}" / HOST_DIR / PART_FILE)
 
 
 def only(table: pa.Table, *sids: str) -> pa.Table:
@@ -80,7 +83,7 @@ def test_a_day_is_written_sorted_read_back_and_never_rewritten_unchanged(kind, s
     assert not again.changed and again.rows == 3 and again.bytes == first.bytes
     assert os.stat(day_file(tmp_path)).st_ino == inode  # not even rewritten with the same bytes
     assert stat.S_IMODE(os.stat(day_file(tmp_path)).st_mode) == 0o600
-    marks = (tmp_path / "wh" / SESSIONS / f"day={DAY}" / READ_AT_FILE).read_text()
+    marks = (tmp_path / "wh" / SESSIONS / f"day={DAY}" / HOST_DIR / READ_AT_FILE).read_text()
     assert marks == f'{{"{store["path"]}": 200.0}}'
 
 

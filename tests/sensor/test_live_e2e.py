@@ -47,6 +47,7 @@ from tests.sensor.harness import (
     project_env,
     start,
 )
+from tests.support.hosts import HOST_FILES
 
 pytestmark = pytest.mark.e2e
 
@@ -81,12 +82,12 @@ def _read(warehouse: Path, dataset: str, columns: list[str] | None = None):
     reader that opens a path twice, footer then pages, can straddle a rename and
     pair one version's footer with the other's pages).
     """
-    for path in sorted((warehouse / dataset).glob("day=*/part-0.parquet")):
+    for path in sorted((warehouse / dataset).glob(HOST_FILES)):
         try:
             data = path.read_bytes()
         except FileNotFoundError:  # the day's last row went away between glob and open
             continue
-        yield path.parent.name[4:], pq.read_table(pa.BufferReader(data), columns=columns)
+        yield path.parent.parent.name[4:], pq.read_table(pa.BufferReader(data), columns=columns)
 
 
 def _parquet_files(root: Path) -> dict[str, bytes]:

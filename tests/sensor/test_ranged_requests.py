@@ -11,6 +11,7 @@ from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.sensors import run_requests
 from tests.conftest import copy_fixture, suite_days
 from tests.sensor.harness import SENSOR, _instance, definitions
+from tests.support.hosts import HOST_FILES
 
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
 DATASETS = ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes")
@@ -89,9 +90,9 @@ def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path
         resources={"hermes": hermes, "warehouse": HermesWarehouse(root=str(warehouse))},
     )
     assert result.success
-    written = sorted(p.parent.name[4:] for p in (warehouse / "ai_gateway_messages_hermes").glob("day=*/part-0.parquet"))
+    written = sorted(p.parent.parent.name[4:] for p in (warehouse / "ai_gateway_messages_hermes").glob(HOST_FILES))
     assert written == SMALL_DAYS
-    sessions = sum(pq.ParquetFile(p).metadata.num_rows for p in (warehouse / "hermes_sessions").glob("day=*/*.parquet"))
+    sessions = sum(pq.ParquetFile(p).metadata.num_rows for p in (warehouse / "hermes_sessions").glob(HOST_FILES))
     assert sessions == 59
 
 

@@ -69,5 +69,6 @@ def capture_days(
 
 
 def files(root: Path) -> dict[str, bytes]:
-    """Every partition file under a local warehouse root, by relative path."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("*/day=*/part-0.parquet"))}
+    """Every partition file under a local warehouse root (each host's, and the derived datasets'), by relative path."""
+    found = [*root.glob("*/day=*/part-0.parquet"), *root.glob("*/day=*/host=*/part-0.parquet")]
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(found)}

@@ -6,7 +6,7 @@ recomputes them and compares.
 
 Every golden projection uses the same fixed inputs: the store copy is projected
 as if it lived at ``/home/hermes-user/.hermes/state.db`` (the path HypAware's
-parity rows hash), user home ``/home/hermes-user``, now = 1790000000.0, no git,
+parity rows hash) on host ``hermes-host``, user home ``/home/hermes-user``, now = 1790000000.0, no git,
 every session ``full`` (policy is tested on its own in ``test_policy.py``).
 """
 
@@ -23,6 +23,8 @@ import pyarrow as pa
 from hermes_assets.lib.source.stores import Store
 from tests.support.project import CANONICAL_STORE_PATH, JSON_COLUMNS, NOW_S, iso, project_store
 
+#: the host every golden row names (the ``host`` column; a host that was not named joins no id)
+GOLDEN_HOST = "hermes-host"
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 FIXTURES = ("small", "oldest", "oldest_upgraded")
 DATASETS = ("ai_gateway_messages_hermes", "hermes_messages", "hermes_sessions")
@@ -52,7 +54,7 @@ def project_fixture(store_file: Path):
     with tempfile.TemporaryDirectory(prefix="hermes-golden-") as tmp:
         copy = Path(tmp) / "state.db"
         shutil.copyfile(store_file, copy)
-        return project_store(copy, as_store=Store(CANONICAL_STORE_PATH), now_s=NOW_S)
+        return project_store(copy, as_store=Store(CANONICAL_STORE_PATH, host=GOLDEN_HOST), now_s=NOW_S)
 
 
 def render_fixture(store_file: Path) -> dict[str, list[str]]:

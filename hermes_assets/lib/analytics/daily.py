@@ -18,8 +18,10 @@ model or tool name, only counts.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import ids, schemas
+from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from hermes_assets.lib.warehouse.retention import source_deleted_mask
+
+log = get_logger()
 
 USAGE = "hermes_daily_usage"
 TOOLS = "hermes_daily_tools"
@@ -45,6 +50,7 @@ COST_DIGITS = 6
 #: the columns each asset reads (the IO manager reads nothing else)
 USAGE_INPUTS = {
     SESSIONS: [
+        "host",
         "store",
         "store_label",
         "id",
@@ -56,7 +62,7 @@ USAGE_INPUTS = {
         *COSTS,
         "source_deleted",
     ],
-    MESSAGES: ["store", "session_id", "role", "source_deleted", "copy_of"],
+    MESSAGES: ["host", "store", "session_id", "role", "source_deleted", "copy_of"],
     GATEWAY: ["session_id", "part_type", "attributes"],
 }
 TOOLS_INPUTS = {
@@ -167,10 +173,11 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
             **{c: None for c in COSTS},
         }
     )
-    own_model: dict[tuple[str, str], str | None] = {}
-    canonical: dict[str, tuple[str, str]] = {}
+    # a session is its host's store's (several hosts, one warehouse: SPEC §2)
+    own_model: dict[tuple[str, str, str], str | None] = {}
+    canonical: dict[str, tuple[str, str, str]] = {}
     for s in sessions.to_pylist():
-        key = (s["store"], s["id"])
+        key = (s["host"], s["store"], s["id"])
         own = own_model[key] = _model(s["model"])
         canonical[ids.session_id(s["store_label"], s["id"], s["generation"] or 1)] = key
         acc[own]["sessions"].add(key)
@@ -185,9 +192,9 @@ def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Ta
                 if value is not None:
                     row[name] = value if row[name] is None else row[name] + value
     kept = messages.filter(pc.fill_null(pc.not_equal(messages.column("role"), "session_meta"), True))
-    for (store, sid), n in _count_by(kept, ["store", "session_id"]).items():
-        if (store, sid) in own_model:
-            acc[own_model[(store, sid)]]["messages"] += n
+    for (host, store, sid), n in _count_by(kept, ["host", "store", "session_id"]).items():
+        if (host, store, sid) in own_model:
+            acc[own_model[(host, store, sid)]]["messages"] += n
     calls = gateway.filter(pc.equal(gateway.column("part_type"), "tool_call"))
     for (session_id,), n in _count_by(calls, ["session_id"]).items():
         if session_id in canonical:
@@ -344,6 +351,37 @@ def write_day(
     return warehouse.replace_day(dataset, day, figures.table), figures
 
 
+#: how many times a day is computed again when its inputs changed while it was computed
+#: (another host wrote its files meanwhile) before the run gives up on it
+RECOMPUTE_LIMIT = 8
+
+
+def write_current_day(
+    warehouse: Warehouse, dataset: str, day: str, read: Callable[[], dict[str, pa.Table]]
+) -> tuple[WriteResult, DayFigures]:
+    """Compute one analytics day from every host's files (``read``: the day's input tables)
+    and replace its file, until the file is known to be computed from the inputs as they are.
+
+    Every host that captures a day computes its analytics (SPEC §11), over all hosts'
+    files, and the file is replaced atomically (a rename, or one object upload), so no
+    reader ever sees a partial file. Two hosts computing one day at once: the one that
+    writes last checks, after its write, that the inputs it read are still the day's
+    files (:meth:`Warehouse.day_stamp`), and computes again when they are not; so the
+    last file written is one computed from the final inputs.
+    """
+    inputs = [name for name in INPUTS if name in (USAGE_INPUTS if dataset == USAGE else TOOLS_INPUTS)]
+    for attempt in range(1, RECOMPUTE_LIMIT + 1):
+        before = [warehouse.day_stamp(name, day) for name in inputs]
+        result, figures = write_day(warehouse, dataset, day, read())
+        if [warehouse.day_stamp(name, day) for name in inputs] == before:
+            return result, figures
+        log.info("hermes.analytics.inputs_moved", dataset=dataset, day=day, attempt=attempt)
+    raise RuntimeError(
+        f"{dataset} {day}: its inputs changed during each of {RECOMPUTE_LIMIT} computations "
+        "(other hosts writing this day): the next run computes it again"
+    )
+
+
 def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[WriteResult, DayFigures]]]:
     """Recompute, straight from the warehouse, the analytics files among ``days``
     (the purge job's way to take purged rows out of the figures too); a day
@@ -355,6 +393,11 @@ def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[
         wanted = [dataset for dataset in ANALYTICS if day in present[dataset]]
         if wanted:
             tables = {name: d.read(day) for name, d in inputs.items()}
+
+            def read(day: str = day, first: list | None = None) -> dict[str, pa.Table]:
+                # the day's inputs read once for both datasets; again only when they moved
+                return first.pop() if first else {name: d.read(day) for name, d in inputs.items()}
+
             for dataset in wanted:
-                out[dataset].append(write_day(warehouse, dataset, day, tables))
+                out[dataset].append(write_current_day(warehouse, dataset, day, functools.partial(read, first=[tables])))
     return out

@@ -286,7 +286,7 @@ def _births(job: DayJob, day: str, old: dict[str, DayFile | None]) -> dict[str, 
         if read is not None:
             tables[dataset] = read.table(columns)
         elif day in job.existing[dataset]:
-            tables[dataset] = job.warehouse.read(dataset, day, columns=columns)
+            tables[dataset] = job.warehouse.read_own(dataset, day, columns=columns)
         else:
             tables[dataset] = None
     if tables[SESSIONS] is None and tables[MESSAGES] is None:

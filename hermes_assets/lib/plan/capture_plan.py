@@ -146,6 +146,13 @@ class CapturePlan:
     #: how the stores are opened again to read the days (the busy budget, SPEC §1)
     readers: ReaderFactory = field(default_factory=ReaderFactory)
 
+    def scoped_by_host(self) -> CapturePlan:
+        """The same plan, each store's ids scoped by its host (``<host>:<sid>``,
+        ``<host>/<label>:<sid>``: :func:`hermes_assets.lib.ids.host_scope`), for a host that
+        shares its warehouse's unscoped ids with none (:meth:`Warehouse.adopt_legacy`)."""
+        stores = [replace(sp, store=sp.store.scoped_by_host()) for sp in self.stores]
+        return replace(self, stores=stores)
+
     def sessions_in_range(self) -> int:
         wanted = set(self.days)
         return sum(1 for sp in self.stores for d in sp.days.values() if d in wanted)

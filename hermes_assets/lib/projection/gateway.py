@@ -56,6 +56,7 @@ SESSION_COLUMNS = (
     "repo_root",
     "entrypoint",
     "parent_thread_id",
+    "host",
 )
 _CONSTANTS = {
     "gateway_id": "hypaware-local",

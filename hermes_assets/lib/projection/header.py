@@ -194,6 +194,7 @@ def session_header(item: SessionInput, ctx: ProjectionContext, tally: ErrorTally
         repo_root,
         source,
         ids.session_id(store.label, parent) if parent else None,
+        store.host,
     )
     return SessionHeader(scoped, session_id, start_ms, hermes, attrs, dumps(attrs), columns)
 

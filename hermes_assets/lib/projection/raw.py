@@ -66,11 +66,12 @@ class RawColumns:
     def to_table(self) -> pa.Table:
         n = len(self.rows)
         columns = dict(zip((name for name, _ in self.source), zip(*self.rows))) if n else {}
-        provenance: dict[str, list[str | None]] = {"store": [], "store_label": [], "profile": [], "day": []}
+        provenance: dict[str, list[str | None]] = {"store": [], "store_label": [], "profile": [], "host": [], "day": []}
         for bundle, day, count in self.runs:
             provenance["store"] += [bundle.store.path] * count
             provenance["store_label"] += [bundle.store.label] * count
             provenance["profile"] += [bundle.store.profile] * count
+            provenance["host"] += [bundle.store.host] * count
             provenance["day"] += [day] * count
         arrays = []
         ends: list[int] = []  # the end row of each run, for finding a row's session

@@ -8,6 +8,7 @@ otherwise the Hermes home's own store and one per profile.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -30,9 +31,15 @@ class Store:
     label: str = ""
     profile: str | None = None
     explicit: bool = False
+    #: the host whose store this is (every row names it; :func:`on_host`)
+    host: str = ""
 
     def scoped(self, sid: str) -> str:
         return ids.scoped_sid(self.label, sid)
+
+    def scoped_by_host(self) -> Store:
+        """This store with its host joining the scope of its ids (:func:`ids.host_scope`)."""
+        return dataclasses.replace(self, label=ids.host_scope(self.host or None, self.label))
 
     @property
     def path_hash(self) -> str:
@@ -64,6 +71,13 @@ def missing_named(state_db: str | None) -> list[str]:
     """The paths of ``HERMES_STATE_DB`` that do not exist (a dangling link counts as missing):
     a mistake in the setting, never the idle case of a Hermes not installed (SPEC §1)."""
     return [path for path in named_paths(state_db) if not os.path.exists(path)]
+
+
+def on_host(stores: list[Store], host: str, *, scoped: bool) -> list[Store]:
+    """``stores`` as stores of host ``host``; ``scoped``: its label joins each store's label,
+    the scope of its ids (:func:`hermes_assets.lib.ids.host_scope`; whether a host's ids are
+    scoped is its warehouse's to say: :meth:`~hermes_assets.lib.warehouse.datasets.Warehouse.adopt_legacy`)."""
+    return [dataclasses.replace(s, host=host, label=ids.host_scope(host if scoped else None, s.label)) for s in stores]
 
 
 def default_hermes_home() -> str:

@@ -66,7 +66,7 @@ class DatasetDays:
         return full if self.columns is None else pa.schema([full.field(c) for c in self.columns])
 
     def read(self, day: str) -> pa.Table:
-        """One day's rows (an empty table with the schema when the day has no file)."""
+        """One day's rows, every host's (an empty table with the schema when the day has no file)."""
         table = self.warehouse.read(self.dataset, day, columns=self.columns)
         return self.schema.empty_table() if table is None else table
 
@@ -75,7 +75,7 @@ class DatasetDays:
         present = (
             None
             if self.warehouse.storage.cheap_listing or len(self.days) < 2
-            else self.warehouse.existing(self.dataset, self.days)
+            else self.warehouse.existing(self.dataset, self.days, own=False)
         )
         for day in self.days:
             yield day, (self.read(day) if present is None or day in present else self.schema.empty_table())

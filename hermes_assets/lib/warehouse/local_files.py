@@ -13,6 +13,8 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
+import secrets
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -106,16 +108,17 @@ def read_bytes(path: str) -> pa.Buffer | None:
         return None
 
 
-def atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool = True) -> None:
+def atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool = True, owner: str = "") -> None:
     """Replace ``path`` by ``data``: temp file in the same folder (created with ``mode``),
     fsync, rename, fsync the folder.
 
-    Called under the day's lock, so any other temp file in the folder belongs to a
-    writer that died (kill -9, power loss) before its rename: removed here.
+    Called under the day's lock, so any other temp file of ``owner`` (this host) in the
+    folder belongs to a writer that died (kill -9, power loss) before its rename: removed
+    here. Another host's temp files are its own (:func:`temp_name`), never touched.
     """
     folder, name = os.path.split(path)
-    tmp = temp_name(path)
-    remove_stale_temps(folder, name)
+    tmp = temp_name(path, owner)
+    remove_stale_temps(folder, name, owner)
     try:
         with open_private(tmp, mode) as f:
             f.write(memoryview(data))
@@ -137,7 +140,7 @@ def atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool =
         fsync_dir(folder)
 
 
-def link_into_place(source: str, path: str, mode: int) -> None:
+def link_into_place(source: str, path: str, mode: int, owner: str = "") -> None:
     """Put the finished file ``source`` at ``path`` atomically without copying it: fsync it,
     give it ``mode``, hard-link it beside ``path`` and rename the link over ``path``
     (``source`` stays). A filesystem without hard links gets a copy (:func:`atomic_write`)."""
@@ -145,13 +148,13 @@ def link_into_place(source: str, path: str, mode: int) -> None:
     with open(source, "rb+") as f:
         os.fsync(f.fileno())
         os.fchmod(f.fileno(), mode)
-    remove_stale_temps(folder, name)
-    tmp = temp_name(path)
+    remove_stale_temps(folder, name, owner)
+    tmp = temp_name(path, owner)
     try:
         os.link(source, tmp)
     except OSError:  # a filesystem without hard links: copy
         with open(source, "rb") as f:
-            atomic_write(path, pa.py_buffer(f.read()), mode)
+            atomic_write(path, pa.py_buffer(f.read()), mode, owner=owner)
         return
     os.replace(tmp, path)
     fsync_dir(folder)
@@ -162,15 +165,26 @@ def delete(path: str) -> None:
     fsync_dir(os.path.dirname(path))
 
 
-def temp_name(path: str) -> str:
-    """The temp file a replace of ``path`` by this process writes first (hidden, never a ``part-0.parquet``)."""
+def temp_name(path: str, owner: str = "") -> str:
+    """The temp file a replace of ``path`` by this process writes first: hidden (never a
+    ``part-0.parquet``, never a dataset file to pyarrow or DuckDB), and unique to its writer,
+    ``.<name>.<owner>.<pid>.<random>.tmp``: hosts sharing a folder (``owner``: the host's
+    label), and processes whose pids collide across machines, never write one temp file."""
     folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    return os.path.join(folder, f".{name}.{owner}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
 
 
-def remove_stale_temps(folder: str, name: str) -> None:
+def is_temp_of(entry: str, name: str, owner: str = "") -> bool:
+    """Whether ``entry`` is a temp file of ``owner``'s for a file ``name`` (:func:`temp_name`;
+    the pid and random fields after the owner make the match exact: ``a`` never matches ``a.b``'s)."""
+    return re.fullmatch(rf"\.{re.escape(name)}\.{re.escape(owner)}\.[0-9]+\.[0-9a-f]+\.tmp", entry) is not None
+
+
+def remove_stale_temps(folder: str, name: str, owner: str = "") -> None:
+    """Remove the temp files ``owner`` left in ``folder`` for ``name`` (its writers are ordered
+    by the day's lock: any is a dead writer's); other hosts' temp files stay."""
     for entry in os.listdir(folder):
-        if entry.startswith(f".{name}.") and entry.endswith(".tmp"):
+        if is_temp_of(entry, name, owner):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, entry))
 

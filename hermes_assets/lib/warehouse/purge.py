@@ -1,7 +1,9 @@
 """Remove a scope's or a session's rows from every partition (SPEC §7 "purge").
 
 Used when a scope or session has become ``ignore``: rows already captured go,
-from all three datasets, one atomic file replacement per day.
+from all three datasets, one atomic file replacement per day. A host purges its
+own files (its own stores' rows); in a warehouse several hosts write, each host
+runs its purge (SPEC §2).
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     children: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     staged = staged_files(warehouse.staging_root)
     columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
-    session_tables = [warehouse.read(SESSIONS, day, columns=columns) for day in warehouse.days(SESSIONS)]
+    warehouse.adopt_legacy()  # a warehouse from before hosts had their own files: this host's now
+    session_tables = [warehouse.read_own(SESSIONS, day, columns=columns) for day in warehouse.own_days(SESSIONS)]
     session_tables += [_read_staged(SESSIONS, path, columns) for ds, path in staged if ds == SESSIONS]
     for table in session_tables:
         if table is None:  # gone meanwhile, or a staged file not whole
@@ -116,7 +119,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
 
     keeps = {GATEWAY: gateway_keep, SESSIONS: raw_keep("id"), MESSAGES: raw_keep("session_id")}
     for dataset, keep in keeps.items():
-        for day in warehouse.days(dataset):
+        for day in warehouse.own_days(dataset):
             removed, _ = warehouse.rewrite_day(dataset, day, keep)
             if removed:
                 result.removed[dataset] += removed

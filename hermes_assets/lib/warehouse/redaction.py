@@ -8,8 +8,12 @@ to the current one: its text cells are redacted as a capture redacts them
 (JSON cells inside, keys kept) and the file is replaced atomically, under the
 day's lock. The rows kept after Hermes deleted their source, which exist
 nowhere else, are redacted with the others. A file already current is not
-touched; a folder whose every file is current is stamped
-(:data:`STAMP_FILE`), so later runs do not read a footer per file.
+touched; a host whose every file is current is stamped (:data:`STAMP_FILE`, in
+its own staging folder), so its later runs do not read a footer per file.
+
+Each host redacts its own files, and its stamp vouches for them only: hosts
+sharing one warehouse may redact with other settings or versions (or not at
+all), and one host's stamp never stops another from redacting its files.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from hermes_assets.lib.warehouse.datasets import REDACTION_STAMP, Warehouse
 
 log = get_logger()
 
-#: in the spool (the root of a local warehouse): the redaction version every capture file has
+#: in a host's staging folder: the redaction version every capture file of the host has
 STAMP_FILE = REDACTION_STAMP
 
 #: columns of the datasets' files never redacted: ids, keys, provenance, paths, enumerations
@@ -72,7 +76,8 @@ class FilesRedacted:
 
 
 def stamp_path(warehouse: Warehouse) -> str:
-    return os.path.join(warehouse.storage.spool, STAMP_FILE)
+    """This host's stamp (:attr:`Warehouse.redaction_stamp`)."""
+    return warehouse.redaction_stamp
 
 
 def forget_stamp(warehouse: Warehouse) -> None:
@@ -96,7 +101,7 @@ def _stamped(warehouse: Warehouse) -> bool:
 
 def _stamp(warehouse: Warehouse) -> None:
     path = stamp_path(warehouse)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    warehouse.make_spool_dirs(os.path.dirname(path))  # the folder mode, whatever the umask
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, warehouse.modes.file)
     os.fchmod(fd, warehouse.modes.file)  # whatever the umask (SPEC §2, D16)
@@ -111,7 +116,7 @@ def redact_files(warehouse: Warehouse, redactor: Redactor) -> FilesRedacted:
     if _stamped(warehouse):
         return result
     for dataset in CAPTURE_DATASETS:
-        for day in warehouse.days(dataset):
+        for day in warehouse.own_days(dataset):  # this host's files (each host redacts its own)
             result.files_checked[dataset] += 1
             _redact_day(warehouse, redactor, dataset, day, result)
     _stamp(warehouse)

@@ -13,12 +13,13 @@ dataset's days, lock a day); a :class:`Storage` says how, on its filesystem:
   delete. Object stores have no rename and no locks, so a file is replaced by
   one upload on an object store (S3, GCS, Azure), whose new object appears
   whole or not at all; on a filesystem with folders (``file://``, HDFS) by a
-  temp file beside it (``.part-0.parquet.tmp``, never matched by
-  ``day=*/part-0.parquet``) and ``FileSystem.move``, a rename. Staging and the
+  temp file beside it (``.part-0.parquet.<host>.<pid>.<random>.tmp``: hidden,
+  never matched by ``day=*/host=*/part-0.parquet``, and never another
+  writer's, on this host or another) and ``FileSystem.move``, a rename. Staging and the
   day locks live in a local spool folder (default a folder per user and
   warehouse under the system temp dir). The locks order the writers of one
-  host; several hosts writing one bucket must not run the same day at once
-  (deploy/). A ``file://`` warehouse is local: it gets the modes too; object
+  host; several hosts writing one bucket each write their own files
+  (:mod:`~hermes_assets.lib.warehouse.hosts`), so they need none between them. A ``file://`` warehouse is local: it gets the modes too; object
   stores keep their own access control.
 """
 
@@ -31,7 +32,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from urllib.parse import parse_qs, urlparse, urlunparse
 
 import pyarrow as pa
@@ -52,6 +53,16 @@ class Pin:
     only ever replaces a file (rename), never changes one in place."""
 
     link: str
+
+
+class FileStamp(NamedTuple):
+    """A file found by :meth:`Storage.files_under`: its path below the folder listed, and
+    what tells one version of it from the next (an object store has no inode: 0)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    inode: int = 0
 
 
 class Storage(Protocol):
@@ -91,6 +102,12 @@ class Storage(Protocol):
         """The names of the folders under ``base`` that hold a file ``name``."""
         ...
 
+    def files_under(self, base: str, depth: int) -> list[FileStamp]:
+        """The files under ``base`` at most ``depth`` folders down: ``/``-joined paths relative
+        to it, with their size and time (one listing on an object store; none when ``base``
+        does not exist)."""
+        ...
+
     def open_input(self, path: str) -> pa.NativeFile:
         """A file to read (ranged reads on an object store); FileNotFoundError if there is none."""
         ...
@@ -128,12 +145,13 @@ class Storage(Protocol):
         ...
 
 
-def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE) -> Storage:
-    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`."""
+def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:
+    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`. ``owner``: the host
+    whose temp files this storage writes and may clean up (:func:`local_files.temp_name`)."""
     scheme = urlparse(uri).scheme
     if len(scheme) > 1:  # "C:\\x" is a path
-        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes)
-    return LocalStorage(uri, modes=modes)
+        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes, owner=owner)
+    return LocalStorage(uri, modes=modes, owner=owner)
 
 
 class LocalStorage:
@@ -142,9 +160,10 @@ class LocalStorage:
     local = True
     cheap_listing = True
 
-    def __init__(self, root: str, *, modes: FileModes = PRIVATE):
+    def __init__(self, root: str, *, modes: FileModes = PRIVATE, owner: str = ""):
         self.root = self.uri = os.path.abspath(os.path.expanduser(root))
         self.modes = modes
+        self.owner = owner
         self.fs = pafs.LocalFileSystem()
 
     @property
@@ -168,6 +187,9 @@ class LocalStorage:
             return []
         return [d for d in os.listdir(base) if os.path.exists(os.path.join(base, d, name))]
 
+    def files_under(self, base: str, depth: int) -> list[FileStamp]:
+        return _local_files_under(base, depth)
+
     def open_input(self, path: str) -> pa.NativeFile:
         return pa.OSFile(path)
 
@@ -188,10 +210,10 @@ class LocalStorage:
             yield
 
     def put(self, path: str, data: pa.Buffer, *, durable: bool = True) -> None:
-        local_files.atomic_write(path, data, self.modes.file, fsync=durable)
+        local_files.atomic_write(path, data, self.modes.file, fsync=durable, owner=self.owner)
 
     def put_file(self, path: str, source: str) -> None:
-        local_files.link_into_place(source, path, self.modes.file)
+        local_files.link_into_place(source, path, self.modes.file, self.owner)
 
     def delete(self, path: str) -> None:
         local_files.delete(path)
@@ -205,8 +227,9 @@ class ArrowStorage:
 
     cheap_listing = False
 
-    def __init__(self, uri: str, scheme: str, *, spool: str | None = None, modes: FileModes = PRIVATE):
+    def __init__(self, uri: str, scheme: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = ""):
         self.uri = uri
+        self.owner = owner
         self.scheme = scheme
         self.root = _fs_path(uri)
         self.modes = modes
@@ -276,6 +299,17 @@ class ArrowStorage:
                 found.add(folder.rpartition("/")[2])
         return sorted(found)
 
+    def files_under(self, base: str, depth: int) -> list[FileStamp]:
+        if self.local:
+            return _local_files_under(base, depth)
+        selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
+        out = []
+        for info in self.fs.get_file_info(selector):
+            rel = info.path[len(base) :].lstrip("/")
+            if info.type == pafs.FileType.File and rel.count("/") < depth:
+                out.append(FileStamp(rel, info.size or 0, info.mtime_ns or 0))
+        return out
+
     def open_input(self, path: str) -> pa.NativeFile:
         # one open (a HEAD on S3), then ranged reads: no existence check, no dataset discovery
         return self.fs.open_input_file(path)
@@ -304,11 +338,15 @@ class ArrowStorage:
         fs = self.fs
         folder, _, name = path.rpartition("/")
         # An object store publishes an upload whole when it completes: write in place.
-        # Elsewhere write a temp file and rename it; its name is fixed per target (we
-        # hold the day's lock), so a killed writer's leftover is simply overwritten.
-        tmp = path if fs.type_name in ATOMIC_UPLOAD else f"{folder}/.{name}.tmp"
+        # Elsewhere write a temp file and rename it. Its name is this writer's own (host,
+        # pid, random: hosts sharing a folder never write one temp file); this host's older
+        # temp files of the same target are dead writers' (we hold the day's lock): removed.
+        atomic = fs.type_name in ATOMIC_UPLOAD
+        tmp = path if atomic else local_files.temp_name(path, self.owner).replace(os.sep, "/")
         if self.local:  # file://: private folders first, so the file is never readable by others
             local_files.make_dirs(folder, self.modes, os.path.dirname(self.root))
+        if not atomic:
+            self._remove_stale_temps(folder, name)
         try:
             try:
                 out = fs.open_output_stream(tmp)
@@ -336,6 +374,13 @@ class ArrowStorage:
         with open(source, "rb") as f:
             self.put(path, pa.py_buffer(f.read()))
 
+    def _remove_stale_temps(self, folder: str, name: str) -> None:
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            if local_files.is_temp_of(info.base_name, name, self.owner):
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(info.path)
+
     def delete(self, path: str) -> None:
         self.fs.delete_file(path)
 
@@ -347,6 +392,29 @@ class ArrowStorage:
 def default_spool() -> str:
     """Where a URI warehouse's staging and locks go by default: per user, under the temp dir."""
     return os.path.join(tempfile.gettempdir(), f"hermes_assets-spool-{os.getuid()}")
+
+
+def _local_files_under(base: str, depth: int) -> list[FileStamp]:
+    out: list[FileStamp] = []
+
+    def walk(folder: str, prefix: str, left: int) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if left > 1:
+                    walk(entry.path, f"{prefix}{entry.name}/", left - 1)
+            elif entry.is_file(follow_symlinks=False):
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # replaced meanwhile
+                    continue
+                out.append(FileStamp(prefix + entry.name, info.st_size, info.st_mtime_ns, info.st_ino))
+
+    walk(base, "", depth)
+    return out
 
 
 def _fix_local_modes(folder: str, root: str, modes: FileModes) -> None:
