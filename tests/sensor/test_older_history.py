@@ -33,6 +33,7 @@ from hermes_assets.lib.analytics.daily import TOOLS, USAGE
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.sensor.harness import DAGSTER, REPO, copy_instance_config, free_port, kill_group, project_env, start
 from tests.support.hermes_writer import HermesWriter
+from tests.support.hosts import HOST_DIR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -73,7 +74,7 @@ def _loaded_partitions(port: int, proc, log: Path, timeout_s: float = 180) -> li
 
 
 def _session_ids(warehouse: Path, day: str) -> set[str]:
-    path = warehouse / SESSIONS / f"day={day}" / "part-0.parquet"
+    path = warehouse / SESSIONS / f"day={day}" / HOST_DIR / "part-0.parquet"
     if not path.exists():
         return set()
     return set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
@@ -84,7 +85,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _captured(warehouse: Path, day: str) -> bool:
-    return all((warehouse / d / f"day={day}" / "part-0.parquet").exists() for d in DATASETS)
+    return all((warehouse / d / f"day={day}" / HOST_DIR / "part-0.parquet").exists() for d in DATASETS)
 
 
 def _write_day(db: Path, home: Path, at_s: float, sids: list[str]) -> None:
