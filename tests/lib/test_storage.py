@@ -18,8 +18,9 @@ import pytest
 
 from hermes_assets.lib.warehouse import arrow_storage, storage
 from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
+from hermes_assets.lib.warehouse.datasets import open_storage
 from hermes_assets.lib.warehouse.local_files import FileModes
-from hermes_assets.lib.warehouse.storage import LocalStorage, open_storage
+from hermes_assets.lib.warehouse.storage import LocalStorage
 
 KINDS = ("local", "file")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,21 +35,24 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.warehouse import day_merge, host_layout, hosts, local_files, partition_file, read_marks
+from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite, WriteResult
-from hermes_assets.lib.warehouse.host_layout import (  # noqa: F401  (the layout's names, as they were)
-    CLAIMS,
-    LAYOUT_MARK,
-    PART_FILE,
-    REDACTION_STAMP,
-    STAGING,
-    LayoutMove,
-)
+from hermes_assets.lib.warehouse.host_layout import PART_FILE, REDACTION_STAMP, STAGING, LayoutMove
 from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
 from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.retention import count_source_deleted
-from hermes_assets.lib.warehouse.storage import open_storage
+from hermes_assets.lib.warehouse.storage import LocalStorage, Storage
 
 log = get_logger()
+
+
+def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:
+    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`. ``owner``: the host
+    whose temp files this storage writes and may clean up (:func:`local_files.temp_name`)."""
+    scheme = urlparse(uri).scheme
+    if len(scheme) > 1:  # "C:\\x" is a path
+        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes, owner=owner)
+    return LocalStorage(uri, modes=modes, owner=owner)
 
 
 class Warehouse:
@@ -128,7 +132,7 @@ class Warehouse:
         """The day's file as a user names it: a local path, or a URI (``s3://bucket/key``)."""
         return self.storage.location(self.path(dataset, day))
 
-    def _files(self, dataset: str) -> list[tuple[str, str | None]]:
+    def files(self, dataset: str) -> list[tuple[str, str | None]]:
         """``(day, host)`` of every partition file of ``dataset`` (host None: a derived
         dataset's file, or a captured day not yet moved to its host's folder)."""
         out: list[tuple[str, str | None]] = []
@@ -144,13 +148,13 @@ class Warehouse:
 
     def days(self, dataset: str) -> list[str]:
         """The days with a file of ``dataset``, any host's."""
-        return sorted({day for day, _ in self._files(dataset)})
+        return sorted({day for day, _ in self.files(dataset)})
 
     def own_days(self, dataset: str) -> list[str]:
         """The days with a file of this host's (every day of a derived dataset)."""
         if dataset not in CAPTURE_DATASETS:
             return self.days(dataset)
-        return sorted({day for day, host in self._files(dataset) if host == self.host})
+        return sorted({day for day, host in self.files(dataset) if host == self.host})
 
     def hosts(self, dataset: str, day: str) -> list[str]:
         """The hosts with a file of a captured dataset's day."""
@@ -433,11 +437,11 @@ class Warehouse:
 
     # -- read marks: per store, a small file beside the data ----------------------------
 
-    def _marks_path(self, dataset: str, day: str) -> str:
+    def marks_path(self, dataset: str, day: str) -> str:
         return self.storage.join(self.file_dir(dataset, day), read_marks.READ_AT_FILE)
 
     def _read_marks(self, dataset: str, day: str) -> dict[str, float]:
-        return read_marks.parse(self.storage.read_bytes(self._marks_path(dataset, day)))
+        return read_marks.parse(self.storage.read_bytes(self.marks_path(dataset, day)))
 
     def _write_marks(self, dataset: str, day: str, marks: dict[str, float]) -> None:
-        self.storage.put(self._marks_path(dataset, day), read_marks.render(marks), durable=False)
+        self.storage.put(self.marks_path(dataset, day), read_marks.render(marks), durable=False)

@@ -11,16 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.warehouse import hosts, local_files, partition_file, read_marks
-
-if TYPE_CHECKING:  # the warehouse calls these: it imports this module
-    from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.local_files import FileModes
+from hermes_assets.lib.warehouse.storage import Storage
 
 log = get_logger()
 
@@ -60,6 +59,31 @@ class LayoutMove:
         }
 
 
+class Warehouse(Protocol):
+    """What these functions use of a :class:`~hermes_assets.lib.warehouse.datasets.Warehouse`
+    (which calls them: this module never imports it)."""
+
+    storage: Storage
+    host: str
+    host_named: bool
+
+    @property
+    def root(self) -> str: ...
+    @property
+    def modes(self) -> FileModes: ...
+    @property
+    def staging_root(self) -> str: ...
+    @property
+    def redaction_stamp(self) -> str: ...
+    def files(self, dataset: str) -> list[tuple[str, str | None]]: ...
+    def path(self, dataset: str, day: str, host: str | None = None) -> str: ...
+    def legacy_path(self, dataset: str, day: str) -> str: ...
+    def day_dir(self, dataset: str, day: str) -> str: ...
+    def marks_path(self, dataset: str, day: str) -> str: ...
+    def day_lock(self, dataset: str, day: str) -> contextlib.AbstractContextManager[None]: ...
+    def fix_modes(self, dataset: str, day: str) -> None: ...
+
+
 def _layout_mark(wh: Warehouse) -> str:
     return os.path.join(wh.staging_root, LAYOUT_MARK)
 
@@ -80,7 +104,7 @@ def adopt_legacy(wh: Warehouse) -> LayoutMove:
         moved.ids_scoped = recorded
         return moved
     _adopt_legacy_spool(wh)
-    legacy = {dataset: sorted({d for d, h in wh._files(dataset) if h is None}) for dataset in CAPTURE_DATASETS}
+    legacy = {dataset: sorted({d for d, h in wh.files(dataset) if h is None}) for dataset in CAPTURE_DATASETS}
     moved.ids_scoped = settle_ids(wh, legacy=any(legacy.values()))
     for dataset in CAPTURE_DATASETS:
         for day in legacy[dataset]:
@@ -227,8 +251,8 @@ def _adopt_day(wh: Warehouse, dataset: str, day: str) -> int:
         old_marks = wh.storage.join(wh.day_dir(dataset, day), read_marks.READ_AT_FILE)
         marks = wh.storage.read_bytes(old_marks)
         if marks is not None:
-            if not wh.storage.exists(wh._marks_path(dataset, day)):
-                wh.storage.put(wh._marks_path(dataset, day), marks)
+            if not wh.storage.exists(wh.marks_path(dataset, day)):
+                wh.storage.put(wh.marks_path(dataset, day), marks)
             wh.storage.delete(old_marks)
         wh.storage.delete(legacy)
         wh.fix_modes(dataset, day)

@@ -30,7 +30,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -140,17 +139,6 @@ class Storage(Protocol):
     def fix_modes(self, folder: str) -> None:
         """The modes for ``folder``, the folders above it up to the root's parent, and its files."""
         ...
-
-
-def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:
-    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`. ``owner``: the host
-    whose temp files this storage writes and may clean up (:func:`local_files.temp_name`)."""
-    scheme = urlparse(uri).scheme
-    if len(scheme) > 1:  # "C:\\x" is a path
-        from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage  # it builds on this module
-
-        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes, owner=owner)
-    return LocalStorage(uri, modes=modes, owner=owner)
 
 
 class LocalStorage:
