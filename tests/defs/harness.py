@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.datasets import PART_FILE
+from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from tests.conftest import copy_fixture
 from tests.support.definitions import load_definitions
 from tests.support.hosts import HOST_DIR, HOST_FILES

@@ -16,7 +16,8 @@ import pytest
 import structlog
 
 from hermes_assets.lib.schemas import GATEWAY
-from hermes_assets.lib.warehouse.datasets import PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, new_capture, step_output_metadata
 from tests.lib.test_hosts import make_legacy
 from tests.support.hermes_writer import HermesWriter

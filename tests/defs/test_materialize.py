@@ -21,7 +21,7 @@ from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsageP
 from hermes_assets.lib import schemas
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK, REDACTION_STAMP
+from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, REDACTION_STAMP
 from tests.conftest import suite_days
 from tests.defs.harness import (
     DATASETS,

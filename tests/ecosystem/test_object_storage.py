@@ -31,10 +31,11 @@ import pytest
 
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.datasets import PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from hermes_assets.lib.warehouse.purge import purge
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
-from hermes_assets.lib.warehouse.storage import ArrowStorage
 from tests.defs.conftest import instance, small  # noqa: F401  (fixtures: the small store in an isolated installation)
 from tests.defs.harness import ANALYTICS, SMALL_DAYS, partition_metadata, source_deleted, store_sessions
 from tests.support.hermes_writer import HermesWriter

@@ -29,7 +29,7 @@ import structlog
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.datasets import PART_FILE
+from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.defs.harness import RANGE_END, RANGE_START, Capture, new_capture, step_output_metadata
 from tests.sensor.harness import SensorDriver

@@ -24,7 +24,8 @@ from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source.stores import Store, on_host
 from hermes_assets.lib.warehouse import hosts, partition_file, purge
-from hermes_assets.lib.warehouse.datasets import CLAIMS, LAYOUT_MARK, PART_FILE, Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.host_layout import CLAIMS, LAYOUT_MARK, PART_FILE
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.capture_run import capture_days

@@ -20,7 +20,8 @@ from hermes_assets.lib.plan import redact
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES
 from hermes_assets.lib.warehouse import partition_file, purge, redaction
-from hermes_assets.lib.warehouse.datasets import LAYOUT_MARK, Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK
 from tests.lib.test_redact import fake
 from tests.support.capture_run import USER_HOME, capture_days, files, plan_for
 from tests.support.hermes_writer import START_S, HermesWriter, openai_call

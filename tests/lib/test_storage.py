@@ -16,9 +16,11 @@ import time
 import pyarrow as pa
 import pytest
 
-from hermes_assets.lib.warehouse import storage
+from hermes_assets.lib.warehouse import arrow_storage, storage
+from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
+from hermes_assets.lib.warehouse.datasets import open_storage
 from hermes_assets.lib.warehouse.local_files import FileModes
-from hermes_assets.lib.warehouse.storage import ArrowStorage, LocalStorage, open_storage
+from hermes_assets.lib.warehouse.storage import LocalStorage
 
 KINDS = ("local", "file")
 
@@ -176,14 +178,14 @@ def test_a_uri_storage_travels_to_a_worker_without_its_client(tmp_path):
 
 
 def test_s3_uploads_are_one_request_unless_the_uri_says_otherwise():
-    assert storage._with_one_request_uploads("s3://b/p") == "s3://b/p?allow_delayed_open=true"
-    assert storage._with_one_request_uploads("s3://b/p?region=x") == "s3://b/p?region=x&allow_delayed_open=true"
-    assert storage._with_one_request_uploads("s3://b/p?allow_delayed_open=false").endswith("=false")
-    assert storage._with_one_request_uploads("gs://b/p") == "gs://b/p"
+    assert arrow_storage._with_one_request_uploads("s3://b/p") == "s3://b/p?allow_delayed_open=true"
+    assert arrow_storage._with_one_request_uploads("s3://b/p?region=x") == "s3://b/p?region=x&allow_delayed_open=true"
+    assert arrow_storage._with_one_request_uploads("s3://b/p?allow_delayed_open=false").endswith("=false")
+    assert arrow_storage._with_one_request_uploads("gs://b/p") == "gs://b/p"
 
 
 def test_a_default_spool_of_another_user_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(storage.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(arrow_storage.tempfile, "gettempdir", lambda: str(tmp_path))
     target = tmp_path / "elsewhere"
     target.mkdir()
     os.symlink(target, tmp_path / f"hermes_assets-spool-{os.getuid()}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,78 +34,25 @@ from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
-from hermes_assets.lib.warehouse import day_merge, hosts, local_files, partition_file, read_marks
-from hermes_assets.lib.warehouse.day_merge import PreparedWrite
+from hermes_assets.lib.warehouse import day_merge, host_layout, hosts, local_files, partition_file, read_marks
+from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
+from hermes_assets.lib.warehouse.day_merge import PreparedWrite, WriteResult
+from hermes_assets.lib.warehouse.host_layout import PART_FILE, REDACTION_STAMP, STAGING, LayoutMove
 from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
 from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.retention import count_source_deleted
-from hermes_assets.lib.warehouse.storage import open_storage
+from hermes_assets.lib.warehouse.storage import LocalStorage, Storage
 
 log = get_logger()
 
 
-PART_FILE = "part-0.parquet"
-#: staged days, under the spool (the root of a local warehouse), one folder per host
-STAGING = ".staging"
-#: in a host's staging: its files were moved to the hosts' layout, and whether its ids are
-#: scoped (:meth:`Warehouse.adopt_legacy`)
-LAYOUT_MARK = ".layout-hosts"
-#: in the warehouse root: each host's claim on the unscoped ids, ``host=<label>`` (:meth:`Warehouse.settle_ids`)
-CLAIMS = ".hosts"
-#: what a claim says: tried (the host is settling), held (its ids are unscoped), given up (scoped)
-CLAIM_TRIED, CLAIM_HELD, CLAIM_GIVEN_UP = "trying", "unscoped", "scoped"
-#: the mark's line that records the host's ids (``ids: scoped`` or ``ids: unscoped``)
-_IDS_LINE = "ids: "
-#: in a host's staging: the redaction version every capture file of that host has
-#: (:mod:`~hermes_assets.lib.warehouse.redaction`); a warehouse from before hosts kept it in the spool
-REDACTION_STAMP = ".redaction-version"
-
-
-@dataclass
-class WriteResult:
-    dataset: str
-    day: str
-    path: str
-    rows: int
-    retained: int  # rows kept with source_deleted (this write and earlier ones)
-    dropped: int  # previously written rows removed (fewer parts, policy ignore, moved)
-    bytes: int
-    changed: bool
-    #: the file was already written from a newer read of every store: left alone
-    superseded: bool = False
-    #: rows this write found replaced by another generation of their id (a restored store, D15)
-    replaced: int = 0
-
-    def metadata(self) -> dict:
-        return {
-            "superseded_by_newer_read": self.superseded,
-            "rows_written": self.rows,
-            "rows_retained_source_deleted": self.retained,
-            "rows_replaced": self.replaced,
-            "rows_dropped": self.dropped,
-            "bytes": self.bytes,
-            "path": self.path,
-            "file_changed": self.changed,
-        }
-
-
-@dataclass
-class LayoutMove:
-    """What :meth:`Warehouse.adopt_legacy` moved to this host's folders."""
-
-    files: int = 0
-    rows: int = 0
-    days: set[str] = field(default_factory=set)
-    #: this host's ids are scoped by its label (:meth:`Warehouse.settle_ids`)
-    ids_scoped: bool = False
-
-    def metadata(self) -> dict:
-        return {
-            "layout_files_moved": self.files,
-            "layout_rows_moved": self.rows,
-            "layout_days_moved": len(self.days),
-            "ids_scoped_by_host": self.ids_scoped,
-        }
+def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:
+    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`. ``owner``: the host
+    whose temp files this storage writes and may clean up (:func:`local_files.temp_name`)."""
+    scheme = urlparse(uri).scheme
+    if len(scheme) > 1:  # "C:\\x" is a path
+        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes, owner=owner)
+    return LocalStorage(uri, modes=modes, owner=owner)
 
 
 class Warehouse:
@@ -185,7 +132,7 @@ class Warehouse:
         """The day's file as a user names it: a local path, or a URI (``s3://bucket/key``)."""
         return self.storage.location(self.path(dataset, day))
 
-    def _files(self, dataset: str) -> list[tuple[str, str | None]]:
+    def files(self, dataset: str) -> list[tuple[str, str | None]]:
         """``(day, host)`` of every partition file of ``dataset`` (host None: a derived
         dataset's file, or a captured day not yet moved to its host's folder)."""
         out: list[tuple[str, str | None]] = []
@@ -201,13 +148,13 @@ class Warehouse:
 
     def days(self, dataset: str) -> list[str]:
         """The days with a file of ``dataset``, any host's."""
-        return sorted({day for day, _ in self._files(dataset)})
+        return sorted({day for day, _ in self.files(dataset)})
 
     def own_days(self, dataset: str) -> list[str]:
         """The days with a file of this host's (every day of a derived dataset)."""
         if dataset not in CAPTURE_DATASETS:
             return self.days(dataset)
-        return sorted({day for day, host in self._files(dataset) if host == self.host})
+        return sorted({day for day, host in self.files(dataset) if host == self.host})
 
     def hosts(self, dataset: str, day: str) -> list[str]:
         """The hosts with a file of a captured dataset's day."""
@@ -284,175 +231,21 @@ class Warehouse:
         with self.storage.lock(key if dataset not in CAPTURE_DATASETS else f"{key}/{hosts.folder(self.host)}"):
             yield
 
-    # -- the layout of several hosts (:mod:`.hosts`) ------------------------------
-
-    def _layout_mark(self) -> str:
-        return os.path.join(self.staging_root, LAYOUT_MARK)
+    # -- the layout of several hosts (:mod:`.hosts`, :mod:`.host_layout`) -----------
 
     def adopt_legacy(self) -> LayoutMove:
-        """Move every captured day still in the layout from before hosts had their own files
-        (``day=<day>/part-0.parquet``) to this host's folder, its rows unchanged but for
-        their ``host`` (this one), its read marks with it. Idempotent, and safe to kill: the
-        host's file is written before the old one goes (a reader's glob of the hosts' files
-        never sees both), and a host file already there wins. Checked once per host: a mark
-        in the spool says the move is done."""
-        moved = LayoutMove()
-        mark = self._layout_mark()
-        recorded = self._recorded_ids(mark)
-        if recorded is not None:
-            os.chmod(mark, self.modes.file)  # private again, whatever an older umask left
-            self._fix_claim_modes()
-            moved.ids_scoped = recorded
-            return moved
-        self._adopt_legacy_spool()
-        legacy = {dataset: sorted({d for d, h in self._files(dataset) if h is None}) for dataset in CAPTURE_DATASETS}
-        moved.ids_scoped = self.settle_ids(legacy=any(legacy.values()))
-        for dataset in CAPTURE_DATASETS:
-            for day in legacy[dataset]:
-                moved.files += 1
-                moved.rows += self._adopt_day(dataset, day)
-                moved.days.add(day)
-        if moved.files:
-            log.warning(
-                "hermes.warehouse.layout_moved",
-                host=self.host,
-                files=moved.files,
-                rows=moved.rows,
-                days=len(moved.days),
-                layout=f"<dataset>/day=<day>/{hosts.folder(self.host)}/{PART_FILE}",
-            )
-        self.storage.make_spool_dirs(os.path.dirname(mark))
-        ids_line = _IDS_LINE + (CLAIM_GIVEN_UP if moved.ids_scoped else CLAIM_HELD)
-        with local_files.open_private(mark, self.modes.file) as f:
-            f.write(f"day=<day>/host=<label>/part-0.parquet\n{ids_line}\n".encode())
-        return moved
+        """Move the days of a warehouse from before hosts had their own files to this host's
+        folders, once (:func:`~hermes_assets.lib.warehouse.host_layout.adopt_legacy`)."""
+        return host_layout.adopt_legacy(self)
 
-    @staticmethod
-    def _recorded_ids(mark: str) -> bool | None:
-        """Whether the mark says this host's ids are scoped (None: no mark, or none that says)."""
-        try:
-            with open(mark, encoding="ascii") as f:
-                lines = f.read().splitlines()
-        except (FileNotFoundError, UnicodeDecodeError):
-            return None
-        said = [line[len(_IDS_LINE) :] for line in lines if line.startswith(_IDS_LINE)]
-        return None if not said or said[-1] not in (CLAIM_HELD, CLAIM_GIVEN_UP) else said[-1] == CLAIM_GIVEN_UP
-
-    # -- ids across hosts -----------------------------------------------------------
-
-    def _claim_path(self, host: str | None = None) -> str:
-        return self.storage.join(self.root, CLAIMS, hosts.folder(host or self.host))
-
-    def _fix_claim_modes(self) -> None:
-        """The claims' folder and this host's claim get the modes again (a local warehouse)."""
-        if not self.storage.local:
-            return
-        own = self.storage.location(self._claim_path())
-        folder = os.path.dirname(own)
-        if os.path.isdir(folder):
-            local_files.chmod_dir(folder, self.modes)
-        if os.path.isfile(own):
-            os.chmod(own, self.modes.file)
-
-    def _put_claim(self, state: str) -> None:
-        path = self._claim_path()
-        if self.storage.local:
-            local_files.make_dirs(os.path.dirname(self.storage.location(path)), self.modes, self.root)
-        self.storage.put(path, pa.py_buffer(f"{state}\n".encode()))
+    def settle_ids(self, *, legacy: bool = False) -> bool:
+        """Whether this host's ids are scoped by its label
+        (:func:`~hermes_assets.lib.warehouse.host_layout.settle_ids`)."""
+        return host_layout.settle_ids(self, legacy=legacy)
 
     def claims(self) -> dict[str, str]:
         """Every host's claim on the unscoped ids: label -> what it says."""
-        out = {}
-        for found in self.storage.files_under(self.storage.join(self.root, CLAIMS), depth=1):
-            label = hosts.label_of(found.path)
-            data = None if label is None else self.storage.read_bytes(self._claim_path(label))
-            if label is not None and data is not None:
-                out[label] = data.to_pybytes().decode("ascii", "replace").strip()
-        return out
-
-    def settle_ids(self, *, legacy: bool = False) -> bool:
-        """Whether this host's ids are scoped by its label (``<host>:<sid>``), settled once per
-        host and kept: a row's id never changes with a later run.
-
-        At most one host of a warehouse keeps the unscoped ids (``<sid>``, as a single host
-        always had them), so every id stays unique across hosts whose Hermes session ids
-        collide, whether their labels were set or not:
-
-        * the host that moves a warehouse from before (``legacy``: its files, its rows
-          byte-identical) holds them, whatever its label;
-        * a host whose label was set (``HERMES_ASSETS_HOST``) scopes its ids;
-        * a host whose label is its hostname holds them when it is first: it writes its claim
-          (``.hosts/host=<label>``), then lists the claims, and holds them only when it finds
-          no other host's claim that tried or holds, and no file from before. Of two hosts
-          settling at once, at most one finds none (the second to list sees the first's
-          claim): at worst both scope their ids, never neither.
-
-        A host's own settled claim, found again (its spool lost: a reboot), says the same.
-        """
-        own = self.claims().get(self.host)
-        if own in (CLAIM_HELD, CLAIM_GIVEN_UP):
-            return own == CLAIM_GIVEN_UP
-        if legacy:
-            self._put_claim(CLAIM_HELD)
-            return False
-        if self.host_named:
-            self._put_claim(CLAIM_GIVEN_UP)
-            return True
-        self._put_claim(CLAIM_TRIED)
-        others = {h: c for h, c in self.claims().items() if h != self.host and c != CLAIM_GIVEN_UP}
-        scoped = bool(others)
-        self._put_claim(CLAIM_GIVEN_UP if scoped else CLAIM_HELD)
-        log.info("hermes.warehouse.ids_settled", host=self.host, scoped=scoped, other_claims=sorted(others))
-        return scoped
-
-    def _adopt_legacy_spool(self) -> None:
-        """What a warehouse from before kept in its spool becomes this host's, with its files:
-        the redaction stamp (it vouched for the files this host now owns) and the staging
-        folders of its runs (``.staging/<run id>``: swept, purged and re-executed from here)."""
-        spool = self.storage.spool
-        self.storage.make_spool_dirs(self.staging_root)
-        legacy_stamp = os.path.join(spool, REDACTION_STAMP)
-        if os.path.isfile(legacy_stamp) and not os.path.exists(self.redaction_stamp):
-            with contextlib.suppress(FileNotFoundError):  # another host took it meanwhile
-                os.replace(legacy_stamp, self.redaction_stamp)
-        staging = os.path.join(spool, STAGING)
-        try:
-            entries = list(os.scandir(staging))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith(hosts.PREFIX):
-                target = os.path.join(self.staging_root, entry.name)
-                if not os.path.exists(target):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.replace(entry.path, target)
-
-    def _adopt_day(self, dataset: str, day: str) -> int:
-        """Move one legacy day file to this host's folder (see :meth:`adopt_legacy`); its rows."""
-        legacy = self.legacy_path(dataset, day)
-        with self.day_lock(dataset, day):
-            data = self.storage.read_bytes(legacy)
-            if data is None:
-                return 0
-            rows = 0
-            if not self.storage.exists(self.path(dataset, day)):
-                table = partition_file.decode(dataset, data)
-                idx = table.schema.get_field_index("host")
-                column = pa.repeat(pa.scalar(self.host, pa.string()), table.num_rows)
-                table = table.set_column(idx, table.schema.field(idx), column)
-                # the same redaction version as the old file: its cells are what they were
-                version = partition_file.redaction_version(data)
-                self.storage.put(self.path(dataset, day), partition_file.encode(dataset, table, version))
-                rows = table.num_rows
-            old_marks = self.storage.join(self.day_dir(dataset, day), read_marks.READ_AT_FILE)
-            marks = self.storage.read_bytes(old_marks)
-            if marks is not None:
-                if not self.storage.exists(self._marks_path(dataset, day)):
-                    self.storage.put(self._marks_path(dataset, day), marks)
-                self.storage.delete(old_marks)
-            self.storage.delete(legacy)
-            self.fix_modes(dataset, day)
-        return rows
+        return host_layout.claims(self)
 
     # -- modes (D16) -------------------------------------------------------------
 
@@ -466,7 +259,7 @@ class Warehouse:
         (the purge job: days it did not rewrite included)."""
         tops = [self.staging_root]
         local_files.chmod_dir(os.path.dirname(self.staging_root), self.modes)  # the hosts' staging folder
-        self._fix_claim_modes()
+        host_layout.fix_claim_modes(self)
         stamp = self.redaction_stamp
         if os.path.isfile(stamp):
             os.chmod(stamp, self.modes.file)
@@ -550,35 +343,7 @@ class Warehouse:
         path = self.path(dataset, day)
         if prepared.stores != {f.path for f in fresh} or not self.storage.still_current(path, prepared.pin):
             return None
-        location = self.location(dataset, day)
-        if prepared.rows == 0:
-            self.storage.delete(path)
-            return WriteResult(dataset, day, location, 0, 0, prepared.dropped, 0, True, replaced=prepared.replaced)
-        if prepared.file is not None:
-            try:
-                self.storage.put_file(path, prepared.file)
-            except FileNotFoundError:  # removed by a purge meanwhile: merge again
-                return None
-        log.info(
-            "hermes.warehouse.day_written",
-            dataset=dataset,
-            day=day,
-            rows=prepared.rows,
-            retained=prepared.retained,
-            dropped=prepared.dropped,
-            changed=prepared.changed,
-        )
-        return WriteResult(
-            dataset,
-            day,
-            location,
-            prepared.rows,
-            prepared.retained,
-            prepared.dropped,
-            prepared.bytes,
-            prepared.changed,
-            replaced=prepared.replaced,
-        )
+        return day_merge.commit(self.storage, dataset, day, path, self.location(dataset, day), prepared)
 
     def _merge_and_replace(
         self, dataset: str, day: str, new: dict[str, pa.Table | str], fresh: list[StoreFacts]
@@ -672,11 +437,11 @@ class Warehouse:
 
     # -- read marks: per store, a small file beside the data ----------------------------
 
-    def _marks_path(self, dataset: str, day: str) -> str:
+    def marks_path(self, dataset: str, day: str) -> str:
         return self.storage.join(self.file_dir(dataset, day), read_marks.READ_AT_FILE)
 
     def _read_marks(self, dataset: str, day: str) -> dict[str, float]:
-        return read_marks.parse(self.storage.read_bytes(self._marks_path(dataset, day)))
+        return read_marks.parse(self.storage.read_bytes(self.marks_path(dataset, day)))
 
     def _write_marks(self, dataset: str, day: str, marks: dict[str, float]) -> None:
-        self.storage.put(self._marks_path(dataset, day), read_marks.render(marks), durable=False)
+        self.storage.put(self.marks_path(dataset, day), read_marks.render(marks), durable=False)

@@ -20,12 +20,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from hermes_assets.lib import schemas
+from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.warehouse import partition_file, staging
 from hermes_assets.lib.warehouse.local_files import open_private
 from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.retention import CarriedOver, carry_over, count_source_deleted
-from hermes_assets.lib.warehouse.storage import Pin
+from hermes_assets.lib.warehouse.storage import Pin, Storage
+
+log = get_logger()
 
 
 @dataclass(frozen=True)
@@ -99,4 +102,68 @@ def prepare(
         data.size,
         changed,
         stage_as if changed else None,
+    )
+
+
+@dataclass
+class WriteResult:
+    dataset: str
+    day: str
+    path: str
+    rows: int
+    retained: int  # rows kept with source_deleted (this write and earlier ones)
+    dropped: int  # previously written rows removed (fewer parts, policy ignore, moved)
+    bytes: int
+    changed: bool
+    #: the file was already written from a newer read of every store: left alone
+    superseded: bool = False
+    #: rows this write found replaced by another generation of their id (a restored store, D15)
+    replaced: int = 0
+
+    def metadata(self) -> dict:
+        return {
+            "superseded_by_newer_read": self.superseded,
+            "rows_written": self.rows,
+            "rows_retained_source_deleted": self.retained,
+            "rows_replaced": self.replaced,
+            "rows_dropped": self.dropped,
+            "bytes": self.bytes,
+            "path": self.path,
+            "file_changed": self.changed,
+        }
+
+
+def commit(
+    storage: Storage, dataset: str, day: str, path: str, location: str, prepared: PreparedWrite
+) -> WriteResult | None:
+    """Put a prepared file of ``dataset``'s ``day`` in place at ``path`` (the caller holds the
+    day's lock and checked that the file is still the one the merge read); None when it was
+    removed meanwhile."""
+    if prepared.rows == 0:
+        storage.delete(path)
+        return WriteResult(dataset, day, location, 0, 0, prepared.dropped, 0, True, replaced=prepared.replaced)
+    if prepared.file is not None:
+        try:
+            storage.put_file(path, prepared.file)
+        except FileNotFoundError:  # removed by a purge meanwhile: merge again
+            return None
+    log.info(
+        "hermes.warehouse.day_written",
+        dataset=dataset,
+        day=day,
+        rows=prepared.rows,
+        retained=prepared.retained,
+        dropped=prepared.dropped,
+        changed=prepared.changed,
+    )
+    return WriteResult(
+        dataset,
+        day,
+        location,
+        prepared.rows,
+        prepared.retained,
+        prepared.dropped,
+        prepared.bytes,
+        prepared.changed,
+        replaced=prepared.replaced,
     )

@@ -28,7 +28,8 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.redact import KEEP_COLUMNS, REDACTION_VERSION, Redactor
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.warehouse import partition_file
-from hermes_assets.lib.warehouse.datasets import REDACTION_STAMP, Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.host_layout import REDACTION_STAMP
 
 log = get_logger()
 
