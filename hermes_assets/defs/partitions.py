@@ -12,7 +12,7 @@ a store with older sessions added to a folder of stores, a session begun just
 before midnight when Dagster started on an empty store) is captured at once,
 with no reload: every run loads the definitions afresh, so in a run the first
 day is already that older day (its sessions are in a store), and the sensor
-requests it as a run of that one day (:meth:`Days.before_first`). The loaded
+requests the tick's older days in one run of their own (:meth:`Days.before_first`). The loaded
 definitions, the UI's partitions page among them, show the day from their next
 load; from then on the start stays there, since the captured day counts (a
 local warehouse). With ``HERMES_ASSETS_START_DATE`` set, a day before it stays

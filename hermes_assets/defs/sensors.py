@@ -10,12 +10,13 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
-A changed day older than the first partition (history restored or added while Dagster
-runs; :meth:`~hermes_assets.defs.partitions.Days.before_first`) is requested at once as a run
-of that one day, never part of a ranged run, which names its partition itself and also
-computes the day's analytics: the run loads the definitions afresh and has the day as a
-partition, while the definitions loaded here, and the automation sensor's, lack it until
-their next load.
+The changed days older than the first partition (history restored or added while Dagster
+runs; :meth:`~hermes_assets.defs.partitions.Days.before_first`) are requested at once, all of
+a tick's in one run of their own (ranged from the oldest to the newest when there are several:
+a run per day would wait its turn in the queue behind every other), which names its
+partitions itself and also computes the days' analytics: the run loads the definitions
+afresh and has the days as partitions, while the definitions loaded here, and the
+automation sensor's, lack them until their next load.
 
 A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
@@ -64,8 +65,8 @@ log = get_logger()
 #: the sensor's target: the three datasets, which the UI shows by their names (a selection that
 #: also subtracts a check has no such form: the UI would show its Python repr)
 CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
-#: the analytics of a day older than the first partition run in that day's capture run: the
-#: automation sensor sees the partitions of the loaded definitions only, which lack that day
+#: the analytics of the days older than the first partition run in those days' capture run: the
+#: automation sensor sees the partitions of the loaded definitions only, which lack those days
 ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
 #: the sensor's target as the UI shows it (the keys by name: a selection that subtracts a check
 #: has no such form, the UI would show its Python repr)
@@ -94,7 +95,7 @@ def state_sensor(poll_seconds: int, max_runs: int, days: Days) -> dg.SensorDefin
         "otherwise one run per UTC day whose sessions or messages changed (SPEC §8). A day whose run "
         "failed is requested again, with backoff, until a run of it succeeds. A day older than the first "
         "partition (history restored or added while Dagster runs) is captured at once, with its analytics, "
-        "in a run of its own; it shows as a partition from the next load of the definitions.",
+        "in one run with the tick's other such days; it shows as a partition from the next load of the definitions.",
     )
     def hermes_state_sensor(
         context: dg.SensorEvaluationContext, hermes: HermesStores
@@ -140,8 +141,8 @@ def _tick(
             "hermes.sensor.older_history",
             days=plan.early,
             first_partition=days.first(),
-            note="each day precedes the first partition and is requested as a run of its own day, which loads "
-            "the definitions afresh (the partitions page shows it from the next load)",
+            note="these days precede the first partition and are requested together in one run of their own, "
+            "which loads the definitions afresh (the partitions page shows them from the next load)",
         )
     if plan.retried:
         log.warning("hermes.sensor.retry", days=plan.retried)
@@ -182,15 +183,16 @@ def run_requests(requests: list[tuple[str, str]], max_runs: int, days: Days) -> 
 
 def _run_request(run_days: list[str], run_key: str, partitions: Days) -> dg.RunRequest:
     days = run_days
-    if len(days) == 1 and not partitions.partitions.has_partition_key(days[0]):
-        # history older than the first partition (Days.before_first): the run names its day
-        # itself, as Dagster would, since these definitions do not know it yet (the run's own load
-        # of the definitions does), and computes the day's analytics too; after the live days' runs
-        # in the queue (many such days are many runs)
+    if not partitions.partitions.has_partition_key(days[0]):
+        # history older than the first partition (Days.before_first), all of a tick's such days in
+        # this one run: it names its day, or its range of days, itself, as Dagster would, since
+        # these definitions do not know them yet (the run's own load of the definitions does), and
+        # computes the days' analytics too; after the live days' runs in the queue
+        span = {PARTITION_TAG: days[0]} if len(days) == 1 else {RANGE_START_TAG: days[0], RANGE_END_TAG: days[-1]}
         return dg.RunRequest(
-            partition_key=days[0],
+            partition_key=days[0] if len(days) == 1 else None,
             run_key=run_key,
-            tags={**TRIGGER_TAG, PARTITION_TAG: days[0], PRIORITY_TAG: OLDER_DAY_PRIORITY},
+            tags={**TRIGGER_TAG, **span, PRIORITY_TAG: OLDER_DAY_PRIORITY},
             asset_selection=CAPTURE_KEYS + ANALYTICS_KEYS,
             asset_check_keys=CAPTURE_CHECKS,
         )

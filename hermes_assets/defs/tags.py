@@ -11,8 +11,8 @@ TRIGGER_TAG = {"hermes/trigger": "sensor"}
 #: the partition of a run, as Dagster tags it (the sensor sets it itself on the run of a day the
 #: loaded partitions lack: defs/partitions.Days.before_first)
 PARTITION_TAG = "dagster/partition"
-#: Dagster's run queue starts the runs of higher priority first (default 0): the run of a day
-#: older than the first partition has -1, so that a restored history of many days, one run each,
+#: Dagster's run queue starts the runs of higher priority first (default 0): the run of the days
+#: older than the first partition has -1, so that a restored history (one run, however long)
 #: never holds the live days' captures behind it in the queue
 PRIORITY_TAG = "dagster/priority"
 OLDER_DAY_PRIORITY = "-1"

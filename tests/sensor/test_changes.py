@@ -154,28 +154,31 @@ def _three_days(tmp_path):
     return Store(str(db))
 
 
-def test_history_older_than_the_first_partition_is_requested_at_once_one_run_a_day(tmp_path):
+def test_history_older_than_the_first_partition_is_requested_at_once_in_one_run(tmp_path):
     """Days before the first partition that a run can capture (the first day follows the history)
-    are requested on the tick that sees them, each in a run of its own, never a ranged run and
-    never kept pending; days after the last partition still wait."""
+    are requested on the tick that sees them, all in one run of their own (ranged from the oldest
+    to the newest), apart from the other days' runs and never kept pending; days after the last
+    partition still wait."""
     store = _three_days(tmp_path)
     C = "2026-06-03"
     plan = watch.plan_tick([store], None, is_partition=lambda d: d == C, before_first=lambda d: d < C, max_runs=2)
     assert [d for d, _ in plan.requests] == [C, B, A] and plan.early == [A, B]
-    assert sorted(days for days, _ in plan.runs) == [[A], [B], [C]]
-    assert all(key.startswith(days[0] + "@") for days, key in plan.runs)
+    assert sorted(days for days, _ in plan.runs) == [[A, B], [C]]
+    keys = dict((tuple(days), key) for days, key in plan.runs)
+    assert keys[(A, B)].startswith(f"{A}...{B}@") and keys[(C,)].startswith(C + "@")
     assert plan.pending == {} and plan.counts()["days_before_first_partition"] == 2
     # the same tick without it (HERMES_ASSETS_START_DATE set): kept pending, as before
     kept = watch.plan_tick([store], None, is_partition=lambda d: d == C)
     assert [d for d, _ in kept.requests] == [C] and set(kept.pending) == {A, B} and kept.early == []
 
 
-def test_many_older_days_are_requested_max_runs_a_tick_newest_first(tmp_path):
+def test_older_days_past_max_runs_are_still_one_run_of_that_tick(tmp_path):
+    """However many older days a tick finds, they make one run at once (no day waits a tick):
+    a run per day would wait its turn in the queue behind every other."""
     store = _three_days(tmp_path)
     first = watch.plan_tick([store], None, is_partition=lambda d: False, before_first=lambda d: True, max_runs=2)
-    assert first.early == [B, "2026-06-03"] and set(first.pending) == {A}
-    assert [len(days) for days, _ in first.runs] == [1, 1]
-    second = watch.plan_tick(
-        [store], first.cursor_json, is_partition=lambda d: False, before_first=lambda d: True, max_runs=2
-    )
-    assert second.early == [A] and second.pending == {}
+    assert first.early == [A, B, "2026-06-03"] and first.pending == {}
+    assert [days for days, _ in first.runs] == [[A, B, "2026-06-03"]]
+    # one day alone: a run of that day
+    alone = watch.plan_tick([store], None, is_partition=lambda d: d != A, before_first=lambda d: d == A, max_runs=2)
+    assert [days for days, _ in alone.runs if A in days] == [[A]]

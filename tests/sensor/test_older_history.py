@@ -7,11 +7,12 @@ watching a folder of stores (``HERMES_STATE_DB``), ``HERMES_ASSETS_START_DATE`` 
 
 1. Dagster starts on an empty store; then Hermes writes sessions begun just
    before midnight of the previous UTC day;
-2. a second store, with older history (days before that), is added to the folder.
+2. a second store, with older history (three days before that), is added to the folder.
 
 Each day reaches the warehouse within the normal bound (3 sensor intervals plus the
 run), while the loaded definitions keep their first partition (today): nobody
-reloaded anything; the runs of those days computed their analytics too. A fresh load
+reloaded anything; the older days of a tick came in one run (a run a day would wait
+its turn in the queue behind the others), which computed their analytics too. A fresh load
 (the CLI) then has them as partitions: a ranged backfill over every day writes the same
 files. Stores are written by Hermes's own ``SessionDB``.
 """
@@ -32,6 +33,7 @@ from hermes_assets.lib.analytics.daily import TOOLS, USAGE
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.sensor.harness import DAGSTER, REPO, copy_instance_config, free_port, kill_group, project_env, start
 from tests.support.hermes_writer import HermesWriter
+from tests.support.hosts import HOST_DIR
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -72,7 +74,7 @@ def _loaded_partitions(port: int, proc, log: Path, timeout_s: float = 180) -> li
 
 
 def _session_ids(warehouse: Path, day: str) -> set[str]:
-    path = warehouse / SESSIONS / f"day={day}" / "part-0.parquet"
+    path = warehouse / SESSIONS / f"day={day}" / HOST_DIR / "part-0.parquet"
     if not path.exists():
         return set()
     return set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
@@ -83,7 +85,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _captured(warehouse: Path, day: str) -> bool:
-    return all((warehouse / d / f"day={day}" / "part-0.parquet").exists() for d in DATASETS)
+    return all((warehouse / d / f"day={day}" / HOST_DIR / "part-0.parquet").exists() for d in DATASETS)
 
 
 def _write_day(db: Path, home: Path, at_s: float, sids: list[str]) -> None:
@@ -120,11 +122,21 @@ def _sensor_runs_ended(dagster_home: Path, proc, log: Path, timeout_s: float = 1
     raise AssertionError(f"sensor runs still in flight after {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
+def _span(tags) -> tuple[str, str]:
+    """The first and last day of a run (one day, or a range)."""
+    one = tags.get("dagster/partition")
+    return (
+        (one, one) if one else (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"])
+    )
+
+
 def test_older_history_is_captured_with_no_reload(tmp_path):
     dagster_home, warehouse, stores = tmp_path / "dagster_home", tmp_path / "warehouse", tmp_path / "stores"
     copy_instance_config(dagster_home)
     today = dt.datetime.now(dt.UTC).date()
     yesterday, older = today - dt.timedelta(days=1), today - dt.timedelta(days=6)
+    #: the added store's days: the oldest, a day without sessions, two more
+    added = {older: 6, older + dt.timedelta(days=2): 4, older + dt.timedelta(days=3): 3}
     midnight = dt.datetime.combine(today, dt.time(), dt.UTC).timestamp()
 
     # an empty store: Hermes created it (schema, no session yet)
@@ -151,12 +163,16 @@ def test_older_history_is_captured_with_no_reload(tmp_path):
 
         # 2. a second store with older history, added to the folder of stores (moved in whole)
         staged = tmp_path / "restore" / "desktop" / "state.db"
-        _write_day(staged, staged.parent, midnight - 6 * 86400 + 3600, ["old-1", "old-2", "old-3"])
+        for ago in added.values():
+            _write_day(staged, staged.parent, midnight - ago * 86400 + 3600, [f"old-{ago}-1", f"old-{ago}-2"])
         for extra in ("-wal", "-shm"):
             assert not staged.with_name(staged.name + extra).exists()  # closed: the file is whole
         t2 = time.time()
         staged.parent.rename(stores / "desktop")
-        lag_older = _wait_captured(warehouse, older.isoformat(), {"old-1", "old-2", "old-3"}, t2, proc, log)
+        lag_older = max(
+            _wait_captured(warehouse, day.isoformat(), {f"old-{ago}-1", f"old-{ago}-2"}, t2, proc, log)
+            for day, ago in added.items()
+        )
 
         records = _sensor_runs_ended(dagster_home, proc, log)
         # nobody reloaded: the loaded definitions still start today
@@ -165,16 +181,20 @@ def test_older_history_is_captured_with_no_reload(tmp_path):
         kill_group(proc)
 
     instance = dg.DagsterInstance.from_config(str(dagster_home))
-    by_day = {r.dagster_run.tags.get("dagster/partition"): r.dagster_run for r in records}
-    assert {yesterday.isoformat(), older.isoformat()} <= set(by_day), sorted(by_day)
-    failed = [(r.dagster_run.tags.get("dagster/partition"), r.dagster_run.status) for r in records]
+    spans = [_span(r.dagster_run.tags) for r in records]
+    assert (yesterday.isoformat(), yesterday.isoformat()) in spans, spans
+    # the added store's days in one ranged run, over the day without sessions too
+    newest = max(added).isoformat()
+    assert [s for s in spans if s[0] < yesterday.isoformat()] == [(older.isoformat(), newest)], spans
+    failed = [(_span(r.dagster_run.tags), r.dagster_run.status) for r in records]
     assert all(status == dg.DagsterRunStatus.SUCCESS for _, status in failed), failed
     # the runs of the older days computed their analytics too (the automation sensor sees only the
     # partitions of the loaded definitions)
-    for dataset in ANALYTICS:
+    older_days = {(older + dt.timedelta(days=n)).isoformat() for n in range(4)}
+    for dataset in (*DATASETS, *ANALYTICS):
         done = instance.get_materialized_partitions(dg.AssetKey(dataset))
-        assert {yesterday.isoformat(), older.isoformat()} <= done, (dataset, sorted(done))
-    for day in (yesterday, older):  # (a day without tool calls has no hermes_daily_tools rows, hence no file)
+        assert {yesterday.isoformat()} | older_days <= done, (dataset, sorted(done))
+    for day in (yesterday, *added):  # (a day without tool calls has no hermes_daily_tools rows, hence no file)
         assert (warehouse / USAGE / f"day={day.isoformat()}" / "part-0.parquet").exists(), day
 
     # a fresh load of the definitions starts at the older day: a ranged backfill by the CLI over

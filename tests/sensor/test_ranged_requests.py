@@ -117,3 +117,26 @@ def test_a_day_before_the_first_partition_is_a_run_naming_its_day_with_its_analy
         "hermes_messages",
         "ai_gateway_messages_hermes",
     }
+
+
+def test_the_days_before_the_first_partition_are_one_ranged_run_naming_its_range_with_their_analytics():
+    """Several days older than the first partition (one tick's): one ranged run over them, which
+    names its range itself (the loaded definitions lack those days), computes their analytics and
+    waits behind the live days' runs in the queue."""
+    assert suite_days().first() > "2020-01-05"
+    (request,) = run_requests(
+        [("2020-01-05", "bbbbbbbbbbbb"), ("2020-01-01", "aaaaaaaaaaaa")], max_runs=1, days=suite_days()
+    )
+    assert request.partition_key is None and "dagster/partition" not in request.tags
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (
+        "2020-01-01",
+        "2020-01-05",
+    )
+    assert request.run_key.startswith("2020-01-01...2020-01-05@") and request.tags["dagster/priority"] == "-1"
+    assert {k.to_user_string() for k in request.asset_selection} == {
+        "hermes_sessions",
+        "hermes_messages",
+        "ai_gateway_messages_hermes",
+        "hermes_daily_usage",
+        "hermes_daily_tools",
+    }

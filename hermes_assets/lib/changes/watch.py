@@ -104,7 +104,7 @@ class TickPlan:
     follow: attempts.FollowUp | None = None
     retried: list[str] = field(default_factory=list)  # days requested again after a failed run
     coalesced: list[str] = field(default_factory=list)  # changed days whose queued run will capture them
-    early: list[str] = field(default_factory=list)  # days before the first partition, requested one run each
+    early: list[str] = field(default_factory=list)  # days before the first partition, requested in one run
     failing: list[str] = field(default_factory=list)  # days whose runs keep failing (attempts.FAILING_AFTER)
     failing_before: list[str] = field(default_factory=list)  # the same, as the last tick left it
     unchanged: str | None = None  # the cursor's text, when the tick changed nothing in it
@@ -176,9 +176,10 @@ def plan_tick(
     partitions lack is history older than their first day that a run can
     capture all the same (the run loads the definitions afresh, and they
     start at the earliest session then): such days are requested at once,
-    each in a run of its own (:attr:`TickPlan.early`), never kept waiting for
-    a reload. A store that cannot be read is reported in the
-    plan's scans and keeps its cursor entry; it never stops the other stores.
+    all in one run of their own (:attr:`TickPlan.early`; ranged when there are
+    several), never kept waiting for a reload. A store that cannot be read is
+    reported in the plan's scans and keeps its cursor entry; it never stops the
+    other stores.
     ``outcomes`` looks up how the runs of earlier requests ended
     (:mod:`hermes_assets.lib.changes.attempts`); without it, requests are not followed.
     """
@@ -225,15 +226,18 @@ def plan_tick(
         if is_partition(day):  # e.g. the day after a clock-skewed session became today
             requests[day] = h
             del pending[day]
-    # history older than the first partition: one run per day (never a ranged run), newest first,
-    # at most max_runs a tick; the rest wait in pending for the next ticks
+    # history older than the first partition: every such day of the tick in one run (ranged from the
+    # oldest to the newest when there are several), apart from the other days' runs (it computes its
+    # days' analytics too). One run, never one a day: each run costs a process and a load of the
+    # definitions (10-20 s on a busy machine) and the queue starts at most two of the sensor's runs at
+    # once (dagster.yaml), so a restored history of N days, one run each, would wait N such turns
     early: dict[str, str] = {}
     if before_first is not None:
-        for day in sorted((d for d in pending if before_first(d)), reverse=True)[:max_runs]:
+        for day in sorted((d for d in pending if before_first(d)), reverse=True):
             early[day] = pending.pop(day)
 
     ordered = sorted(requests.items(), reverse=True)
-    runs = run_groups(ordered, max_runs) + [([day], f"{day}@{h}") for day, h in early.items()]
+    runs = run_groups(ordered, max_runs) + (run_groups(sorted(early.items(), reverse=True), 1) if early else [])
     ordered = sorted((requests | early).items(), reverse=True)
     attempts.open_attempts(cursor, runs, wall)
     failing_before, cursor.failing = cursor.failing, attempts.failing(cursor)
