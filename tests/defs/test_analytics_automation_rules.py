@@ -42,7 +42,11 @@ def world(tmp_path, monkeypatch):
     writer.msg(sid, "user", "hello")
     writer.msg(sid, "assistant", "hi")
     (tmp_path / "dagster").mkdir()
-    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    # two runs overlap in this one process (an analytics run on a thread, a capture on the test's):
+    # Dagster's compute-log capture mirrors the process's stdout through a `tail` per run, and the
+    # overlapping mirrors can hold a run's end for a minute under load; these runs need no log files
+    no_log_files = {"module": "dagster._core.storage.noop_compute_log_manager", "class": "NoOpComputeLogManager"}
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"), overrides={"compute_logs": no_log_files})
     try:
         yield cap, writer, sid, instance
     finally:
