@@ -16,7 +16,6 @@ from the final inputs (:func:`hermes_assets.lib.analytics.daily.write_current_da
 import functools
 
 import dagster as dg
-import pyarrow as pa
 
 from hermes_assets.defs.capture_assets import column_schema
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
@@ -89,10 +88,6 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
-def _read_day(inputs: dict[str, DatasetDays], day: str) -> dict[str, pa.Table]:
-    return {name: d.read(day) for name, d in inputs.items()}
-
-
 def _materialize(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str, inputs: dict[str, DatasetDays]
 ) -> dg.MaterializeResult:
@@ -100,7 +95,7 @@ def _materialize(
     wh = warehouse.open()
     files_changed = rows = 0
     for day in context.partition_keys:
-        result, figures = daily.write_current_day(wh, dataset, day, functools.partial(_read_day, inputs, day))
+        result, figures = daily.write_current_day(wh, dataset, day, functools.partial(daily.read_inputs, inputs, day))
         context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
         files_changed += result.changed
         rows += result.rows

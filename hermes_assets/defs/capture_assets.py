@@ -394,7 +394,6 @@ def store_check_specs() -> list[dg.AssetCheckSpec]:
 #: the checks a capture run evaluates: the plan's and the write step's (not ``days_captured``,
 #: which only the sensor reports)
 CAPTURE_CHECKS = sorted(
-    [dg.AssetCheckKey(dg.AssetKey(GATEWAY), name) for name in (RANGE_CHECK, STORES_CHECK)]
-    + [checks.check_key(*check) for check in checks.WRITE_CHECKS],
+    [spec.key for spec in store_check_specs()] + [checks.check_key(*check) for check in checks.WRITE_CHECKS],
     key=lambda k: k.to_user_string(),
 )

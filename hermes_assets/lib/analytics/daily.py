@@ -357,7 +357,11 @@ RECOMPUTE_LIMIT = 8
 
 
 def write_current_day(
-    warehouse: Warehouse, dataset: str, day: str, read: Callable[[], dict[str, pa.Table]]
+    warehouse: Warehouse,
+    dataset: str,
+    day: str,
+    read: Callable[[], dict[str, pa.Table]],
+    first: dict[str, pa.Table] | None = None,
 ) -> tuple[WriteResult, DayFigures]:
     """Compute one analytics day from every host's files (``read``: the day's input tables)
     and replace its file, until the file is known to be computed from the inputs as they are.
@@ -367,12 +371,14 @@ def write_current_day(
     reader ever sees a partial file. Two hosts computing one day at once: the one that
     writes last checks, after its write, that the inputs it read are still the day's
     files (:meth:`Warehouse.day_stamp`), and computes again when they are not; so the
-    last file written is one computed from the final inputs.
+    last file written is one computed from the final inputs. ``first``: the inputs already
+    read for the first computation (``read`` is then called only when they moved).
     """
     inputs = [name for name in INPUTS if name in (USAGE_INPUTS if dataset == USAGE else TOOLS_INPUTS)]
     for attempt in range(1, RECOMPUTE_LIMIT + 1):
         before = [warehouse.day_stamp(name, day) for name in inputs]
-        result, figures = write_day(warehouse, dataset, day, read())
+        tables = first if attempt == 1 and first is not None else read()
+        result, figures = write_day(warehouse, dataset, day, tables)
         if [warehouse.day_stamp(name, day) for name in inputs] == before:
             return result, figures
         log.info("hermes.analytics.inputs_moved", dataset=dataset, day=day, attempt=attempt)
@@ -392,12 +398,13 @@ def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[
     for day in sorted(set(days)):
         wanted = [dataset for dataset in ANALYTICS if day in present[dataset]]
         if wanted:
-            tables = {name: d.read(day) for name, d in inputs.items()}
-
-            def read(day: str = day, first: list | None = None) -> dict[str, pa.Table]:
-                # the day's inputs read once for both datasets; again only when they moved
-                return first.pop() if first else {name: d.read(day) for name, d in inputs.items()}
-
+            read = functools.partial(read_inputs, inputs, day)
+            tables = read()  # read once for both datasets; again only when they moved
             for dataset in wanted:
-                out[dataset].append(write_current_day(warehouse, dataset, day, functools.partial(read, first=[tables])))
+                out[dataset].append(write_current_day(warehouse, dataset, day, read, first=tables))
     return out
+
+
+def read_inputs(inputs: dict[str, DatasetDays], day: str) -> dict[str, pa.Table]:
+    """One day of each input (the columns each reads)."""
+    return {name: d.read(day) for name, d in inputs.items()}
