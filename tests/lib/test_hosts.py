@@ -7,6 +7,7 @@ capturing its own store (written by the real Hermes writer) with the same sessio
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -128,12 +129,18 @@ def test_a_host_joins_the_id_scope_only_when_its_label_is_set():
     assert (single.label, single.host) == ("", "box")  # one host: its ids as they always were
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_two_hosts_write_one_day_and_neither_replaces_the_other(kind, two_hosts, tmp_path):
+def both_capture_the_day(kind, two_hosts, tmp_path):
+    """Each host captures its store's ``DAY`` into one warehouse root: the root, and each host's warehouse."""
     root = tmp_path / "wh"
     wh = {name: open_host(kind, root, name, tmp_path) for name in two_hosts}
     for name, path in two_hosts.items():
         capture_days([store_of(path, name)], wh[name], days=[DAY])
+    return root, wh
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_hosts_write_one_day_and_neither_replaces_the_other(kind, two_hosts, tmp_path):
+    root, wh = both_capture_the_day(kind, two_hosts, tmp_path)
     for dataset in CAPTURE_DATASETS:
         assert sorted(p.parent.name for p in (root / dataset / f"day={DAY}").glob(f"host=*/{PART_FILE}")) == [
             "host=alpha",
@@ -177,13 +184,10 @@ def test_two_hosts_write_one_day_and_neither_replaces_the_other(kind, two_hosts,
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_analytics_of_a_day_are_computed_over_every_host(kind, two_hosts, tmp_path):
-    root = tmp_path / "wh"
-    wh = {name: open_host(kind, root, name, tmp_path) for name in two_hosts}
-    for name, path in two_hosts.items():
-        capture_days([store_of(path, name)], wh[name], days=[DAY])
+    root, wh = both_capture_the_day(kind, two_hosts, tmp_path)
     inputs = {name: DatasetDays(wh["alpha"], name, [DAY], cols) for name, cols in daily.INPUTS.items()}
     _, figures = daily.write_current_day(
-        wh["alpha"], daily.USAGE, DAY, lambda: {n: d.read(DAY) for n, d in inputs.items()}
+        wh["alpha"], daily.USAGE, DAY, functools.partial(daily.read_inputs, inputs, DAY)
     )
     assert figures.totals["sessions"] == 4 and figures.totals["tool_calls"] == 2
     # the same as a recomputation from each host's own files put together
@@ -194,7 +198,7 @@ def test_the_analytics_of_a_day_are_computed_over_every_host(kind, two_hosts, tm
     assert wh["beta"].read(daily.USAGE, DAY) == daily.daily_usage(DAY, own[SESSIONS], own[MESSAGES], own[GATEWAY]).table
     # the other host computing it again leaves the same file
     before = (root / daily.USAGE / f"day={DAY}" / PART_FILE).read_bytes()
-    daily.write_current_day(wh["beta"], daily.USAGE, DAY, lambda: {n: d.read(DAY) for n, d in inputs.items()})
+    daily.write_current_day(wh["beta"], daily.USAGE, DAY, functools.partial(daily.read_inputs, inputs, DAY))
     assert (root / daily.USAGE / f"day={DAY}" / PART_FILE).read_bytes() == before
 
 
