@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -37,16 +38,19 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import re2  # type: ignore[import-untyped]
 
+from hermes_assets.lib.redaction.rule_matcher import RuleMatcher
+from hermes_assets.lib.redaction.rule_set import load_rule_set
 from hermes_assets.lib.redaction.rules import (
     ASSIGN_COLON,
     ASSIGN_EQ,
     ASSIGN_YAML,
+    ASSIGNMENT_SCREEN,
     HEADER_NAMES,
     MARKER_PREFIX,
     NAME_HINTS,
     PATTERNS,
-    RE2_SCREENS,
     Pattern,
     name_says_secret,
     re2_literal,
@@ -65,6 +69,31 @@ def marker(kind: str, digest: str) -> str:
     return f"{MARKER_PREFIX}{kind}:{digest}]"
 
 
+#: a marker written before: never a secret, never inside one
+MARKER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
+
+
+def rule_matcher(cache_dir: str | None = None) -> RuleMatcher:
+    """The maintained rules compiled, once per process (``cache_dir``: where their file is kept)."""
+    rule_set = load_rule_set(cache_dir)
+    found = _matchers.get(rule_set.digest)
+    if found is None:
+        found = _matchers[rule_set.digest] = RuleMatcher(rule_set)
+    return found
+
+
+_matchers: dict[str, RuleMatcher] = {}
+
+
+def screen_pattern(matcher: RuleMatcher, values: list[str] | tuple[str, ...] = ()) -> str:
+    """The one RE2 search every cell a rule could redact matches, built from the rules themselves:
+    the maintained rules' keywords (case-insensitively, as Betterleaks screens them), each of our
+    patterns' screen, the assignments' screen, and the ``.env`` values as literals."""
+    keywords = "(?i:" + "|".join(re2_literal(k) for k in matcher.keywords) + ")"
+    ours = [p.re2_screen for p in PATTERNS]
+    return "|".join([keywords, *ours, ASSIGNMENT_SCREEN, *(re2_literal(v) for v in values)])
+
+
 # -- the redactor ------------------------------------------------------------------
 
 
@@ -77,7 +106,8 @@ class RedactionConfig:
     env_files: tuple[str, ...] = ()
 
     def redactor(self) -> Redactor:
-        return Redactor(load_key(self.key_path), env_values(self.env_files))
+        matcher = rule_matcher(os.path.dirname(os.path.abspath(self.key_path)))
+        return Redactor(load_key(self.key_path), env_values(self.env_files), rules=matcher)
 
 
 @dataclass
@@ -91,9 +121,13 @@ class Redactor:
     counts: Counter = field(default_factory=Counter)
     where: Where = field(default_factory=Where)
     sightings: Sightings = field(default_factory=Sightings)
+    #: the maintained rules (:mod:`.rule_set`), compiled
+    rules: RuleMatcher = field(default_factory=rule_matcher, repr=False)
 
     def __post_init__(self) -> None:
         self._digests: dict[str, str] = {}
+        #: a secret's kind, once known: one kind per secret, wherever it appears
+        self._kinds: dict[str, str] = {}
         #: inside a JSON cell: the path of the string being redacted
         self._path: list[str] = []
         self._values = [
@@ -107,9 +141,8 @@ class Redactor:
             )
             for v in self.values
         ]
-        self._hints = tuple(sorted({h for p in PATTERNS for h in p.hints}))
-        self._screens = tuple(p.screen for p in PATTERNS if p.screen is not None)
-        self._re2 = "|".join([*RE2_SCREENS, *(re2_literal(v) for v in self.values)])
+        self._re2 = screen_pattern(self.rules, self.values)
+        self._screen = re2.compile(self._re2, _screen_options())
 
     def __reduce__(self):  # never pickled with its key and values
         raise TypeError("a Redactor is not pickled: send its RedactionConfig")
@@ -172,20 +205,17 @@ class Redactor:
     # -- the screen ---------------------------------------------------------------
 
     def screen(self, text: str) -> bool:
-        """Whether ``text`` may hold a secret (False: it certainly holds none)."""
-        for hint in self._hints:
-            if hint in text:
-                return True
-        if ":" in text:
-            for screen in self._screens:
-                if screen.search(text):
-                    return True
-        if "=" in text or ":" in text:
-            low = text.lower()
-            for hint in NAME_HINTS:
-                if hint in low:
-                    return True
-        return any(value in text for value in self.values)
+        """Whether ``text`` may hold a secret (False: it certainly holds none): the column
+        screen's search (:func:`screen_pattern`), on one text."""
+        return self._screen.search(text) is not None
+
+    def kind_of(self, secret: str, found_as: str) -> str:
+        """The kind a secret's marker names: the most specific maintained rule that finds it
+        whole, else the kind it was found as (the same secret, the same kind, in every cell)."""
+        kind = self._kinds.get(secret)
+        if kind is None:
+            kind = self._kinds[secret] = self.rules.kind_of(secret) or found_as
+        return kind
 
     # -- text -------------------------------------------------------------------
 
@@ -219,15 +249,30 @@ class Redactor:
             return text if done is rest else "\x00json:" + done
         return self._patterns(text)
 
-    def _patterns(self, text: str) -> str:
+    def _maintained(self, text: str) -> str:
+        """The maintained rules' secrets of ``text`` replaced (a marker already there is kept)."""
+        findings = self.rules.findings(text)
+        if not findings:
+            return text
+        markers = [m.span() for m in MARKER.finditer(text)] if MARKER_PREFIX in text else []
         out = text
+        for f in reversed(findings):
+            if f.secret.startswith(MARKER_PREFIX) or any(f.start < e and f.end > s for s, e in markers):
+                continue
+            prefix = next((f.secret[: len(k)] for k in f.rule.keywords if f.secret.lower().startswith(k)), "")
+            self._kinds.setdefault(f.secret, f.rule.kind)
+            out = out[: f.start] + self.marker(self.kind_of(f.secret, f.rule.kind), f.secret, prefix) + out[f.end :]
+        return out
+
+    def _patterns(self, text: str) -> str:
+        out = self._maintained(text)
         for p in PATTERNS:
             if not p.may_match(out):
                 continue
             out = p.regex.sub(self._replacer(p), out)
         for value, regex in self._values:
             if value in out:
-                out = regex.sub(lambda m: self.marker("hermes_env", m.group(0)), out)
+                out = regex.sub(lambda m: self.marker(self.kind_of(m.group(0), "hermes_env"), m.group(0)), out)
         if "=" in out or ":" in out:
             low = out.lower()
             if any(h in low for h in NAME_HINTS):
@@ -240,12 +285,13 @@ class Redactor:
             if secret.startswith(MARKER_PREFIX) or (p.accept is not None and not p.accept(secret)):
                 return m.group(0)
             prefix = next((h for h in p.hints if secret.startswith(h)), "")
+            made = self.marker(self.kind_of(secret, p.kind), secret, prefix)
             if p.group == 0:
-                return self.marker(p.kind, secret, prefix)
+                return made
             start, end = m.span(p.group)
             base = m.start(0)
             whole = m.group(0)
-            return whole[: start - base] + self.marker(p.kind, secret, prefix) + whole[end - base :]
+            return whole[: start - base] + made + whole[end - base :]
 
         return replace
 
@@ -254,7 +300,7 @@ class Redactor:
             name, value = m.group(1), m.group(3)
             if not name_says_secret(name) or not value_is_secret(value):
                 return m.group(0)
-            return m.group(0)[: m.start(3) - m.start(0)] + self.marker("secret_assignment", value)
+            return m.group(0)[: m.start(3) - m.start(0)] + self.marker(self.kind_of(value, "secret_assignment"), value)
 
         def colon(m: re.Match[str]) -> str:
             name, value = m.group(2), m.group(4)
@@ -262,7 +308,7 @@ class Redactor:
                 return m.group(0)
             s, e = m.start(4) - m.start(0), m.end(4) - m.start(0)
             whole = m.group(0)
-            return whole[:s] + self.marker("secret_assignment", value) + whole[e:]
+            return whole[:s] + self.marker(self.kind_of(value, "secret_assignment"), value) + whole[e:]
 
         def yaml(m: re.Match[str]) -> str:
             name, value = m.group(1), m.group(2)
@@ -270,7 +316,7 @@ class Redactor:
                 return m.group(0)
             s = m.start(2) - m.start(0)
             whole = m.group(0)
-            return whole[:s] + self.marker("secret_assignment", value) + whole[s + len(value) :]
+            return whole[:s] + self.marker(self.kind_of(value, "secret_assignment"), value) + whole[s + len(value) :]
 
         if "=" in text:
             text = ASSIGN_EQ.sub(eq, text)
@@ -320,8 +366,15 @@ class Redactor:
                 return new_header[len(header) :], True
         if isinstance(v, str) and isinstance(k, str) and name_says_secret(k) and value_is_secret(v):
             if not any(h in v for h in ("{", "[")):
-                return self.marker("secret_assignment", v), True
+                return self.marker(self.kind_of(v, "secret_assignment"), v), True
         return self._walk(v)
+
+
+def _screen_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 64 << 20
+    return options
 
 
 _cached: dict[RedactionConfig, Redactor] = {}

@@ -3,8 +3,8 @@
 :data:`PATTERNS` is the table of formats, each entry naming where the format is
 documented; :func:`name_says_secret` and :func:`value_is_secret` judge an
 assignment (``FOO_TOKEN=...``, ``"api_key": "..."``, ``password: ...``).
-:data:`RE2_SCREENS` is one alternation every cell holding a secret matches:
-the redactor screens whole columns with it before any pattern runs. No entropy
+:attr:`Pattern.re2_screen` and :data:`ASSIGNMENT_SCREEN` are what the redactor's one
+RE2 pass over a column is built from (with the maintained rules' keywords). No entropy
 scoring: it would eat every hash. The redactor is :mod:`~hermes_assets.lib.redaction.redactor`.
 """
 
@@ -46,6 +46,12 @@ class Pattern:
     accept: Callable[[str], bool] | None = None
     #: for a format with no literal part: a cheap search every match passes (instead of ``hints``)
     screen: re.Pattern[str] | None = None
+    #: an RE2 search every match passes (the column screen); None: one of ``hints``
+    re2: str | None = None
+
+    @property
+    def re2_screen(self) -> str:
+        return self.re2 or "|".join(re2_literal(h) for h in self.hints)
 
     def may_match(self, text: str) -> bool:
         if self.screen is not None:
@@ -61,11 +67,16 @@ def _p(
     group: int = 0,
     accept: Callable[[str], bool] | None = None,
     screen: str | None = None,
+    re2: str | None = None,
 ) -> Pattern:
-    return Pattern(kind, re.compile(regex), source, tuple(hints), group, accept, re.compile(screen) if screen else None)
+    compiled_screen = re.compile(screen) if screen else None
+    return Pattern(kind, re.compile(regex), source, tuple(hints), group, accept, compiled_screen, re2 or screen)
 
 
-#: credentials in their issued formats, most specific first (an ``sk-ant-`` key is Anthropic's)
+#: credentials in their issued formats, as Hermes users meet them: the maintained rule set
+#: (:mod:`.rule_set`) runs first; these find what it does not (Tavily, Firecrawl, Google OAuth
+#: secrets, a bare Telegram token, webhook secrets) or finds only in a narrower form (an
+#: ``sk-ant-`` key of another length, AWS key ids outside base32), each naming its source
 PATTERNS: tuple[Pattern, ...] = (
     _p(
         "private_key",
@@ -93,6 +104,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "OpenAI API keys: legacy sk- and 48 characters, project (sk-proj-), service account (sk-svcacct-), admin",
         ("sk-",),
         accept=has_digit,
+        re2=r"sk-[A-Za-z0-9_-]{20}",
     ),
     _p(
         "google_api_key",
@@ -111,12 +123,14 @@ PATTERNS: tuple[Pattern, ...] = (
         _B + r"(?:ya29\.[A-Za-z0-9_-]{20,}|1//0[A-Za-z0-9_-]{30,})" + _E,
         "Google OAuth 2.0 access tokens (ya29.) and refresh tokens (1//0)",
         ("ya29.", "1//0"),
+        re2=r"ya29\.|1//0[A-Za-z0-9_-]{30}",
     ),
     _p(
         "aws_access_key_id",
         r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
         "AWS IAM access key ids (AKIA long-term, ASIA temporary; 20 characters)",
         ("AKIA", "ASIA", "ABIA", "ACCA"),
+        re2=r"A(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}",
     ),
     _p(
         "aws_secret_access_key",
@@ -124,6 +138,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "AWS secret access keys (40 base64 characters) in their assignment forms (credentials file, env, JSON)",
         ("ecret",),
         group=1,
+        re2=r"(?i:secret_?(?:access_?)?key)",
     ),
     _p(
         "github_token",
@@ -177,11 +192,24 @@ PATTERNS: tuple[Pattern, ...] = (
         ("eyJ",),
     ),
     _p(
+        "tavily_api_key",
+        _B + r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{20,}" + _E,
+        "Tavily search API keys (tvly-, as Hermes's own redactor knows them)",
+        ("tvly-",),
+    ),
+    _p(
+        "firecrawl_api_key",
+        _B + r"fc-[0-9a-f]{32}" + _E,
+        "Firecrawl API keys (fc- and 32 hex, as Hermes's own redactor knows them)",
+        ("fc-",),
+    ),
+    _p(
         "url_password",
         r"\b[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s:/?#@\"'<>\[\]\\]*:([^\s/?#@\"'<>\[\]\\]+)@",
         "RFC 3986 userinfo (scheme://user:password@host): the password only",
         ("://",),
         group=1,
+        re2=r"://[^\s/@]*:[^\s/@]+@",
         accept=lambda s: not s.startswith(MARKER_PREFIX),
     ),
     _p(
@@ -189,6 +217,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?i)\b(?:proxy-)?authorization\\?[\"']?\s*[:=]\s*\\?[\"']?\s*(?:bearer|basic|token|digest)\s+([A-Za-z0-9._~+/-]{8,}=*)",
         "RFC 9110 Authorization header values (Bearer, Basic, Token credentials)",
         ("uthorization", "UTHORIZATION"),
+        re2=r"(?i:authorization)",
         group=1,
         accept=lambda s: not s.startswith("$"),
     ),
@@ -198,6 +227,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "RFC 6750 bearer tokens outside an Authorization header (a token of 16+ characters with a digit)",
         ("earer",),
         group=1,
+        re2=r"earer\s",
         accept=has_digit,
     ),
 )
@@ -316,28 +346,15 @@ ASSIGN_COLON = re.compile(
 ASSIGN_YAML = re.compile(r"(?m)^[ \t-]{0,40}" + _NAME + r"[ \t]{0,4}:[ \t]{1,4}([^\s#'\"][^\n#]*?)[ \t]*(?=\s#|$)")
 #: JSON keys whose value is a header value (``{"Authorization": "Basic ..."}``)
 HEADER_NAMES = frozenset({"authorization", "proxy-authorization"})
-NAME_HINTS = ("key", "token", "secret", "pass", "pwd", "auth", "credential", "pat")
 
-#: one RE2 alternation (Arrow's ``match_substring_regex``) that every cell holding a secret
-#: matches: the screen of a whole column in one pass; only the cells it flags meet the patterns
-RE2_SCREENS = (
-    r"sk-[A-Za-z0-9_-]{16}",
-    r"(?:sk|rk)_(?:live|test)_|whsec_",
-    r"AIza[A-Za-z0-9_-]{30}|GOCSPX-|ya29\.|1//0[A-Za-z0-9_-]{20}",
-    r"A(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}",
-    r"gh[pousr]_[A-Za-z0-9]{20}|github_pat_",
-    r"xox[abposre]-|xapp-|hooks\.slack\.com/",
-    r"hf_[A-Za-z0-9]{20}",
-    r"\d{8}:[A-Za-z0-9_-]{30}",
-    r"eyJ[A-Za-z0-9_-]{8,}\.eyJ",
-    r"PRIVATE KEY",
-    r"://[^\s/@]*:[^\s/@]+@",
-    r"(?i:bearer\s|authorization)",
-    # an assignment: a name holding a secret word, ``=`` or ``:``, a value of 8+ characters
-    r"(?i:(?:secret|token(?:\b|_)|pass(?:\b|_|w|phrase)|pwd|credential|key(?:\b|_)|auth(?:\b|_|oriz)|pat(?:\b|_))"
-    r"[A-Za-z0-9_.-]*\\*[\"']?\s*[:=]"
-    r"\s*\\*[\"']?[^\s\"'<>][^\"'<>\n]{7})",
-)
+#: what every name that says secret holds (:func:`name_says_secret`), lower-cased: its secret
+#: word (``passwd``, ``passphrase`` hold ``pass``; ``apikey`` and every pair hold ``key``)
+NAME_SCREEN_WORDS = ("secret", "token", "pass", "pwd", "credential", "auth", "pat", "key")
+#: an assignment the assignment patterns can match: such a word, the rest of the name (80 characters
+#: at most), quotes or escapes, spaces, then ``=`` or ``:`` (the column screen of the assignments)
+#: the words whose presence lets a text reach the assignment patterns
+NAME_HINTS = NAME_SCREEN_WORDS
+ASSIGNMENT_SCREEN = "(?i:" + "|".join(NAME_SCREEN_WORDS) + r")[A-Za-z0-9_.-]{0,80}(?:\\{0,3}[\"'])?\s{0,4}[:=]"
 
 
 def re2_literal(value: str) -> str:
