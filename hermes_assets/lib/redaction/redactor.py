@@ -34,6 +34,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -59,9 +60,48 @@ from hermes_assets.lib.redaction.rules import (
 from hermes_assets.lib.redaction.sightings import Sighting, Sightings, Where
 from hermes_assets.lib.redaction.sources import env_values, load_key
 
-#: bumped whenever the patterns change what they find: files written under an older
-#: version are redacted again by the next run
-REDACTION_VERSION = 1
+#: the modules that decide what is redacted: a change to any of them is a change of our rules
+OWN_RULES = ("rules", "redactor", "rule_matcher", "rule_set", "session_cells")
+
+
+@lru_cache(maxsize=1)
+def own_rules_digest() -> str:
+    """The first 8 hex of a SHA-256 of :data:`OWN_RULES`' source: a new pattern, a new look-alike,
+    a new way of reading a cell is a new version of the redaction, with no number to raise."""
+    digest = hashlib.sha256()
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for name in OWN_RULES:
+        with open(os.path.join(folder, f"{name}.py"), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:8]
+
+
+def redaction_version(rule_set_label: str, env_fingerprint: str) -> str:
+    """What a file records of the redaction its cells went through: the maintained rule set
+    (name, version, the digest of its file), our rules' digest and the keyed fingerprint of the
+    ``.env`` values, e.g. ``betterleaks-2.0.0-rc.4-97c2aa0a+ours-1a2b3c4d+env-5e6f7a8b``. Any change
+    of one of them makes every file written before older: the next run redacts it again."""
+    return f"{rule_set_label}+ours-{own_rules_digest()}+env-{env_fingerprint}"
+
+
+#: the parts of a version, in order, and what a change of each means
+VERSION_PARTS = (
+    ("rules", "the maintained rule set changed"),
+    ("ours", "our own rules changed"),
+    ("env", "the values of Hermes's .env files changed"),
+)
+
+
+def what_changed(old: str | None, new: str) -> list[str]:
+    """Why a file that records ``old`` is redacted again under ``new`` (one line per reason)."""
+    if old is None:
+        return ["written without redaction (or before it existed)"]
+    olds, news = old.split("+"), new.split("+")
+    if len(olds) != len(news):
+        return ["written by an older redaction"]
+    return [why for (_, why), a, b in zip(VERSION_PARTS, olds, news, strict=True) if a != b]
+
+
 # -- the marker ----------------------------------------------------------------
 
 
@@ -143,6 +183,12 @@ class Redactor:
         ]
         self._re2 = screen_pattern(self.rules, self.values)
         self._screen = re2.compile(self._re2, _screen_options())
+        fingerprint = hmac.new(self.key, "\x00".join(sorted(self.values)).encode("utf-8", "surrogatepass"), "sha256")
+        rule_set = self.rules.rule_set
+        #: what the files this redactor writes record (:func:`redaction_version`)
+        self.version = redaction_version(
+            f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}", fingerprint.hexdigest()[:8]
+        )
 
     def __reduce__(self):  # never pickled with its key and values
         raise TypeError("a Redactor is not pickled: send its RedactionConfig")

@@ -353,6 +353,34 @@ def test_the_key_is_created_once_private(tmp_path):
     assert not [p for p in path.parent.iterdir() if p.name != "redaction.key"]
 
 
+def test_a_short_key_is_refused_naming_its_file(tmp_path):
+    from hermes_assets.lib.errors import ConfigurationError
+
+    path = tmp_path / "redaction.key"
+    for size in (0, 8, sources.KEY_BYTES - 1):
+        path.write_bytes(os.urandom(size))
+        with pytest.raises(ConfigurationError, match=f"{path} holds {size} bytes"):
+            sources.load_key(str(path))
+    path.write_bytes(os.urandom(sources.KEY_BYTES))
+    assert len(sources.load_key(str(path))) == sources.KEY_BYTES
+
+
+def test_the_version_changes_with_the_env_values_and_not_otherwise(tmp_path):
+    key = os.urandom(32)
+    base = Redactor(key, ["a" + chars(20)])
+    assert Redactor(key, list(base.values)).version == base.version  # the same: a re-run changes nothing
+    assert Redactor(key, [*base.values, chars(24)]).version != base.version  # a new .env value
+    assert Redactor(os.urandom(32), list(base.values)).version != base.version  # the fingerprint is keyed
+    rule_set = base.rules.rule_set
+    assert base.version.startswith(f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}+ours-")
+    from hermes_assets.lib.redaction.redactor import what_changed
+
+    other = base.version.replace("+ours-", "+ours-0")
+    assert what_changed(other, base.version) == ["our own rules changed"]
+    assert what_changed(None, base.version) == ["written without redaction (or before it existed)"]
+    assert what_changed("1", base.version) == ["written by an older redaction"]
+
+
 def test_a_redactor_never_travels_with_its_key_or_values(tmp_path):
     config = RedactionConfig(str(tmp_path / "k"), (str(tmp_path / ".env"),))
     assert pickle.loads(pickle.dumps(config)) == config
