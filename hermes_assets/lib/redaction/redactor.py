@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import re2  # type: ignore[import-untyped]
 
 from hermes_assets.lib.redaction.rule_matcher import RuleMatcher
-from hermes_assets.lib.redaction.rule_set import load_rule_set
+from hermes_assets.lib.redaction.rule_set import ASSIGNED, load_rule_set
 from hermes_assets.lib.redaction.rules import (
     ASSIGN_COLON,
     ASSIGN_EQ,
@@ -109,6 +109,10 @@ def marker(kind: str, digest: str) -> str:
     return f"{MARKER_PREFIX}{kind}:{digest}]"
 
 
+#: no text shorter holds a secret: the shortest a rule finds is a connection URL's password
+#: (``s://:p@``); every other rule's match, assignment or ``.env`` value is longer
+SHORTEST = 7
+
 #: a marker written before: never a secret, never inside one
 MARKER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
 
@@ -127,11 +131,17 @@ _matchers: dict[str, RuleMatcher] = {}
 
 def screen_pattern(matcher: RuleMatcher, values: list[str] | tuple[str, ...] = ()) -> str:
     """The one RE2 search every cell a rule could redact matches, built from the rules themselves:
-    the maintained rules' keywords (case-insensitively, as Betterleaks screens them), each of our
-    patterns' screen, the assignments' screen, and the ``.env`` values as literals."""
-    keywords = "(?i:" + "|".join(re2_literal(k) for k in matcher.keywords) + ")"
+    the maintained rules' keywords (case-insensitively, as Betterleaks screens them), or for a rule
+    of Betterleaks's assignment shape the beginning of its own regex (its names, then an operator:
+    every match holds it); each of our patterns' screen, the assignments' screen, and the ``.env``
+    values as literals."""
+    keywords = sorted({k for r in matcher.rules if r.context is None for k in r.keywords})
+    contexts = sorted({r.context for r in matcher.rules if r.context is not None})
+    parts = ["(?i:" + "|".join(re2_literal(k) for k in keywords) + ")"]
+    if contexts:
+        parts.append("(?i:(?:" + "|".join(contexts) + ")" + ASSIGNED + ")")
     ours = [p.re2_screen for p in PATTERNS]
-    return "|".join([keywords, *ours, ASSIGNMENT_SCREEN, *(re2_literal(v) for v in values)])
+    return "|".join([*parts, *ours, ASSIGNMENT_SCREEN, *(re2_literal(v) for v in values)])
 
 
 # -- the redactor ------------------------------------------------------------------
@@ -267,7 +277,7 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """``text`` with every secret replaced by its marker (the same object when none)."""
-        if not text or not self.screen(text):
+        if len(text) < SHORTEST or not self.screen(text):
             return text
         stripped = text.lstrip()
         if stripped[:1] in ("{", "["):
@@ -285,10 +295,12 @@ class Redactor:
                     finally:
                         if root:
                             self._path.pop()
-                    if not changed:
-                        return text
-                    compact = '": ' not in text and '", ' not in text
-                    return json.dumps(new, ensure_ascii=False, separators=(",", ":") if compact else None)
+                    if changed:
+                        compact = '": ' not in text and '", ' not in text
+                        text = json.dumps(new, ensure_ascii=False, separators=(",", ":") if compact else None)
+                    # then the maintained rules on the text as written: a token whose escapes make it
+                    # another text once decoded (``\\n`` inside it) is found too, replaced in place
+                    return self._maintained(text)
         if text.startswith("\x00json:"):
             rest = text[len("\x00json:") :]
             done = self.text(rest)

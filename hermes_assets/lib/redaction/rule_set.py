@@ -52,6 +52,9 @@ class Rule:
     #: secrets this rule lets pass (its filter's ``matchesAny`` / ``containsAny`` on the secret)
     allow_regexes: tuple[str, ...] = ()
     allow_substrings: tuple[str, ...] = ()
+    #: for a rule of Betterleaks's assignment shape (a provider's name, a short name, an operator,
+    #: the value: :data:`ASSIGNED`), its names group: the screen is that beginning of its regex
+    context: str | None = None
 
     @property
     def kind(self) -> str:
@@ -216,6 +219,25 @@ TOKEN_END = r"""(?:\\?['"\x60]|[\s;]|\\[nr]|$)"""
 WIDER_END = r"(?:[^0-9A-Za-z_+/=-]|$)"
 
 
+#: how Betterleaks's assignment-shaped rules go on after the provider's names (``twilio_sid = ``)
+ASSIGNED = r"""(?:[ \t\w.-]{0,20})[\s'"]{0,3}(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"""
+
+
+def _context(regex: str) -> str | None:
+    """The names group of a case-insensitive rule that begins ``(?i)(?:names)`` + :data:`ASSIGNED`."""
+    if not regex.startswith("(?i)(?:"):
+        return None
+    depth = 0
+    for i in range(4, len(regex)):
+        ch = regex[i]
+        if regex[i - 1] == "\\":
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return regex[4 : i + 1] if regex.startswith(ASSIGNED, i + 1) else None
+    return None
+
+
 def _rule(raw: dict) -> Rule:
     allow_regexes, allow_substrings, entropy = _filter_terms(raw.get("filter", ""))
     regex = str(raw["regex"])
@@ -225,11 +247,12 @@ def _rule(raw: dict) -> Rule:
         id=str(raw["id"]),
         regex=regex,
         keywords=tuple(sorted({str(k).lower() for k in raw["keywords"]})),
-        secret_group=int(raw.get("secretGroup") or 0),
+        secret_group=int(raw.get("secretGroup") or raw.get("valueGroup") or 0),
         entropy=entropy[0] if entropy else 0.0,
         entropy_inclusive=bool(entropy and entropy[1]),
         allow_regexes=allow_regexes,
         allow_substrings=allow_substrings,
+        context=_context(regex),
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 #: how a redacted secret begins (a marker is never a secret itself)
 MARKER_PREFIX = "[REDACTED:"
@@ -22,6 +23,9 @@ MIN_ASSIGNED = 8
 #: values that are never secrets, whatever their name says
 COMMON = frozenset(
     {"true", "false", "yes", "no", "on", "off", "none", "null", "nil", "undefined", "changeme", "redacted", "required"}
+    # a kind of credential named, not one (``auth_method="password"``, ``grant_type: client_credentials``)
+    | {"password", "passwd", "passphrase", "secret", "token", "apikey", "api_key", "credential", "credentials"}
+    | {"client_credentials", "access_token", "refresh_token", "bearer", "basic", "oauth", "oauth2"}
 )
 
 _B = r"(?<![A-Za-z0-9_-])"  # a token starts here (not inside a longer one)
@@ -300,13 +304,16 @@ _NOT_VALUE_WORDS = frozenset(
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
+@lru_cache(maxsize=65536)
 def name_says_secret(name: str) -> bool:
     """Whether a variable / key name says its value is a credential (``OPENAI_API_KEY``,
     ``apiKey``, ``db.password``, ``FAL_KEY``); ``max_tokens``, ``token_url`` do not."""
     words = [w.lower() for w in _WORD.findall(name)]
     if not words or words[-1] in _NOT_VALUE_WORDS:
         return False
-    if any(w in _SECRET_WORDS for w in words):
+    # ``pat`` (a personal access token) only in an environment-style name (GITHUB_PAT): in a
+    # lower-case one it is a pattern (``file_pat``, ``glob_pat``)
+    if any(w in _SECRET_WORDS and (w != "pat" or name.isupper()) for w in words):
         return True
     if any(pair in _SECRET_PAIRS for pair in zip(words, words[1:])):
         return True
@@ -350,11 +357,26 @@ HEADER_NAMES = frozenset({"authorization", "proxy-authorization"})
 #: what every name that says secret holds (:func:`name_says_secret`), lower-cased: its secret
 #: word (``passwd``, ``passphrase`` hold ``pass``; ``apikey`` and every pair hold ``key``)
 NAME_SCREEN_WORDS = ("secret", "token", "pass", "pwd", "credential", "auth", "pat", "key")
-#: an assignment the assignment patterns can match: such a word, the rest of the name (80 characters
-#: at most), quotes or escapes, spaces, then ``=`` or ``:`` (the column screen of the assignments)
+#: of those, the words a name holds only as a whole word: never followed by a lower-case letter
+#: (``path``, ``pattern``, ``keys``, ``tokens``, ``author`` are other words)
+WHOLE_WORDS = ("token", "pat", "key", "auth", "pwd")
 #: the words whose presence lets a text reach the assignment patterns
 NAME_HINTS = NAME_SCREEN_WORDS
-ASSIGNMENT_SCREEN = "(?i:" + "|".join(NAME_SCREEN_WORDS) + r")[A-Za-z0-9_.-]{0,80}(?:\\{0,3}[\"'])?\s{0,4}[:=]"
+#: an assignment the assignment patterns can match: such a word, the rest of the name (80 characters
+#: at most), quotes or escapes, spaces, ``=`` or ``:``, then a value of :data:`MIN_ASSIGNED` characters
+#: at least: quoted (escapes counted as written) or as YAML writes it (the column screen of the assignments)
+ASSIGNMENT_SCREEN = (
+    "(?:(?i:"
+    + "|".join(w for w in NAME_SCREEN_WORDS if w not in WHOLE_WORDS)
+    + r")[A-Za-z0-9_.-]{0,80}|(?i:"
+    + "|".join(WHOLE_WORDS)
+    + r""")(?:[A-Z0-9_.-][A-Za-z0-9_.-]{0,79})?)(?:\\{0,3}["'])?\s{0,4}[:=]\s{0,4}"""
+    + r"""(?:\\{0,3}["'](?:\\.|[^"'\\\n]){"""
+    + str(MIN_ASSIGNED)
+    + r"""}|[^\s'"\\][^\n]{"""
+    + str(MIN_ASSIGNED - 1)
+    + "})"
+)
 
 
 def re2_literal(value: str) -> str:
