@@ -26,6 +26,7 @@ reported where it was (:mod:`~hermes_assets.lib.redaction.sightings`).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import hmac
 import json
@@ -313,19 +314,35 @@ class Redactor:
         if not findings:
             return text
         markers = [m.span() for m in MARKER.finditer(text)] if MARKER_PREFIX in text else []
-        out = text
-        for f in reversed(findings):
-            if f.secret.startswith(MARKER_PREFIX) or any(f.start < e and f.end > s for s, e in markers):
+        spans = []
+        for f in findings:
+            if f.secret.startswith(MARKER_PREFIX) or _inside(markers, f.start, f.end):
                 continue
             prefix = next((f.secret[: len(k)] for k in f.rule.keywords if f.secret.lower().startswith(k)), "")
             self._kinds.setdefault(f.secret, f.rule.kind)
-            out = out[: f.start] + self.marker(self.kind_of(f.secret, f.rule.kind), f.secret, prefix) + out[f.end :]
-        return out
+            spans.append((f.start, f.end, self.kind_of(f.secret, f.rule.kind), prefix))
+        return self._replace_spans(text, spans)
+
+    def _replace_spans(self, text: str, spans: list[tuple[int, int, str, str]]) -> str:
+        """``text`` with each ``(start, end, kind, prefix)`` span (in order, not overlapping)
+        replaced by its marker, in one pass."""
+        if not spans:
+            return text
+        pieces, at = [], 0
+        for start, end, kind, prefix in spans:
+            secret = text[start:end]
+            pieces += [text[at:start], self.marker(kind, secret, prefix)]
+            at = end
+        pieces.append(text[at:])
+        return "".join(pieces)
 
     def _patterns(self, text: str) -> str:
         out = self._maintained(text)
         for p in PATTERNS:
             if not p.may_match(out):
+                continue
+            if p.finder is not None:
+                out = self._found(p, out)
                 continue
             out = p.regex.sub(self._replacer(p), out)
         for value, regex in self._values:
@@ -336,6 +353,16 @@ class Redactor:
             if any(h in low for h in NAME_HINTS):
                 out = self._assignments(out)
         return text if out == text else out
+
+    def _found(self, p: Pattern, text: str) -> str:
+        """``text`` with the secrets ``p.finder`` finds replaced (a marker already there kept)."""
+        found = p.finder(text) if p.finder else []
+        spans = [
+            (start, end, self.kind_of(text[start:end], p.kind), "")
+            for start, end in found
+            if not text.startswith(MARKER_PREFIX, start)
+        ]
+        return self._replace_spans(text, spans)
 
     def _replacer(self, p: Pattern) -> Callable[[re.Match[str]], str]:
         def replace(m: re.Match[str]) -> str:
@@ -433,6 +460,12 @@ def _screen_options() -> re2.Options:
     options.log_errors = False
     options.max_mem = 64 << 20
     return options
+
+
+def _inside(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether ``[start, end)`` overlaps one of ``spans`` (sorted, not overlapping)."""
+    k = bisect.bisect_right(spans, (start, 1 << 62))
+    return (k > 0 and spans[k - 1][1] > start) or (k < len(spans) and spans[k][0] < end)
 
 
 _cached: dict[RedactionConfig, Redactor] = {}

@@ -11,6 +11,7 @@ the most specific kind names the secret, wherever it appears.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -53,19 +54,20 @@ class RuleMatcher:
         self.rule_set = rule_set
         self.rules: list[Rule] = []
         self._compiled: list = []
-        self._allowed: list[tuple] = []
+        self._allowed: list = []
         self.uncompiled: list[str] = []
+        global_allowed = tuple(_compile_all(rule_set.allow_regexes, options))
         for rule in rule_set.rules:
             try:
                 compiled = re2.compile(rule.regex, options)
-                allowed = tuple(re2.compile(a, options) for a in rule.allow_regexes)
+                # the rule's allowed values and the file's, as one search
+                allowed = _one_of([*rule.allow_regexes, *(a.pattern for a in global_allowed)], options)
             except re2.error:
                 self.uncompiled.append(rule.id)
                 continue
             self.rules.append(rule)
             self._compiled.append(compiled)
             self._allowed.append(allowed)
-        self._global = tuple(_compile_all(rule_set.allow_regexes, options))
         self.keywords: tuple[str, ...] = tuple(sorted({k for r in self.rules for k in r.keywords}))
         index = {k: i for i, k in enumerate(self.keywords)}
         self._by_keyword: list[list[int]] = [[] for _ in self.keywords]
@@ -117,7 +119,13 @@ class RuleMatcher:
                 return False
         if any(s in secret for s in rule.allow_substrings) or any(s in secret for s in self.rule_set.allow_substrings):
             return False
-        return not any(a.search(secret) for a in (*self._allowed[i], *self._global))
+        allowed = self._allowed[i]
+        return allowed is None or allowed.search(secret) is None
+
+
+def _one_of(patterns: list[str], options: re2.Options) -> re2._Regexp | None:
+    """One RE2 search for any of ``patterns`` (None: no pattern)."""
+    return re2.compile("|".join(f"(?:{p})" for p in patterns), options) if patterns else None
 
 
 def _compile_all(patterns: tuple[str, ...], options: re2.Options) -> list:
@@ -146,9 +154,16 @@ def _secret_span(m: re2._Match, group: int) -> tuple[int, int] | None:
 
 
 def _resolve(found: list[Finding]) -> list[Finding]:
-    """No two findings overlap: the most specific rule (longest keyword), then the longest secret, wins."""
+    """No two findings overlap: the most specific rule (longest keyword), then the longest secret,
+    wins (each candidate checked against its chosen neighbours only: n log n)."""
+    starts: list[int] = []
     chosen: list[Finding] = []
     for f in sorted(found, key=lambda f: (-f.weight, -(f.end - f.start), f.start, f.rule.id)):
-        if all(f.end <= c.start or f.start >= c.end for c in chosen):
-            chosen.append(f)
-    return sorted(chosen, key=lambda f: f.start)
+        k = bisect.bisect_left(starts, f.start)
+        if k > 0 and chosen[k - 1].end > f.start:
+            continue
+        if k < len(chosen) and chosen[k].start < f.end:
+            continue
+        starts.insert(k, f.start)
+        chosen.insert(k, f)
+    return chosen

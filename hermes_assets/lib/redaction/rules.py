@@ -10,6 +10,7 @@ scoring: it would eat every hash. The redactor is :mod:`~hermes_assets.lib.redac
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ class Pattern:
     screen: re.Pattern[str] | None = None
     #: an RE2 search every match passes (the column screen); None: one of ``hints``
     re2: str | None = None
+    #: where the secrets of a text are, found in linear time (instead of ``regex``, whose
+    #: backtracking could take quadratic time on hostile text)
+    finder: Callable[[str], list[tuple[int, int]]] | None = None
 
     @property
     def re2_screen(self) -> str:
@@ -72,9 +76,41 @@ def _p(
     accept: Callable[[str], bool] | None = None,
     screen: str | None = None,
     re2: str | None = None,
+    finder: Callable[[str], list[tuple[int, int]]] | None = None,
 ) -> Pattern:
     compiled_screen = re.compile(screen) if screen else None
-    return Pattern(kind, re.compile(regex), source, tuple(hints), group, accept, compiled_screen, re2 or screen)
+    return Pattern(kind, re.compile(regex), source, tuple(hints), group, accept, compiled_screen, re2 or screen, finder)
+
+
+_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+#: the body of a block cut short: its base64 lines and headers, to the last of them
+_PEM_BODY = re.compile(r"(?:(?:\\[nr]|\s)*(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]{1,30}: [^\n\\]{0,200}))*")
+#: the longest block taken whole (a 16384-bit RSA key is under 13 KB of PEM)
+PEM_MAX = 65536
+
+
+def pem_blocks(text: str) -> list[tuple[int, int]]:
+    """The spans of PEM private-key blocks: from ``-----BEGIN ... PRIVATE KEY-----`` to the
+    first ``-----END`` after it (within :data:`PEM_MAX` characters) when it ends a private
+    key, else to the last base64 line that follows (a block cut short). Linear in the text:
+    every ``-----END`` is found once, each header finds its own by bisection."""
+    ends: list[int] = []
+    at = text.find("-----END")
+    while at >= 0:
+        ends.append(at)
+        at = text.find("-----END", at + 8)
+    spans: list[tuple[int, int]] = []
+    done = 0
+    for m in _PEM_BEGIN.finditer(text):
+        if m.start() < done:
+            continue
+        k = bisect.bisect_left(ends, m.end())
+        end = _PEM_END.match(text, ends[k]) if k < len(ends) and ends[k] - m.end() <= PEM_MAX else None
+        stop = end.end() if end is not None else _PEM_BODY.match(text, m.end()).end()  # type: ignore[union-attr]
+        spans.append((m.start(), stop))
+        done = stop
+    return spans
 
 
 #: credentials in their issued formats, as Hermes users meet them: the maintained rule set
@@ -89,6 +125,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|(?:(?:\\[nr]|\s)*(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]{1,30}: [^\n\\]{0,200}))*)",
         "RFC 7468 textual encodings (PEM) of PKCS#1/#8, OpenSSH, PGP private keys; an unterminated block to its last base64 line",
         ("PRIVATE KEY",),
+        finder=pem_blocks,
     ),
     _p(
         "anthropic_api_key",
