@@ -63,7 +63,8 @@ def expected_marker(key: bytes, entry: dict) -> str:
     """The marker of a secret: its kind and the keyed digest of what the pattern matched
     (a whole PEM block; else the secret itself)."""
     secret = entry["text"] if entry["kind"] == "private_key" else entry["value"]
-    return redactor.marker(entry["kind"], hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()[:8])
+    kind = redactor.rule_matcher().kind_of(secret) or entry["kind"]  # one kind per secret: the most specific rule's
+    return redactor.marker(kind, hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()[:8])
 
 
 def loaded(value):

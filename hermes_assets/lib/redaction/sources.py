@@ -32,12 +32,7 @@ def load_key(path: str) -> bytes:
     A key shorter than :data:`KEY_BYTES` is refused (:func:`key_too_short`)."""
     path = os.path.abspath(path)
     try:
-        with open(path, "rb") as f:
-            key = f.read()
-        problem = key_too_short(len(key))
-        if problem:
-            raise ConfigurationError(f"{path} {problem}")
-        return key
+        return _read_key(path)
     except FileNotFoundError:
         pass
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -56,6 +51,10 @@ def load_key(path: str) -> bytes:
         pass
     finally:
         os.unlink(tmp)
+    return _read_key(path)
+
+
+def _read_key(path: str) -> bytes:
     with open(path, "rb") as f:
         key = f.read()
     problem = key_too_short(len(key))
