@@ -192,6 +192,7 @@ class Redactor:
             )
             for v in self.values
         ]
+        self._value_set = frozenset(self.values)
         self._re2 = screen_pattern(self.rules, self.values)
         self._screen = re2.compile(self._re2, _screen_options())
         fingerprint = hmac.new(self.key, "\x00".join(sorted(self.values)).encode("utf-8", "surrogatepass"), "sha256")
@@ -267,12 +268,16 @@ class Redactor:
         return self._screen.search(text) is not None
 
     def kind_of(self, secret: str, found_as: str) -> str:
-        """The kind a secret's marker names: the most specific maintained rule that finds it
-        whole, else the kind it was found as (the same secret, the same kind, in every cell)."""
+        """The kind a secret's marker names, a function of the secret alone (one kind per secret,
+        in every cell, whichever rule met it first): the most specific maintained rule that finds
+        it whole, else the first of our formats that does, else ``hermes_env`` for a value of
+        Hermes's ``.env``, else the kind it was found as (an assignment's)."""
         kind = self._kinds.get(secret)
         if kind is None:
-            kind = self._kinds[secret] = self.rules.kind_of(secret) or found_as
-        return kind
+            kind = self._kinds[secret] = self.rules.kind_of(secret) or _our_kind(secret) or ""
+        if kind:
+            return kind
+        return "hermes_env" if secret in self._value_set else found_as
 
     # -- text -------------------------------------------------------------------
 
@@ -319,7 +324,6 @@ class Redactor:
             if f.secret.startswith(MARKER_PREFIX) or _inside(markers, f.start, f.end):
                 continue
             prefix = next((f.secret[: len(k)] for k in f.rule.keywords if f.secret.lower().startswith(k)), "")
-            self._kinds.setdefault(f.secret, f.rule.kind)
             spans.append((f.start, f.end, self.kind_of(f.secret, f.rule.kind), prefix))
         return self._replace_spans(text, spans)
 
@@ -460,6 +464,17 @@ def _screen_options() -> re2.Options:
     options.log_errors = False
     options.max_mem = 64 << 20
     return options
+
+
+def _our_kind(secret: str) -> str | None:
+    """The kind of the first of our formats that finds ``secret`` whole (None: none does)."""
+    for p in PATTERNS:
+        if p.finder is not None or not p.may_match(secret):
+            continue
+        m = p.regex.search(secret)
+        if m is not None and m.group(p.group) == secret and (p.accept is None or p.accept(secret)):
+            return p.kind
+    return None
 
 
 def _inside(spans: list[tuple[int, int]], start: int, end: int) -> bool:
