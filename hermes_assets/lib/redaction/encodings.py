@@ -1,0 +1,131 @@
+"""The encodings a cell's text really holds a secret in, decoded, and a secret's forms in each.
+
+A tool call's arguments are JSON inside JSON (escaped once or twice), a tool's output
+is often JSON with its newlines escaped (and may be cut short, or follow a warning
+line: not valid JSON), a query string is URL-encoded. :func:`views` decodes a cell's
+text every way it may hold a secret written in another (JSON escapes once and twice,
+whether or not the text parses; percent-encoding), as UTF-8 bytes; what the rules
+find in a view is redacted in the cell as written: :func:`written_forms` says how a
+secret found decoded may be written in it. :func:`literal_forms` gives the forms a
+known value (a ``.env`` value) takes: as is, JSON-escaped once and twice,
+URL-encoded, and in base64 at each of its three alignments.
+
+Decoding is C-speed replacement (a ``\\uXXXX`` escape or a ``%XX`` one is one
+substitution each): linear in the text's length.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: a JSON ``\\uXXXX`` escape (a surrogate pair as one)
+_JSON_U = re.compile(rb"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})")
+_JSON_SIMPLE = ((b'\\"', b'"'), (b"\\/", b"/"), (b"\\n", b"\n"), (b"\\r", b"\r"), (b"\\t", b"\t"))
+_JSON_RARE = ((b"\\b", b"\b"), (b"\\f", b"\f"))
+_PERCENT = re.compile(rb"%[0-9A-Fa-f]{2}")
+#: the shortest base64 core of a value held (shorter cores are words of other base64)
+MIN_BASE64_CORE = 12
+
+
+@dataclass(frozen=True)
+class View:
+    """A cell's text decoded one way: its bytes, and how a secret found in it is written in the cell."""
+
+    name: str
+    data: bytes
+    written: Callable[[str], set[str]]
+
+
+def _u(m: re.Match[bytes]) -> bytes:
+    if m.group(3) is not None:
+        return chr(int(m.group(3), 16)).encode("utf-8", "surrogatepass")
+    high, low = int(m.group(1), 16), int(m.group(2), 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode("utf-8")
+
+
+def json_unescape(data: bytes) -> bytes:
+    """``data`` with its JSON string escapes decoded once, wherever they are (a text that is not
+    JSON, or cut short, too); an escape JSON does not know is kept as written."""
+    if b"\\" not in data:
+        return data
+    hold = next(h for h in (b"\x00", b"\x01", b"\x02", b"\x03", b"\x1e\x1f\x1e") if h not in data)
+    out = data.replace(b"\\\\", hold)  # an escaped backslash is not the start of an escape
+    if b"\\u" in out:
+        out = _JSON_U.sub(_u, out)
+    for escaped, char in _JSON_SIMPLE:
+        if escaped in out:
+            out = out.replace(escaped, char)
+    if b"\\b" in out or b"\\f" in out:
+        for escaped, char in _JSON_RARE:
+            out = out.replace(escaped, char)
+    return out.replace(hold, b"\\")
+
+
+def url_unquote(data: bytes) -> bytes:
+    """``data`` with its percent-escapes decoded (``+`` kept: a token holds it)."""
+    return urllib.parse.unquote_to_bytes(data)
+
+
+def json_forms(secret: str) -> set[str]:
+    """The ways a JSON writer escapes ``secret`` in a string (``/`` as is or ``\\/``, non-ASCII as is or
+    ``\\uXXXX``)."""
+    forms = {json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(secret)[1:-1]}
+    return forms | {f.replace("/", "\\/") for f in forms if "/" in f}
+
+
+def url_forms(secret: str) -> set[str]:
+    """The ways ``secret`` is percent-encoded (every reserved character, or a path's, or a form's;
+    upper- or lower-case hex)."""
+    forms = {
+        secret,
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote(secret, safe="/:@"),
+        urllib.parse.quote_plus(secret, safe=""),
+    }
+    return forms | {_PERCENT.sub(lambda m: m.group(0).lower(), f.encode()).decode() for f in forms if "%" in f}
+
+
+def _twice(secret: str) -> set[str]:
+    return {twice for once in json_forms(secret) for twice in json_forms(once)}
+
+
+def views(data: bytes) -> list[View]:
+    """The decoded views of a cell's text (its bytes as written excluded): JSON escapes decoded once
+    and twice, percent-escapes decoded; a view only when it differs from what it was decoded from."""
+    out: list[View] = []
+    if b"\\" in data:
+        once = json_unescape(data)
+        if once != data:
+            out.append(View("json", once, json_forms))
+            twice = json_unescape(once) if b"\\" in once else once
+            if twice != once:
+                out.append(View("json2", twice, _twice))
+    if b"%" in data and _PERCENT.search(data):
+        out.append(View("url", url_unquote(data), url_forms))
+    return out
+
+
+def base64_cores(value: str) -> set[str]:
+    """The base64 characters ``value``'s bytes alone decide, at each of the three alignments it may
+    sit at inside a longer base64 text (standard and URL-safe alphabets), of
+    :data:`MIN_BASE64_CORE` characters or more."""
+    raw = value.encode("utf-8", "surrogatepass")
+    cores: set[str] = set()
+    for a in range(3):
+        encoded = base64.b64encode(b"\0" * a + raw).decode()
+        core = encoded[-(-8 * a // 6) : (8 * a + 8 * len(raw)) // 6]
+        if len(core) >= MIN_BASE64_CORE:
+            cores |= {core, core.replace("+", "-").replace("/", "_")}
+    return cores
+
+
+def literal_forms(value: str) -> dict[str, str]:
+    """Every form ``value`` may be written in (-> ``value``): as is, JSON-escaped once and twice,
+    URL-encoded, and its base64 cores."""
+    forms = {value} | json_forms(value) | _twice(value) | url_forms(value) | base64_cores(value)
+    return {f: value for f in forms if f}

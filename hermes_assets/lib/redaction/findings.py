@@ -1,0 +1,199 @@
+"""Every secret of one cell's text, as written: where it is, what it is, found every way.
+
+:class:`CellFinder` searches a cell's UTF-8 bytes, and each decoded view of them
+(:mod:`.encodings`: JSON escapes once and twice, percent-escapes), with:
+
+* the maintained rules (:mod:`.rule_matcher`), each on a text holding one of its keywords;
+* our formats (:data:`.rules.PATTERNS`), the forms of a name and its value
+  (:data:`.assignments.FORMS`) and the values of Hermes's ``.env`` files in every form they
+  take (:func:`.encodings.literal_forms`), each on a text its screen finds: one RE2 set
+  says which (:attr:`CellFinder.dispatch`).
+
+A secret found in a decoded view is redacted where it is written in the cell (each
+form the view's encoding gives it). Overlapping findings are one secret (their union);
+a marker already in the text is never inside one. The cell is never parsed: what is
+around a secret stays byte for byte.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import re2  # type: ignore[import-untyped]
+
+from hermes_assets.lib.redaction import encodings
+from hermes_assets.lib.redaction.assignments import FORMS
+from hermes_assets.lib.redaction.private_keys import GAP
+from hermes_assets.lib.redaction.rule_matcher import RuleMatcher, all_spans, re2_options
+from hermes_assets.lib.redaction.rules import MARKER_PREFIX, PATTERNS, re2_literal
+
+#: a marker written before: never a secret, never inside one
+MARKER = re2.compile(rb"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]", re2_options())
+
+#: how surely a finding names its secret, best first: a maintained rule, one of our formats,
+#: a ``.env`` value, the value of a name that says secret
+MAINTAINED, OURS, ENV, ASSIGNED = range(4)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A secret of a cell: its byte span as written, the secret itself (decoded), the kind it was
+    found as, the provider's literal prefix (``""``: none), and how surely (:data:`MAINTAINED` ...)."""
+
+    start: int
+    end: int
+    secret: str
+    found_as: str
+    prefix: str
+    rank: int
+
+
+class CellFinder:
+    """The secrets of one cell's text, for one set of rules and ``.env`` values."""
+
+    def __init__(self, matcher: RuleMatcher, values: list[str]) -> None:
+        self.matcher = matcher
+        literals: dict[str, str] = {}
+        for value in values:
+            for form, plain in encodings.literal_forms(value).items():
+                literals.setdefault(form, plain)
+        #: every form of a ``.env`` value -> the value
+        self.literals = literals
+        screens = [p.screen for p in PATTERNS] + [f.screen for f in FORMS]
+        self._env = None
+        if literals:
+            ordered = sorted(literals, key=lambda f: (-len(f), f))  # a form never shadows a longer one
+            alternation = "|".join(re2_literal(f) for f in ordered)
+            screens.append(alternation)
+            self._env = re2.compile(f"({alternation})".encode(), re2_options())
+        self.dispatch = re2.Set.SearchSet(re2_options())
+        for screen in screens:
+            self.dispatch.Add(screen.encode())
+        self.dispatch.Compile()
+
+    def spans(self, data: bytes) -> list[Span]:
+        """The secrets of the UTF-8 text ``data``, in order, none overlapping another or a marker."""
+        candidates = self.matcher.candidates(data)
+        hits = self.dispatch.Match(data) or []
+        if not candidates and not hits:
+            return []
+        found = self._in(data, candidates, hits)
+        # a decoded view holds what its text as written holds (keywords, prefixes and names are written
+        # as they read: :mod:`.screen`), so the same rules and screens are the ones to run on it
+        for view in encodings.views(data):
+            decoded = self._in(view.data, candidates, hits)
+            if decoded:
+                found += _written(data, view, decoded)
+        if not found:
+            return []
+        markers = [m[0] for m in all_spans(MARKER, data)] if MARKER_PREFIX.encode() in data else []
+        return _union(data, [s for s in found if not _overlaps(markers, s.start, s.end)])
+
+    def _in(self, data: bytes, candidates: list[tuple[int, int]], hits: list[int]) -> list[Span]:
+        """The secrets of one view (offsets in it): the ``candidates`` maintained rules, and the
+        patterns, forms and ``.env`` values of the dispatch's ``hits``."""
+        out: list[Span] = []
+        if candidates:
+            for f in self.matcher.findings_in(data, candidates):
+                low = f.secret.lower()
+                prefix = next((f.secret[: len(k)] for k in f.rule.keywords if low.startswith(k)), "")
+                out.append(Span(f.start, f.end, f.secret, f.rule.kind, prefix, MAINTAINED))
+        n_patterns, n_forms = len(PATTERNS), len(FORMS)
+        for i in hits:
+            if i < n_patterns:
+                p = PATTERNS[i]
+                for start, end in p.spans(data):
+                    secret = _text(data, start, end)
+                    out.append(Span(start, end, secret, p.kind, p.prefix_of(secret), OURS))
+            elif i < n_patterns + n_forms:
+                for start, end in FORMS[i - n_patterns].spans(data):
+                    out.append(Span(start, end, _text(data, start, end), "secret_assignment", "", ASSIGNED))
+            elif self._env is not None:
+                out += self._env_values(data)
+        return out
+
+    def _env_values(self, data: bytes) -> list[Span]:
+        out = []
+        for _, (start, end) in all_spans(self._env, data):
+            form = _text(data, start, end)
+            value = self.literals[form]
+            if form == value and not _whole(data, start, end):
+                continue  # a value inside a longer word is another word
+            out.append(Span(start, end, value, "hermes_env", "", ENV))
+        return out
+
+
+def _text(data: bytes, start: int, end: int) -> str:
+    return data[start:end].decode("utf-8", "surrogatepass")
+
+
+def _whole(data: bytes, start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` is not inside a longer word (letters and digits)."""
+    before = data[start - 1 : start] if start else b""
+    after = data[end : end + 1]
+    return not (before.isalnum() and data[start : start + 1].isalnum()) and not (
+        after.isalnum() and data[end - 1 : end].isalnum()
+    )
+
+
+def _written(data: bytes, view: encodings.View, decoded: list[Span]) -> list[Span]:
+    """Where the secrets found in a decoded view are written in ``data``: each form its encoding
+    gives it, wherever it is (a secret found once is redacted everywhere in the cell)."""
+    out: list[Span] = []
+    done: set[str] = set()
+    for s in decoded:
+        if s.secret in done:
+            continue
+        done.add(s.secret)
+        for form in view.written(s.secret) | {s.secret}:
+            written = form.encode("utf-8", "surrogatepass")
+            at = data.find(written)
+            while at >= 0:
+                out.append(Span(at, at + len(written), s.secret, s.found_as, s.prefix, s.rank))
+                at = data.find(written, at + len(written))
+    return out
+
+
+def _overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether ``[start, end)`` overlaps one of ``spans`` (sorted, not overlapping)."""
+    k = bisect.bisect_right(spans, (start, 1 << 62))
+    return (k > 0 and spans[k - 1][1] > start) or (k < len(spans) and spans[k][0] < end)
+
+
+#: the kind of findings that are one secret when only spaces or newlines part them (consecutive
+#: private-key blocks: a key bundle is one secret, and a cell of blocks makes one marker)
+BLOCKS = "private_key"
+
+
+def _union(data: bytes, found: list[Span]) -> list[Span]:
+    """Overlapping findings as one secret: their union, named by the surest finding that covers it
+    whole (else the text of the union, found as the surest of them)."""
+    out: list[Span] = []
+    group: list[Span] = []
+    end = -1
+    for s in sorted(found, key=lambda s: (s.start, -s.end, s.rank)):
+        if group and s.start >= end and not _consecutive_blocks(data, group[-1], s, end):
+            out.append(_one(data, group, end))
+            group = []
+        group.append(s)
+        end = max(end, s.end) if len(group) > 1 else s.end
+    if group:
+        out.append(_one(data, group, end))
+    return out
+
+
+def _consecutive_blocks(data: bytes, last: Span, s: Span, end: int) -> bool:
+    return (
+        s.found_as == BLOCKS and last.found_as == BLOCKS and GAP.match(data, end).end() >= s.start  # type: ignore[union-attr]
+    )
+
+
+def _one(data: bytes, group: list[Span], end: int) -> Span:
+    start = group[0].start
+    whole = [s for s in group if s.start == start and s.end == end]
+    if whole:
+        return min(whole, key=lambda s: s.rank)
+    surest = min(group, key=lambda s: s.rank)
+    prefix = surest.prefix if surest.start == start else ""
+    return Span(start, end, _text(data, start, end), surest.found_as, prefix, surest.rank)

@@ -1,0 +1,66 @@
+"""The version of the redaction a file's cells went through: derived, never raised by hand.
+
+A file records the maintained rule set it was redacted with (name, version, the digest
+of its file), a digest of our own rules' source and a keyed fingerprint of the ``.env``
+values: any change of one of them makes every file written before older, and the next
+run redacts it again (:mod:`~hermes_assets.lib.redaction.stored_files`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+
+#: the modules that decide what is redacted: a change to any of them is a change of our rules
+OWN_RULES = (
+    "rules",
+    "private_keys",
+    "assignments",
+    "encodings",
+    "findings",
+    "screen",
+    "json_paths",
+    "redactor",
+    "rule_matcher",
+    "rule_set",
+    "session_cells",
+)
+
+
+@lru_cache(maxsize=1)
+def own_rules_digest() -> str:
+    """The first 8 hex of a SHA-256 of :data:`OWN_RULES`' source: a new pattern, a new look-alike,
+    a new way of reading a cell is a new version of the redaction, with no number to raise."""
+    digest = hashlib.sha256()
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for name in OWN_RULES:
+        with open(os.path.join(folder, f"{name}.py"), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:8]
+
+
+def redaction_version(rule_set_label: str, env_fingerprint: str) -> str:
+    """What a file records of the redaction its cells went through: the maintained rule set
+    (name, version, the digest of its file), our rules' digest and the keyed fingerprint of the
+    ``.env`` values, e.g. ``betterleaks-2.0.0-rc.4-97c2aa0a+ours-1a2b3c4d+env-5e6f7a8b``. Any change
+    of one of them makes every file written before older: the next run redacts it again."""
+    return f"{rule_set_label}+ours-{own_rules_digest()}+env-{env_fingerprint}"
+
+
+#: the parts of a version, in order, and what a change of each means
+VERSION_PARTS = (
+    ("rules", "the maintained rule set changed"),
+    ("ours", "our own rules changed"),
+    ("env", "the values of Hermes's .env files changed"),
+)
+
+
+def what_changed(old: str | None, new: str) -> list[str]:
+    """Why a file that records ``old`` is redacted again under ``new`` (one line per reason)."""
+    if old is None:
+        return ["written without redaction (or before it existed)"]
+    olds, news = old.split("+"), new.split("+")
+    if len(olds) != len(news):
+        return ["written by an older redaction"]
+    return [why for (_, why), a, b in zip(VERSION_PARTS, olds, news, strict=True) if a != b]
