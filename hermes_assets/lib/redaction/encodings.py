@@ -39,6 +39,8 @@ class View:
     name: str
     data: bytes
     written: Callable[[str], set[str]]
+    #: how many decodings part it from the text as written
+    depth: int = 1
 
 
 def _u(m: re.Match[bytes]) -> bytes:
@@ -104,7 +106,7 @@ def views(data: bytes) -> list[View]:
             out.append(View("json", once, json_forms))
             twice = json_unescape(once) if b"\\" in once else once
             if twice != once:
-                out.append(View("json2", twice, _twice))
+                out.append(View("json2", twice, _twice, 2))
     if b"%" in data and _PERCENT.search(data):
         out.append(View("url", url_unquote(data), url_forms))
     return out

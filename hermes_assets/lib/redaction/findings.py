@@ -47,6 +47,8 @@ class Span:
     found_as: str
     prefix: str
     rank: int
+    #: how many decodings part the text it was found in from the text as written (0: found as written)
+    depth: int = 0
 
 
 class CellFinder:
@@ -82,11 +84,12 @@ class CellFinder:
         # a decoded view holds what its text as written holds (keywords, prefixes and names are written
         # as they read: :mod:`.screen`), so the same rules and screens are the ones to run on it
         for view in encodings.views(data):
-            decoded = self._in(view.data, candidates, hits)
-            if decoded:
-                found += _written(data, view, decoded)
+            in_view = self._in(view.data, candidates, hits)
+            if in_view:
+                found += _written(data, view, in_view)
         if not found:
             return []
+        found = _decoded_first(found)
         markers = [m[0] for m in all_spans(MARKER, data)] if MARKER_PREFIX.encode() in data else []
         return _union(data, [s for s in found if not _overlaps(markers, s.start, s.end)])
 
@@ -150,8 +153,32 @@ def _written(data: bytes, view: encodings.View, decoded: list[Span]) -> list[Spa
             written = form.encode("utf-8", "surrogatepass")
             at = data.find(written)
             while at >= 0:
-                out.append(Span(at, at + len(written), s.secret, s.found_as, s.prefix, s.rank))
+                out.append(Span(at, at + len(written), s.secret, s.found_as, s.prefix, s.rank, view.depth))
                 at = data.find(written, at + len(written))
+    return out
+
+
+def _decoded_first(found: list[Span]) -> list[Span]:
+    """A finding whose secret holds an escape (a rule's class that takes a backslash: a JWT run on
+    into an escaped newline; a PEM block's escaped newlines) gives way to what a more decoded view
+    found there."""
+    deepest = max(s.depth for s in found)
+    if not deepest:
+        return found
+    deeper = {depth: _merged(sorted((d.start, d.end) for d in found if d.depth > depth)) for depth in range(deepest)}
+    return [
+        s for s in found if s.depth == deepest or "\\" not in s.secret or not _overlaps(deeper[s.depth], s.start, s.end)
+    ]
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans with the overlapping ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
     return out
 
 
@@ -193,7 +220,7 @@ def _one(data: bytes, group: list[Span], end: int) -> Span:
     start = group[0].start
     whole = [s for s in group if s.start == start and s.end == end]
     if whole:
-        return min(whole, key=lambda s: s.rank)
+        return min(whole, key=lambda s: (s.rank, -s.depth))
     surest = min(group, key=lambda s: s.rank)
     prefix = surest.prefix if surest.start == start else ""
     return Span(start, end, _text(data, start, end), surest.found_as, prefix, surest.rank)

@@ -31,6 +31,8 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import pyarrow as pa
 import re2  # type: ignore[import-untyped]
@@ -107,15 +109,23 @@ class Redactor:
         #: a secret's kind, once known: one kind per secret, wherever it appears
         self._kinds: dict[str, str] = {}
         self._value_set = frozenset(self.values)
-        self._finder = CellFinder(self.rules, list(self.values))
-        self._re2 = screen_pattern(self.rules, self.values)
-        self._screen = re2.compile(self._re2.encode(), re2_options())
         fingerprint = hmac.new(self.key, "\x00".join(sorted(self.values)).encode("utf-8", "surrogatepass"), "sha256")
         rule_set = self.rules.rule_set
         #: what the files this redactor writes record (:func:`~.version.redaction_version`)
         self.version = redaction_version(
             f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}", fingerprint.hexdigest()[:8]
         )
+
+    @cached_property
+    def _finder(self) -> CellFinder:
+        """What finds the secrets of a cell (built when a first cell is redacted: a run whose files
+        are all current never builds it)."""
+        return CellFinder(self.rules, list(self.values))
+
+    @cached_property
+    def _screen(self) -> Any:
+        """The column screen (:mod:`.screen`), compiled."""
+        return re2.compile(screen_pattern(self.rules, self.values).encode(), re2_options())
 
     def __reduce__(self):  # never pickled with its key and values
         raise TypeError("a Redactor is not pickled: send its RedactionConfig")

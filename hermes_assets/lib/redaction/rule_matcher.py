@@ -20,6 +20,7 @@ import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import re2  # type: ignore[import-untyped]
@@ -101,18 +102,22 @@ class RuleMatcher:
         self._global_allowed: list | None = None
         self.uncompiled: list[str] = []
         self.keywords: tuple[str, ...] = tuple(sorted({k for r in self.rules for k in r.keywords}))
-        #: each keyword as a cell may write it (JSON-escaped, percent-encoded), and what it is
-        forms = sorted({(f, k) for k in self.keywords for f in keyword_forms(k)})
-        self._form_keyword = [k for _, k in forms]
         by_keyword: dict[str, list[int]] = {k: [] for k in self.keywords}
         for i, rule in enumerate(self.rules):
             for k in rule.keywords:
                 by_keyword[k].append(i)
         self._by_keyword = by_keyword
-        self._set = re2.Set.SearchSet(re2_options())
+
+    @cached_property
+    def _keyword_set(self) -> tuple[Any, list[str]]:
+        """One RE2 set of each keyword as a cell may write it (JSON-escaped, percent-encoded), and the
+        keyword each is (built when a first text is searched)."""
+        forms = sorted({(f, k) for k in self.keywords for f in keyword_forms(k)})
+        found = re2.Set.SearchSet(re2_options())
         for f, _ in forms:
-            self._set.Add(re2.escape(f.encode("utf-8", "surrogatepass")))
-        self._set.Compile()
+            found.Add(re2.escape(f.encode("utf-8", "surrogatepass")))
+        found.Compile()
+        return found, [k for _, k in forms]
 
     def __reduce__(self):  # rebuilt where it is used: the rule set travels, not the compiled programs
         return (RuleMatcher, (self.rule_set,))
@@ -120,9 +125,10 @@ class RuleMatcher:
     def candidates(self, text: str | bytes) -> list[tuple[int, int]]:
         """``(rule index, keyword length)`` of the rules a text may match (it holds one of their keywords)."""
         data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+        keyword_set, keyword_of = self._keyword_set
         found: dict[int, int] = {}
-        for f in self._set.Match(data.lower()) or ():
-            keyword = self._form_keyword[f]
+        for f in keyword_set.Match(data.lower()) or ():
+            keyword = keyword_of[f]
             for i in self._by_keyword[keyword]:
                 found[i] = max(found.get(i, 0), len(keyword))
         return sorted(found.items())

