@@ -96,11 +96,17 @@ def _twice(secret: str) -> set[str]:
     return {twice for once in json_forms(secret) for twice in json_forms(once)}
 
 
-def views(data: bytes) -> list[View]:
+#: an escape that may hide a secret's characters (an escaped backslash, slash, a ``\\uXXXX``): the
+#: others (a newline, a tab, a quote) only ever end a secret, and every rule ends one there as written
+DEEP_ESCAPE = re.compile(rb"\\[\\/ubf]")
+
+
+def views(data: bytes, *, json: bool = True) -> list[View]:
     """The decoded views of a cell's text (its bytes as written excluded): JSON escapes decoded once
-    and twice, percent-escapes decoded; a view only when it differs from what it was decoded from."""
+    and twice (``json``), percent-escapes decoded; a view only when it differs from what it was
+    decoded from."""
     out: list[View] = []
-    if b"\\" in data:
+    if json and b"\\" in data:
         once = json_unescape(data)
         if once != data:
             out.append(View("json", once, json_forms))

@@ -69,6 +69,8 @@ class CellFinder:
             alternation = "|".join(re2_literal(f) for f in ordered)
             screens.append(alternation)
             self._env = re2.compile(f"({alternation})".encode(), re2_options())
+        #: the dispatch indexes of our formats that a JSON escape can break (they read ``/``)
+        self._decoded = frozenset(i for i, p in enumerate(PATTERNS) if p.decoded)
         self.dispatch = re2.Set.SearchSet(re2_options())
         for screen in screens:
             self.dispatch.Add(screen.encode())
@@ -83,7 +85,13 @@ class CellFinder:
         found = self._in(data, candidates, hits)
         # a decoded view holds what its text as written holds (keywords, prefixes and names are written
         # as they read: :mod:`.screen`), so the same rules and screens are the ones to run on it
-        for view in encodings.views(data):
+        # JSON escapes are decoded where they may hide a secret: for the maintained rules (whose classes
+        # read quotes and backslashes as written), for our formats that read ``/``, or where an escape
+        # stands for a secret's character (a newline, a tab, a quote only ever end a secret)
+        json = (
+            bool(candidates) or bool(self._decoded.intersection(hits)) or encodings.DEEP_ESCAPE.search(data) is not None
+        )
+        for view in encodings.views(data, json=json):
             in_view = self._in(view.data, candidates, hits)
             if in_view:
                 found += _written(data, view, in_view)

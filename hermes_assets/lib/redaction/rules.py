@@ -57,6 +57,9 @@ class Pattern:
     group: int = 1
     accept: Callable[[str], bool] | None = field(default=None, compare=False)
     finder: Callable[[bytes], list[tuple[int, int]]] | None = field(default=None, compare=False)
+    #: a JSON escape can break a match (the format reads ``/``, written ``\\/``): its text is also
+    #: searched decoded
+    decoded: bool = False
 
     @cached_property
     def regex(self):
@@ -97,7 +100,7 @@ def _p(
     accept: Callable[[str], bool] | None = None,
     finder: Callable[[bytes], list[tuple[int, int]]] | None = None,
 ) -> Pattern:
-    return Pattern(kind, regex, source, screen, tuple(hints), group, accept, finder)
+    return Pattern(kind, regex, source, screen, tuple(hints), group, accept, finder, "/" in regex)
 
 
 def _not_marker(secret: str) -> bool:
