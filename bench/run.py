@@ -264,8 +264,9 @@ from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse.datasets import Warehouse
 stores = [Store(sys.argv[1])]
-# redaction on, as a capture runs by default (its key in a scratch folder); "off": without it
-scratch_key = tempfile.mkdtemp()
+# redaction on, as a capture runs by default (its key in a scratch folder, or in the folder the
+# fourth argument names: where the rule set's parsed copy is kept between runs); "off": without it
+scratch_key = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp()
 plan = capture_plan.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
 plan = capture_plan.plan_capture(stores, days, user_home="/home/bench")

@@ -298,9 +298,9 @@ FORMS: tuple[Form, ...] = (
     ),
     Form(
         "config_line",  # a config file's line: name value (requirepass, .netrc over lines, pgpass-like)
-        _LINE + r"[ \t]{0,40}[A-Za-z0-9_.-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,40}[ \t]+" + _TOKEN,
+        _LINE + r"[ \t-]{0,40}[A-Za-z0-9_.-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,40}[ \t]+" + _TOKEN,
         _LINE
-        + r"[ \t]{0,40}([A-Za-z0-9_.-]{0,40}"
+        + r"[ \t-]{0,40}([A-Za-z0-9_.-]{0,40}"
         + _SECRET_WORD
         + r"[A-Za-z0-9_.-]{0,40})[ \t]+("
         + _TOKEN

@@ -5,8 +5,7 @@ is often JSON with its newlines escaped (and may be cut short, or follow a warni
 line: not valid JSON), a query string is URL-encoded. :func:`views` decodes a cell's
 text every way it may hold a secret written in another (JSON escapes once and twice,
 whether or not the text parses; percent-encoding), as UTF-8 bytes; what the rules
-find in a view is redacted in the cell as written: :func:`written_forms` says how a
-secret found decoded may be written in it. :func:`literal_forms` gives the forms a
+find in a view is redacted in the cell as written, where :meth:`View.written_at` says it is. :func:`literal_forms` gives the forms a
 known value (a ``.env`` value) takes: as is, JSON-escaped once and twice,
 URL-encoded, and in base64 at each of its three alignments.
 
@@ -17,11 +16,12 @@ substitution each): linear in the text's length.
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import re
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: a JSON ``\\uXXXX`` escape (a surrogate pair as one)
 _JSON_U = re.compile(rb"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})")
@@ -32,15 +32,53 @@ _PERCENT = re.compile(rb"%[0-9A-Fa-f]{2}")
 MIN_BASE64_CORE = 12
 
 
-@dataclass(frozen=True)
+#: the escapes :func:`json_unescape` decodes, as a scan from the left reads them
+_JSON_ESCAPE = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}|\\[\"/nrtbf]"
+)
+
+
+@dataclass
 class View:
-    """A cell's text decoded one way: its bytes, and how a secret found in it is written in the cell."""
+    """A cell's text decoded one way: its bytes, and where each of its positions is written in the
+    text it was decoded from (``source``; ``parent``: that text's own view, for a text decoded twice)."""
 
     name: str
     data: bytes
-    written: Callable[[str], set[str]]
+    source: bytes
+    escape: re.Pattern[bytes]
+    decode: Callable[[bytes], bytes]
+    parent: View | None = None
     #: how many decodings part it from the text as written
     depth: int = 1
+    _map: tuple[list[int], list[int]] | None = field(default=None, repr=False)
+
+    def written_at(self, pos: int) -> int:
+        """Where the character at ``pos`` of this view (or its end) is in the cell as written."""
+        if self._map is None:
+            self._map = _boundaries(self.source, self.escape, self.decode)
+        decoded, source = self._map
+        k = bisect.bisect_right(decoded, pos) - 1
+        at = source[k] + (pos - decoded[k])
+        return self.parent.written_at(at) if self.parent is not None else at
+
+
+def _boundaries(
+    source: bytes, escape: re.Pattern[bytes], decode: Callable[[bytes], bytes]
+) -> tuple[list[int], list[int]]:
+    """Each escape of ``source``: where it begins and ends, in the decoded text and in ``source``."""
+    decoded, written = [0], [0]
+    at = length = 0
+    for m in escape.finditer(source):
+        start, end = m.span()
+        length += start - at
+        decoded.append(length)
+        written.append(start)
+        length += len(decode(m.group(0)))
+        decoded.append(length)
+        written.append(end)
+        at = end
+    return decoded, written
 
 
 def _u(m: re.Match[bytes]) -> bytes:
@@ -109,12 +147,13 @@ def views(data: bytes, *, json: bool = True) -> list[View]:
     if json and b"\\" in data:
         once = json_unescape(data)
         if once != data:
-            out.append(View("json", once, json_forms))
+            first = View("json", once, data, _JSON_ESCAPE, json_unescape)
+            out.append(first)
             twice = json_unescape(once) if b"\\" in once else once
             if twice != once:
-                out.append(View("json2", twice, _twice, 2))
+                out.append(View("json2", twice, once, _JSON_ESCAPE, json_unescape, first, 2))
     if b"%" in data and _PERCENT.search(data):
-        out.append(View("url", url_unquote(data), url_forms))
+        out.append(View("url", url_unquote(data), data, _PERCENT, url_unquote))
     return out
 
 

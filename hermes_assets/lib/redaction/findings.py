@@ -9,8 +9,8 @@
   take (:func:`.encodings.literal_forms`), each on a text its screen finds: one RE2 set
   says which (:attr:`CellFinder.dispatch`).
 
-A secret found in a decoded view is redacted where it is written in the cell (each
-form the view's encoding gives it). Overlapping findings are one secret (their union);
+A secret found in a decoded view is redacted where it is written in the cell
+(:meth:`.encodings.View.written_at`). Overlapping findings are one secret (their union);
 a marker already in the text is never inside one. The cell is never parsed: what is
 around a secret stays byte for byte.
 """
@@ -49,6 +49,8 @@ class Span:
     rank: int
     #: how many decodings part the text it was found in from the text as written (0: found as written)
     depth: int = 0
+    #: for a maintained rule's finding, how specific the rule is (its longest keyword the text holds)
+    weight: int = 0
 
 
 class CellFinder:
@@ -94,7 +96,7 @@ class CellFinder:
         for view in encodings.views(data, json=json):
             in_view = self._in(view.data, candidates, hits)
             if in_view:
-                found += _written(data, view, in_view)
+                found += _written(view, in_view)
         if not found:
             return []
         found = _decoded_first(found)
@@ -106,10 +108,10 @@ class CellFinder:
         patterns, forms and ``.env`` values of the dispatch's ``hits``."""
         out: list[Span] = []
         if candidates:
-            for f in self.matcher.findings_in(data, candidates):
+            for f in self.matcher.findings_in(data, candidates, resolve=False):
                 low = f.secret.lower()
                 prefix = next((f.secret[: len(k)] for k in f.rule.keywords if low.startswith(k)), "")
-                out.append(Span(f.start, f.end, f.secret, f.rule.kind, prefix, MAINTAINED))
+                out.append(Span(f.start, f.end, f.secret, f.rule.kind, prefix, MAINTAINED, weight=f.weight))
         n_patterns, n_forms = len(PATTERNS), len(FORMS)
         for i in hits:
             if i < n_patterns:
@@ -123,6 +125,14 @@ class CellFinder:
             elif self._env is not None:
                 out += self._env_values(data)
         return out
+
+    def our_kind(self, secret: str) -> str | None:
+        """The kind of the first of our formats that finds ``secret`` whole (None: none does)."""
+        data = secret.encode("utf-8", "surrogatepass")
+        for i in sorted(self.dispatch.Match(data) or ()):
+            if i < len(PATTERNS) and PATTERNS[i].spans(data) == [(0, len(data))]:
+                return PATTERNS[i].kind
+        return None
 
     def _env_values(self, data: bytes) -> list[Span]:
         out = []
@@ -148,22 +158,21 @@ def _whole(data: bytes, start: int, end: int) -> bool:
     )
 
 
-def _written(data: bytes, view: encodings.View, decoded: list[Span]) -> list[Span]:
-    """Where the secrets found in a decoded view are written in ``data``: each form its encoding
-    gives it, wherever it is (a secret found once is redacted everywhere in the cell)."""
-    out: list[Span] = []
-    done: set[str] = set()
-    for s in decoded:
-        if s.secret in done:
-            continue
-        done.add(s.secret)
-        for form in view.written(s.secret) | {s.secret}:
-            written = form.encode("utf-8", "surrogatepass")
-            at = data.find(written)
-            while at >= 0:
-                out.append(Span(at, at + len(written), s.secret, s.found_as, s.prefix, s.rank, view.depth))
-                at = data.find(written, at + len(written))
-    return out
+def _written(view: encodings.View, decoded: list[Span]) -> list[Span]:
+    """The secrets found in a decoded view, where they are written in the cell."""
+    return [
+        Span(
+            view.written_at(s.start),
+            view.written_at(s.end),
+            s.secret,
+            s.found_as,
+            s.prefix,
+            s.rank,
+            view.depth,
+            s.weight,
+        )
+        for s in decoded
+    ]
 
 
 def _decoded_first(found: list[Span]) -> list[Span]:
@@ -228,7 +237,7 @@ def _one(data: bytes, group: list[Span], end: int) -> Span:
     start = group[0].start
     whole = [s for s in group if s.start == start and s.end == end]
     if whole:
-        return min(whole, key=lambda s: (s.rank, -s.depth))
-    surest = min(group, key=lambda s: s.rank)
+        return min(whole, key=lambda s: (s.rank, -s.weight, -s.depth))
+    surest = min(group, key=lambda s: (s.rank, -s.weight))
     prefix = surest.prefix if surest.start == start else ""
     return Span(start, end, _text(data, start, end), surest.found_as, prefix, surest.rank)

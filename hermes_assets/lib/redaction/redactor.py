@@ -41,7 +41,7 @@ from hermes_assets.lib.redaction import json_paths
 from hermes_assets.lib.redaction.findings import CellFinder, Span
 from hermes_assets.lib.redaction.rule_matcher import RuleMatcher, re2_options
 from hermes_assets.lib.redaction.rule_set import load_rule_set
-from hermes_assets.lib.redaction.rules import MARKER_PREFIX, PATTERNS
+from hermes_assets.lib.redaction.rules import MARKER_PREFIX
 from hermes_assets.lib.redaction.screen import flagged, screen_pattern
 from hermes_assets.lib.redaction.sightings import Sighting, Sightings, Where
 from hermes_assets.lib.redaction.sources import env_values, load_key
@@ -193,7 +193,7 @@ class Redactor:
         if kind is None and len(secret) > LONGEST_KIND:
             return found_as
         if kind is None:
-            kind = self._kinds[secret] = self.rules.kind_of(secret) or _our_kind(secret) or ""
+            kind = self._kinds[secret] = self.rules.kind_of(secret) or self._finder.our_kind(secret) or ""
         if kind:
             return kind
         return "hermes_env" if secret in self._value_set else found_as
@@ -235,15 +235,6 @@ class Redactor:
             (s.start if ascii_text else len(data[: s.start].decode("utf-8", "surrogatepass"))) - skip for s in spans
         ]
         return json_paths.paths(body, [(o, s.secret) for o, s in zip(offsets, spans, strict=True)])
-
-
-def _our_kind(secret: str) -> str | None:
-    """The kind of the first of our formats that finds ``secret`` whole (None: none does)."""
-    data = secret.encode("utf-8", "surrogatepass")
-    for p in PATTERNS:
-        if p.spans(data) == [(0, len(data))]:
-            return p.kind
-    return None
 
 
 _cached: dict[RedactionConfig, Redactor] = {}

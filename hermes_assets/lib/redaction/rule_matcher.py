@@ -28,6 +28,10 @@ import re2  # type: ignore[import-untyped]
 from hermes_assets.lib.redaction import encodings
 from hermes_assets.lib.redaction.rule_set import Rule, RuleSet
 
+#: a rule's matches its filter lets pass are searched again from their next character for at most
+#: this many times the text's length (linear on hostile text)
+RETRY_BUDGET = 4
+
 
 def keyword_forms(keyword: str) -> set[str]:
     """A rule's keyword as a cell may write it (lower-case: keywords are matched without case)."""
@@ -141,28 +145,47 @@ class RuleMatcher:
             return found
         return [_in_text(data, f) for f in found]
 
-    def findings_in(self, data: bytes, candidates: list[tuple[int, int]] | None = None) -> list[Finding]:
-        """Every secret the rules find in the UTF-8 ``data``, overlaps resolved, in order (byte offsets);
-        ``candidates``: the rules to run (:meth:`candidates`, of this text or of the text it decodes)."""
+    def findings_in(
+        self, data: bytes, candidates: list[tuple[int, int]] | None = None, *, resolve: bool = True
+    ) -> list[Finding]:
+        """Every secret the rules find in the UTF-8 ``data``, overlaps resolved (``resolve``; else every
+        finding, for the caller to join), in order (byte offsets); ``candidates``: the rules to run
+        (:meth:`candidates`, of this text or of the text it decodes)."""
         out: list[Finding] = []
         for i, weight in self.candidates(data) if candidates is None else candidates:
             program = self._program(i)
             if program is None:
                 continue
-            regex, allowed = program
-            rule = self.rules[i]
-            kept: dict[str, bool] = {}
-            for spans in all_spans(regex, data):
-                span = _secret_span(spans, rule.secret_group)
-                if span is None or span[1] <= span[0]:
-                    continue
+            out += self._rule_findings(data, i, weight, *program)
+        return _resolve(out) if resolve else out
+
+    def _rule_findings(self, data: bytes, i: int, weight: int, regex: Any, allowed: Any) -> list[Finding]:
+        """The secrets rule ``i`` finds in ``data``. A match its filter lets pass is searched again from
+        its next character (a PEM header with no key up to a later block's footer hides no block),
+        within :data:`RETRY_BUDGET` times the text's length; then matches only follow each other."""
+        rule = self.rules[i]
+        kept: dict[str, bool] = {}
+        out: list[Finding] = []
+        pos, size, budget = 0, len(data), RETRY_BUDGET * len(data)
+        while pos <= size:
+            spans = search_spans(regex, data, pos)
+            if spans is None:
+                break
+            start, end = spans[0]
+            span = _secret_span(spans, rule.secret_group)
+            ok = False
+            if span is not None and span[1] > span[0]:
                 secret = data[span[0] : span[1]].decode("utf-8", "surrogatepass")
-                ok = kept.get(secret)
-                if ok is None:
-                    ok = kept[secret] = self._kept(rule, allowed, secret)
+                known = kept.get(secret)
+                ok = known if known is not None else kept.setdefault(secret, self._kept(rule, allowed, secret))
                 if ok:
                     out.append(Finding(span[0], span[1], rule, secret, weight))
-        return _resolve(out)
+            if ok or budget <= 0:
+                pos = end if end > pos else pos + 1
+            else:
+                budget -= end - start
+                pos = start + 1
+        return out
 
     def kind_of(self, value: str) -> str | None:
         """The kind of the most specific rule that finds ``value`` whole (None: none does)."""
