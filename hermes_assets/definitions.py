@@ -47,6 +47,7 @@ from hermes_assets.lib import logs
 def defs() -> dg.Definitions:
     loaded = console.checked_settings()
     logs.configure(loaded.log_format, level=loaded.log_level)
+    console.refuse_host_conflicts(loaded)
     run_log.install()
     console.quiet_dagster_warnings()
     try:

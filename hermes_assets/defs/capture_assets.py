@@ -17,7 +17,7 @@ by the run's IO manager, so "re-execute from failure" of the write works.
 """
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
@@ -188,6 +188,8 @@ def project_rows(
     plan: CapturePlan,
 ) -> dg.Output[ProjectedRun]:
     wh = warehouse.open()
+    # this host's label and stores are its own in the warehouse, or nothing is written
+    refuse_host_conflicts(lambda: warehouse.settle_host(wh, plan.identities()))
     # a warehouse from before hosts had their own files moves to this host's folders, once;
     # the warehouse says whether this host's ids are scoped by its label (unique across hosts)
     moved = wh.adopt_legacy()
@@ -266,6 +268,15 @@ def write_partitions(
                 "stores_failed": failed_stores(written.failures),
             },
         ) from exc
+
+
+def refuse_host_conflicts(settle: Callable[[], None]) -> None:
+    """Run ``settle`` (a host's claims on the warehouse); a conflict fails the step with its
+    one line (:class:`~hermes_assets.lib.errors.HostConflict`), nothing written."""
+    try:
+        settle()
+    except errors.HostConflict as exc:
+        raise dg.Failure(description=str(exc), metadata={"error_kind": exc.error_kind}) from exc
 
 
 def day_checks(

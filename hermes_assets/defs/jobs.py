@@ -6,6 +6,7 @@ from typing import Any
 import dagster as dg
 
 from hermes_assets.defs.analytics_assets import day_metadata
+from hermes_assets.defs.capture_assets import refuse_host_conflicts
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.warehouse.purge import purge
@@ -28,6 +29,7 @@ def purge_scope(
     if not config.scope and not config.session_id:
         raise dg.Failure("purge_scope needs `scope` or `session_id` in its config")
     wh = warehouse.open()
+    refuse_host_conflicts(lambda: warehouse.check_host(wh))
     result = purge(wh, scope=config.scope, session_id=config.session_id)
     summary: dict[str, Any] = {
         "rows_removed": result.removed,

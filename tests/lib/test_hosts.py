@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pytest
+import structlog
 
 from hermes_assets.defs import settings
 from hermes_assets.lib import ids
@@ -221,6 +222,33 @@ def test_analytics_computed_while_another_host_writes_are_computed_again(two_hos
     _, figures = daily.write_current_day(alpha, daily.TOOLS, DAY, read)
     assert len(reads) == 2 and figures.totals["tool_calls"] == 2
     assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_host_whose_analytics_file_was_replaced_while_it_computed_computes_again(kind, two_hosts, tmp_path):
+    """Two hosts finish the same day at once: the other host captures the day and writes its
+    analytics while this one computes from the older files. This host's write is conditional
+    on the file it read (no file yet): it is refused, and it computes again from every host's
+    files, so neither host's rows are missing from the day's one figure."""
+    root = tmp_path / "wh"
+    alpha, beta = open_host(kind, root, "alpha", tmp_path), open_host(kind, root, "beta", tmp_path)
+    capture_days([store_of(two_hosts["alpha"], "alpha")], alpha, days=[DAY])
+    inputs = {h.host: {n: DatasetDays(h, n, [DAY], c) for n, c in daily.INPUTS.items()} for h in (alpha, beta)}
+    reads = []
+
+    def alpha_reads():
+        tables = daily.read_inputs(inputs["alpha"], DAY)
+        if not reads:  # beta finishes the day (its files, then its analytics) before alpha writes
+            capture_days([store_of(two_hosts["beta"], "beta")], beta, days=[DAY])
+            daily.write_current_day(beta, daily.TOOLS, DAY, functools.partial(daily.read_inputs, inputs["beta"], DAY))
+        reads.append(tables)
+        return tables
+
+    with structlog.testing.capture_logs() as events:
+        daily.write_current_day(alpha, daily.TOOLS, DAY, alpha_reads)
+    assert "file_replaced" in [e.get("reason") for e in events if e["event"] == "hermes.analytics.recomputed"]
+    assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
+    assert pc.sum(alpha.read(daily.TOOLS, DAY)["calls"]).as_py() == 2  # both hosts' tool calls
 
 
 def test_a_purge_removes_a_scope_from_the_hosts_own_files_only(two_hosts, tmp_path):

@@ -17,8 +17,7 @@ import pyarrow as pa
 import pytest
 
 from hermes_assets.lib.warehouse import arrow_storage, storage
-from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
-from hermes_assets.lib.warehouse.datasets import open_storage
+from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage, open_storage
 from hermes_assets.lib.warehouse.local_files import FileModes
 from hermes_assets.lib.warehouse.storage import LocalStorage
 

@@ -179,8 +179,8 @@ def test_a_day_left_without_rows_has_no_file(kind, store, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_replace_rewrite_and_current(kind, store, tmp_path):
     wh = open_warehouse(kind, tmp_path)
-    replaced = wh.replace_day(SESSIONS, DAY, store["rows"])
-    assert replaced.changed and wh.current(SESSIONS, DAY).rows == 3
+    replaced = wh.replace_day(SESSIONS, DAY, store["rows"], wh.read_versioned(SESSIONS, DAY))
+    assert replaced is not None and replaced.changed and wh.current(SESSIONS, DAY).rows == 3
     removed, left = wh.rewrite_day(SESSIONS, DAY, lambda t: pc.not_equal(t.column("id"), "b"))
     assert (removed, left) == (1, 2) and wh.read(SESSIONS, DAY).column("id").to_pylist() == ["a", "c"]
     assert wh.rewrite_day(SESSIONS, "2026-06-09", lambda t: None) == (0, 0)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,24 +34,14 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.warehouse import day_merge, host_layout, hosts, local_files, partition_file, read_marks
-from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
+from hermes_assets.lib.warehouse.arrow_storage import open_storage
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite, WriteResult
 from hermes_assets.lib.warehouse.host_layout import PART_FILE, REDACTION_STAMP, STAGING, LayoutMove
 from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
 from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.retention import count_source_deleted
-from hermes_assets.lib.warehouse.storage import LocalStorage, Storage
 
 log = get_logger()
-
-
-def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:
-    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`. ``owner``: the host
-    whose temp files this storage writes and may clean up (:func:`local_files.temp_name`)."""
-    scheme = urlparse(uri).scheme
-    if len(scheme) > 1:  # "C:\\x" is a path
-        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes, owner=owner)
-    return LocalStorage(uri, modes=modes, owner=owner)
 
 
 class Warehouse:
@@ -357,13 +346,34 @@ class Warehouse:
         result.replaced = carried.replaced
         return result
 
-    def replace_day(self, dataset: str, day: str, table: pa.Table) -> WriteResult:
-        """Replace the day's file by ``table`` as it is (no retention merge), atomically,
-        under the day's lock; no rows = no file. For datasets recomputed whole."""
+    def read_versioned(self, dataset: str, day: str) -> tuple[pa.Buffer, str] | None:
+        """The day's file and its version (:meth:`Storage.read_versioned`), or None: no file."""
+        return self.storage.read_versioned(self.path(dataset, day))
+
+    def replace_day(
+        self, dataset: str, day: str, table: pa.Table, read: tuple[pa.Buffer, str] | None
+    ) -> WriteResult | None:
+        """Replace the day's file by ``table`` as it is (no retention merge; no rows = no file)
+        when it is still the file ``read`` (:meth:`read_versioned`; None: there was none), in
+        one conditional write (:meth:`Storage.put_if`) under the day's lock; None, nothing
+        written, when another writer replaced it since. For a derived dataset, which every
+        host computes over all hosts' files and several may write at once."""
+        path = self.path(dataset, day)
+        old, version = (None, None) if read is None else read
         with self.day_lock(dataset, day):  # derived datasets: no redaction version of their own
-            result = self._replace(dataset, day, table, 0, self.storage.read_bytes(self.path(dataset, day)), None)
+            data = partition_file.encode(dataset, table) if table.num_rows else None
+            changed = (data is None) != (old is None) or (
+                data is not None and old is not None and not partition_file.same_bytes(old, data)
+            )
+            if changed and data is not None and not self.storage.put_if(path, data, version):
+                return None
+            if changed and data is None:
+                with contextlib.suppress(FileNotFoundError):  # removed by another host's run too
+                    self.storage.delete(path)
             self.fix_modes(dataset, day)
-            return result
+        log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows, changed=changed)
+        size = 0 if data is None else data.size
+        return WriteResult(dataset, day, self.location(dataset, day), table.num_rows, 0, 0, size, changed)
 
     def rewrite_day(self, dataset: str, day: str, keep_mask_fn: Callable[[pa.Table], pa.Array]) -> tuple[int, int]:
         """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left).

@@ -53,12 +53,14 @@ class Pin:
 
 class FileStamp(NamedTuple):
     """A file found by :meth:`Storage.files_under`: its path below the folder listed, and
-    what tells one version of it from the next (an object store has no inode: 0)."""
+    what tells one version of it from the next: on disk its inode, on an object store its
+    ETag and version (a replaced object of the same size in the same second differs)."""
 
     path: str
     size: int
     mtime_ns: int
     inode: int = 0
+    version: str = ""
 
 
 class Storage(Protocol):
@@ -134,6 +136,18 @@ class Storage(Protocol):
         """Replace ``path`` by the finished local file ``source`` atomically (``source`` stays)."""
         ...
 
+    def read_versioned(self, path: str) -> tuple[pa.Buffer, str] | None:
+        """A whole file's bytes and its version (one read), or None when it does not exist."""
+        ...
+
+    def put_if(self, path: str, data: pa.Buffer, expected: str | None) -> bool:
+        """Replace ``path`` by ``data`` only when it is still the version ``expected``
+        (:meth:`read_versioned`; None: only when there is no file), so that no other writer's
+        file is lost; False, nothing written, when it is not. The store's own conditional write
+        on an object store; on disk, a create is a hard link (atomic), a replace checks the
+        version under the lock of the file's day, which the caller holds."""
+        ...
+
     def delete(self, path: str) -> None: ...
 
     def fix_modes(self, folder: str) -> None:
@@ -202,6 +216,12 @@ class LocalStorage:
     def put_file(self, path: str, source: str) -> None:
         local_files.link_into_place(source, path, self.modes.file, self.owner)
 
+    def read_versioned(self, path: str) -> tuple[pa.Buffer, str] | None:
+        return local_files.read_versioned(path)
+
+    def put_if(self, path: str, data: pa.Buffer, expected: str | None) -> bool:
+        return put_if_locally(path, data, expected, self.modes, self.root, self.owner)
+
     def delete(self, path: str) -> None:
         local_files.delete(path)
 
@@ -237,6 +257,18 @@ def fix_local_modes(folder: str, root: str, modes: FileModes) -> None:
         return
     local_files.make_dirs(folder, modes, os.path.dirname(root))
     local_files.chmod_files(folder, modes)
+
+
+def put_if_locally(path: str, data: pa.Buffer, expected: str | None, modes: FileModes, root: str, owner: str) -> bool:
+    """:meth:`Storage.put_if` on this machine's disk (the caller holds the file's lock for a replace)."""
+    local_files.make_dirs(os.path.dirname(path), modes, os.path.dirname(root))
+    if expected is None:
+        return local_files.create_exclusive(path, data, modes.file, owner=owner)
+    current = local_files.read_versioned(path)
+    if current is None or current[1] != expected:
+        return False
+    local_files.atomic_write(path, data, modes.file, owner=owner)
+    return True
 
 
 def read_pinned_locally(path: str, pin_as: str) -> tuple[pa.Buffer, Pin] | None:
