@@ -74,7 +74,7 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
             assets=[capture_assets.capture_asset(days), *analytics_assets.analytics_assets(days)],
             asset_checks=[checks.days_captured],
             sensors=sensors.build(loaded, days),
-            jobs=[jobs.purge_job],
+            jobs=[jobs.purge_job, jobs.relabel_job],
             resources={**resources.resources_for(loaded), **io_manager.io_managers(loaded)},
             executor=executor.executor_for(loaded.executor),
         )

@@ -39,6 +39,7 @@ import dagster as dg
 from hermes_assets.defs import settings
 from hermes_assets.defs.partitions import Days
 from hermes_assets.lib.errors import ConfigurationError, HostConflict
+from hermes_assets.lib.warehouse.host_claims import RELABEL_JOB
 
 #: the console scripts a person types; their server subcommands are not one-shot commands
 COMMANDS = ("dagster", "dg")
@@ -105,7 +106,8 @@ def runs_assets() -> bool:
     """Whether this process is a typed command that runs the assets (``dagster asset
     materialize``, ``dagster job execute``, ``dg launch``)."""
     args = sys.argv[1:]
-    return typed_command() and any(tuple(args[: len(cmd)]) == cmd for cmd in RUN_COMMANDS)
+    relabels = RELABEL_JOB in args  # the way out of a refusal is never refused
+    return typed_command() and not relabels and any(tuple(args[: len(cmd)]) == cmd for cmd in RUN_COMMANDS)
 
 
 def refuse_host_conflicts(loaded: settings.Settings) -> None:

@@ -208,6 +208,18 @@ def settle_ids(wh: Warehouse, *, legacy: bool = False) -> bool:
     return scoped
 
 
+def move_ids_claim(wh: Warehouse, source: str, target: str, *, scoped: bool) -> None:
+    """The relabel job's last step for the ids: ``target`` claims them as ``scoped`` says
+    (unless it settled its own), and ``source``'s claim goes."""
+    if claims(wh).get(target) not in (CLAIM_HELD, CLAIM_GIVEN_UP):
+        path = _claim_path(wh, target)
+        if wh.storage.local:
+            local_files.make_dirs(os.path.dirname(wh.storage.location(path)), wh.modes, wh.root)
+        wh.storage.put(path, pa.py_buffer(f"{CLAIM_GIVEN_UP if scoped else CLAIM_HELD}\n".encode()))
+    with contextlib.suppress(FileNotFoundError):
+        wh.storage.delete(_claim_path(wh, source))
+
+
 def _adopt_legacy_spool(wh: Warehouse) -> None:
     """What a warehouse from before kept in its spool becomes this host's, with its files:
     the redaction stamp (it vouched for the files this host now owns) and the staging
