@@ -191,7 +191,7 @@ def test_replace_rewrite_and_current(kind, store, tmp_path):
 def test_a_files_cells_rewritten_in_place_record_the_version_given(kind, store, tmp_path):
     wh = open_warehouse(kind, tmp_path)
     assert wh.rewrite_file(SESSIONS, DAY, lambda t: t, 3) is None  # no file, nothing made
-    wh.replace_day(SESSIONS, DAY, store["rows"])
+    wh.replace_day(SESSIONS, DAY, store["rows"], None)
 
     def titled(table: pa.Table) -> pa.Table:
         i = table.schema.get_field_index("title")
