@@ -39,7 +39,7 @@ import dagster as dg
 from hermes_assets.defs import settings
 from hermes_assets.defs.partitions import Days
 from hermes_assets.lib.errors import ConfigurationError, HostConflict
-from hermes_assets.lib.warehouse.host_claims import RELABEL_JOB
+from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
 
 #: the console scripts a person types; their server subcommands are not one-shot commands
 COMMANDS = ("dagster", "dg")

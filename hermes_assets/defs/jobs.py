@@ -11,7 +11,7 @@ from hermes_assets.defs.capture_assets import refuse_host_conflicts
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.errors import HostConflict
-from hermes_assets.lib.warehouse.host_claims import RELABEL_JOB
+from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
 from hermes_assets.lib.warehouse.purge import purge
 from hermes_assets.lib.warehouse.relabel import relabel as relabel_host
 

@@ -16,6 +16,7 @@ import dagster as dg
 from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
 from hermes_assets.lib.capture.pool import START_METHODS
 from hermes_assets.lib.capture.steps import PARALLEL_MIN_SESSIONS
+from hermes_assets.lib.hosts import host_claims, host_labels
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.redaction.redactor import RedactionConfig
@@ -24,9 +25,8 @@ from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_assets.lib.source.store_identity import identities
 from hermes_assets.lib.source.stores import Store, discover_stores, on_host
-from hermes_assets.lib.warehouse import host_claims, hosts
+from hermes_assets.lib.storage.local_files import FileModes
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.local_files import FileModes
 
 
 class HermesStores(dg.ConfigurableResource):
@@ -48,7 +48,7 @@ class HermesStores(dg.ConfigurableResource):
         )
 
     def stores(self) -> list[Store]:
-        host = self.host or hosts.default_label()
+        host = self.host or host_labels.default_label()
         # whether the host joins its ids' scope is the warehouse's to say (project_rows)
         return on_host(discover_stores(self.state_db, self.hermes_home), host, scoped=False)
 
@@ -93,7 +93,7 @@ class HermesWarehouse(dg.ConfigurableResource):
 
     def settle_host(self, wh: Warehouse, stores: dict[str, str]) -> None:
         """Before a capture writes anything: this host's identity, label and stores claimed in
-        the warehouse (:func:`hermes_assets.lib.warehouse.host_claims.settle_host`); raises
+        the warehouse (:func:`hermes_assets.lib.hosts.host_claims.settle_host`); raises
         :class:`~hermes_assets.lib.errors.HostConflict` when they are another host's."""
         if self.identity_file:
             host_claims.settle_host(

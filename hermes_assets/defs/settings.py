@@ -39,10 +39,10 @@ from pydantic import AfterValidator, BeforeValidator, Field
 
 from hermes_assets.lib import logs
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.hosts import host_identity, host_labels
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.source import stores
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
-from hermes_assets.lib.warehouse import host_identity, hosts
 
 Executor = Literal["in_process", "multiprocess", "k8s", "celery"]
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -50,7 +50,7 @@ LogFormat = logs.LogFormat
 LOG_FORMATS = logs.FORMATS
 LogLevel = logs.LogLevel
 LOG_LEVELS = logs.LEVELS
-#: the names of ``hermes_assets.lib.warehouse.local_files.FILE_MODES`` (tests/defs/test_settings.py holds them equal)
+#: the names of ``hermes_assets.lib.storage.local_files.FILE_MODES`` (tests/defs/test_settings.py holds them equal)
 FileMode = Literal["private", "group"]
 FILE_MODES: tuple[str, ...] = get_args(FileMode)
 #: schemes ``pyarrow.fs.FileSystem.from_uri`` opens
@@ -90,7 +90,7 @@ def _on_off(value: Any) -> Any:
 
 
 def _host(value: str | None) -> str | None:
-    return None if value is None else hosts.check_label(value)
+    return None if value is None else host_labels.check_label(value)
 
 
 PositiveInt = Annotated[int, Field(ge=1, strict=False)]
@@ -139,7 +139,7 @@ class Settings(pydantic.BaseModel):
         """The label this host's files and rows carry: the one settled on its first capture
         (its identity file), else ``HERMES_ASSETS_HOST``, else the machine's hostname made a
         safe path segment."""
-        return self.settled_host or self.host or hosts.default_label()
+        return self.settled_host or self.host or host_labels.default_label()
 
     @property
     def host_named(self) -> bool:
@@ -308,11 +308,11 @@ def check_host(s: Settings) -> None:
     label. It reads the warehouse and the stores, so only what is about to capture calls it
     (``make run``, a command that runs the assets); servers leave it to the sensor's ticks
     and the runs, which refuse the same way."""
+    from hermes_assets.lib.hosts import host_claims
     from hermes_assets.lib.source.state_db import ReaderFactory
     from hermes_assets.lib.source.store_identity import identities
-    from hermes_assets.lib.warehouse import host_claims
+    from hermes_assets.lib.storage.local_files import FileModes
     from hermes_assets.lib.warehouse.datasets import Warehouse
-    from hermes_assets.lib.warehouse.local_files import FileModes
 
     found = stores.discover_stores(s.state_db, s.hermes_home)
     wh = Warehouse(s.warehouse, spool=s.spool, modes=FileModes.named(s.file_mode), host=s.host_label)

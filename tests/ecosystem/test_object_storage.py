@@ -31,7 +31,7 @@ import pytest
 
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
+from hermes_assets.lib.storage.arrow_storage import ArrowStorage
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from hermes_assets.lib.warehouse.purge import purge

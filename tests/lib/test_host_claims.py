@@ -18,12 +18,12 @@ import pytest
 
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError, HostConflict
+from hermes_assets.lib.hosts import host_claims, host_identity
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_identity import identities
 from hermes_assets.lib.source.stores import Store
-from hermes_assets.lib.warehouse import host_claims, host_identity
+from hermes_assets.lib.storage.local_files import PRIVATE
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.local_files import PRIVATE
 from tests.lib.test_hosts import KINDS, open_host, write_store
 
 LABEL = "gateway-1"

@@ -15,12 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hermes_assets.lib.hosts import host_claims, host_identity
+from hermes_assets.lib.hosts.unscoped_ids import CLAIM_GIVEN_UP, CLAIM_HELD
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.source.stores import Store, on_host
-from hermes_assets.lib.warehouse import host_claims, host_identity, relabel
+from hermes_assets.lib.storage.local_files import PRIVATE
+from hermes_assets.lib.warehouse import relabel
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.host_layout import CLAIM_GIVEN_UP, CLAIM_HELD
-from hermes_assets.lib.warehouse.local_files import PRIVATE
 from tests.support.capture_run import capture_days
 
 SMALL = Path(__file__).resolve().parents[1] / "fixtures" / "small" / "state.db"

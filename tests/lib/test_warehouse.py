@@ -14,13 +14,13 @@ import pyarrow.compute as pc
 import pytest
 
 from hermes_assets.lib import schemas
+from hermes_assets.lib.hosts.host_labels import default_label, folder
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import SESSIONS
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import PART_FILE
-from hermes_assets.lib.warehouse.hosts import default_label, folder
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store

@@ -8,7 +8,7 @@ it grows, wherever it is copied or mounted. Two machines' stores share one only 
 one began as a copy of the other (their earliest sessions are the same sessions).
 
 Only the digest leaves the machine (a warehouse records which host captures which
-store: :mod:`hermes_assets.lib.warehouse.host_claims`); a store with no session yet
+store: :mod:`hermes_assets.lib.hosts.host_claims`); a store with no session yet
 has none.
 """
 

@@ -34,13 +34,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib import ids, schemas
+from hermes_assets.lib.hosts import host_claims, host_identity, host_labels, unscoped_ids
+from hermes_assets.lib.hosts.host_claims import Claim
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES
 from hermes_assets.lib.source import jsonutil
-from hermes_assets.lib.warehouse import host_claims, host_identity, host_layout, hosts, partition_file, read_marks
+from hermes_assets.lib.storage.interface import LOCK_FILE
+from hermes_assets.lib.warehouse import partition_file, read_marks
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.host_claims import Claim
-from hermes_assets.lib.warehouse.storage import LOCK_FILE
 
 log = get_logger()
 
@@ -200,8 +201,8 @@ def relabel(wh: Warehouse, from_label: str, identity_file: str, *, to_label: str
     only when ``from_label`` is this host's own, which is then renamed). Raises ValueError
     for a move that cannot be this host's to make, :class:`HostConflict` when ``to_label``
     is another host's."""
-    source = hosts.check_label(from_label)
-    target = hosts.check_label(to_label or wh.host)
+    source = host_labels.check_label(from_label)
+    target = host_labels.check_label(to_label or wh.host)
     if source == target:
         raise ValueError(f"relabel_host: from_label and the new label are both {source!r}: nothing to move")
     if target != wh.host and source != wh.host:
@@ -211,12 +212,12 @@ def relabel(wh: Warehouse, from_label: str, identity_file: str, *, to_label: str
         )
     identity = host_identity.load_or_make(identity_file, wh.modes)
     host_claims.claim(wh.storage, wh.root, identity, target, {})
-    claims = host_layout.claims(wh)
-    old_scoped = claims.get(source) != host_layout.CLAIM_HELD
+    claims = unscoped_ids.claims(wh)
+    old_scoped = claims.get(source) != unscoped_ids.CLAIM_HELD
     held = claims.get(target)
-    settled = held in (host_layout.CLAIM_HELD, host_layout.CLAIM_GIVEN_UP)
+    settled = held in (unscoped_ids.CLAIM_HELD, unscoped_ids.CLAIM_GIVEN_UP)
     # the new label keeps its own ids' scope, or takes the old one's as they were
-    new_scoped = held == host_layout.CLAIM_GIVEN_UP if settled else old_scoped
+    new_scoped = held == unscoped_ids.CLAIM_GIVEN_UP if settled else old_scoped
     scopes = Scopes(source, target, old_scoped, new_scoped)
     moving = copy.copy(wh)  # this warehouse, as the host that is to own the files
     moving.host = target
@@ -228,7 +229,7 @@ def relabel(wh: Warehouse, from_label: str, identity_file: str, *, to_label: str
         if claim.label == source:
             path = host_claims.store_path(wh.storage, wh.root, store)
             wh.storage.put(path, Claim(target, identity.digest, claim.since).render())
-    host_layout.move_ids_claim(wh, source, target, scoped=new_scoped)
+    unscoped_ids.move_ids_claim(wh, source, target, scoped=new_scoped)
     with contextlib.suppress(FileNotFoundError):
         wh.storage.delete(host_claims.label_path(wh.storage, wh.root, source))
     if identity.label in (None, source):

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from hermes_assets.lib.errors import HostConflict
-from hermes_assets.lib.warehouse import host_identity
-from hermes_assets.lib.warehouse.host_identity import Identity, now_iso
-from hermes_assets.lib.warehouse.local_files import FileModes
-from hermes_assets.lib.warehouse.storage import Storage
+from hermes_assets.lib.hosts import host_identity
+from hermes_assets.lib.hosts.host_identity import Identity, now_iso
+from hermes_assets.lib.storage.interface import Storage
+from hermes_assets.lib.storage.local_files import FileModes
 
 #: the warehouse's folder of claims (the ids' claims, ``host=<label>``, are :mod:`.host_layout`'s)
 CLAIMS = ".hosts"

@@ -1,5 +1,5 @@
 """A warehouse behind a URI: every file operation through ``pyarrow.fs`` (see
-:mod:`~hermes_assets.lib.warehouse.storage` for the interface and how it differs from a
+:mod:`~hermes_assets.lib.storage.interface` for the interface and how it differs from a
 local folder)."""
 
 from __future__ import annotations
@@ -15,22 +15,18 @@ from urllib.parse import parse_qs, urlparse, urlunparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from hermes_assets.lib.warehouse import local_files, object_store
-from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
-from hermes_assets.lib.warehouse.object_store import ObjectStore
-from hermes_assets.lib.warehouse.storage import (
-    ATOMIC_UPLOAD,
-    LOCK_FILE,
-    FileStamp,
+from hermes_assets.lib.storage import local_files, object_store
+from hermes_assets.lib.storage.interface import ATOMIC_UPLOAD, LOCK_FILE, FileStamp, Pin, Storage
+from hermes_assets.lib.storage.local_files import PRIVATE, FileModes
+from hermes_assets.lib.storage.local_storage import (
     LocalStorage,
-    Pin,
-    Storage,
     fix_local_modes,
     local_files_under,
     local_still_current,
     put_if_locally,
     read_pinned_locally,
 )
+from hermes_assets.lib.storage.object_store import ObjectStore
 
 
 def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:

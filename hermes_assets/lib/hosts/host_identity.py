@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.warehouse import hosts, local_files
-from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
+from hermes_assets.lib.hosts import host_labels
+from hermes_assets.lib.storage import local_files
+from hermes_assets.lib.storage.local_files import PRIVATE, FileModes
 
 #: the identity's file in the Dagster instance's folder
 IDENTITY_FILE = "hermes_assets-host.json"
@@ -71,7 +72,7 @@ def read(path: str) -> Identity | None:
         doc = json.loads(data.to_pybytes().decode("utf-8"))
         label = doc.get("label")
         if label is not None:
-            hosts.check_label(label)
+            host_labels.check_label(label)
         identity = Identity(str(doc["id"]), label, bool(doc.get("named")), str(doc.get("since", "")))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigurationError(
@@ -105,13 +106,13 @@ def settle(path: str, identity: Identity, label: str, *, named: bool, modes: Fil
     identity whose label is settled keeps it)."""
     if identity.label is not None:
         return identity
-    settled = replace(identity, label=hosts.check_label(label), named=named)
+    settled = replace(identity, label=host_labels.check_label(label), named=named)
     local_files.atomic_write(path, pa.py_buffer(settled.render()), modes.file)
     return settled
 
 
 def relabel(path: str, identity: Identity, label: str, modes: FileModes = PRIVATE) -> Identity:
     """The identity with a new label (the relabel job, when it renames this host)."""
-    moved = replace(identity, label=hosts.check_label(label))
+    moved = replace(identity, label=host_labels.check_label(label))
     local_files.atomic_write(path, pa.py_buffer(moved.render()), modes.file)
     return moved
