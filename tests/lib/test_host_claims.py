@@ -177,3 +177,39 @@ def test_a_conditional_write_never_loses_another_writers_file(kind, tmp_path):
     assert wh.storage.put_if(path, pa.py_buffer(b"two"), version)
     assert not wh.storage.put_if(path, pa.py_buffer(b"three"), version)  # replaced since that version
     assert wh.storage.read_versioned(path)[0].to_pybytes() == b"two"
+
+
+def test_an_object_stores_conditional_writes_and_versions(monkeypatch):
+    """The object store's side (obstore, here its in-memory store): a create-only put, a put
+    conditional on the version read, and listings that carry each object's version."""
+    from obstore.store import MemoryStore
+
+    from hermes_assets.lib.storage.object_store import ObjectStore
+
+    objects = ObjectStore("s3://bucket/prefix", "bucket")
+    objects._store = MemoryStore()
+    path = "bucket/prefix/hermes_daily_usage/day=2026-06-01/part-0.parquet"
+    assert objects.read(path) is None
+    assert objects.put_if(path, b"one", None) and not objects.put_if(path, b"two", None)
+    data, version = objects.read(path)
+    assert data == b"one"
+    assert objects.put_if(path, b"two", version) and not objects.put_if(path, b"three", version)
+    listed = list(objects.list_under("bucket/prefix/hermes_daily_usage"))
+    assert [(o.path, o.size) for o in listed] == [("day=2026-06-01/part-0.parquet", 3)]
+    assert listed[0].version == objects.read(path)[1] != version
+
+
+def test_a_warehouse_uri_names_its_bucket_for_both_clients():
+    from hermes_assets.lib.storage.object_store import store_config
+
+    url, config, client = store_config(
+        "s3://team-bucket/wh?endpoint_override=127.0.0.1:9000&scheme=http&region=eu-west-1&anonymous=true"
+    )
+    assert url == "s3://team-bucket" and client == {"allow_http": True}
+    assert config == {"endpoint": "http://127.0.0.1:9000", "region": "eu-west-1", "skip_signature": True}
+    assert store_config("s3://b/p", region="us-west-2")[1] == {"region": "us-west-2"}
+    assert store_config("gs://b/p")[0] == "gs://b"
+    url, config, _ = store_config("abfs://data@acct.dfs.core.windows.net/wh")
+    assert (url, config) == ("az://data", {"account_name": "acct"})
+    with pytest.raises(ValueError, match="hdfs"):
+        store_config("hdfs://nn/wh")

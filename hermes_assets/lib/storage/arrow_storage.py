@@ -219,7 +219,7 @@ class ArrowStorage:
         if self.local:
             return put_if_locally(path, data, expected, self.modes, self.root, self.owner)
         if self.objects is not None:
-            return self.objects.put_if(path, memoryview(data), expected)
+            return self.objects.put_if(path, data.to_pybytes(), expected)
         # HDFS has no conditional write: checked, then written (the day's lock orders this host's writers)
         current = self.read_versioned(path)
         if (None if current is None else current[1]) != expected:

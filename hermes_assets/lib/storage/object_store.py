@@ -131,13 +131,13 @@ class ObjectStore:
             return None
         return bytes(got.bytes()), version_of(got.meta)
 
-    def put_if(self, path: str, data: bytes | memoryview, expected: str | None) -> bool:
+    def put_if(self, path: str, data: bytes, expected: str | None) -> bool:
         """Write ``data`` when the object is still at version ``expected`` (None: when there
         is no object); False, nothing written, when it is not."""
         mode: Any = "create"
         if expected is not None:
             e_tag, _, version = expected.partition(_SEP)
-            mode = {"e_tag": e_tag or None, "version": version or None}
+            mode = {k: v for k, v in (("e_tag", e_tag), ("version", version)) if v}
         try:
             obstore.put(self.store, self.key(path), data, mode=mode, use_multipart=False)
         except (PreconditionError, AlreadyExistsError):
