@@ -50,6 +50,7 @@ from pathlib import Path
 
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 PID_FILE = ".hermes_assets-dev.pid"
 #: the exit status of a refused start (as a bad setting's)
@@ -335,7 +336,7 @@ def check(args: list[str]) -> tuple[str, int]:
     this folder already running, a taken port. Returns the webserver's host and port."""
     try:
         loaded = settings.check()
-        with contextlib.suppress(OSError, ValueError):  # a warehouse not reachable now: the runs name it
+        with contextlib.suppress(*UNREACHABLE):  # a warehouse not reachable now: the runs name it
             settings.check_host(loaded)  # this host's label or a store another host's: refused
     except ConfigurationError as exc:
         raise Refused(str(exc)) from None

@@ -40,6 +40,7 @@ from hermes_assets.defs import settings
 from hermes_assets.defs.partitions import Days
 from hermes_assets.lib.errors import ConfigurationError, HostConflict
 from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
+from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 #: the console scripts a person types; their server subcommands are not one-shot commands
 COMMANDS = ("dagster", "dg")
@@ -121,7 +122,7 @@ def refuse_host_conflicts(loaded: settings.Settings) -> None:
         settings.check_host(loaded)
     except HostConflict as exc:
         stop(exc)
-    except (OSError, ValueError):
+    except UNREACHABLE:
         return
 
 

@@ -12,8 +12,19 @@ from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.errors import HostConflict
 from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
+from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.purge import purge
 from hermes_assets.lib.warehouse.relabel import relabel as relabel_host
+
+
+def rebuilt_analytics(wh: Warehouse, days: list[str], *, by: str) -> Iterator[dg.AssetMaterialization]:
+    """The analytics of ``days`` computed again (their inputs changed under a job), one
+    materialization per day and dataset, saying which job rebuilt it."""
+    for dataset, written in daily.rebuild_days(wh, days).items():
+        for write, figures in written:
+            yield dg.AssetMaterialization(
+                asset_key=dataset, partition=write.day, metadata={**day_metadata(write, figures), "rebuilt_by": by}
+            )
 
 
 class PurgeConfig(dg.Config):
@@ -42,13 +53,7 @@ def purge_scope(
     }
     # the analytics of a purged day were computed from the purged rows: they go too
     days = sorted({day for per_dataset in result.days.values() for day in per_dataset})
-    for dataset, written in daily.rebuild_days(wh, days).items():
-        for write, figures in written:
-            yield dg.AssetMaterialization(
-                asset_key=dataset,
-                partition=write.day,
-                metadata={**day_metadata(write, figures), "rebuilt_by": "purge_job"},
-            )
+    yield from rebuilt_analytics(wh, days, by="purge_job")
     yield dg.Output(summary, metadata={**summary, "days": result.days, "analytics_days_rebuilt": len(days)})
 
 
@@ -77,13 +82,7 @@ def relabel(
     except (ValueError, HostConflict) as exc:
         raise dg.Failure(description=str(exc)) from exc
     wh.host = moved.to_label
-    for dataset, written in daily.rebuild_days(wh, sorted(moved.days)).items():
-        for write, figures in written:
-            yield dg.AssetMaterialization(
-                asset_key=dataset,
-                partition=write.day,
-                metadata={**day_metadata(write, figures), "rebuilt_by": RELABEL_JOB},
-            )
+    yield from rebuilt_analytics(wh, sorted(moved.days), by=RELABEL_JOB)
     yield dg.Output(moved.metadata(), metadata=moved.metadata())
 
 

@@ -250,12 +250,15 @@ def _fail_if_the_host_is_refused(hermes: HermesStores, warehouse: HermesWarehous
     is captured there under another label: every run would be refused (reads only)."""
     from hermes_assets.defs.console import BadSetting
     from hermes_assets.lib.errors import HostConflict
+    from hermes_assets.lib.storage.object_store import UNREACHABLE
 
     try:
         warehouse.check_host(warehouse.open(), hermes.identities())
     except HostConflict as exc:
         log.error("hermes.sensor.host_refused", error_kind=exc.error_kind, reason=str(exc))
         raise BadSetting(str(exc)) from None
+    except UNREACHABLE:  # the warehouse cannot be reached now: the runs name it
+        return
 
 
 def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefinition:

@@ -22,12 +22,15 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlparse
 
 import obstore
+import obstore.exceptions
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 
 #: the schemes whose uploads are conditional here (pyarrow's names)
 CONDITIONAL = frozenset({"s3", "gs", "gcs", "abfs", "abfss"})
 #: what separates an ETag from a version in a version token
 _SEP = "\x1f"
+#: what reaching a warehouse can raise when it cannot be reached or opened (either client's)
+UNREACHABLE: tuple[type[Exception], ...] = (OSError, ValueError, obstore.exceptions.BaseError)
 
 
 class Listed(NamedTuple):

@@ -16,11 +16,10 @@ from typing import Protocol
 import pyarrow as pa
 
 from hermes_assets.lib.hosts import host_labels, unscoped_ids
+from hermes_assets.lib.hosts.unscoped_ids import Host
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.storage import local_files
-from hermes_assets.lib.storage.interface import Storage
-from hermes_assets.lib.storage.local_files import FileModes
 from hermes_assets.lib.warehouse import partition_file, read_marks
 
 log = get_logger()
@@ -57,18 +56,10 @@ class LayoutMove:
         }
 
 
-class Warehouse(Protocol):
+class Warehouse(Host, Protocol):
     """What these functions use of a :class:`~hermes_assets.lib.warehouse.datasets.Warehouse`
     (which calls them: this module never imports it)."""
 
-    storage: Storage
-    host: str
-    host_named: bool
-
-    @property
-    def root(self) -> str: ...
-    @property
-    def modes(self) -> FileModes: ...
     @property
     def staging_root(self) -> str: ...
     @property
