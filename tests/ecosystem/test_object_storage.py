@@ -68,10 +68,9 @@ def object_names(wh: Warehouse) -> list[str]:
 def assert_only_data_files(wh: Warehouse) -> None:
     names = object_names(wh)
     assert names, "the warehouse is empty"
-    # the day files and read marks, and each host's claim on the ids (.hosts/host=<label>)
-    stray = [
-        n for n in names if n.rsplit("/", 1)[-1] not in (PART_FILE, READ_AT_FILE) and n.split("/")[-2:-1] != [".hosts"]
-    ]
+    # the day files and read marks, and the hosts' claims: on the ids (.hosts/host=<label>), on
+    # their labels (.hosts/labels/<label>.json) and on their stores (.hosts/stores/<digest>.json)
+    stray = [n for n in names if n.rsplit("/", 1)[-1] not in (PART_FILE, READ_AT_FILE) and not n.startswith(".hosts/")]
     assert not stray, f"not data: {stray}"
 
 
