@@ -287,11 +287,14 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
         if problem:
             name, _ = VARIABLES[field]
             raise ConfigurationError(f"{name}={value!r} is not a folder this user can write: {problem}")
-    if settings.redact_secrets and settings.redaction_key:
-        problem = _key_problem(settings.redaction_key)
+    private = {"host_identity": settings.host_identity}
+    if settings.redact_secrets:
+        private["redaction_key"] = settings.redaction_key
+    for field, path in private.items():  # the key and the identity: private files, made on the first run
+        problem = _key_problem(path) if path else None
         if problem:
-            name, _ = VARIABLES["redaction_key"]
-            raise ConfigurationError(f"{name}={settings.redaction_key!r} {problem}")
+            name, _ = VARIABLES[field]
+            raise ConfigurationError(f"{name}={path!r} {problem}")
     if not settings.redact_secrets:
         logs.get_logger().warning(
             "hermes.settings.redaction_off",
@@ -327,7 +330,7 @@ def _key_problem(path: str) -> str | None:
         if not os.path.isfile(path):
             return "is not a file"
         if os.stat(path).st_mode & 0o077:
-            return "can be read by other users: the key must be private (chmod 600)"
+            return "can be read by other users: it must be private (chmod 600)"
         return None
     problem = _unwritable(os.path.dirname(path))
     return f"cannot be created: {problem}" if problem else None

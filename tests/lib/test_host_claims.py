@@ -213,3 +213,17 @@ def test_a_warehouse_uri_names_its_bucket_for_both_clients():
     assert (url, config) == ("az://data", {"account_name": "acct"})
     with pytest.raises(ValueError, match="hdfs"):
         store_config("hdfs://nn/wh")
+
+
+def test_an_identity_file_others_can_read_or_that_cannot_be_made_is_a_bad_setting(tmp_path):
+    env = {"HERMES_ASSETS_WAREHOUSE": str(tmp_path / "wh"), "DAGSTER_HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    path = tmp_path / "home" / host_identity.IDENTITY_FILE
+    host_identity.load_or_make(str(path))
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigurationError, match=re.escape(f"HERMES_ASSETS_HOST_IDENTITY='{path}' can be read by")):
+        settings.check(env)
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    with pytest.raises(ConfigurationError, match=r"HERMES_ASSETS_HOST_IDENTITY=.* cannot be created"):
+        settings.check({**env, "HERMES_ASSETS_HOST_IDENTITY": str(blocked / "id.json")})

@@ -65,7 +65,10 @@ def now_iso() -> str:
 def read(path: str) -> Identity | None:
     """The identity in ``path`` (None: there is none yet). A file that is not one is a
     :class:`ConfigurationError` naming it: never replaced (it may be all a host has of its label)."""
-    data = local_files.read_bytes(path)
+    try:
+        data = local_files.read_bytes(path)
+    except NotADirectoryError:  # a file where its folder should be: none yet (the settings name the folder)
+        return None
     if data is None:
         return None
     try:
