@@ -1,13 +1,14 @@
 """Where a warehouse's files live: one small interface over a local folder and pyarrow.fs.
 
 The warehouse says what happens to a file (read it, replace it, list a
-dataset's days, lock a day); a :class:`Storage` says how, on its filesystem:
+dataset's days, lock a day, replace a file several hosts write only if it is
+still the one read); a :class:`Storage` says how, on its filesystem:
 
-* :class:`LocalStorage`, a plain path (``/data/warehouse``, ``~/wh``): the
+* :class:`~hermes_assets.lib.storage.local_storage.LocalStorage`, a plain path (``/data/warehouse``, ``~/wh``): the
   day's lock file sits beside the data, staged files in ``<root>/.staging``,
   every replace is a temp file, fsync and rename, and every folder and file
   gets the warehouse's modes;
-* :class:`ArrowStorage`, a URI (``s3://bucket/prefix``, ``gs://…``,
+* :class:`~hermes_assets.lib.storage.arrow_storage.ArrowStorage`, a URI (``s3://bucket/prefix``, ``gs://…``,
   ``abfs://…``, ``hdfs://…``, and ``file:///…``, which takes this same path on
   the local disk) through ``pyarrow.fs`` for every read, listing, write and
   delete. Object stores have no rename and no locks, so a file is replaced by
@@ -19,8 +20,10 @@ dataset's days, lock a day); a :class:`Storage` says how, on its filesystem:
   day locks live in a local spool folder (default a folder per user and
   warehouse under the system temp dir). The locks order the writers of one
   host; several hosts writing one bucket each write their own files
-  (:mod:`~hermes_assets.lib.hosts.host_labels`), so they need none between them. A ``file://`` warehouse is local: it gets the modes too; object
-  stores keep their own access control.
+  (:mod:`~hermes_assets.lib.hosts.host_labels`), so they need none between them;
+  the few files several hosts write are conditional writes, the object store's
+  own (:mod:`~hermes_assets.lib.storage.object_store`). A ``file://`` warehouse is
+  local: it gets the modes too; object stores keep their own access control.
 """
 
 from __future__ import annotations
