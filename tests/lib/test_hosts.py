@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -287,8 +288,7 @@ def make_legacy(root: Path, host: str) -> dict[str, bytes]:
         path.parent.rmdir()
     for mark in root.glob(f".staging/*/{LAYOUT_MARK}"):  # that version left no mark of the move
         mark.unlink()
-    for claim in root.glob(f"{CLAIMS}/*"):  # nor any claim on the ids
-        claim.unlink()
+    shutil.rmtree(root / CLAIMS, ignore_errors=True)  # nor any claim: on the ids, a label or a store
     return before
 
 

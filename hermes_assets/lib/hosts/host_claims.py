@@ -23,7 +23,9 @@ collides and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,6 +33,7 @@ import pyarrow as pa
 from hermes_assets.lib.errors import HostConflict
 from hermes_assets.lib.hosts import host_identity
 from hermes_assets.lib.hosts.host_identity import Identity, now_iso
+from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.storage.interface import Storage
 from hermes_assets.lib.storage.local_files import FileModes
 
@@ -117,6 +120,20 @@ def claim(storage: Storage, root: str, identity: Identity, label: str, stores: d
         path = store_path(storage, root, store)
         if not storage.put_if(path, Claim(label, identity.digest, since).render(), None):
             check(storage, root, identity, label, {store_path_: store})
+
+
+def fix_modes(storage: Storage, root: str, label: str, modes: FileModes) -> None:
+    """The modes again (a local warehouse) for the claims' folders, this host's label claim and
+    the claims of the stores under its label (what an older umask left open is closed)."""
+    if not storage.local:
+        return
+    for folder in (LABELS, STORES):
+        local_files.chmod_dir(storage.location(storage.join(root, CLAIMS, folder)), modes)
+    own = [label_path(storage, root, label)]
+    own += [store_path(storage, root, s) for s, c in store_claims(storage, root).items() if c.label == label]
+    for path in own:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(storage.location(path), modes.file)
 
 
 def store_claims(storage: Storage, root: str) -> dict[str, Claim]:

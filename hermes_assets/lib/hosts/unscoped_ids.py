@@ -14,7 +14,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from hermes_assets.lib.hosts import host_labels
+from hermes_assets.lib.hosts import host_claims, host_labels
 from hermes_assets.lib.hosts.host_claims import CLAIMS
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.storage import local_files
@@ -45,7 +45,8 @@ def _claim_path(wh: Host, host: str | None = None) -> str:
 
 
 def fix_claim_modes(wh: Host) -> None:
-    """The claims' folder and this host's claim get the modes again (a local warehouse)."""
+    """The claims' folders and this host's claims (on the ids, its label, its stores) get the
+    modes again (a local warehouse)."""
     if not wh.storage.local:
         return
     own = wh.storage.location(_claim_path(wh))
@@ -54,6 +55,7 @@ def fix_claim_modes(wh: Host) -> None:
         local_files.chmod_dir(folder, wh.modes)
     if os.path.isfile(own):
         os.chmod(own, wh.modes.file)
+    host_claims.fix_modes(wh.storage, wh.root, wh.host, wh.modes)
 
 
 def _put_claim(wh: Host, state: str) -> None:
