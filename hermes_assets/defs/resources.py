@@ -102,7 +102,8 @@ class HermesWarehouse(dg.ConfigurableResource):
 
     def check_host(self, wh: Warehouse, stores: dict[str, str] | None = None) -> None:
         """The same, reading only (a sensor tick, a command before it runs anything)."""
-        host_claims.check_host(wh.storage, wh.root, self.identity_file, wh.host, stores or {})
+        if self.identity_file:
+            host_claims.check_host(wh.storage, wh.root, self.identity_file, wh.host, stores or {})
 
 
 class UsagePolicy(dg.ConfigurableResource):

@@ -423,10 +423,13 @@ def test_a_host_whose_label_another_installation_owns_fails_the_tick_and_keeps_i
     run would be refused, so the tick fails (red in the UI, ``BadSetting``) with the one line,
     requests nothing and leaves its cursor; a tick with nothing to request says nothing."""
     from hermes_assets.defs.console import BadSetting
+    from hermes_assets.defs.resources import HermesWarehouse
     from hermes_assets.lib.hosts import host_claims
     from hermes_assets.lib.storage.local_files import PRIVATE
 
     built.close()
+    # this host has an identity file (not made yet: it has never captured), and another owns its label
+    built.sensor.warehouse = HermesWarehouse(root=str(tmp_path / "wh"), identity_file=str(tmp_path / "mine.json"))
     wh = built.sensor.warehouse.open()
     host_claims.settle_host(wh.storage, wh.root, str(tmp_path / "other.json"), wh.host, {}, named=False, modes=PRIVATE)
     built.settle()  # nothing changed: nothing to refuse
