@@ -4,6 +4,8 @@
 starts, and refuses with one line and exit status 2 (:data:`EXIT_REFUSED`):
 
 - a bad setting (``defs/settings.py``);
+- a host the warehouse refuses: its label is another installation's, or one of its
+  stores is captured there under another label (``settings.check_host``);
 - an instance already running for this ``DAGSTER_HOME`` (its PID and port are
   named, and ``make stop``): two daemons on one instance would both tick the
   sensors, and the second webserver could not serve anyway;
@@ -35,6 +37,7 @@ too. Resetting both signals to their defaults before ``exec`` makes a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -47,6 +50,7 @@ from pathlib import Path
 
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 PID_FILE = ".hermes_assets-dev.pid"
 #: the exit status of a refused start (as a bad setting's)
@@ -331,7 +335,9 @@ def check(args: list[str]) -> tuple[str, int]:
     """Every reason not to start, as :class:`Refused` (one line): the settings, an instance of
     this folder already running, a taken port. Returns the webserver's host and port."""
     try:
-        settings.check()
+        loaded = settings.check()
+        with contextlib.suppress(*UNREACHABLE):  # a warehouse not reachable now: the runs name it
+            settings.check_host(loaded)  # this host's label or a store another host's: refused
     except ConfigurationError as exc:
         raise Refused(str(exc)) from None
     host, port = address(args)

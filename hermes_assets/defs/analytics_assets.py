@@ -17,7 +17,7 @@ import functools
 
 import dagster as dg
 
-from hermes_assets.defs.capture_assets import column_schema
+from hermes_assets.defs.capture_assets import column_schema, refuse_host_conflicts
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesWarehouse
@@ -93,6 +93,7 @@ def _materialize(
 ) -> dg.MaterializeResult:
     """Each day of the run: compute, replace the day's file, attach the day's totals."""
     wh = warehouse.open()
+    refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
     files_changed = rows = 0
     for day in context.partition_keys:
         result, figures = daily.write_current_day(wh, dataset, day, functools.partial(daily.read_inputs, inputs, day))

@@ -23,7 +23,7 @@ handed to the event log in one batch (:mod:`hermes_assets.defs.check_events`).
 """
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
@@ -159,6 +159,8 @@ def project_rows(
     plan: CapturePlan,
 ) -> dg.Output[ProjectedRun]:
     wh = warehouse.open()
+    # this host's label and stores are its own in the warehouse, or nothing is written
+    refuse_host_conflicts(lambda: warehouse.settle_host(wh, plan.identities()))
     # a warehouse from before hosts had their own files moves to this host's folders, once;
     # the warehouse says whether this host's ids are scoped by its label (unique across hosts)
     moved = wh.adopt_legacy()
@@ -235,6 +237,15 @@ def write_partitions(
                 "stores_failed": failed_stores(written.failures),
             },
         ) from exc
+
+
+def refuse_host_conflicts(settle: Callable[[], None]) -> None:
+    """Run ``settle`` (a host's claims on the warehouse); a conflict fails the step with its
+    one line (:class:`~hermes_assets.lib.errors.HostConflict`), nothing written."""
+    try:
+        settle()
+    except errors.HostConflict as exc:
+        raise dg.Failure(description=str(exc), metadata={"error_kind": exc.error_kind}) from exc
 
 
 def day_checks(

@@ -38,7 +38,9 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.partitions import Days
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.errors import ConfigurationError, HostConflict
+from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
+from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 #: the console scripts a person types; their server subcommands are not one-shot commands
 COMMANDS = ("dagster", "dg")
@@ -95,6 +97,33 @@ def checked_settings() -> settings.Settings:
         return settings.check()
     except ConfigurationError as exc:
         stop(exc)
+
+
+#: the typed commands that run the assets here and now (the others only list, check or serve)
+RUN_COMMANDS = (("asset", "materialize"), ("job", "execute"), ("launch",))
+
+
+def runs_assets() -> bool:
+    """Whether this process is a typed command that runs the assets (``dagster asset
+    materialize``, ``dagster job execute``, ``dg launch``)."""
+    args = sys.argv[1:]
+    relabels = RELABEL_JOB in args  # the way out of a refusal is never refused
+    return typed_command() and not relabels and any(tuple(args[: len(cmd)]) == cmd for cmd in RUN_COMMANDS)
+
+
+def refuse_host_conflicts(loaded: settings.Settings) -> None:
+    """In a typed command that runs the assets, a host the warehouse refuses (its label is
+    another host's, or a store of its is captured under another label) stops in one line,
+    exit status 2, before anything runs (:func:`settings.check_host`). A warehouse that cannot
+    be reached now is left to the run, which names it."""
+    if not runs_assets():
+        return
+    try:
+        settings.check_host(loaded)
+    except HostConflict as exc:
+        stop(exc)
+    except UNREACHABLE:
+        return
 
 
 ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]

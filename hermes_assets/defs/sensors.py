@@ -42,7 +42,7 @@ import dagster as dg
 from hermes_assets.defs import run_log
 from hermes_assets.defs.checks import CAPTURE_CHECKS
 from hermes_assets.defs.partitions import Days
-from hermes_assets.defs.resources import HermesStores
+from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.settings import Settings
 from hermes_assets.defs.store_checks import SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.tags import (
@@ -98,25 +98,33 @@ def state_sensor(poll_seconds: int, max_runs: int, days: Days) -> dg.SensorDefin
         "in one run with the tick's other such days; it shows as a partition from the next load of the definitions.",
     )
     def hermes_state_sensor(
-        context: dg.SensorEvaluationContext, hermes: HermesStores
+        context: dg.SensorEvaluationContext, hermes: HermesStores, warehouse: HermesWarehouse
     ) -> dg.SensorResult | dg.SkipReason:
-        return tick(context, hermes, max_runs, days)
+        return tick(context, hermes, max_runs, days, warehouse)
 
     return hermes_state_sensor
 
 
 def tick(
-    context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int, days: Days
+    context: dg.SensorEvaluationContext,
+    hermes: HermesStores,
+    max_runs: int,
+    days: Days,
+    warehouse: HermesWarehouse | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
     """One evaluation of ``hermes_state_sensor``. Its events (this module's and the library's)
     are printed once, as every event is, and kept in the tick's log, which the UI shows
     (:func:`hermes_assets.defs.run_log.tick_log`)."""
     with run_log.tick_log(context):
-        return _tick(context, hermes, max_runs, days)
+        return _tick(context, hermes, max_runs, days, warehouse)
 
 
 def _tick(
-    context: dg.SensorEvaluationContext, hermes: HermesStores, max_runs: int, days: Days
+    context: dg.SensorEvaluationContext,
+    hermes: HermesStores,
+    max_runs: int,
+    days: Days,
+    warehouse: HermesWarehouse | None,
 ) -> dg.SensorResult | dg.SkipReason:
     stores = hermes.stores()
     plan = watch.plan_tick(
@@ -130,6 +138,8 @@ def _tick(
     )
     requests = [_run_request(run_days, key, days) for run_days, key in plan.runs]
     _fail_if_a_named_path_is_gone(plan)
+    if requests and warehouse is not None:
+        _fail_if_the_host_is_refused(hermes, warehouse)
     # runs, not days: more than HERMES_ASSETS_SENSOR_MAX_RUNS days make one ranged run
     counts = {**plan.counts(), "runs_requested": len(requests)}
     failed = [{"store": s.store.label, "path": s.store.path, "error_kind": f.error_kind} for s, f in plan.failed]
@@ -232,6 +242,23 @@ def _fail_if_a_named_path_is_gone(plan: watch.TickPlan) -> None:
     gone = [failure for scan, failure in plan.failed if scan.store.explicit and failure.error_kind == STORE_MISSING]
     if gone:
         raise BadSetting(gone[0].message)
+
+
+def _fail_if_the_host_is_refused(hermes: HermesStores, warehouse: HermesWarehouse) -> None:
+    """Fail the tick (red in the UI, the one line as its error), requesting nothing and keeping
+    its cursor, when this host's label is another host's in the warehouse, or one of its stores
+    is captured there under another label: every run would be refused (reads only)."""
+    from hermes_assets.defs.console import BadSetting
+    from hermes_assets.lib.errors import HostConflict
+    from hermes_assets.lib.storage.object_store import UNREACHABLE
+
+    try:
+        warehouse.check_host(warehouse.open(), hermes.identities())
+    except HostConflict as exc:
+        log.error("hermes.sensor.host_refused", error_kind=exc.error_kind, reason=str(exc))
+        raise BadSetting(str(exc)) from None
+    except UNREACHABLE:  # the warehouse cannot be reached now: the runs name it
+        return
 
 
 def automation_sensor(poll_seconds: int) -> dg.AutomationConditionSensorDefinition:

@@ -20,7 +20,7 @@ import pytest
 from hermes_assets.defs import console, settings
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.plan.policy import LOCAL_ONLY, PolicyResolver
-from hermes_assets.lib.warehouse.local_files import FILE_MODES
+from hermes_assets.lib.storage.local_files import FILE_MODES
 
 REPO = Path(__file__).resolve().parents[2]
 

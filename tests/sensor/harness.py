@@ -17,6 +17,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from dagster._core.execution.build_resources import wrap_resources_for_execution
 from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 
 from hermes_assets.defs import settings
-from hermes_assets.defs.resources import HermesStores
+from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.lib.changes.watch import ROTATION_TICKS
 from tests.support.definitions import load_definitions
 
@@ -95,6 +96,8 @@ class SensorDriver:
             state_db=None if state_db is None else str(state_db),
             busy_timeout_ms=busy_timeout_ms,
         )
+        #: the warehouse a tick looks at before it requests runs (is this host refused there?)
+        self.warehouse = HermesWarehouse(root=tempfile.mkdtemp(prefix="hermes-sensor-warehouse-"))
         self.cursor: str | None = None
         self.seen_run_keys: set[str] = set()
         self.ticks = 0
@@ -114,7 +117,7 @@ class SensorDriver:
             definitions=defs,
             instance=logged or _instance(),
             sensor_name=SENSOR if logged else None,
-            resources=wrap_resources_for_execution({"hermes": self.resource}),
+            resources=wrap_resources_for_execution({"hermes": self.resource, "warehouse": self.warehouse}),
         ) as ctx:
             data = sensor.evaluate_tick(ctx)
         tick = Tick(list(data.run_requests or []), data.skip_message, data.cursor)

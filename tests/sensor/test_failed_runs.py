@@ -46,7 +46,10 @@ class Daemon:
     def tick(self):
         defs = definitions()
         ctx = dg.build_sensor_context(
-            cursor=self.cursor, definitions=defs, resources={"hermes": self.hermes}, instance=self.instance
+            cursor=self.cursor,
+            definitions=defs,
+            resources={"hermes": self.hermes, "warehouse": HermesWarehouse(root=str(self.warehouse))},
+            instance=self.instance,
         )
         data = defs.resolve_sensor_def(SENSOR).evaluate_tick(ctx)
         if data.cursor is not None:

@@ -68,7 +68,10 @@ def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path
     copy_fixture("small", home)
     defs = definitions()
     hermes = HermesStores(hermes_home=str(home))
-    ctx = dg.build_sensor_context(cursor=None, definitions=defs, resources={"hermes": hermes}, instance=_instance())
+    warehouse = HermesWarehouse(root=str(tmp_path / "warehouse"))
+    ctx = dg.build_sensor_context(
+        cursor=None, definitions=defs, resources={"hermes": hermes, "warehouse": warehouse}, instance=_instance()
+    )
     with structlog.testing.capture_logs() as events:
         data = defs.resolve_sensor_def(SENSOR).evaluate_tick(ctx)
     (request,) = data.run_requests

@@ -45,7 +45,8 @@ from hermes_assets.lib.redaction import stored_files
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import local_files, staging
+from hermes_assets.lib.storage import local_files
+from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
 from hermes_assets.lib.warehouse.partition_file import DayFile

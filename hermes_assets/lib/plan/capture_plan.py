@@ -25,6 +25,7 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.plan.generations import Generations
 from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.store_identity import store_identity
 from hermes_assets.lib.source.stores import Store
 
 log = get_logger()
@@ -68,6 +69,9 @@ class StorePlan:
     scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     #: sid -> policy class, for the sessions of the run's days (after apply_usage_policy)
     classes: dict[str, str] = field(default_factory=dict)
+    #: the store's identity, by what it holds (None: no session yet, or not read;
+    #: :mod:`hermes_assets.lib.source.store_identity`)
+    identity: str | None = None
 
     @cached_property
     def _by_day(self) -> dict[str | None, list[str]]:
@@ -177,6 +181,10 @@ class CapturePlan:
     def failures(self) -> list[StoreFailure]:
         return [sp.failure for sp in self.stores if sp.failure is not None]
 
+    def identities(self) -> dict[str, str]:
+        """Store path -> its identity, for the stores read that hold a session."""
+        return {sp.store.path: sp.identity for sp in self.stores if sp.identity is not None}
+
     def facts(
         self, day: str, generations: dict[str, Generations], skip: AbstractSet[str] = frozenset()
     ) -> list[StoreFacts]:
@@ -222,6 +230,7 @@ def plan_capture(
             with readers.open(store, read_at) as reader:
                 index = reader.session_index()
                 unknown = reader.unknown_columns()
+                sp.identity = store_identity(reader)
                 statements.update(reader.statements)
         except (FileNotFoundError, errors.StoreAbsent) as exc:  # not installed, vanished, or not created yet
             if store.explicit and not store.exists():

@@ -22,11 +22,11 @@ import pyarrow as pa
 from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
+from hermes_assets.lib.storage.interface import Pin, Storage
+from hermes_assets.lib.storage.local_files import open_private
 from hermes_assets.lib.warehouse import partition_file, staging
-from hermes_assets.lib.warehouse.local_files import open_private
 from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.retention import CarriedOver, carry_over, count_source_deleted
-from hermes_assets.lib.warehouse.storage import Pin, Storage
 
 log = get_logger()
 
