@@ -175,8 +175,12 @@ def quiet_dagster_warnings() -> None:
       this project has none: its logger is set to errors only.
     - Dagster's own asset selection parser raises a beta warning for every ``--select`` /
       ``--assets`` string a command is given.
+    - ``dagster.yaml`` hands every run's logs a handler of this project (``python_logs:
+      dagster_handler_config``: the run's console line), and Dagster warns, in every run, that
+      such a handler is in beta.
     """
     logging.getLogger(COMPONENT_TREE_LOGGER).setLevel(logging.ERROR)
     warnings.filterwarnings(
         "ignore", message=r"Parameter `include_sources` of function `AssetSelection.all`", category=dg.BetaWarning
     )
+    warnings.filterwarnings("ignore", message=r"Handling yaml-defined logging configuration", category=dg.BetaWarning)
