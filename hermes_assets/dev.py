@@ -390,6 +390,9 @@ def start(args: list[str]) -> int:
     dg = str(Path(sys.executable).with_name("dg"))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)  # an ignored signal stays ignored across exec: undo it
+    # the automation reads each updated day's materialization time, up to 100 days a tick by default,
+    # and warns for every asset and tick past that: a first capture of a long history updates every day
+    os.environ.setdefault(TIMESTAMP_FETCH_VARIABLE, str(TIMESTAMP_FETCH_DAYS))
     _announce(host, port)
     os.execv(dg, [dg, "dev", *dev_args(args, loaded)])
 
@@ -398,6 +401,10 @@ def start(args: list[str]) -> int:
 # the line that says the UI is up (Dagster's own says it at info, which make run keeps quiet)
 # --------------------------------------------------------------------------
 
+#: Dagster's variable of how many updated partitions of an asset a tick of the automation reads the
+#: time of (then one warning per asset and tick), and the days this project lets it read: three years
+TIMESTAMP_FETCH_VARIABLE = "DAGSTER_MAX_PARTITIONS_FOR_DA_TIMESTAMP_FETCH"
+TIMESTAMP_FETCH_DAYS = 1100
 #: how long the UI may take to come up before the line gives up
 ANNOUNCE_WITHIN_S = 600
 

@@ -41,20 +41,20 @@ RETRY_CRON = "* * * * *"
 COMPUTED_IN_RUN = TRIGGER_TAG
 
 
-def automation_condition() -> dg.AutomationCondition:
-    """When a day of the analytics is run (by the ``hermes_automation`` sensor).
+def automation_condition(computed_in_sensor_runs: bool = False) -> dg.AutomationCondition:
+    """When a day of an asset downstream of the datasets is run (by the ``hermes_automation`` sensor).
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
-    these assets too), with three changes, so that the analytics never fall behind the
-    datasets once nothing moves, and are never computed twice:
+    these assets too), with these changes, so that such an asset never falls behind the
+    datasets once nothing moves:
 
-    - a capture by the sensor's runs (which compute these assets in the same run, right after
-      it: :data:`COMPUTED_IN_RUN`) needs nothing more;
-    - any other capture (a backfill of the datasets launched from the UI) is *handled* only by
-      an analytics run requested after it: ``eager()`` also counts the day's own update as
-      handled, so a capture that lands while the day's analytics run is in flight (that run
-      read the older files) was forgotten when that run ended;
-    - a day whose latest analytics run failed (a full disk, a read-only warehouse)
+    - ``computed_in_sensor_runs`` (the analytics assets: the sensor's runs compute them right
+      after their capture, in the same run: :data:`COMPUTED_IN_RUN`): a capture by such a run
+      needs nothing more (never computed twice);
+    - a capture is *handled* only by a run of the asset requested after it: ``eager()`` also
+      counts the day's own update as handled, so a capture that lands while the day's run of
+      the asset is in flight (that run read the older files) was forgotten when that run ended;
+    - a day whose latest run of the asset failed (a full disk, a read-only warehouse)
       is run again, at the first evaluation after each minute boundary, until it
       succeeds, without waiting for another capture.
     """
@@ -71,7 +71,9 @@ def automation_condition() -> dg.AutomationCondition:
     in_run = ac.all_deps_match(
         ac.newly_updated() & ac.all_new_updates_have_run_tags(tag_values=COMPUTED_IN_RUN)
     ).with_label("all_deps_updated by runs that computed this asset too")
-    captured = deps_updated.since(ac.newly_requested()) & deps_updated.since(in_run)
+    captured: dg.AutomationCondition = deps_updated.since(ac.newly_requested())
+    if computed_in_sensor_runs:
+        captured = captured & deps_updated.since(in_run)
     updated = captured | ac.newly_missing().since(ac.newly_requested() | ac.newly_updated())
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
     return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
@@ -79,7 +81,7 @@ def automation_condition() -> dg.AutomationCondition:
     )
 
 
-AUTOMATION = automation_condition()
+AUTOMATION = automation_condition(computed_in_sensor_runs=True)
 
 
 def _common(dataset: str, days: Days) -> dict:

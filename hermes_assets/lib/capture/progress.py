@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 #: the least time between two reports of a step
-REPORT_EVERY_S = 5.0
+REPORT_EVERY_S = 2.0
 
 
 @dataclass(frozen=True)
