@@ -68,9 +68,11 @@ def automation_condition(computed_in_sensor_runs: bool = False) -> dg.Automation
     # executed_with_root_target() would not do: it looks at an asset's latest materialization
     # alone, one day of a ranged run.
     deps_updated = ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated")
-    in_run = ac.all_deps_match(
+    # any dependency, not all: a run's three datasets are materialized one after the other, and a
+    # tick can see some of them and the next tick the others
+    in_run = ac.any_deps_match(
         ac.newly_updated() & ac.all_new_updates_have_run_tags(tag_values=COMPUTED_IN_RUN)
-    ).with_label("all_deps_updated by runs that computed this asset too")
+    ).with_label("any_deps_updated by runs that computed this asset too")
     captured: dg.AutomationCondition = deps_updated.since(ac.newly_requested())
     if computed_in_sensor_runs:
         captured = captured & deps_updated.since(in_run)
