@@ -116,11 +116,15 @@ class PartitionErrorHook:
             self.previous(kind, exc, tb)
             return
         print(line, file=sys.stderr, flush=True)
-        # Python ends a process whose error reached this hook with status 1, after its exit
-        # handlers: run them (Dagster's own among them), then end with the status of a mistake
+        self.end(EXIT_BAD_SETTING)
+
+    @staticmethod
+    def end(status: int) -> None:
+        """End the process with ``status``: Python ends one whose error reached this hook with
+        status 1, after its exit handlers, so those run here (Dagster's own among them) first."""
         atexit._run_exitfuncs()
         sys.stdout.flush()
-        os._exit(EXIT_BAD_SETTING)
+        os._exit(status)
 
 
 def explain_partition_errors(days: Days) -> None:

@@ -34,7 +34,11 @@ BAD = [
     ("HERMES_ASSETS_POLL_SECONDS", "2", "an integer >= 5 (seconds)"),
     ("HERMES_ASSETS_LOG_FORMAT", "xml", "one of json, console"),
     ("HERMES_ASSETS_LOG_LEVEL", "verbose", "one of debug, info, warning, error"),
-    ("HERMES_ASSETS_EXECUTOR", "bogus", "one of in_process, multiprocess, k8s, celery (k8s and celery: with the project's extra of that name installed)"),
+    (
+        "HERMES_ASSETS_EXECUTOR",
+        "bogus",
+        "one of in_process, multiprocess, k8s, celery (k8s and celery: with the project's extra of that name installed)",
+    ),
     ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "-1", "a positive integer (milliseconds)"),
     ("HERMES_ASSETS_FILE_MODE", "world", "one of private, group"),
     ("HERMES_ASSETS_SENSOR_MAX_RUNS", "many", "a positive integer"),

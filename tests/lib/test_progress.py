@@ -20,7 +20,7 @@ class Clock:
 
 def test_days_reach_the_bar_each_and_the_log_every_few_seconds_then_once_at_the_end():
     clock, reports, days = Clock(), [], []
-    progress = Progress("project_rows", 10, on_report=reports.append, on_day=days.append, clock=clock)
+    progress = Progress("project_rows", 10, on_report=reports.append, on_day=days.append, every_s=5.0, clock=clock)
     for n in range(10):
         clock.now += 2.0  # a day every two seconds: a report every third day
         progress.advance(rows=100 + n)

@@ -57,7 +57,11 @@ SET_CURSOR_M = """
 mutation($selector: SensorSelector!, $cursor: String) {
   setSensorCursor(sensorSelector: $selector, cursor: $cursor) { __typename }
 }"""
-SELECTOR = {"repositoryName": "__repository__", "repositoryLocationName": "hermes_assets", "sensorName": "hermes_state_sensor"}
+SELECTOR = {
+    "repositoryName": "__repository__",
+    "repositoryLocationName": "hermes_assets",
+    "sensorName": "hermes_state_sensor",
+}
 
 
 def _write_days(installation, days_back: list[int]) -> list[str]:
@@ -94,7 +98,9 @@ def _wait_all_materialized(dev: DagsterDev, days: int) -> list[dict]:
         time.sleep(2)
 
 
-def test_days_without_sessions_read_as_captured_and_their_checks_passed(installation, dagster_env, browser_page, tmp_path):
+def test_days_without_sessions_read_as_captured_and_their_checks_passed(
+    installation, dagster_env, browser_page, tmp_path
+):
     installation.store.unlink()  # this test's Hermes is written here
     sessions = _write_days(installation, [9, 8, 1])  # days 1, 2 and 9 of the ten ending today
     page = browser_page
@@ -108,7 +114,10 @@ def test_days_without_sessions_read_as_captured_and_their_checks_passed(installa
         for node in nodes:
             assert node["partitionKeysByDimension"][0]["partitionKeys"] == span
             assert node["partitionStats"] == {
-                "numMaterialized": 10, "numPartitions": 10, "numFailed": 0, "numMaterializing": 0
+                "numMaterialized": 10,
+                "numPartitions": 10,
+                "numFailed": 0,
+                "numMaterializing": 0,
             }, node
         assert sessions == [span[0], span[1], span[8]]
         page.add_locator_handler(
