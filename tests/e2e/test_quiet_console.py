@@ -12,6 +12,8 @@ measured there are in docs/benchmarks.md.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -97,3 +99,24 @@ def test_make_run_prints_a_few_lines_while_it_captures_and_none_while_it_idles(i
     assert done and all(d["status"] == "success" for d in done), first
     assert sum(d["days"] for d in done) >= stats[0]["numPartitions"]  # every day, sessions or not
     assert not [ln for ln in first if "AssetDaemon" in ln or "BackfillDaemon" in ln or ln.strip() == "None"]
+
+
+def test_dg_launch_on_a_terminal_draws_a_progress_bar_then_the_runs_line(install, tmp_path):
+    """``dg launch`` of a range, typed on a terminal (``script`` gives it one): rich's bar of each
+    long step, counted in days, then the run's one line; without a terminal, no bar."""
+    from tests.defs.harness import SMALL_DAYS, copy_small
+    from tests.e2e.test_first_hour import DG, run
+
+    copy_small(install.home)
+    env = clean_env(**install.environ(), HERMES_ASSETS_START_DATE="2026-05-01", HERMES_ASSETS_LOG_FORMAT="console")
+    launch = [DG, "launch", "--assets", "*", "--partition-range", f"{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}"]
+    typed = tmp_path / "typed.txt"
+    shown = run(["script", "-qec", shlex.join(launch), str(typed)], env, timeout=600)
+    assert shown.returncode == 0, typed.read_text(errors="replace")[-3000:]
+    screen = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", typed.read_text(errors="replace"))
+    for step in ("project_rows", "write_partitions", "hermes_daily_usage"):
+        assert re.search(rf"{step} .*{len(SMALL_DAYS)}/{len(SMALL_DAYS)} days · [\d,]+ rows", screen), screen[-3000:]
+    assert "hermes.run.done" in screen and "status=success" in screen
+    plain = run(launch, env, timeout=600)  # no terminal: the run's line, no bar
+    assert plain.returncode == 0 and "hermes.run.done" in plain.stderr
+    assert "project_rows" not in plain.stdout + plain.stderr
