@@ -1,10 +1,11 @@
 """A long capture's progress where people look: the run's log and page in the UI, a terminal.
 
 The capture's long steps count their days on a :class:`~hermes_assets.lib.capture.progress.Progress`
-(``project_rows``: each day read and projected; ``write_partitions``: each day put in place).
+(``project_rows``: each day read and projected; ``write_partitions``: each day put in place; each
+analytics asset: each day computed).
 :func:`progress` gives the step one that tells:
 
-- the run's log: a ``hermes.capture.progress`` event at most every few seconds (days done of
+- the run's log: a ``hermes.capture.progress`` event at most every two seconds (days done of
   how many, rows, seconds, the estimate of the seconds left), shown in the run's page as it
   runs, and recorded there (not printed on the console: its one line is the run's result);
 - the run's page and the Runs list: the run's tag ``hermes/progress``
@@ -27,6 +28,7 @@ from typing import TextIO
 import dagster as dg
 
 from hermes_assets.defs import console
+from hermes_assets.lib.capture import progress as steps_progress
 from hermes_assets.lib.capture.progress import Listener, Progress, Report
 from hermes_assets.lib.logs import get_logger
 
@@ -46,7 +48,7 @@ def progress(context: dg.OpExecutionContext | dg.AssetExecutionContext, step: st
         instance.add_run_tags(run_id, {PROGRESS_TAG: f"{step}: {now.line()}"})
 
     with _bar(step, days) as on_day:
-        tracker = Progress(step, days, on_report=report, on_day=on_day)
+        tracker = Progress(step, days, on_report=report, on_day=on_day, every_s=steps_progress.REPORT_EVERY_S)
         yield tracker
         tracker.finish()
 

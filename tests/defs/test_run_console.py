@@ -9,6 +9,8 @@ the run wrote, and the rule of the console (warnings, errors and those lines; ev
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
@@ -90,3 +92,40 @@ def test_the_console_prints_warnings_errors_and_the_runs_lines_unless_at_debug()
             assert all("on_console" not in e for e in events)
     finally:
         logs.configure(level="info")
+
+
+@pytest.mark.slow
+def test_a_long_run_reports_its_days_done_as_it_goes_in_its_log_and_its_tag(capture, monkeypatch):
+    """Every day a report (the interval at 0): the run's log holds the days done of how many as
+    they went, before the step's end, and the run's tag says the last of them."""
+    from hermes_assets.defs.run_progress import PROGRESS_TAG
+    from hermes_assets.lib.capture import progress
+
+    cap, instance = capture
+    monkeypatch.setattr(progress, "REPORT_EVERY_S", 0.0)
+    days = SMALL_DAYS[:5]
+    result = cap.materialize(days[0], days[-1], instance=instance)
+    assert result.success
+    entries = instance.all_logs(result.run_id)
+    reports = [
+        json.loads(e.user_message.partition(" ")[2])
+        for e in entries
+        if (e.user_message or "").startswith("hermes.capture.progress ")
+    ]
+    projected = [r for r in reports if r["step"] == "project_rows"]
+    assert [r["days_done"] for r in projected] == list(range(1, len(days) + 1)), projected
+    assert all(r["days"] == len(days) and r["eta_s"] is not None for r in projected)
+    assert projected[-1]["rows"] == sum(
+        pq.read_metadata(day_path(cap.warehouse, ds, d)).num_rows for ds in DATASETS for d in days
+    )
+    ended = next(
+        e.timestamp
+        for e in entries
+        if e.dagster_event is not None
+        and e.dagster_event.event_type_value == "STEP_SUCCESS"
+        and e.step_key == "hermes_capture.project_rows"
+    )
+    first = next(e.timestamp for e in entries if (e.user_message or "").startswith("hermes.capture.progress "))
+    assert first < ended  # told as it went, not after
+    tag = instance.get_run_by_id(result.run_id).tags[PROGRESS_TAG]
+    assert tag == f"write_partitions: {len(days)}/{len(days)} days · {projected[-1]['rows']:,} rows · done", tag

@@ -27,6 +27,7 @@ import pytest
 from hermes_assets.defs import sensor_cursor
 from tests.defs.harness import DATASETS
 from tests.e2e.test_backfill_graphql import DagsterDev
+from tests.e2e.test_first_hour import PARTITIONS_Q
 from tests.support.hermes_writer import HermesWriter
 from tests.ui.test_checks_ui import _partition_counts
 from tests.ui.test_dagster_ui import Screens, _wait_first_tick
@@ -37,15 +38,6 @@ CAPTURE_TIMEOUT_S = 300
 #: the screen's height (tests/ui/conftest.py): what is above it is what a user sees without scrolling
 SCREEN_HEIGHT = 1000
 
-PARTITIONS_Q = """
-query {
-  assetNodes(assetKeys: [{path: ["hermes_sessions"]}, {path: ["hermes_messages"]},
-                         {path: ["ai_gateway_messages_hermes"]}]) {
-    assetKey { path }
-    partitionKeysByDimension { partitionKeys }
-    partitionStats { numMaterialized numPartitions numFailed numMaterializing }
-  }
-}"""
 SENSOR_Q = """
 query {
   sensorOrError(sensorSelector: {repositoryName: "__repository__", repositoryLocationName: "hermes_assets",
