@@ -20,6 +20,7 @@ import pytest
 
 from hermes_assets.defs import settings
 from hermes_assets.lib import errors, logs
+from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path
 from tests.ecosystem.conftest import captured_logs, cli_installation, dagster_cli, parse_json_lines
 from tests.sensor.harness import SensorDriver
@@ -100,12 +101,13 @@ def test_events_are_routed_into_the_dagster_run_log(small_capture):
         assert entry.step_key == event["op"]
         fields = json.loads(body)
         assert fields == {k: v for k, v in event.items() if k not in ("event", "level", "run_id", "op", "timestamp")}
-        assert entry.level == {"info": 20, "warning": 30, "error": 40}[event["level"]]
+        assert entry.level == {"debug": 10, "info": 20, "warning": 30, "error": 40}[event["level"]]
 
 
-def test_one_event_per_sensor_tick(tmp_path, capfd):
-    """Each tick prints its summary once, as our own line, and keeps it in the tick's log (what
-    the UI shows for the tick); Dagster's console logger prints none of our events again."""
+def test_one_event_per_sensor_tick(tmp_path, capfd, monkeypatch):
+    """Each tick keeps its summary in the tick's log (what the UI shows for the tick), and at
+    debug prints it once, as our own line; Dagster's console logger prints none of our events again."""
+    monkeypatch.setenv("HERMES_ASSETS_LOG_LEVEL", "debug")  # the console prints warnings alone otherwise
     home = tmp_path / "hermes-home"
     home.mkdir()
     driver = SensorDriver(home)
@@ -120,7 +122,9 @@ def test_one_event_per_sensor_tick(tmp_path, capfd):
     assert (ticks[0]["stores_missing"], ticks[0]["runs_requested"]) == (1, 0)
     assert missing.skip.startswith("no Hermes installation at")
     assert (ticks[1]["stores_new"], ticks[1]["days_changed"], ticks[1]["days_requested"]) == (1, 14, 14)
-    assert ticks[1]["runs_requested"] == 14  # HERMES_ASSETS_SENSOR_MAX_RUNS (14) days: one run each
+    # one run per changed day (HERMES_ASSETS_SENSOR_MAX_RUNS: 14), one per span of the days without a session
+    without = len(suite_days().partitions.get_partition_keys()) - len(SMALL_DAYS)
+    assert (ticks[1]["runs_requested"], ticks[1]["days_without_sessions"]) == (14 + 2, without)
     assert first.days == SMALL_DAYS
     assert (ticks[2]["stores_read"], ticks[2]["tier2_days"], ticks[2]["runs_requested"]) == (1, 1, 0)
     assert again.skip.startswith("no change")
