@@ -119,4 +119,4 @@ def test_dg_launch_on_a_terminal_draws_a_progress_bar_then_the_runs_line(install
     assert "hermes.run.done" in screen and "status=success" in screen
     plain = run(launch, env, timeout=600)  # no terminal: the run's line, no bar
     assert plain.returncode == 0 and "hermes.run.done" in plain.stderr
-    assert "project_rows" not in plain.stdout + plain.stderr
+    assert f"/{len(SMALL_DAYS)} days ·" not in plain.stdout + plain.stderr

@@ -68,7 +68,9 @@ def test_k8s_and_celery_select_their_executor_or_say_what_to_install(capture, mo
 @pytest.mark.e2e
 def test_multiprocess_executor_runs_a_partition_step_by_step(tmp_path):
     """``dagster definitions validate`` accepts it, and a real run uses one process per step."""
-    cap, env = cli_installation(tmp_path / "install", HERMES_ASSETS_EXECUTOR="multiprocess")
+    cap, env = cli_installation(
+        tmp_path / "install", HERMES_ASSETS_EXECUTOR="multiprocess", HERMES_ASSETS_LOG_LEVEL="debug"
+    )  # every event printed, each with its op
     # the README's DEBUG switch: Dagster's step events on the console, to see which process ran each step
     yaml = cap.dagster_home / "dagster.yaml"
     yaml.write_text(yaml.read_text().replace("python_log_level: INFO", "python_log_level: DEBUG"))

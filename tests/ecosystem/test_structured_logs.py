@@ -156,8 +156,9 @@ def test_console_format_and_the_environment_switch():
         json.loads(line)
 
 
-def test_dagsters_console_logger_does_not_print_our_events_again(capture, capfd):
+def test_dagsters_console_logger_does_not_print_our_events_again(capture, capfd, monkeypatch):
     """In process: the run log has the event, Dagster's console lines (stderr) do not."""
+    monkeypatch.setenv("HERMES_ASSETS_LOG_LEVEL", "debug")  # every event printed: the console prints warnings alone
     copy_small(capture.home)
     with dg.DagsterInstance.ephemeral() as instance, captured_logs("json") as buf:
         result = capture.materialize(SMALL_DAYS[2], instance=instance)
@@ -176,7 +177,7 @@ def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
     """A real process: ``dagster asset materialize`` with HERMES_ASSETS_LOG_FORMAT=json, the
     README's command. Each of our events is one JSON line on the console and one entry in the
     run log; no line says it again; no warning our set-up triggers is printed."""
-    cap, env = cli_installation(tmp_path / "install")
+    cap, env = cli_installation(tmp_path / "install", HERMES_ASSETS_LOG_LEVEL="debug")  # every event printed
     proc = dagster_cli(
         env,
         "asset",
