@@ -161,7 +161,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "start_date": ("HERMES_ASSETS_START_DATE", "a date (YYYY-MM-DD)"),
     "policy_list": ("HERMES_ASSETS_POLICY_LIST", "a file path"),
     "poll_seconds": ("HERMES_ASSETS_POLL_SECONDS", f"an integer >= {MIN_POLL_SECONDS} (seconds)"),
-    "executor": ("HERMES_ASSETS_EXECUTOR", f"one of {', '.join(EXECUTORS)}"),
+    "executor": (
+        "HERMES_ASSETS_EXECUTOR",
+        f"one of {', '.join(EXECUTORS)} (k8s and celery: with the project's extra of that name installed)",
+    ),
     "log_format": ("HERMES_ASSETS_LOG_FORMAT", f"one of {', '.join(LOG_FORMATS)}"),
     "log_level": ("HERMES_ASSETS_LOG_LEVEL", f"one of {', '.join(LOG_LEVELS)}"),
     "busy_timeout_ms": ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "a positive integer (milliseconds)"),

@@ -214,10 +214,13 @@ def plan_capture(
     last_day: str | None = None,
     now_s: float | None = None,
     readers: ReaderFactory | None = None,
+    expect_none: bool = False,
 ) -> CapturePlan:
     """Place every session of every store on its day (one statement over ``sessions``
     per store). A missing store is a state; a store that cannot be read is a failure
-    recorded in its :class:`StorePlan`, never raised here."""
+    recorded in its :class:`StorePlan`, never raised here. ``expect_none``: the run was asked
+    for days without sessions (the sensor's, so that they read as captured): finding none there
+    is what it expects, said at info, not as a warning."""
     read_at = time.time() if now_s is None else now_s
     wanted = set(days)
     readers = readers or ReaderFactory()
@@ -291,7 +294,9 @@ def plan_capture(
     )
     reason = plan.nothing_to_capture()
     if reason:
-        log.warning("hermes.capture.nothing_to_capture", days=len(plan.days), reason=reason)
+        (log.info if expect_none else log.warning)(
+            "hermes.capture.nothing_to_capture", days=len(plan.days), reason=reason
+        )
     return plan
 
 

@@ -253,7 +253,7 @@ class Warehouse(DayFiles):
         if changed:
             self.storage.put(path, data)
         retained = count_source_deleted(dataset, table)
-        log.info(
+        log.debug(  # one per day and dataset: printed at HERMES_ASSETS_LOG_LEVEL=debug
             "hermes.warehouse.day_written",
             dataset=dataset,
             day=day,
@@ -271,7 +271,7 @@ class Warehouse(DayFiles):
         rows = pq.ParquetFile(encoded).metadata.num_rows
         size = os.path.getsize(encoded)
         self.storage.put_file(self.path(dataset, day), encoded)
-        log.info(
+        log.debug(
             "hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0, changed=True
         )
         return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, True)

@@ -147,7 +147,7 @@ def commit(
             storage.put_file(path, prepared.file)
         except FileNotFoundError:  # removed by a purge meanwhile: merge again
             return None
-    log.info(
+    log.debug(  # one per day and dataset: printed at HERMES_ASSETS_LOG_LEVEL=debug
         "hermes.warehouse.day_written",
         dataset=dataset,
         day=day,
