@@ -239,33 +239,38 @@ class Form:
                 break
             start, end = found[0]
             groups = search_spans(extract, data, start, anchored=True, endpos=min(size, start + WINDOW))
-            span = self._secret(data, groups) if groups is not None else None
+            span, read = self._secret(data, groups) if groups is not None else (None, 0)
             if span is not None:
                 out.append(span)
-            at = max(end, start + 1, span[1] if span is not None else 0)
+            # a value read past the window is read once: the candidates inside it are part of it
+            at = max(end, start + 1, span[1] if span is not None else 0, read)
         return out
 
-    def _secret(self, data: bytes, groups: list[tuple[int, int]]) -> tuple[int, int] | None:
+    def _secret(self, data: bytes, groups: list[tuple[int, int]]) -> tuple[tuple[int, int] | None, int]:
+        """The secret's span (None: no secret), and where a value that ran past the window ends (0: it
+        did not)."""
         if self.before is not None and not self.before(data, groups[0][0]):
-            return None
+            return None, 0
         if self.name:
             start, end = groups[self.name]
             if not name_says_secret(data[name_start(data, start) : end].decode("utf-8", "replace")):
-                return None
+                return None, 0
         for v in self.values:
             start, end = groups[v.group]
             if start < 0:
                 continue
             raw = data[start:end].decode("utf-8", "surrogatepass")
             value = v.clean(raw) if v.clean is not None else raw
+            read = 0
             if len(value) == len(raw) and end - groups[0][0] >= WINDOW - 1:  # it goes on past the window
                 end = v.rest.match(data, end).end()  # type: ignore[union-attr]
                 raw = data[start:end].decode("utf-8", "surrogatepass")
                 value = v.clean(raw) if v.clean is not None else raw
+                read = start + len(value.encode("utf-8", "surrogatepass"))
             if value and v.judge(value):
-                return start, start + len(value.encode("utf-8", "surrogatepass"))
-            return None
-        return None
+                return (start, start + len(value.encode("utf-8", "surrogatepass"))), read
+            return None, read
+        return None, 0
 
 
 #: the shapes a secret's name and value come in

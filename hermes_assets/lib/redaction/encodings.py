@@ -69,12 +69,17 @@ def _boundaries(
     """Each escape of ``source``: where it begins and ends, in the decoded text and in ``source``."""
     decoded, written = [0], [0]
     at = length = 0
+    widths: dict[bytes, int] = {}  # an escape's decoded length (a cell repeats a few escapes)
     for m in escape.finditer(source):
         start, end = m.span()
         length += start - at
         decoded.append(length)
         written.append(start)
-        length += len(decode(m.group(0)))
+        written_as = m.group(0)
+        width = widths.get(written_as)
+        if width is None:
+            width = widths[written_as] = len(decode(written_as))
+        length += width
         decoded.append(length)
         written.append(end)
         at = end

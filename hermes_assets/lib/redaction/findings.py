@@ -51,6 +51,16 @@ class Span:
     depth: int = 0
     #: for a maintained rule's finding, how specific the rule is (its longest keyword the text holds)
     weight: int = 0
+    #: for a maintained rule's finding, the rule's keywords (its :attr:`provider_prefix` is one)
+    keywords: tuple[str, ...] = ()
+
+    @property
+    def provider_prefix(self) -> str:
+        """The provider's literal prefix the secret starts with (``""``: none)."""
+        if self.prefix or not self.keywords:
+            return self.prefix
+        low = self.secret.lower()
+        return next((self.secret[: len(k)] for k in self.keywords if low.startswith(k)), "")
 
 
 class CellFinder:
@@ -109,9 +119,7 @@ class CellFinder:
         out: list[Span] = []
         if candidates:
             for f in self.matcher.findings_in(data, candidates, resolve=False):
-                low = f.secret.lower()
-                prefix = next((f.secret[: len(k)] for k in f.rule.keywords if low.startswith(k)), "")
-                out.append(Span(f.start, f.end, f.secret, f.rule.kind, prefix, MAINTAINED, weight=f.weight))
+                out.append(Span(f.start, f.end, f.secret, f.rule.kind, "", MAINTAINED, 0, f.weight, f.rule.keywords))
         n_patterns, n_forms = len(PATTERNS), len(FORMS)
         for i in hits:
             if i < n_patterns:
@@ -170,6 +178,7 @@ def _written(view: encodings.View, decoded: list[Span]) -> list[Span]:
             s.rank,
             view.depth,
             s.weight,
+            s.keywords,
         )
         for s in decoded
     ]
@@ -239,5 +248,5 @@ def _one(data: bytes, group: list[Span], end: int) -> Span:
     if whole:
         return min(whole, key=lambda s: (s.rank, -s.weight, -s.depth))
     surest = min(group, key=lambda s: (s.rank, -s.weight))
-    prefix = surest.prefix if surest.start == start else ""
+    prefix = surest.provider_prefix if surest.start == start else ""
     return Span(start, end, _text(data, start, end), surest.found_as, prefix, surest.rank)

@@ -21,11 +21,13 @@ import re2  # type: ignore[import-untyped]
 from hermes_assets.lib.redaction.rule_matcher import all_spans, re2_options, search_spans
 
 _HEADER = r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-#: a header, or a run of headers with nothing between them (one match: their block starts at the first)
-_BEGIN = r"(?:" + _HEADER + r"(?:\\[nr]|\s)*)*" + _HEADER
 _END = r"-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 #: the body of a block cut short: its base64 lines and headers, to the last of them
 _BODY = r"(?:(?:\\[nr]|\s)*(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]{1,30}: [^\n\\]{0,200}))*"
+_SPACE = r"(?:\\[nr]|\s)*"
+#: a header, after the blocks that run into it (each a header, its body and its footer, nothing but
+#: spaces between them): one match for a run of blocks (no group: RE2's DFA alone finds it)
+_BEGIN = r"(?:" + _HEADER + _BODY + r"(?:" + _SPACE + _END + r")?" + _SPACE + r")*" + _HEADER
 #: between two blocks of one run (consecutive blocks are one secret: a bounded number of markers)
 GAP = re.compile(rb"(?:\\[nr]|\s)*")
 #: the longest block taken whole (a 16384-bit RSA key is under 13 KB of PEM)
@@ -80,6 +82,7 @@ def _pem(data: bytes) -> list[tuple[int, int]]:
     for (start, header_end), *_ in all_spans(begin, data):
         if start < done:
             continue
+        last = data.rfind(b"-----BEGIN", start, header_end)
         k = bisect.bisect_left(ends, header_end)
         closed = (
             search_spans(end, data, ends[k], anchored=True)
@@ -90,8 +93,10 @@ def _pem(data: bytes) -> list[tuple[int, int]]:
             stop = closed[0][1]
         else:
             stop = search_spans(body, data, header_end, anchored=True)[0][1]  # type: ignore[index]
-            if stop == header_end:  # a header alone: no key material
-                continue
+            if stop == header_end:  # a header alone holds no key: the run ends with the block before it
+                stop = _before_space(data, start, last)
+                if stop == start:
+                    continue
         done = stop
         gap = GAP.match(data, spans[-1][1]).end() if spans else -1  # type: ignore[union-attr]
         if spans and gap >= start:
@@ -99,6 +104,18 @@ def _pem(data: bytes) -> list[tuple[int, int]]:
         else:
             spans.append((start, stop))
     return spans
+
+
+def _before_space(data: bytes, start: int, at: int) -> int:
+    """Where the text before ``at`` ends, spaces and escaped newlines left out (not before ``start``)."""
+    while at > start:
+        if data[at - 1] in b" \t\r\n":
+            at -= 1
+        elif at - 2 >= start and data[at - 2 : at] in (b"\\n", b"\\r"):
+            at -= 2
+        else:
+            break
+    return at
 
 
 def _base64_keys(data: bytes) -> list[tuple[int, int]]:

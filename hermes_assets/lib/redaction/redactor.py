@@ -219,7 +219,7 @@ class Redactor:
         paths = self._paths(text, data, spans)
         pieces, at = [], 0
         for s, path in zip(spans, paths, strict=True):
-            made = self.marker(self.kind_of(s.secret, s.found_as), s.secret, s.prefix, path)
+            made = self.marker(self.kind_of(s.secret, s.found_as), s.secret, s.provider_prefix, path)
             pieces += [data[at : s.start], made.encode()]
             at = s.end
         pieces.append(data[at:])
