@@ -45,7 +45,7 @@ from hermes_assets.lib.redaction.rules import MARKER_PREFIX
 from hermes_assets.lib.redaction.screen import flagged, screen_pattern
 from hermes_assets.lib.redaction.sightings import Sighting, Sightings, Where
 from hermes_assets.lib.redaction.sources import env_values, load_key
-from hermes_assets.lib.redaction.version import VERSION_PARTS, redaction_version, what_changed
+from hermes_assets.lib.redaction.version import VERSION_PARTS, env_fingerprint, redaction_version, what_changed
 
 __all__ = ["VERSION_PARTS", "RedactionConfig", "Redactor", "marker", "redactor_for", "rule_matcher", "what_changed"]
 
@@ -109,11 +109,10 @@ class Redactor:
         #: a secret's kind, once known: one kind per secret, wherever it appears
         self._kinds: dict[str, str] = {}
         self._value_set = frozenset(self.values)
-        fingerprint = hmac.new(self.key, "\x00".join(sorted(self.values)).encode("utf-8", "surrogatepass"), "sha256")
         rule_set = self.rules.rule_set
         #: what the files this redactor writes record (:func:`~.version.redaction_version`)
         self.version = redaction_version(
-            f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}", fingerprint.hexdigest()[:8]
+            f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}", env_fingerprint(self.key, self.values)
         )
 
     @cached_property

@@ -9,7 +9,9 @@ run redacts it again (:mod:`~hermes_assets.lib.redaction.stored_files`).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
+from collections.abc import Collection
 from functools import lru_cache
 
 #: the modules that decide what is redacted: a change to any of them is a change of our rules
@@ -47,6 +49,19 @@ def redaction_version(rule_set_label: str, env_fingerprint: str) -> str:
     ``.env`` values, e.g. ``betterleaks-2.0.0-rc.4-97c2aa0a+ours-1a2b3c4d+env-5e6f7a8b``. Any change
     of one of them makes every file written before older: the next run redacts it again."""
     return f"{rule_set_label}+ours-{own_rules_digest()}+env-{env_fingerprint}"
+
+
+#: the ``env`` part of a version when Hermes's ``.env`` files hold no value: the same under every key
+NO_ENV_VALUES = "none"
+
+
+def env_fingerprint(key: bytes, values: Collection[str]) -> str:
+    """The ``.env`` values' part of a version: keyed (a guess at a value cannot be confirmed from
+    it), and the same under any key when there is none (a store without ``.env`` values is
+    written byte for byte alike by two installations with their own keys)."""
+    if not values:
+        return NO_ENV_VALUES
+    return hmac.new(key, "\x00".join(sorted(values)).encode("utf-8", "surrogatepass"), "sha256").hexdigest()[:8]
 
 
 #: the parts of a version, in order, and what a change of each means
