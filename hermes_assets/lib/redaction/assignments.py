@@ -135,7 +135,7 @@ _IN_LINE = r"""[^\n\r\\"']"""
 _ARGS = r"(?:[^\n\\;|&]|\\[^nr]){0,200}?"
 #: a form's value is read from this many bytes after the match's start (then followed by code, so
 #: no search ever runs over a long value twice: linear on hostile text)
-WINDOW = 1024
+WINDOW = 256
 #: where an unquoted value ends although its characters go on (the next item of a list, a command)
 _NEXT = re.compile(r"&&|\|\||;\s|;$|\|\s|[&,;][A-Za-z_][A-Za-z0-9_.-]*=")
 _TRAILING = ".,;:)|&!?"

@@ -95,8 +95,8 @@ class CellFinder:
         if not candidates and not hits:
             return []
         found = self._in(data, candidates, hits)
-        # a decoded view holds what its text as written holds (keywords, prefixes and names are written
-        # as they read: :mod:`.screen`), so the same rules and screens are the ones to run on it
+        # a decoded view holds the maintained rules' keywords its text as written holds (their encoded
+        # forms are keywords too: :mod:`.screen`), so the same rules are the ones to run on it
         # JSON escapes are decoded where they may hide a secret: for the maintained rules (whose classes
         # read quotes and backslashes as written), for our formats that read ``/``, or where an escape
         # stands for a secret's character (a newline, a tab, a quote only ever end a secret)
@@ -104,7 +104,8 @@ class CellFinder:
             bool(candidates) or bool(self._decoded.intersection(hits)) or encodings.DEEP_ESCAPE.search(data) is not None
         )
         for view in encodings.views(data, json=json):
-            in_view = self._in(view.data, candidates, hits)
+            # our screens read a view as decoded (a percent-encoded command's spaces are spaces there)
+            in_view = self._in(view.data, candidates, self.dispatch.Match(view.data) or [])
             if in_view:
                 found += _written(view, in_view)
         if not found:
@@ -157,13 +158,19 @@ def _text(data: bytes, start: int, end: int) -> str:
     return data[start:end].decode("utf-8", "surrogatepass")
 
 
+#: a percent-escape ends a word before it (``k%3Dvalue``: a value percent-encoded twice, decoded once)
+_ESCAPE_BEFORE = re2.compile(rb"%[0-9A-Fa-f]{2}$", re2_options())
+
+
 def _whole(data: bytes, start: int, end: int) -> bool:
     """Whether ``data[start:end]`` is not inside a longer word (letters and digits)."""
-    before = data[start - 1 : start] if start else b""
+    if start >= 3 and _ESCAPE_BEFORE.search(data[start - 3 : start]):
+        start_ok = True
+    else:
+        before = data[start - 1 : start] if start else b""
+        start_ok = not (before.isalnum() and data[start : start + 1].isalnum())
     after = data[end : end + 1]
-    return not (before.isalnum() and data[start : start + 1].isalnum()) and not (
-        after.isalnum() and data[end - 1 : end].isalnum()
-    )
+    return start_ok and not (after.isalnum() and data[end - 1 : end].isalnum())
 
 
 def _written(view: encodings.View, decoded: list[Span]) -> list[Span]:
