@@ -108,11 +108,36 @@ def _memory_kb(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+def _adopt_orphans() -> None:
+    """Make this process the reaper of its descendants' orphans (Linux ``PR_SET_CHILD_SUBREAPER``): a
+    worker pool's processes are children of a forkserver that the measured process never waits for,
+    so without this their CPU time would reach no ``RUSAGE_CHILDREN`` (they are reparented to init)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap_orphans(deadline_s: float = 30.0) -> None:
+    """Wait for the measured tree's orphans this process adopted, so their CPU time is counted."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
 def measure(cmd: list[str], env: dict | None = None, *, cwd: Path = REPO) -> dict:
-    """Run ``cmd`` to its end: wall seconds, CPU seconds (user + system of the whole tree: a
-    figure the machine's load moves less than the wall time), the peak summed PSS and the peak
-    summed RSS of its process tree (workers included) and the most processes it had at once; a
-    failure stops the benchmark."""
+    """Run ``cmd`` to its end: wall seconds, CPU seconds (user + system of the whole tree, the
+    worker processes of a forkserver included: a figure the machine's load moves less than the
+    wall time), the peak summed PSS and the peak summed RSS of its process tree (workers included)
+    and the most processes it had at once; a failure stops the benchmark."""
+    _adopt_orphans()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
@@ -129,6 +154,7 @@ def measure(cmd: list[str], env: dict | None = None, *, cwd: Path = REPO) -> dic
         time.sleep(0.05)
     wall = time.perf_counter() - start
     reader.join()
+    _reap_orphans()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     stdout, stderr = out[0] if out else ("", "")
@@ -238,8 +264,9 @@ from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse.datasets import Warehouse
 stores = [Store(sys.argv[1])]
-# redaction on, as a capture runs by default (its key in a scratch folder); "off": without it
-scratch_key = tempfile.mkdtemp()
+# redaction on, as a capture runs by default (its key in a scratch folder, or in the folder the
+# fourth argument names: where the rule set's parsed copy is kept between runs); "off": without it
+scratch_key = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp()
 plan = capture_plan.plan_capture(stores, [], user_home="/home/bench")
 days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
 plan = capture_plan.plan_capture(stores, days, user_home="/home/bench")

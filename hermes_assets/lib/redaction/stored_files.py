@@ -205,7 +205,7 @@ def redact_table(redactor: Redactor, table: pa.Table, dataset: str = "") -> tupl
     for i, f in enumerate(table.schema):
         if _kept(f.name):
             continue
-        storage_type = f.type.storage_type if isinstance(f.type, pa.ExtensionType) else f.type
+        storage_type = f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type
         if not (pa.types.is_string(storage_type) or pa.types.is_large_string(storage_type)):
             continue
         column = table.column(i)
