@@ -48,14 +48,15 @@ from bench.run import (  # noqa: E402
     private_copy,
     store_facts,
 )
-from hermes_assets.lib.plan import redact  # noqa: E402
+from hermes_assets.lib.redaction import session_cells  # noqa: E402
+from hermes_assets.lib.redaction.redactor import RedactionConfig  # noqa: E402
 
 
 def cells(path: str) -> list:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         out: list = []
-        for table, columns in (("messages", redact.MESSAGE_TEXT), ("sessions", redact.SESSION_TEXT)):
+        for table, columns in (("messages", session_cells.MESSAGE_TEXT), ("sessions", session_cells.SESSION_TEXT)):
             present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
             for column in columns:
                 if column in present:
@@ -144,7 +145,7 @@ def main() -> None:
     values = cells(args.store)
     texts = [v for v in values if isinstance(v, str)]
     with tempfile.TemporaryDirectory() as scratch:
-        redactor = redact.RedactionConfig(os.path.join(scratch, "redaction.key")).redactor()
+        redactor = RedactionConfig(os.path.join(scratch, "redaction.key")).redactor()
         redactor.screen_column(values[:1000])  # Arrow's allocator and RE2 warmed up
         t = time.process_time()
         flagged = redactor.screen_column(values)

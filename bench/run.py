@@ -233,7 +233,7 @@ t = time.perf_counter()
 from hermes_assets.lib.capture import steps
 from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.plan import policy
-from hermes_assets.lib.plan.redact import RedactionConfig
+from hermes_assets.lib.redaction.redactor import RedactionConfig
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse.datasets import Warehouse
@@ -245,10 +245,10 @@ days = sorted({d for sp in plan.stores for d in sp.days.values() if d})
 plan = capture_plan.plan_capture(stores, days, user_home="/home/bench")
 plan = capture_plan.apply_usage_policy(plan, policy.PolicyResolver("/nonexistent/policy.json"))
 redaction = None if sys.argv[3] == "off" else RedactionConfig(os.path.join(scratch_key, "redaction.key"))
-ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit(), redaction=redaction)
+ctx = ProjectionContext(user_home="/home/bench", now_s=plan.read_at, git=NoGit())
 with tempfile.TemporaryDirectory() as scratch:  # an empty warehouse: every day is staged as its final file
     run = steps.project_rows(plan, ctx, Warehouse(os.path.join(scratch, "warehouse")),
-                               staging=os.path.join(scratch, "run"), workers=int(sys.argv[2]))
+                               staging=os.path.join(scratch, "run"), redaction=redaction, workers=int(sys.argv[2]))
 rows = run.totals("ai_gateway_messages_hermes")[0]
 print(json.dumps({"rows": rows, "seconds": time.perf_counter() - t}))
 """

@@ -165,12 +165,10 @@ def project_rows(
     plan = plan.scoped_by_host() if moved.ids_scoped else plan
     run = steps.project_rows(
         plan,
-        usage_policy.projection_context(
-            plan.read_at,
-            usage_policy.redaction((sp.store.path for sp in plan.stores), context.instance.root_directory),
-        ),
+        usage_policy.projection_context(plan.read_at),
         wh,
         staging=staging_dir(wh, context.run.run_id, context.instance),
+        redaction=usage_policy.redaction((sp.store.path for sp in plan.stores), context.instance.root_directory),
         workers=capture_runtime.workers,
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
         start_method=capture_runtime.start_method,

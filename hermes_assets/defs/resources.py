@@ -16,9 +16,10 @@ import dagster as dg
 from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
 from hermes_assets.lib.capture.pool import START_METHODS
 from hermes_assets.lib.capture.steps import PARALLEL_MIN_SESSIONS
-from hermes_assets.lib.plan import policy, secret_sources
-from hermes_assets.lib.plan.redact import RedactionConfig
+from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import ProjectionContext
+from hermes_assets.lib.redaction.redactor import RedactionConfig
+from hermes_assets.lib.redaction.sources import env_files
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_assets.lib.source.stores import Store, discover_stores, on_host
@@ -108,10 +109,10 @@ class UsagePolicy(dg.ConfigurableResource):
         key = self.redaction_key or os.path.join(
             instance_root or os.path.expanduser("~/.hermes_assets"), "redaction.key"
         )
-        return RedactionConfig(os.path.abspath(os.path.expanduser(key)), secret_sources.env_files(store_paths))
+        return RedactionConfig(os.path.abspath(os.path.expanduser(key)), env_files(store_paths))
 
-    def projection_context(self, now_s: float, redaction: RedactionConfig | None = None) -> ProjectionContext:
-        return ProjectionContext(user_home=self.user_home, now_s=now_s, redaction=redaction)
+    def projection_context(self, now_s: float) -> ProjectionContext:
+        return ProjectionContext(user_home=self.user_home, now_s=now_s)
 
 
 class CaptureRuntime(dg.ConfigurableResource):

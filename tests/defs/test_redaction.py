@@ -19,9 +19,10 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib.plan import redact
+from hermes_assets.lib.redaction.redactor import REDACTION_VERSION
+from hermes_assets.lib.warehouse.partition_file import VERSION_KEY
 from tests.defs.harness import DATASETS, Capture, part_files
-from tests.lib.test_redact import ALNUM, FORMAT_KINDS, chars, fake
+from tests.lib.redaction.test_redactor import ALNUM, FORMAT_KINDS, chars, fake
 from tests.support.hermes_writer import START_S, HermesWriter, openai_call
 from tests.support.schema31 import Schema31Store
 
@@ -297,7 +298,7 @@ def test_an_existing_warehouse_is_redacted_in_place_and_then_left_alone(capture:
         assert set(project["files_redacted_again"].value) == set(DATASETS)
         for path in capture.warehouse.rglob("*.parquet"):
             meta = pq.read_metadata(path).metadata
-            assert int(meta[redact.VERSION_KEY]) == redact.REDACTION_VERSION
+            assert int(meta[VERSION_KEY]) == REDACTION_VERSION
         before = part_files(capture.warehouse)
         assert capture.materialize(DAY, instance=instance).success
         assert part_files(capture.warehouse) == before

@@ -27,7 +27,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hermes_assets.lib.plan import redact, secret_formats
+from hermes_assets.lib.redaction import redactor, rules
 from tests.defs.harness import DATASETS, Capture, read_all
 from tests.defs.test_redaction import all_strings, folder_bytes, warehouse_strings
 from tests.support.hermes_venv import hermes_python
@@ -38,7 +38,7 @@ DAY = "2026-06-01"
 SECRET_SID = "20260601_090000_5ec2e7"
 PLAIN_SID = "20260601_091500_c1ea40"
 #: every kind the redactor can name: the format table's, an assignment's, a .env value's
-ALL_KINDS = {p.kind for p in secret_formats.PATTERNS} | {"secret_assignment", "hermes_env"}
+ALL_KINDS = {p.kind for p in rules.PATTERNS} | {"secret_assignment", "hermes_env"}
 #: Hermes's session counters, compared with our hermes_sessions row
 SESSION_NUMBERS = (
     "message_count",
@@ -63,7 +63,7 @@ def expected_marker(key: bytes, entry: dict) -> str:
     """The marker of a secret: its kind and the keyed digest of what the pattern matched
     (a whole PEM block; else the secret itself)."""
     secret = entry["text"] if entry["kind"] == "private_key" else entry["value"]
-    return redact.marker(entry["kind"], hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()[:8])
+    return redactor.marker(entry["kind"], hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()[:8])
 
 
 def loaded(value):

@@ -2,7 +2,9 @@
 
 ``hermes_assets/lib`` holds the shared basics at its root and one package per
 step: a store read read-only, what changed, the plan, the projection, the
-warehouse, then the capture run and the analytics on top. A module may import
+warehouse, the redaction (its redactor, and its pass over the warehouse's
+stored files), then the capture run (read, redact, project, write) and the
+analytics on top. A module may import
 the basics, its own package and the packages before it, never one after it:
 the reader never depends on the projection, the projection never on the
 warehouse. The Dagster shell (``defs/``) sits above all of them, and no module
@@ -26,8 +28,9 @@ RANKS = {
     "plan": 3,
     "projection": 4,
     "warehouse": 5,
-    "capture": 6,
-    "analytics": 6,
+    "redaction": 6,
+    "capture": 7,
+    "analytics": 7,
 }
 
 

@@ -16,8 +16,8 @@ from structlog.testing import capture_logs
 
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.capture import day_rows
 from hermes_assets.lib.plan import capture_plan
-from hermes_assets.lib.projection import day_rows
 from hermes_assets.lib.source import state_db
 from hermes_assets.lib.source.state_db import StoreReader
 from hermes_assets.lib.source.stores import Store
@@ -253,11 +253,11 @@ def test_the_parents_rows_are_read_once_per_day_not_per_row(store, tmp_path):
             )
     store.close()
     plan = capture_plan.plan_capture([Store(str(store.path))], [DAY1, DAY2], user_home=USER_HOME, now_s=NOW_S)
-    from tests.support.project import default_ctx
+    from tests.support.project import TEST_REDACTION, default_ctx
 
-    day2 = day_rows.project_day(plan, DAY2, default_ctx())
+    day2 = day_rows.project_day(plan, DAY2, default_ctx(), redaction=TEST_REDACTION)
     assert day2.statements["ancestor_identities"] == 1
-    day1 = day_rows.project_day(plan, DAY1, default_ctx())
+    day1 = day_rows.project_day(plan, DAY1, default_ctx(), redaction=TEST_REDACTION)
     assert day1.statements["ancestor_identities"] == 0  # the parent's own day has no ancestor
     copied = day2.table("hermes_messages").column("copy_of").to_pylist()
     assert len(copied) == 9 and all(c and c.startswith("parent-") for c in copied)

@@ -50,12 +50,13 @@ def stage(
 ) -> ProjectedRun:
     """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``."""
     plan = plan_for(stores, days, policy_list=policy_list, now_s=now_s)
-    ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit(), redaction=TEST_REDACTION)
+    ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit())
     return steps.project_rows(
         plan,
         ctx,
         warehouse,
         staging=os.path.join(warehouse.staging_root, run_id),
+        redaction=TEST_REDACTION,
         workers=workers,
         parallel_min_sessions=0,
     )

@@ -1,6 +1,6 @@
 """Run the core library end to end on one store: plan it, project every day of all three datasets.
 
-This is the capture pipeline's own projection (:func:`hermes_assets.lib.projection.day_rows.project_day`,
+This is the capture pipeline's own projection (:func:`hermes_assets.lib.capture.day_rows.project_day`,
 what the ``project_rows`` op runs per day) minus policy resolution (every session
 is ``full`` unless a test says otherwise) and minus partition files. Tests assert
 on the returned tables or on :func:`rows`, a decoded view of them.
@@ -20,11 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from hermes_assets.lib import errors, ids, schemas
+from hermes_assets.lib.capture import day_rows
 from hermes_assets.lib.errors import CellError, ErrorTally
 from hermes_assets.lib.plan import capture_plan
-from hermes_assets.lib.plan.redact import RedactionConfig
-from hermes_assets.lib.projection import day_rows
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.redaction.redactor import RedactionConfig
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source.state_db import ReaderFactory, StoreReader
 from hermes_assets.lib.source.stores import Store
@@ -72,9 +72,7 @@ TEST_REDACTION = RedactionConfig(_test_key())
 
 
 def default_ctx(git=None, now_s: float = NOW_S) -> ProjectionContext:
-    return ProjectionContext(
-        user_home=USER_HOME, now_s=now_s, git=git if git is not None else NoGit(), redaction=TEST_REDACTION
-    )
+    return ProjectionContext(user_home=USER_HOME, now_s=now_s, git=git if git is not None else NoGit())
 
 
 @dataclass
@@ -115,6 +113,7 @@ def project_store(
     ctx: ProjectionContext | None = None,
     policy_classes: dict | None = None,
     now_s: float = NOW_S,
+    redaction: RedactionConfig | None = TEST_REDACTION,
 ) -> Projection:
     """Plan ``path`` (or ``store``) over every day it has and project each day with
     :func:`day_rows.project_day`, as a capture run does.
@@ -144,7 +143,7 @@ def project_store(
         if day is None
     ]
     for day in days:
-        rows = day_rows.project_day(plan, day, ctx)
+        rows = day_rows.project_day(plan, day, ctx, redaction=redaction)
         for ds in tables:
             tables[ds].append(rows.table(ds))
             tallies[ds].merge(rows.tallies[ds])

@@ -5,8 +5,8 @@ The Dagster shell runs each step as one op of the capture graph
 :mod:`~hermes_assets.lib.plan.capture_plan`'s. Each step takes and returns small typed
 values (never a store, never a whole table):
 
-3. :func:`project_rows` reads each day of each store ONCE
-   (:func:`~hermes_assets.lib.projection.day_rows.project_day`) and stages the day's
+3. :func:`project_rows` reads each day of each store ONCE, redacts and projects it
+   (:func:`~hermes_assets.lib.capture.day_rows.project_day`) and stages the day's
    three datasets (:mod:`~hermes_assets.lib.warehouse.staging`) -> :class:`ProjectedRun`;
 4. :func:`write_partitions` puts each staged day in place, atomically, under
    the day's lock: the file the stage step merged already, or merged here
@@ -35,15 +35,17 @@ import pyarrow as pa
 
 from hermes_assets.lib import errors, logs
 from hermes_assets.lib.capture import pool
+from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.plan import redact
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.projection.day_rows import project_day
+from hermes_assets.lib.redaction import stored_files
+from hermes_assets.lib.redaction.redactor import REDACTION_VERSION, RedactionConfig, redactor_for
+from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import local_files, redaction, staging
+from hermes_assets.lib.warehouse import local_files, staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
 from hermes_assets.lib.warehouse.partition_file import DayFile
@@ -90,6 +92,8 @@ class StagedDay:
     existing: frozenset[str] = frozenset()
     #: dataset -> its file merged already, for the write to put in place (:mod:`~hermes_assets.lib.warehouse.day_merge`)
     prepared: dict[str, PreparedWrite] = field(default_factory=dict)
+    #: where each secret redacted from the day's cells was (never a value)
+    sightings: tuple[Sighting, ...] = ()
 
 
 @dataclass
@@ -102,7 +106,7 @@ class ProjectedRun:
     #: what the run's files record (None: the run does not redact)
     redaction_version: int | None = None
     #: files written before (or under an older redaction), redacted again by this run
-    files_redacted: redaction.FilesRedacted | None = None
+    files_redacted: stored_files.FilesRedacted | None = None
 
     def failures(self) -> list[StoreFailure]:
         """Every store that failed, in the plan or on any day (each once)."""
@@ -129,6 +133,14 @@ class ProjectedRun:
             total.update(staged.datasets[dataset].secrets_redacted)
         return total
 
+    def sightings(self) -> list[Sighting]:
+        """Where each secret the run redacted was: in the files redacted again first, then in
+        the days' cells, day by day (never a value)."""
+        found = list(self.files_redacted.sightings) if self.files_redacted is not None else []
+        for staged in self.days:
+            found += staged.sightings
+        return found
+
     def reborn(self) -> int:
         """Stored sessions and messages whose id was captured before with another birth (D15)."""
         return sum(g.reborn for staged in self.days for g in staged.generations.values())
@@ -151,6 +163,8 @@ class DayJob:
     staging: str
     #: dataset -> the run's days that had a file when the run looked
     existing: dict[str, set[str]]
+    #: how secrets are redacted before the rows are built (None: not at all)
+    redaction: RedactionConfig | None = None
 
 
 def project_rows(
@@ -159,6 +173,7 @@ def project_rows(
     warehouse: Warehouse,
     *,
     staging: str,
+    redaction: RedactionConfig | None = None,
     workers: int = 1,
     log_format: logs.LogFormat | None = None,
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
@@ -172,23 +187,25 @@ def project_rows(
     staged as its final partition file; the others as Arrow IPC, and a day that
     has a file as its new file too, merged already (:func:`stage_day`). Days run on
     ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
-    when the run has at least ``parallel_min_sessions`` sessions.
+    when the run has at least ``parallel_min_sessions`` sessions. ``redaction``: how secrets
+    are redacted from the cells before any row is built (None: not at all).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     files_redacted = None
-    if ctx.redaction is not None:
-        warehouse.redaction_version = redact.REDACTION_VERSION
+    if redaction is not None:
+        warehouse.redaction_version = REDACTION_VERSION
         # files written before redaction (or under older patterns) first, so the days merge with redacted rows
-        files_redacted = redaction.redact_files(warehouse, redact.redactor_for(ctx.redaction))
+        files_redacted = stored_files.redact_files(warehouse, redactor_for(redaction))
     else:
         warehouse.redaction_version = None
-        redaction.forget_stamp(warehouse)
+        stored_files.forget_stamp(warehouse)
     job = DayJob(
         plan,
         replace(ctx, now_s=plan.read_at),  # one clock for the sanity window of the whole run
         warehouse,
         staging,
         {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
+        redaction,
     )
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
@@ -207,7 +224,7 @@ def project_rows(
     found = {ds: run.secrets_redacted(ds) for ds in CAPTURE_DATASETS}
     log.info(
         "hermes.capture.secrets_redacted",
-        redaction="on" if ctx.redaction is not None else "off",
+        redaction="on" if redaction is not None else "off",
         secrets_redacted={ds: sum(c.values()) for ds, c in found.items()},
         kinds=sorted({kind for c in found.values() for kind in c}),
         by_kind={ds: dict(sorted(c.items())) for ds, c in found.items() if c},
@@ -225,7 +242,7 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     """
     plan = job.plan
     old = {ds: _read_old(job, ds, day) for ds in (SESSIONS, MESSAGES)}
-    rows = project_day(plan, day, job.ctx, births=_births(job, day, old))
+    rows = project_day(plan, day, job.ctx, births=_births(job, day, old), redaction=job.redaction)
     order = {sp.store.path: i for i, sp in enumerate(plan.stores)}
     datasets = {}
     for dataset, by_store in rows.tables.items():
@@ -263,7 +280,16 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     generations = (
         rows.generations if existing else {path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
     )
-    return StagedDay(day, datasets, generations, tuple(rows.failures), dict(rows.statements), existing, prepared)
+    return StagedDay(
+        day,
+        datasets,
+        generations,
+        tuple(rows.failures),
+        dict(rows.statements),
+        existing,
+        prepared,
+        tuple(rows.sightings),
+    )
 
 
 def _read_old(job: DayJob, dataset: str, day: str) -> DayFile | None:

@@ -7,8 +7,6 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
-from hermes_assets.lib.plan.redact import RedactionConfig
-
 _CREDENTIALS = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^@/]*@")
 
 
@@ -69,5 +67,3 @@ class ProjectionContext:
     now_s: float
     git: GitResolver = field(default_factory=GitResolver)
     gateway_source: str = "backfill"
-    #: how secrets are redacted from each session's cells before its rows are built; None: not at all
-    redaction: RedactionConfig | None = None

@@ -365,6 +365,25 @@ class Warehouse:
             self.fix_modes(dataset, day)
             return result
 
+    def rewrite_file(
+        self,
+        dataset: str,
+        day: str,
+        change: Callable[[pa.Table], pa.Table],
+        redaction_version: int | None,
+    ) -> WriteResult | None:
+        """Replace the day's file by ``change(its table)``, atomically, under the day's lock, with
+        the warehouse's modes; the file records ``redaction_version``. None: the day has no file.
+        The file is rewritten only when its bytes differ (same rows, same version: untouched)."""
+        with self.day_lock(dataset, day):
+            data = self.storage.read_bytes(self.path(dataset, day))
+            if data is None:
+                return None
+            table = change(partition_file.decode(dataset, data))
+            result = self._replace(dataset, day, table, 0, data, redaction_version)
+            self.fix_modes(dataset, day)
+            return result
+
     def rewrite_day(self, dataset: str, day: str, keep_mask_fn: Callable[[pa.Table], pa.Array]) -> tuple[int, int]:
         """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left).
         (The purge, its one caller, sets the modes of every file after: :meth:`fix_all_modes`.)"""

@@ -36,7 +36,7 @@ CLAIM_TRIED, CLAIM_HELD, CLAIM_GIVEN_UP = "trying", "unscoped", "scoped"
 #: the mark's line that records the host's ids (``ids: scoped`` or ``ids: unscoped``)
 _IDS_LINE = "ids: "
 #: in a host's staging: the redaction version every capture file of that host has
-#: (:mod:`~hermes_assets.lib.warehouse.redaction`); a warehouse from before hosts kept it in the spool
+#: (:mod:`~hermes_assets.lib.redaction.stored_files`); a warehouse from before hosts kept it in the spool
 REDACTION_STAMP = ".redaction-version"
 
 

@@ -1,9 +1,9 @@
 """The bytes of a partition file: a day's table encoded (sorted, zstd), and decoded back (SPEC §2).
 
 A file written by a run that redacted secrets records the redaction's version in its
-key-value metadata (:data:`~hermes_assets.lib.plan.redact.VERSION_KEY`); a file without it, or
-with an older one, is redacted again by the next run that redacts
-(:mod:`~hermes_assets.lib.warehouse.redaction`).
+key-value metadata (:data:`VERSION_KEY`); a file without it, or with another one, is
+redacted again by the next run that redacts
+(:mod:`~hermes_assets.lib.redaction.stored_files`).
 
 A day's file is encoded once per write, from the whole day, and compared with
 the file it would replace byte for byte (an unchanged day is never rewritten).
@@ -21,10 +21,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
-from hermes_assets.lib.plan.redact import VERSION_KEY
 
 if TYPE_CHECKING:
     from hermes_assets.lib.warehouse.storage import Pin
+
+#: the Parquet key-value metadata key that records the redaction a file's cells went through
+VERSION_KEY = b"hermes_assets.redaction_version"
 
 
 def encode(dataset: str, table: pa.Table, redaction_version: int | None = None) -> pa.Buffer:

@@ -16,8 +16,8 @@ import string
 
 import pytest
 
-from hermes_assets.lib.plan import redact, secret_sources
-from hermes_assets.lib.plan.redact import RedactionConfig, Redactor
+from hermes_assets.lib.redaction import session_cells, sources
+from hermes_assets.lib.redaction.redactor import RedactionConfig, Redactor
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits
@@ -316,9 +316,9 @@ def test_env_values_wherever_they_appear(tmp_path):
         "SHORT_TOKEN=abc\n# comment\n"
     )
     (home / "profiles" / "work" / ".env").write_text(f'export SUDO_PASSWORD="{profile}"\n')
-    files = secret_sources.env_files([str(home / "profiles" / "work" / "state.db")])
+    files = sources.env_files([str(home / "profiles" / "work" / "state.db")])
     assert str(home / ".env") in files and str(home / "profiles" / "work" / ".env") in files
-    values = secret_sources.env_values(files)
+    values = sources.env_values(files)
     assert set(values) == {named, shaped, profile}
     r = Redactor(os.urandom(32), values)
     for value in values:
@@ -331,7 +331,7 @@ def test_env_values_wherever_they_appear(tmp_path):
 
 
 def test_an_unreadable_env_file_holds_no_value(tmp_path):
-    assert secret_sources.env_values([str(tmp_path / "missing" / ".env")]) == []
+    assert sources.env_values([str(tmp_path / "missing" / ".env")]) == []
 
 
 # -- the key -------------------------------------------------------------------------------
@@ -339,11 +339,11 @@ def test_an_unreadable_env_file_holds_no_value(tmp_path):
 
 def test_the_key_is_created_once_private(tmp_path):
     path = tmp_path / "dagster-home" / "redaction.key"
-    key = secret_sources.load_key(str(path))
-    assert len(key) == secret_sources.KEY_BYTES
+    key = sources.load_key(str(path))
+    assert len(key) == sources.KEY_BYTES
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert secret_sources.load_key(str(path)) == key
+    assert sources.load_key(str(path)) == key
     assert not [p for p in path.parent.iterdir() if p.name != "redaction.key"]
 
 
@@ -366,7 +366,7 @@ def test_a_bundle_keeps_its_ids_and_numbers(redactor: Redactor):
     bundle = SimpleNamespace(
         session=session, messages=[msg], usage=[], extras=(f"x {secret}", 4), message_extras={7: (secret,)}
     )
-    counts = redact.redact_bundle(redactor, bundle)
+    counts = session_cells.redact_bundle(redactor, bundle)
     assert counts.sessions == {"openai_api_key": 3} and counts.messages == {"openai_api_key": 2}
     assert session["id"] == "s1" and session["input_tokens"] == 5
     assert msg["id"] == 7 and msg["session_id"] == "s1" and msg["tool_call_id"] == "call_1" and msg["token_count"] == 3
@@ -384,7 +384,7 @@ def test_a_blob_in_a_text_column_is_redacted_as_its_text(redactor: Redactor):
         {"id": 3, "session_id": "s", "content": 42},
     ]
     bundle = SimpleNamespace(session={"id": "s"}, messages=messages, usage=[], extras=None, message_extras=None)
-    counts = redact.redact_bundles(redactor, [bundle])
+    counts = session_cells.redact_bundles(redactor, [bundle])
     assert counts.messages == {"github_token": 2}
     assert messages[0]["content"].startswith("token [REDACTED:github_token:")
     assert secret not in messages[1]["content"] and messages[2]["content"] == 42

@@ -14,7 +14,7 @@ import re
 import secrets as _random
 from collections.abc import Iterable
 
-from hermes_assets.lib.plan.secret_formats import COMMON, has_digit, name_says_secret
+from hermes_assets.lib.redaction.rules import COMMON, has_digit, name_says_secret
 
 KEY_BYTES = 32
 #: a value of a ``.env`` file under a name that says secret is held from this many characters

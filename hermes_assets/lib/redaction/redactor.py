@@ -19,13 +19,13 @@ HMAC-SHA256 of the secret under a key private to the warehouse
 cannot be confirmed from a marker. The text around a secret is kept; JSON
 stays JSON (keys kept, values redacted inside, nested JSON strings too).
 
-Fast path: a cell is first screened with substring tests (:func:`Redactor.
-screen`); the patterns only run on the few cells that contain a hint.
+Fast path: a whole column is screened in one RE2 pass (:meth:`Redactor.screen_column`);
+the patterns only run on the few cells it flags. Each marker written is also
+reported where it was (:mod:`~hermes_assets.lib.redaction.sightings`).
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import hmac
 import json
@@ -33,14 +33,12 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.plan.secret_formats import (
+from hermes_assets.lib.redaction.rules import (
     ASSIGN_COLON,
     ASSIGN_EQ,
     ASSIGN_YAML,
@@ -54,14 +52,12 @@ from hermes_assets.lib.plan.secret_formats import (
     re2_literal,
     value_is_secret,
 )
-from hermes_assets.lib.plan.secret_sources import env_values, load_key
+from hermes_assets.lib.redaction.sightings import Sighting, Sightings, Where
+from hermes_assets.lib.redaction.sources import env_values, load_key
 
 #: bumped whenever the patterns change what they find: files written under an older
 #: version are redacted again by the next run
 REDACTION_VERSION = 1
-#: the Parquet key-value metadata key that records it
-VERSION_KEY = b"hermes_assets.redaction_version"
-KEY_BYTES = 32
 # -- the marker ----------------------------------------------------------------
 
 
@@ -87,14 +83,19 @@ class RedactionConfig:
 @dataclass
 class Redactor:
     """Redacts text, JSON and session cells with one key. ``counts``: secrets by kind
-    since the last :meth:`take_counts`."""
+    since the last :meth:`take_counts`; ``sightings``: each marker written, where it was
+    (:attr:`where`: the cell the caller says it is redacting), since the last :meth:`take_sightings`."""
 
     key: bytes = field(repr=False)
     values: list[str] = field(default_factory=list, repr=False)
     counts: Counter = field(default_factory=Counter)
+    where: Where = field(default_factory=Where)
+    sightings: Sightings = field(default_factory=Sightings)
 
     def __post_init__(self) -> None:
         self._digests: dict[str, str] = {}
+        #: inside a JSON cell: the path of the string being redacted
+        self._path: list[str] = []
         self._values = [
             (
                 v,
@@ -131,31 +132,42 @@ class Redactor:
         hits = pc.match_substring_regex(array, self._re2)
         return pc.indices_nonzero(pc.fill_null(hits, False)).to_pylist()
 
-    def redact_column(self, values: list) -> list[tuple[int, str]]:
-        """``(index, redacted cell)`` of the cells of ``values`` that held a secret."""
+    def redact_column(self, values: list, where: Callable[[int], Where] | None = None) -> list[tuple[int, str]]:
+        """``(index, redacted cell)`` of the cells of ``values`` that held a secret. ``where``: the
+        cell at an index, for the sightings."""
         out = []
         for i in self.screen_column(values):
             cell = values[i]
             if not isinstance(cell, str):
                 continue
+            if where is not None:
+                self.where = where(i)
             new = self.text(cell)
             if new is not cell:
                 out.append((i, new))
+        self.where = Where()
         return out
 
     def take_counts(self) -> Counter:
         counts, self.counts = self.counts, Counter()
         return counts
 
+    def take_sightings(self) -> tuple[Sighting, ...]:
+        return self.sightings.take()
+
     # -- the marker ------------------------------------------------------------
 
-    def marker(self, kind: str, secret: str) -> str:
+    def marker(self, kind: str, secret: str, prefix: str = "") -> str:
+        """The marker of ``secret`` (found by rule ``kind``; ``prefix``: the provider's literal
+        prefix it starts with), counted and reported where it was."""
         digest = self._digests.get(secret)
         if digest is None:
             digest = hmac.new(self.key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:8]
             self._digests[secret] = digest
         self.counts[kind] += 1
-        return marker(kind, digest)
+        made = marker(kind, digest)
+        self.sightings.add(self.where, "".join(self._path), made, kind, prefix, secret)
+        return made
 
     # -- the screen ---------------------------------------------------------------
 
@@ -189,7 +201,14 @@ class Redactor:
                 pass
             else:
                 if isinstance(doc, (dict, list)):
-                    new, changed = self._walk(doc)
+                    root = not self._path
+                    if root:
+                        self._path.append("$")
+                    try:
+                        new, changed = self._walk(doc)
+                    finally:
+                        if root:
+                            self._path.pop()
                     if not changed:
                         return text
                     compact = '": ' not in text and '", ' not in text
@@ -220,12 +239,13 @@ class Redactor:
             secret = m.group(p.group)
             if secret.startswith(MARKER_PREFIX) or (p.accept is not None and not p.accept(secret)):
                 return m.group(0)
+            prefix = next((h for h in p.hints if secret.startswith(h)), "")
             if p.group == 0:
-                return self.marker(p.kind, secret)
+                return self.marker(p.kind, secret, prefix)
             start, end = m.span(p.group)
             base = m.start(0)
             whole = m.group(0)
-            return whole[: start - base] + self.marker(p.kind, secret) + whole[end - base :]
+            return whole[: start - base] + self.marker(p.kind, secret, prefix) + whole[end - base :]
 
         return replace
 
@@ -270,143 +290,38 @@ class Redactor:
         if isinstance(value, list):
             changed = False
             out_list = []
+            self._path.append("[*]")
             for item in value:
                 new_item, c = self._walk(item)
                 out_list.append(new_item)
                 changed |= c
+            self._path.pop()
             return (out_list, True) if changed else (value, False)
         if isinstance(value, dict):
             changed = False
             out: dict = {}
             for k, v in value.items():
-                if isinstance(v, str) and isinstance(k, str) and k.lower() in HEADER_NAMES:
-                    header = f"{k}: "
-                    new_header = self.text(header + v)
-                    if new_header is not header + v and new_header.startswith(header):
-                        out[k] = new_header[len(header) :]
-                        changed = True
-                        continue
-                if isinstance(v, str) and isinstance(k, str) and name_says_secret(k) and value_is_secret(v):
-                    if not any(h in v for h in ("{", "[")):
-                        out[k] = self.marker("secret_assignment", v)
-                        changed = True
-                        continue
-                new_v, c = self._walk(v)
+                self._path.append(f".{k}")
+                try:
+                    new_v, c = self._member(k, v)
+                finally:
+                    self._path.pop()
                 out[k] = new_v
                 changed |= c
             return (out, True) if changed else (value, False)
         return value, False
 
-
-# -- a session's cells ---------------------------------------------------------------
-
-#: columns never redacted: ids, hashes, enumerations, the scope path (they hold no secret, and
-#: their values are the identity of the rows)
-KEEP_COLUMNS = frozenset(
-    {
-        "id",
-        "session_id",
-        "parent_session_id",
-        "system_prompt_hash",
-        "source",
-        "created_source",
-        "user_id",
-        "session_key",
-        "chat_id",
-        "chat_type",
-        "thread_id",
-        "cwd",
-        "role",
-        "tool_call_id",
-        "tool_name",
-        "effect_disposition",
-        "finish_reason",
-        "platform_message_id",
-        "display_kind",
-        "message_uid",
-        "absorbed_message_uids",
-        "tool_call_uids",
-        "tool_call_uid",
-    }
-)
-
-
-@dataclass
-class BundleCounts:
-    """Secrets redacted in sessions' cells, by the table they were in."""
-
-    sessions: Counter = field(default_factory=Counter)
-    messages: Counter = field(default_factory=Counter)
-
-
-def _text_columns(columns: tuple[tuple[str, str, object], ...]) -> tuple[str, ...]:
-    return tuple(name for name, sql_type, _ in columns if sql_type == "TEXT" and name not in KEEP_COLUMNS)
-
-
-#: the TEXT columns redacted, per table (a number is never a secret: Hermes declares these TEXT)
-SESSION_TEXT = _text_columns(schemas.SESSION_COLUMNS)
-MESSAGE_TEXT = _text_columns(schemas.MESSAGE_COLUMNS)
-USAGE_TEXT = _text_columns(schemas.USAGE_COLUMNS)
-
-
-def redact_bundles(redactor: Redactor, bundles: list[Any]) -> BundleCounts:
-    """Redact, in place, every text cell of the sessions as read
-    (:class:`~hermes_assets.lib.state_db.SessionBundle`): the sessions' cells (the resolved
-    system prompt, the title, ``model_config`` ...), their messages', their per-model usage
-    and the cells of columns this contract does not name. Ids, hashes, numbers are kept.
-
-    Every text cell of the sessions is screened in one pass (:meth:`Redactor.screen_column`);
-    only the cells it flags are redacted, one by one."""
-    counts = BundleCounts()
-    redactor.take_counts()
-    tables = (
-        ([b.session for b in bundles], SESSION_TEXT, counts.sessions),
-        ([u for b in bundles for u in b.usage], USAGE_TEXT, counts.sessions),
-        ([m for b in bundles for m in b.messages], MESSAGE_TEXT, counts.messages),
-    )
-    values: list = []
-    #: (first index in ``values``, rows, column, counts) of each column gathered
-    spans: list[tuple[int, list[dict], str, Counter]] = []
-    for rows, columns, counter in tables:
-        if not rows:
-            continue
-        first = rows[0]
-        for name in columns:
-            if name in first:
-                spans.append((len(values), rows, name, counter))
-                values += map(itemgetter(name), rows)
-    starts = [span[0] for span in spans]
-    for i in redactor.screen_column(values):
-        start, rows, name, counter = spans[bisect.bisect_right(starts, i) - 1]
-        cell = values[i]
-        if isinstance(cell, bytes):  # a BLOB in a TEXT column: the text the dataset would hold
-            cell = cell.decode("utf-8", "replace")
-        elif not isinstance(cell, str):
-            continue
-        new = redactor.text(cell)
-        if new is not cell:
-            rows[i - start][name] = new
-            counter.update(redactor.take_counts())
-    for b in bundles:
-        if b.extras:
-            b.extras = _redact_tuple(b.extras, redactor.text)
-            counts.sessions.update(redactor.take_counts())
-        if b.message_extras:
-            for mid, cells in b.message_extras.items():
-                b.message_extras[mid] = _redact_tuple(cells, redactor.text)
-            counts.messages.update(redactor.take_counts())
-    return counts
-
-
-def redact_bundle(redactor: Redactor, bundle: Any) -> BundleCounts:
-    """:func:`redact_bundles` of one session."""
-    return redact_bundles(redactor, [bundle])
-
-
-def _redact_tuple(cells: tuple, text: Callable[[str], str]) -> tuple:
-    if not any(isinstance(c, str) for c in cells):
-        return cells
-    return tuple(text(c) if isinstance(c, str) else c for c in cells)
+    def _member(self, k: Any, v: Any) -> tuple[Any, bool]:
+        """One member of a JSON object, redacted; whether it changed."""
+        if isinstance(v, str) and isinstance(k, str) and k.lower() in HEADER_NAMES:
+            header = f"{k}: "
+            new_header = self.text(header + v)
+            if new_header is not header + v and new_header.startswith(header):
+                return new_header[len(header) :], True
+        if isinstance(v, str) and isinstance(k, str) and name_says_secret(k) and value_is_secret(v):
+            if not any(h in v for h in ("{", "[")):
+                return self.marker("secret_assignment", v), True
+        return self._walk(v)
 
 
 _cached: dict[RedactionConfig, Redactor] = {}

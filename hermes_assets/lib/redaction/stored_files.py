@@ -1,12 +1,12 @@
 """Files written before redaction, or under older patterns, redacted in place.
 
 Every capture file records the version of the redaction its cells went through
-(:func:`~hermes_assets.lib.partition_file.redaction_version`). A run that
+(:func:`~hermes_assets.lib.warehouse.partition_file.redaction_version`). A run that
 redacts first brings every file of the three captured datasets whose version
 is older (or absent: a file written before redaction existed, or with it off)
 to the current one: its text cells are redacted as a capture redacts them
 (JSON cells inside, keys kept) and the file is replaced atomically, under the
-day's lock. The rows kept after Hermes deleted their source, which exist
+day's lock (:meth:`~hermes_assets.lib.warehouse.datasets.Warehouse.rewrite_file`). The rows kept after Hermes deleted their source, which exist
 nowhere else, are redacted with the others. A file already current is not
 touched; a host whose every file is current is stamped (:data:`STAMP_FILE`, in
 its own staging folder), so its later runs do not read a footer per file.
@@ -18,6 +18,7 @@ all), and one host's stamp never stops another from redacting its files.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,8 +26,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.plan.redact import KEEP_COLUMNS, REDACTION_VERSION, Redactor
-from hermes_assets.lib.schemas import CAPTURE_DATASETS
+from hermes_assets.lib.redaction.redactor import REDACTION_VERSION, Redactor
+from hermes_assets.lib.redaction.session_cells import KEEP_COLUMNS
+from hermes_assets.lib.redaction.sightings import Sighting, Where
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, SESSIONS
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import REDACTION_STAMP
@@ -67,6 +70,8 @@ class FilesRedacted:
     cells_changed: Counter = field(default_factory=Counter)
     #: dataset -> secrets redacted by kind (never a value)
     secrets: dict[str, Counter] = field(default_factory=dict)
+    #: where each secret redacted in the files was (never a value)
+    sightings: list[Sighting] = field(default_factory=list)
 
     def metadata(self) -> dict:
         return {
@@ -133,31 +138,61 @@ def redact_files(warehouse: Warehouse, redactor: Redactor) -> FilesRedacted:
 
 
 def _redact_day(warehouse: Warehouse, redactor: Redactor, dataset: str, day: str, result: FilesRedacted) -> None:
-    path = warehouse.path(dataset, day)
     try:
-        with warehouse.storage.open_input(path) as f:
+        with warehouse.storage.open_input(warehouse.path(dataset, day)) as f:
             version = partition_file.redaction_version(f)
     except FileNotFoundError:
         return
     if version is not None and version >= REDACTION_VERSION:
         return
-    with warehouse.day_lock(dataset, day):
-        data = warehouse.storage.read_bytes(path)
-        if data is None:
-            return
-        table = partition_file.decode(dataset, data)
+    cells = 0
+
+    def redact(table: pa.Table) -> pa.Table:
+        nonlocal cells
         redactor.take_counts()
-        table, cells = redact_table(redactor, table)
+        table, cells = redact_table(redactor, table, dataset)
         result.secrets[dataset].update(redactor.take_counts())
-        result.cells_changed[dataset] += cells
-        written = warehouse._replace(dataset, day, table, 0, data, REDACTION_VERSION)
-        result.files_rewritten[dataset] += int(written.changed)
-        warehouse.fix_modes(dataset, day)
+        return table
+
+    written = warehouse.rewrite_file(dataset, day, redact, REDACTION_VERSION)
+    if written is None:
+        return
+    result.cells_changed[dataset] += cells
+    result.files_rewritten[dataset] += int(written.changed)
+    result.sightings += redactor.take_sightings()
 
 
-def redact_table(redactor: Redactor, table: pa.Table) -> tuple[pa.Table, int]:
-    """``table`` with the secrets of its text and JSON cells redacted; how many cells changed."""
+#: per dataset, the columns of a row's session id and message id (None: a row per session)
+_ROW_IDS = {SESSIONS: ("id", None), GATEWAY: ("session_id", "message_id")}
+
+
+class _Rows:
+    """What a stored file's sightings say of a row: its session, its message and its store
+    (their columns read once, when a first cell held a secret)."""
+
+    def __init__(self, table: pa.Table, dataset: str) -> None:
+        self.table, self.dataset = table, dataset
+        self.session_key, self.message_key = _ROW_IDS.get(dataset, ("session_id", "id"))
+        self._ids: dict[str, list] | None = None
+
+    def where(self, column: str, row: int) -> Where:
+        if self._ids is None:
+            wanted = (self.session_key, self.message_key, "store_label")
+            self._ids = {k: self.table.column(k).to_pylist() for k in wanted if k and k in self.table.column_names}
+        session, message, store = (self._id(k, row) for k in (self.session_key, self.message_key, "store_label"))
+        return Where(f"{self.dataset}.{column}", session, message, store or "")
+
+    def _id(self, key: str | None, row: int) -> str | None:
+        column = (self._ids or {}).get(key) if key else None
+        value = None if column is None else column[row]
+        return None if value is None else str(value)
+
+
+def redact_table(redactor: Redactor, table: pa.Table, dataset: str = "") -> tuple[pa.Table, int]:
+    """``table`` with the secrets of its text and JSON cells redacted; how many cells changed.
+    The sightings name the column as ``<dataset>.<column>``, the row's session, message and store."""
     changed = 0
+    rows = _Rows(table, dataset)
     for i, f in enumerate(table.schema):
         if _kept(f.name):
             continue
@@ -170,7 +205,7 @@ def redact_table(redactor: Redactor, table: pa.Table) -> tuple[pa.Table, int]:
         if storage_type != f.type:
             column = pa.chunked_array([chunk.storage for chunk in column.chunks], storage_type)
         values = column.to_pylist()
-        hits = redactor.redact_column(values)
+        hits = redactor.redact_column(values, functools.partial(rows.where, f.name))
         if not hits:
             continue
         for row, new in hits:

@@ -1,9 +1,10 @@
-"""One day of every store, read once: the rows of all three datasets from that read.
+"""One day of every store, read once, redacted, projected: the rows of all three datasets.
 
 :func:`project_day` reads the day's kept sessions of each store in one short
-read transaction (with their ancestors of other days, D20) and builds the
-sessions, messages and canonical rows from that one read, so the three
-datasets always agree. A store that fails here fails alone (SPEC §8, D18):
+read transaction (with their ancestors of other days, D20), redacts their
+cells (:mod:`~hermes_assets.lib.redaction`), and builds the sessions, messages
+and canonical rows from that one read with the projection
+(:mod:`~hermes_assets.lib.projection`), so the three datasets always agree. A store that fails here fails alone (SPEC §8, D18):
 it is recorded, and the other stores' rows are built.
 """
 
@@ -19,12 +20,15 @@ import pyarrow as pa
 from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.errors import ErrorTally, StoreFailure
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.plan import policy, redact
+from hermes_assets.lib.plan import policy
 from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.plan.generations import Births, Generations
 from hermes_assets.lib.projection import copies, gateway, raw
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.header import SessionInput
+from hermes_assets.lib.redaction import session_cells
+from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
+from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
@@ -48,6 +52,8 @@ class DayRows:
     cells: set
     #: dataset -> secrets redacted from the cells its rows are built from, by kind
     secrets: dict[str, Counter] = field(default_factory=dict)
+    #: where each secret redacted from the day's cells was (never a value)
+    sightings: list[Sighting] = field(default_factory=list)
 
     def table(self, dataset: str) -> pa.Table:
         """All stores' rows of one dataset (the schema's empty table when none)."""
@@ -61,15 +67,18 @@ def project_day(
     ctx: ProjectionContext,
     *,
     births: dict[str, Births] | None = None,
+    redaction: RedactionConfig | None = None,
 ) -> DayRows:
-    """Read the day's kept sessions of every store (one read transaction per store) and
-    build the rows of all three datasets from that read.
+    """Read the day's kept sessions of every store (one read transaction per store), redact
+    their cells and build the rows of all three datasets from that read.
 
     ``births``: per store, what the day's files already captured:
     a reused id with another birth gets the next generation (D15).
+    ``redaction``: how secrets are redacted from each session's cells before its rows are
+    built (None: not at all).
     """
     with _gc_paused():
-        return _project_day(plan, day, ctx, births or {})
+        return _project_day(plan, day, ctx, births or {}, redaction)
 
 
 @contextlib.contextmanager
@@ -86,15 +95,22 @@ def _gc_paused():
             gc.enable()
 
 
-def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: dict[str, Births]) -> DayRows:
+def _project_day(
+    plan: CapturePlan,
+    day: str,
+    ctx: ProjectionContext,
+    births: dict[str, Births],
+    redaction: RedactionConfig | None,
+) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
     tables: dict[str, dict[str, pa.Table]] = {ds: {} for ds in CAPTURE_DATASETS}
     generations: dict[str, Generations] = {}
     failures: list[StoreFailure] = []
     statements: Counter = Counter()
-    redactor = redact.redactor_for(ctx.redaction) if ctx.redaction is not None else None
+    redactor = redactor_for(redaction) if redaction is not None else None
     secrets: dict[str, Counter] = {ds: Counter() for ds in CAPTURE_DATASETS}
+    sightings: list[Sighting] = []
     for sp in plan.readable():
         kept = sp.kept_on(day)
         if not kept:
@@ -136,7 +152,8 @@ def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: di
             else {}
         )
         if redactor is not None:  # after the copies are marked: they compare the cells as Hermes stored them
-            found = redact.redact_bundles(redactor, bundles)
+            found = session_cells.redact_bundles(redactor, bundles, store=sp.store.label)
+            sightings += found.sightings
             secrets[SESSIONS].update(found.sessions)
             secrets[MESSAGES].update(found.messages)
             secrets[GATEWAY].update(found.sessions)
@@ -163,4 +180,4 @@ def _project_day(plan: CapturePlan, day: str, ctx: ProjectionContext, births: di
         for ds, builder in ((GATEWAY, canonical), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens
-    return DayRows(day, tables, tallies, generations, failures, statements, logged, secrets)
+    return DayRows(day, tables, tallies, generations, failures, statements, logged, secrets, sightings)

@@ -13,38 +13,16 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from hermes_assets.lib.capture import steps
-from hermes_assets.lib.plan import redact
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.redaction import stored_files
+from hermes_assets.lib.redaction.redactor import REDACTION_VERSION
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES
-from hermes_assets.lib.warehouse import partition_file, purge, redaction
+from hermes_assets.lib.warehouse import partition_file, purge
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK
-from tests.lib.test_redact import fake
 from tests.support.capture_run import USER_HOME, capture_days, files, plan_for
-from tests.support.hermes_writer import START_S, HermesWriter, openai_call
-
-
-@pytest.fixture
-def secret_store(tmp_path):
-    keys = {"github": fake("github_token"), "openai": fake("openai_api_key")}
-    db = tmp_path / "home" / "state.db"
-    with HermesWriter(db, home=tmp_path / "home", start_s=START_S) as w:
-        sid = w.session("s1", "cli", cwd="/work/a")
-        w.msg(sid, "user", "my key " + keys["github"])
-        w.msg(
-            sid,
-            "assistant",
-            "ok",
-            tool_calls=[openai_call("c1", "terminal", {"command": "export OPENAI_API_KEY=" + keys["openai"]})],
-        )
-        w.end(sid)
-        other = w.session("s2", "cli", cwd="/work/b")
-        w.msg(other, "user", "nothing secret here")
-        w.end(other)
-    return db, keys
 
 
 def capture_off(db, wh: Warehouse) -> None:
@@ -77,7 +55,7 @@ def test_files_written_without_redaction_are_redacted_in_place(secret_store, tmp
     text = all_text(tmp_path / "wh")
     assert keys["github"] in text and keys["openai"] in text
     assert versions(tmp_path / "wh") == {None}
-    assert not os.path.exists(redaction.stamp_path(wh))
+    assert not os.path.exists(stored_files.stamp_path(wh))
 
     run, _ = capture_days([db], wh)
     assert run.files_redacted is not None
@@ -85,8 +63,8 @@ def test_files_written_without_redaction_are_redacted_in_place(secret_store, tmp
     assert run.files_redacted.cells_changed[MESSAGES] >= 2  # content and the tool call's JSON
     text = all_text(tmp_path / "wh")
     assert keys["github"] not in text and keys["openai"] not in text
-    assert versions(tmp_path / "wh") == {redact.REDACTION_VERSION}
-    assert os.path.exists(redaction.stamp_path(wh))
+    assert versions(tmp_path / "wh") == {REDACTION_VERSION}
+    assert os.path.exists(stored_files.stamp_path(wh))
     messages = pq.read_table(next((tmp_path / "wh" / MESSAGES).rglob("*.parquet"))).to_pylist()
     call = json.loads(next(m["tool_calls"] for m in messages if m["tool_calls"]))
     assert call[0]["id"] == "c1" and json.loads(call[0]["function"]["arguments"])["command"].startswith(
@@ -103,18 +81,18 @@ def test_a_purge_keeps_each_files_redaction_version(secret_store, tmp_path):
     db, _ = secret_store
     wh = Warehouse(str(tmp_path / "wh"))
     capture_days([db], wh)
-    assert versions(tmp_path / "wh") == {redact.REDACTION_VERSION}
+    assert versions(tmp_path / "wh") == {REDACTION_VERSION}
     assert purge.purge(wh, scope="/work/b").sessions == 1
-    assert versions(tmp_path / "wh") == {redact.REDACTION_VERSION}
+    assert versions(tmp_path / "wh") == {REDACTION_VERSION}
 
 
 def test_a_run_without_redaction_forgets_the_stamp(secret_store, tmp_path):
     db, _ = secret_store
     wh = Warehouse(str(tmp_path / "wh"))
     capture_days([db], wh)
-    assert os.path.exists(redaction.stamp_path(wh))
+    assert os.path.exists(stored_files.stamp_path(wh))
     capture_off(db, wh)
-    assert not os.path.exists(redaction.stamp_path(wh))
+    assert not os.path.exists(stored_files.stamp_path(wh))
     assert versions(tmp_path / "wh") == {None}
 
 
@@ -126,14 +104,16 @@ def test_each_host_on_a_shared_folder_redacts_its_own_files_whatever_the_other_s
     alpha, beta = Warehouse(str(root), host="alpha"), Warehouse(str(root), host="beta")
     capture_off(db, alpha)  # alpha runs with redaction off
     capture_days([db], beta)  # beta redacts, and stamps
-    assert os.path.exists(redaction.stamp_path(beta)) and redaction.stamp_path(alpha) != redaction.stamp_path(beta)
+    assert os.path.exists(stored_files.stamp_path(beta)) and stored_files.stamp_path(alpha) != stored_files.stamp_path(
+        beta
+    )
     assert keys["github"] in all_text(root)  # alpha's files, as stored
     capture_off(db, alpha)
-    assert os.path.exists(redaction.stamp_path(beta)), "a host without redaction forgot another host's stamp"
+    assert os.path.exists(stored_files.stamp_path(beta)), "a host without redaction forgot another host's stamp"
     run, _ = capture_days([db], alpha)  # alpha turns redaction on: its own files are redacted
     assert sum(run.files_redacted.files_rewritten.values()) == len(CAPTURE_DATASETS)
     assert keys["github"] not in all_text(root) and keys["openai"] not in all_text(root)
-    assert versions(root) == {redact.REDACTION_VERSION}
+    assert versions(root) == {REDACTION_VERSION}
 
 
 def test_the_stamp_of_a_warehouse_from_before_becomes_the_moving_hosts(secret_store, tmp_path):
@@ -142,15 +122,15 @@ def test_the_stamp_of_a_warehouse_from_before_becomes_the_moving_hosts(secret_st
     wh = Warehouse(str(root), host="alpha")
     capture_days([db], wh)
     # that version kept its stamp in the spool (the root of a local warehouse) and no mark of a move
-    legacy = root / redaction.STAMP_FILE
-    os.replace(redaction.stamp_path(wh), legacy)
+    legacy = root / stored_files.STAMP_FILE
+    os.replace(stored_files.stamp_path(wh), legacy)
     (root / ".staging" / "host=alpha" / LAYOUT_MARK).unlink(missing_ok=True)
     Warehouse(str(root), host="alpha").adopt_legacy()
-    assert not legacy.exists() and os.path.exists(redaction.stamp_path(wh))
-    assert os.stat(redaction.stamp_path(wh)).st_mode & 0o777 == 0o600
+    assert not legacy.exists() and os.path.exists(stored_files.stamp_path(wh))
+    assert os.stat(stored_files.stamp_path(wh)).st_mode & 0o777 == 0o600
     run, _ = capture_days([db], wh)
     assert run.files_redacted is not None and not sum(
         run.files_redacted.files_checked.values()
     )  # stamped: no footer read
     # a host that joins later has no stamp of its own: it checks its own files
-    assert not os.path.exists(redaction.stamp_path(Warehouse(str(root), host="beta")))
+    assert not os.path.exists(stored_files.stamp_path(Warehouse(str(root), host="beta")))

@@ -5,7 +5,7 @@ documented; :func:`name_says_secret` and :func:`value_is_secret` judge an
 assignment (``FOO_TOKEN=...``, ``"api_key": "..."``, ``password: ...``).
 :data:`RE2_SCREENS` is one alternation every cell holding a secret matches:
 the redactor screens whole columns with it before any pattern runs. No entropy
-scoring: it would eat every hash. The redactor is :mod:`~hermes_assets.lib.plan.redact`.
+scoring: it would eat every hash. The redactor is :mod:`~hermes_assets.lib.redaction.redactor`.
 """
 
 from __future__ import annotations
