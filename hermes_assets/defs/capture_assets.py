@@ -222,8 +222,8 @@ def write_partitions(
             context.add_asset_metadata(
                 day_metadata(result, projected[result.day][dataset]), asset_key=dataset, partition_key=result.day
             )
-        totals = written.totals(dataset)
-        yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
+        # the run's totals are in its log (hermes.capture.write), not repeated on each of its days
+        yield dg.MaterializeResult(asset_key=dataset)
     yield from day_checks(context, wh, written.results, workers=max(2, capture_runtime.workers))
     try:
         written.raise_for_failures()
@@ -254,15 +254,32 @@ def day_checks(
     yield from check_events.in_batches(context, checks.day_evaluations(figures, targets=targets, selected=selected))
 
 
-def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict:
-    """One partition's own figures: rows written and the errors of its day."""
+def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict[str, dg.MetadataValue]:
+    """One partition's own figures: rows written and the errors of its day, as Dagster's metadata
+    values (a ranged run builds thousands: Dagster takes them as they are)."""
     md = result.metadata()
     md["dagster/row_count"] = result.rows
-    md["path"] = dg.MetadataValue.path(result.path)
     md["errors"] = projected.errors
     md["errors_by_kind"] = dict(sorted(projected.errors_by_kind.items()))
     md["secrets_redacted"] = dict(projected.secrets_redacted)
-    return md
+    values = {name: metadata_value(value) for name, value in md.items()}
+    values["path"] = dg.MetadataValue.path(result.path)
+    return values
+
+
+def metadata_value(value: object) -> dg.MetadataValue:
+    """A plain value as Dagster's own normalization makes it (a bool, an int, text, JSON)."""
+    if isinstance(value, dg.MetadataValue):
+        return value
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    if isinstance(value, str):
+        return dg.MetadataValue.text(value)
+    return dg.MetadataValue.json(value)  # type: ignore[arg-type]
 
 
 def staging_dir(warehouse: Warehouse, run_id: str, instance: dg.DagsterInstance) -> str:

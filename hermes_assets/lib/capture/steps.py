@@ -388,13 +388,17 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
-        log.info(
+        log.info(  # the run's totals (each day's own figures are on its materialization)
             "hermes.capture.write",
             dataset=dataset,
             days=len(results[dataset]),
             rows=totals["rows_written"],
             retained=totals["rows_retained_source_deleted"],
             files_changed=totals["files_changed"],
+            bytes=totals["bytes"],
+            dropped=totals["rows_dropped"],
+            replaced=totals["rows_replaced"],
+            superseded=totals["days_superseded"],
         )
     replaced = {ds: written.totals(ds)["rows_replaced"] for ds in CAPTURE_DATASETS}
     if any(replaced.values()):  # SPEC D15: seen by every run, reported as a warning
