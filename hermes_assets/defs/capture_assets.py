@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from hermes_assets.defs import check_events, checks, store_checks
+from hermes_assets.defs import check_events, checks, precomputed, store_checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
@@ -173,6 +173,7 @@ def project_rows(
         parallel_min_sessions=capture_runtime.parallel_min_sessions,
         start_method=capture_runtime.start_method,
         log_format=logs.configured_format(),
+        day_figures=precomputed.day_figures(context),
     )
     metadata: dict = {"days": len(run.days), "host": wh.host, **moved.metadata()}
     for dataset in CAPTURE_DATASETS:
@@ -214,6 +215,7 @@ def write_partitions(
             "captured these days, or they were left too long. Re-execute all steps, not from failure."
         )
     written = steps.write_partitions(run, wh, workers=max(2, capture_runtime.workers))
+    precomputed.keep(wh, run, written)  # for the analytics of this run (precomputed.py)
     # the write succeeded: staging that failed or killed runs left is not needed any more
     staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}
