@@ -4,9 +4,10 @@ A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``) with
 the capture sensor on a 5 s interval, and Hermes's own writer adding to a
 session of 2026-06-01: an *old* partition, so plain ``eager()`` (latest day
 only) would never follow it. Nothing but the daemon launches runs: the
-sensor captures the day, then the ``hermes_automation`` sensor brings
-``hermes_daily_usage`` (and ``hermes_daily_tools``) up to date; after a new
-message, again.
+sensor's runs capture the day and bring ``hermes_daily_usage`` (and
+``hermes_daily_tools``) up to date in the same run; after a new message, again.
+The ``hermes_automation`` sensor, which keeps them current after other
+captures, has nothing to add (one run at most, on the first start).
 """
 
 from __future__ import annotations
@@ -116,17 +117,18 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
     by_trigger: dict[str, list] = {}
     for run in runs:
         by_trigger.setdefault(run.tags.get("hermes/trigger", "other"), []).append(run)
-    assert set(by_trigger) == {"sensor", "automation"}, {k: len(v) for k, v in by_trigger.items()}
-    for run in by_trigger["automation"]:
-        assert run.tags.get("dagster/partition") == DAY
-        assert run.asset_selection <= {dg.AssetKey(a) for a in ANALYTICS}
-    assert len(by_trigger["sensor"]) >= 2 and len(by_trigger["automation"]) >= 2
+    # the automation sensor adds nothing, but for one run on a first start: on its first evaluations
+    # Dagster cannot tell which updates are new (docs/benchmarks.md)
+    assert set(by_trigger) <= {"sensor", "automation"}, {k: len(v) for k, v in by_trigger.items()}
+    assert len(by_trigger.get("automation", [])) <= 1, {k: len(v) for k, v in by_trigger.items()}
+    for run in by_trigger["sensor"]:  # each capture computes its days' analytics
+        assert {dg.AssetKey(a) for a in ANALYTICS} <= run.asset_selection
+    assert len([r for r in by_trigger["sensor"] if r.tags.get("dagster/partition") == DAY]) >= 2
     print(
         "\nE2E analytics automation:",
         json.dumps(
             {
                 "sensor_runs": len(by_trigger["sensor"]),
-                "automation_runs": len(by_trigger["automation"]),
                 "first_capture_to_daily_usage_s": round(first_s, 1),
                 "new_message_to_daily_usage_s": round(second_s, 1),
             }

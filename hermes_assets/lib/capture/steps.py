@@ -29,7 +29,7 @@ import os
 import shutil
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,6 +38,7 @@ import pyarrow as pa
 from hermes_assets.lib import errors, logs
 from hermes_assets.lib.capture import pool
 from hermes_assets.lib.capture.day_rows import project_day
+from hermes_assets.lib.capture.progress import Progress
 from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
@@ -47,7 +48,8 @@ from hermes_assets.lib.redaction import stored_files
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import local_files, staging
+from hermes_assets.lib.storage import local_files
+from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
 from hermes_assets.lib.warehouse.partition_file import DayFile
@@ -99,6 +101,11 @@ class StagedDay:
     #: what the run's ``day_figures`` made of the day's tables, when they are its files' final
     #: content (:func:`project_rows`); None: not made
     figures: Any = None
+
+    @property
+    def rows(self) -> int:
+        """The day's rows, in the three datasets."""
+        return sum(d.rows for d in self.datasets.values())
 
 
 @dataclass
@@ -187,6 +194,7 @@ def project_rows(
     log_format: logs.LogFormat | None = None,
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
     start_method: str = pool.START_METHODS[0],
+    progress: Progress | None = None,
     day_figures: Callable[[str, Mapping[str, pa.Table]], Any] | None = None,
 ) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
@@ -198,10 +206,11 @@ def project_rows(
     has a file as its new file too, merged already (:func:`stage_day`). Days run on
     ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
     when the run has at least ``parallel_min_sessions`` sessions. ``redaction``: how secrets
-    are redacted from the cells before any row is built (None: not at all). ``day_figures``:
-    called with a first capture's day and its three tables (no file of the day yet, any host's;
-    one store's rows: the tables are the files to be), on the worker; its result is the staged
-    day's ``figures`` (a picklable module-level function: the run's analytics, for one).
+    are redacted from the cells before any row is built (None: not at all). ``progress`` counts
+    each day as it is staged, with its rows. ``day_figures``: called with a first capture's day
+    and its three tables (no file of the day yet, any host's; one store's rows: the tables are
+    the files to be), on the worker; its result is the staged day's ``figures`` (a picklable
+    module-level function: the run's analytics, for one).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     files_redacted = None
@@ -226,7 +235,12 @@ def project_rows(
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
     try:
-        days = list(pool.map_days(stage_day, job, plan.days, workers, log_format=log_format, start_method=start_method))
+        on_done = None if progress is None else (lambda staged: progress.advance(staged.rows))
+        days = list(
+            pool.map_days(
+                stage_day, job, plan.days, workers, log_format=log_format, start_method=start_method, on_done=on_done
+            )
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -386,11 +400,14 @@ class WrittenRun:
         raise errors.by_kind(first.error_kind)(" ".join(message.split()), path=first.path)
 
 
-def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4) -> WrittenRun:
+def write_partitions(
+    run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4, progress: Progress | None = None
+) -> WrittenRun:
     """Put each staged day in its three partition files, atomically, under each
     day's lock, on ``workers`` threads. Stores that failed anywhere in the run keep
     their rows untouched on every day. The staging folder is removed once every day
-    is in place; if a write fails it stays, so the step can be re-executed."""
+    is in place; if a write fails it stays, so the step can be re-executed.
+    ``progress`` counts each day as it is in place, with its rows (told from this thread)."""
     failures = run.failures()
     failed = {f.path for f in failures}
     results: dict[str, list[WriteResult]] = {ds: [] for ds in CAPTURE_DATASETS}
@@ -403,6 +420,9 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
+        if progress is not None:
+            for future in as_completed(futures):
+                progress.advance(sum(r.rows for r in future.result().values()))
         for per_dataset in (f.result() for f in futures):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
