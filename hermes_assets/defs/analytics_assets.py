@@ -19,7 +19,7 @@ import functools
 
 import dagster as dg
 
-from hermes_assets.defs import run_progress
+from hermes_assets.defs import precomputed, run_progress
 from hermes_assets.defs.capture_assets import column_schema, refuse_host_conflicts
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
@@ -114,11 +114,13 @@ def _materialize(
     """Each day of the run: compute, replace the day's file, attach the day's totals."""
     wh = warehouse.open()
     refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
-    files_changed = rows = 0
+    files_changed = rows = from_capture = 0
     with run_progress.progress(context, dataset, len(context.partition_keys)) as progress:
         for day in context.partition_keys:
+            known = precomputed.take(wh, dataset, day)  # computed by this run's capture, if it could
             read = functools.partial(daily.read_inputs, inputs, day)
-            result, figures = daily.write_current_day(wh, dataset, day, read)
+            result, figures = daily.write_current_day(wh, dataset, day, read, known=known)
+            from_capture += known is not None and figures is known[1]
             context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
             files_changed += result.changed
             rows += result.rows
@@ -129,6 +131,7 @@ def _materialize(
         days=len(context.partition_keys),
         rows=rows,
         files_changed=files_changed,
+        days_from_capture=from_capture,  # computed by the capture from the tables it built, not read back
     )
     return dg.MaterializeResult()
 

@@ -28,8 +28,10 @@ import functools
 import os
 import shutil
 from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -96,6 +98,9 @@ class StagedDay:
     prepared: dict[str, PreparedWrite] = field(default_factory=dict)
     #: where each secret redacted from the day's cells was (never a value)
     sightings: tuple[Sighting, ...] = ()
+    #: what the run's ``day_figures`` made of the day's tables, when they are its files' final
+    #: content (:func:`project_rows`); None: not made
+    figures: Any = None
 
     @property
     def rows(self) -> int:
@@ -172,6 +177,10 @@ class DayJob:
     existing: dict[str, set[str]]
     #: how secrets are redacted before the rows are built (None: not at all)
     redaction: RedactionConfig | None = None
+    #: what to make of a first capture's tables (:func:`project_rows`), and dataset -> the run's
+    #: days with a file of any host's (those are not first captures)
+    day_figures: Callable[[str, Mapping[str, pa.Table]], Any] | None = None
+    any_host: dict[str, set[str]] = field(default_factory=dict)
 
 
 def project_rows(
@@ -186,6 +195,7 @@ def project_rows(
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
     start_method: str = pool.START_METHODS[0],
     progress: Progress | None = None,
+    day_figures: Callable[[str, Mapping[str, pa.Table]], Any] | None = None,
 ) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
     until :func:`write_partitions`; on an error the staging folder is removed. Staged
@@ -197,7 +207,10 @@ def project_rows(
     ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
     when the run has at least ``parallel_min_sessions`` sessions. ``redaction``: how secrets
     are redacted from the cells before any row is built (None: not at all). ``progress`` counts
-    each day as it is staged, with its rows.
+    each day as it is staged, with its rows. ``day_figures``: called with a first capture's day
+    and its three tables (no file of the day yet, any host's; one store's rows: the tables are
+    the files to be), on the worker; its result is the staged day's ``figures`` (a picklable
+    module-level function: the run's analytics, for one).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     files_redacted = None
@@ -216,6 +229,8 @@ def project_rows(
         staging,
         {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
         redaction,
+        day_figures,
+        {ds: warehouse.existing(ds, plan.days, own=False) for ds in CAPTURE_DATASETS} if day_figures else {},
     )
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
@@ -288,6 +303,11 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
             if ready is not None:
                 prepared[dataset] = ready
     del old
+    figures = None
+    if job.day_figures is not None and all(
+        day not in job.any_host[ds] and len(by_store) <= 1 for ds, by_store in rows.tables.items()
+    ):  # a first capture: its tables are the day's files to be
+        figures = job.day_figures(day, {ds: rows.table(ds) for ds in CAPTURE_DATASETS})
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
     pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
     # retention judges the rows of a file that exists; a new day's generations are not needed
@@ -304,6 +324,7 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
+        figures,
     )
 
 
@@ -409,13 +430,17 @@ def write_partitions(
     written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
-        log.info(
+        log.info(  # the run's totals (each day's own figures are on its materialization)
             "hermes.capture.write",
             dataset=dataset,
             days=len(results[dataset]),
             rows=totals["rows_written"],
             retained=totals["rows_retained_source_deleted"],
             files_changed=totals["files_changed"],
+            bytes=totals["bytes"],
+            dropped=totals["rows_dropped"],
+            replaced=totals["rows_replaced"],
+            superseded=totals["days_superseded"],
         )
     replaced = {ds: written.totals(ds)["rows_replaced"] for ds in CAPTURE_DATASETS}
     if any(replaced.values()):  # SPEC D15: seen by every run, reported as a warning
