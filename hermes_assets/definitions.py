@@ -32,6 +32,7 @@ from hermes_assets.defs import (
     checks,
     console,
     executor,
+    exposures_asset,
     io_manager,
     jobs,
     partitions,
@@ -70,7 +71,11 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
         warnings.simplefilter("ignore", dg.BetaWarning)
         warnings.simplefilter("ignore", dg.PreviewWarning)
         project = dg.Definitions(
-            assets=[capture_assets.capture_asset(days), *analytics_assets.analytics_assets(days)],
+            assets=[
+                capture_assets.capture_asset(days),
+                *analytics_assets.analytics_assets(days),
+                exposures_asset.exposures_asset(),
+            ],
             asset_checks=[checks.days_captured],
             sensors=sensors.build(loaded, days),
             jobs=[jobs.purge_job],

@@ -34,8 +34,10 @@ GROUP = "hermes_analytics"
 RETRY_CRON = "* * * * *"
 
 
-def automation_condition() -> dg.AutomationCondition:
-    """When a day of the analytics is run (by the ``hermes_automation`` sensor).
+def automation_condition(*, every_day: bool = False) -> dg.AutomationCondition:
+    """When a day of the analytics is run (by the ``hermes_automation`` sensor); ``every_day``:
+    when an asset computed over every day at once (not partitioned) is run, which a day never
+    captured does not hold back.
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
     these assets too), with two changes, so that the analytics never fall behind the
@@ -58,6 +60,10 @@ def automation_condition() -> dg.AutomationCondition:
         ac.newly_requested()
     ) | ac.newly_missing().since(ac.newly_requested())
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
+    if every_day:
+        return ((updated | failed) & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
+            "after any day's capture, retried"
+        )
     return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
         "eager, any day, retried"
     )

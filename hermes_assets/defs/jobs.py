@@ -6,8 +6,11 @@ from typing import Any
 import dagster as dg
 
 from hermes_assets.defs.analytics_assets import day_metadata
+from hermes_assets.defs.exposures_asset import metadata as exposures_metadata
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.redaction import exposures
+from hermes_assets.lib.schemas import EXPOSURES
 from hermes_assets.lib.warehouse.purge import purge
 
 
@@ -19,8 +22,8 @@ class PurgeConfig(dg.Config):
 
 
 @dg.op(
-    description="Remove matching rows from every partition of the three datasets, atomically per file, "
-    "and recompute the analytics days they fed."
+    description="Remove matching rows from every partition of the three datasets, and the sightings of their "
+    "secrets, atomically per file, and recompute the analytics days and the exposures they fed."
 )
 def purge_scope(
     context: dg.OpExecutionContext, config: PurgeConfig, warehouse: HermesWarehouse
@@ -43,6 +46,12 @@ def purge_scope(
                 partition=write.day,
                 metadata={**day_metadata(write, figures), "rebuilt_by": "purge_job"},
             )
+    if result.sightings:  # the secrets seen in the purged sessions: what to rotate is computed again
+        write, found = exposures.write_current(wh)
+        yield dg.AssetMaterialization(
+            asset_key=EXPOSURES, metadata={**exposures_metadata(write, found), "rebuilt_by": "purge_job"}
+        )
+    summary["sightings_removed"] = result.sightings
     yield dg.Output(summary, metadata={**summary, "days": result.days, "analytics_days_rebuilt": len(days)})
 
 

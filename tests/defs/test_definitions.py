@@ -18,7 +18,7 @@ import pytest
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.errors import ConfigurationError
-from tests.defs.harness import ANALYTICS, DATASETS
+from tests.defs.harness import ANALYTICS, DATASETS, EXPOSURES
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).with_name("snapshots") / "asset_specs.json"
@@ -51,7 +51,7 @@ def _cause(exc: BaseException, kind: type) -> BaseException | None:
 def test_definitions_load_and_validate(capture):
     defs = capture.defs()
     dg.Definitions.validate_loadable(defs)
-    assert sorted(_specs(defs)) == sorted(DATASETS + ANALYTICS)
+    assert sorted(_specs(defs)) == sorted((*DATASETS, *ANALYTICS, EXPOSURES))
     assert {j.name for j in defs.resolve_all_job_defs()} >= {"purge_job", "__ASSET_JOB"}
 
 
@@ -274,7 +274,9 @@ def _snapshot(defs: dg.Definitions) -> dict:
             "tags": dict(sorted(spec.tags.items())),
             "deps": sorted(d.asset_key.to_user_string() for d in spec.deps),
             "upstream": sorted(k.to_user_string() for k in node.parent_keys),
-            "partitions": {
+            "partitions": None
+            if parts is None
+            else {
                 "type": type(parts).__name__,
                 "start": "<HERMES_ASSETS_START_DATE>"
                 if parts.get_first_partition_key() == _configured_start()

@@ -41,10 +41,10 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.redaction import stored_files
+from hermes_assets.lib.redaction import sighting_files, stored_files
 from hermes_assets.lib.redaction.redactor import REDACTION_VERSION, RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.warehouse import local_files, staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
@@ -94,6 +94,8 @@ class StagedDay:
     prepared: dict[str, PreparedWrite] = field(default_factory=dict)
     #: where each secret redacted from the day's cells was (never a value)
     sightings: tuple[Sighting, ...] = ()
+    #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
+    sighting_rows: pa.Table | None = None
 
 
 @dataclass
@@ -289,6 +291,14 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
+        sighting_files.rows(
+            day,
+            job.warehouse.host,
+            rows.sightings,
+            rows.table(SESSIONS).select(sighting_files.SESSION_COLUMNS) if rows.sightings else None,
+            rows.table(MESSAGES).select(sighting_files.MESSAGE_COLUMNS) if rows.sightings else None,
+            plan.labels(),
+        ),
     )
 
 
@@ -334,6 +344,8 @@ class WrittenRun:
     failures: list[StoreFailure]
     #: stores read and written in this run (beside the failed ones)
     stores_written: int = 0
+    #: the days' ``hermes_secret_sightings`` files written (:mod:`~hermes_assets.lib.redaction.sighting_files`)
+    sightings: list[WriteResult] = field(default_factory=list)
 
     def totals(self, dataset: str) -> dict[str, int]:
         results = self.results[dataset]
@@ -378,14 +390,26 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     else:  # no store read: nothing to merge, every day's files stay as they are
         write = functools.partial(_current_day, warehouse)
     _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+    stored = run.files_redacted.by_day if run.files_redacted is not None else {}
+    have = warehouse.existing(SIGHTINGS, {*(staged.day for staged in run.days), *stored})
+    sightings = functools.partial(_write_sightings, run, warehouse, failed, have)
+    seen: list[WriteResult | None] = []
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
-        for per_dataset in (f.result() for f in futures):
+        for staged, per_dataset in zip(run.days, (f.result() for f in futures)):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
+            seen.append(sightings(staged.day, staged))  # after the day's files: the stored sightings read them
+    # days whose stored files were redacted again, not captured by this run
+    seen += [sightings(day, None) for day in sorted(set(stored) - {staged.day for staged in run.days})]
     shutil.rmtree(run.staging, ignore_errors=True)
-    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
+    written = WrittenRun(
+        results,
+        failures,
+        sum(1 for sp in run.plan.readable() if sp.store.path not in failed),
+        [r for r in seen if r is not None],
+    )
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
         log.info(
@@ -405,6 +429,21 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
             **{f"{ds}_rows_replaced": n for ds, n in replaced.items()},
         )
     return written
+
+
+def _write_sightings(
+    run: ProjectedRun, warehouse: Warehouse, failed: set[str], have: set[str], day: str, staged: StagedDay | None
+) -> WriteResult | None:
+    """The day's sightings merged into this host's file (:mod:`~hermes_assets.lib.redaction.sighting_files`):
+    the staged day's, and those of the pass over the day's stored files. A run that does not
+    redact makes none, and leaves the files as they are."""
+    stored = run.files_redacted.by_day.get(day, []) if run.files_redacted is not None else []
+    new = staged.sighting_rows if staged is not None else None
+    if run.redaction_version is None or not (stored or day in have or (new is not None and new.num_rows)):
+        return None
+    facts = run.plan.facts(day, staged.generations, skip=failed) if staged is not None else []
+    read_at = run.plan.read_at if staged is not None else None
+    return sighting_files.write_day(warehouse, day, new, stored, facts, read_at, run.plan.labels())
 
 
 def _current_day(warehouse: Warehouse, staged: StagedDay) -> dict[str, WriteResult]:

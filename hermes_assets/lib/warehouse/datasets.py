@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
-from hermes_assets.lib.schemas import CAPTURE_DATASETS
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, PER_HOST
 from hermes_assets.lib.warehouse import day_merge, host_layout, hosts, local_files, partition_file, read_marks
 from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite, WriteResult
@@ -115,7 +115,7 @@ class Warehouse:
     def file_dir(self, dataset: str, day: str, host: str | None = None) -> str:
         """The folder of a day's file: the host's own folder for a captured dataset (``host``,
         default this one), the day's folder for a derived one (computed over every host)."""
-        if dataset not in CAPTURE_DATASETS:
+        if dataset not in PER_HOST:
             return self.day_dir(dataset, day)
         return self.storage.join(self.day_dir(dataset, day), hosts.folder(host or self.host))
 
@@ -152,7 +152,7 @@ class Warehouse:
 
     def own_days(self, dataset: str) -> list[str]:
         """The days with a file of this host's (every day of a derived dataset)."""
-        if dataset not in CAPTURE_DATASETS:
+        if dataset not in PER_HOST:
             return self.days(dataset)
         return sorted({day for day, host in self.files(dataset) if host == self.host})
 
@@ -172,6 +172,11 @@ class Warehouse:
         found = self.storage.files_under(self.day_dir(dataset, day), depth=2)
         return tuple(sorted(f for f in found if f.path.rpartition("/")[2] == PART_FILE))
 
+    def dataset_stamp(self, dataset: str) -> tuple:
+        """:meth:`day_stamp` of every day of ``dataset`` at once (a table computed over all of them)."""
+        found = self.storage.files_under(self.storage.join(self.root, dataset), depth=3)
+        return tuple(sorted(f for f in found if f.path.rpartition("/")[2] == PART_FILE))
+
     def existing(self, dataset: str, days: Iterable[str], *, own: bool = True) -> set[str]:
         """Which of ``days`` have a file of this host's (``own=False``: of any host's); a stat
         each on disk, one listing on an object store."""
@@ -188,7 +193,7 @@ class Warehouse:
 
         A captured day not yet moved to its hosts' folders (a warehouse from before them)
         reads from its one file."""
-        if dataset not in CAPTURE_DATASETS:
+        if dataset not in PER_HOST:
             return self._read_file(dataset, self.path(dataset, day), columns, read_dictionary)
         paths = [self.path(dataset, day, host) for host in self.hosts(dataset, day)] or [self.legacy_path(dataset, day)]
         tables = [t for p in paths if (t := self._read_file(dataset, p, columns, read_dictionary)) is not None]
@@ -228,7 +233,7 @@ class Warehouse:
         """An exclusive lock on one day of one dataset (a lock file beside the data,
         or in the spool for a URI warehouse)."""
         key = f"{dataset}/day={day}"
-        with self.storage.lock(key if dataset not in CAPTURE_DATASETS else f"{key}/{hosts.folder(self.host)}"):
+        with self.storage.lock(key if dataset not in PER_HOST else f"{key}/{hosts.folder(self.host)}"):
             yield
 
     # -- the layout of several hosts (:mod:`.hosts`, :mod:`.host_layout`) -----------
@@ -265,7 +270,10 @@ class Warehouse:
             os.chmod(stamp, self.modes.file)
         if self.storage.local:
             local_files.chmod_dir(self.root, self.modes)
-            tops += [os.path.join(self.root, dataset) for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS)]
+            tops += [
+                os.path.join(self.root, dataset)
+                for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS, *schemas.SECRETS)
+            ]
         for top in tops:
             local_files.chmod_tree(top, self.modes)
 
@@ -384,6 +392,49 @@ class Warehouse:
             self.fix_modes(dataset, day)
             return result
 
+    def merge_day(
+        self,
+        dataset: str,
+        day: str,
+        facts: Iterable[StoreFacts],
+        read_at: float | None,
+        merge: Callable[[pa.Table | None, list[StoreFacts]], pa.Table],
+    ) -> WriteResult:
+        """Replace this host's file of the day by ``merge(its rows or None, the stores of ``facts``
+        read no earlier than the file's marks)``, atomically, under the day's lock, and mark those
+        stores read at ``read_at`` (no lost update, :mod:`.read_marks`); no rows = no file; the file
+        records the warehouse's redaction version. For a
+        dataset that merges its own way (the sightings: :mod:`~hermes_assets.lib.redaction.sighting_files`)."""
+        with self.day_lock(dataset, day):
+            marks = self._read_marks(dataset, day)
+            fresh = read_marks.fresh(facts, marks, read_at)
+            data = self.storage.read_bytes(self.path(dataset, day))
+            old = None if data is None else partition_file.decode(dataset, data)
+            result = self._replace(dataset, day, merge(old, fresh), 0, data)
+            if read_at is not None and fresh:
+                self._write_marks(dataset, day, read_marks.marked(marks, fresh, read_at))
+            self.fix_modes(dataset, day)
+            return result
+
+    # -- a dataset that is one file, not partitioned -----------------------------------
+
+    def whole_path(self, dataset: str) -> str:
+        """The one file of a dataset that is not partitioned: ``<root>/<dataset>/part-0.parquet``."""
+        return self.storage.join(self.root, dataset, PART_FILE)
+
+    def read_whole(self, dataset: str) -> pa.Table | None:
+        """The rows of a dataset that is not partitioned (``None`` when it has no file)."""
+        return self._read_file(dataset, self.whole_path(dataset), None, None)
+
+    def replace_whole(self, dataset: str, table: pa.Table) -> WriteResult:
+        """Replace the one file of a dataset that is not partitioned by ``table``, atomically,
+        under its lock, with the warehouse's modes; no rows = no file; the same bytes: untouched."""
+        path = self.whole_path(dataset)
+        with self.storage.lock(dataset):
+            result = self._replace(dataset, "", table, 0, self.storage.read_bytes(path), None, path=path)
+            self.storage.fix_modes(self.storage.join(self.root, dataset))
+            return result
+
     def rewrite_day(self, dataset: str, day: str, keep_mask_fn: Callable[[pa.Table], pa.Array]) -> tuple[int, int]:
         """Drop rows for which ``keep_mask_fn(table)`` is false. -> (rows removed, rows left).
         (The purge, its one caller, sets the modes of every file after: :meth:`fix_all_modes`.)"""
@@ -406,13 +457,15 @@ class Warehouse:
         dropped: int,
         old: pa.Buffer | None,
         redaction_version: int | bool | None = True,
+        *,
+        path: str | None = None,
     ) -> WriteResult:
-        """Put ``table`` in place of the day's file (``old``: its current bytes, or None).
-        ``redaction_version``: what the file records (True: this warehouse's)."""
+        """Put ``table`` in place of the day's file (``old``: its current bytes, or None), or of
+        the file at ``path``. ``redaction_version``: what the file records (True: this warehouse's)."""
         if redaction_version is True:
             redaction_version = self.redaction_version
-        path = self.path(dataset, day)
-        location = self.location(dataset, day)
+        path = path or self.path(dataset, day)
+        location = self.storage.location(path)
         if table.num_rows == 0:
             if old is not None:
                 self.storage.delete(path)
