@@ -70,6 +70,7 @@ def exposures_asset() -> dg.AssetsDefinition:
         group_name=GROUP,
         deps=[dg.AssetKey(dataset) for dataset in CAPTURE_DATASETS],
         automation_condition=automation_condition(every_day=True),
+        backfill_policy=dg.BackfillPolicy.single_run(),  # as every asset: one run in a backfill with them
         kinds={"parquet", "python"},
         owners=OWNERS,
         metadata={"dagster/column_schema": column_schema(EXPOSURES)},

@@ -120,7 +120,7 @@ def test_start_date_comes_from_the_environment(tmp_path):
 
 def test_every_asset_backfills_in_one_run(capture):
     graph = capture.defs().resolve_asset_graph()
-    for name in DATASETS + ANALYTICS:
+    for name in (*DATASETS, *ANALYTICS, EXPOSURES):
         policy = graph.get(dg.AssetKey(name)).backfill_policy
         assert policy == dg.BackfillPolicy.single_run(), name
 

@@ -5,8 +5,8 @@ the capture sensor on a 5 s interval, and Hermes's own writer adding to a
 session of 2026-06-01: an *old* partition, so plain ``eager()`` (latest day
 only) would never follow it. Nothing but the daemon launches runs: the
 sensor captures the day, then the ``hermes_automation`` sensor brings
-``hermes_daily_usage`` (and ``hermes_daily_tools``) up to date; after a new
-message, again.
+``hermes_daily_usage`` (and ``hermes_daily_tools``, and ``hermes_secret_exposures``,
+computed over every day) up to date; after a new message, again.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from tests.defs.harness import ANALYTICS, day_path
+from tests.defs.harness import ANALYTICS, EXPOSURES, day_path
 from tests.e2e.test_backfill_graphql import DagsterDev
 from tests.support.hermes_writer import HermesWriter, openai_call
 
@@ -117,16 +117,21 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
     for run in runs:
         by_trigger.setdefault(run.tags.get("hermes/trigger", "other"), []).append(run)
     assert set(by_trigger) == {"sensor", "automation"}, {k: len(v) for k, v in by_trigger.items()}
-    for run in by_trigger["automation"]:
+    # the daily analytics of the day, and the exposures (every day at once: not partitioned)
+    exposures = [r for r in by_trigger["automation"] if r.asset_selection == {dg.AssetKey(EXPOSURES)}]
+    daily = [r for r in by_trigger["automation"] if r not in exposures]
+    for run in daily:
         assert run.tags.get("dagster/partition") == DAY
         assert run.asset_selection <= {dg.AssetKey(a) for a in ANALYTICS}
-    assert len(by_trigger["sensor"]) >= 2 and len(by_trigger["automation"]) >= 2
+    assert all("dagster/partition" not in r.tags for r in exposures)
+    assert len(by_trigger["sensor"]) >= 2 and len(daily) >= 2 and len(exposures) >= 2
     print(
         "\nE2E analytics automation:",
         json.dumps(
             {
                 "sensor_runs": len(by_trigger["sensor"]),
                 "automation_runs": len(by_trigger["automation"]),
+                "exposures_runs": len(exposures),
                 "first_capture_to_daily_usage_s": round(first_s, 1),
                 "new_message_to_daily_usage_s": round(second_s, 1),
             }

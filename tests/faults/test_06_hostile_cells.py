@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.plan import policy
-from tests.defs.harness import ANALYTICS
+from tests.defs.harness import ANALYTICS, EXPOSURES, SIGHTINGS
 from tests.faults import forking
 from tests.faults.helpers import (
     DAY1,
@@ -286,9 +286,11 @@ def test_session_id_with_slashes_dots_quotes_and_emoji(hostile):
     root = hostile.install.warehouse
     for path in root.rglob("*"):
         rel = path.relative_to(root).parts
-        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, *ANALYTICS, ".staging", ".hosts"), path
+        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, SIGHTINGS, *ANALYTICS, EXPOSURES, ".staging", ".hosts"), path
         if rel[0] == ".hosts":  # each host's claim on the ids: .hosts/host=<label>
             assert len(rel) <= 2 and (len(rel) < 2 or rel[1].startswith("host=")), path
+        elif rel[0] == EXPOSURES:  # one file, not partitioned: <dataset>/<file>
+            assert len(rel) <= 2, path
         elif rel[0] != ".staging":
             # <dataset>/day=<day>/host=<label>/<file> (a derived dataset: <dataset>/day=<day>/<file>)
             assert len(rel) <= 4 and (len(rel) < 2 or rel[1].startswith("day=")), path

@@ -135,7 +135,7 @@ def _varying_policies_notice_is_the_uis_own(page, screens: Screens, dev: Dagster
     every asset has the same one (the UI compares them as objects); docs/running.md says why."""
     nodes = dev.graphql(BACKFILL_POLICIES_Q)["assetNodes"]
     policies = {tuple(n["assetKey"]["path"]): n["backfillPolicy"] for n in nodes}
-    assert len(policies) == len(DATASETS) + 2  # the capture's three and the two analytics assets
+    assert len(policies) == len(DATASETS) + 3  # the capture's three, the two analytics assets and the exposures
     assert all(
         p == {"policyType": "SINGLE_RUN", "maxPartitionsPerRun": None, "description": p["description"]}
         for p in policies.values()
