@@ -782,10 +782,11 @@ class Soak:
         }
 
     def days_captured(self, inst) -> list[str]:
-        """The days_captured check's results, oldest first (the sensor reports each change)."""
+        """The days_captured check's results, oldest first (the sensor reports each change, each run
+        once)."""
         import dagster as dg
 
-        key = dg.AssetCheckKey(dg.AssetKey("ai_gateway_messages_hermes"), "days_captured")
+        key = dg.AssetCheckKey(dg.AssetKey("hermes_state"), "days_captured")
         history = inst.event_log_storage.get_asset_check_execution_history(key, limit=50)
         return [str(getattr(r.status, "value", r.status)) for r in reversed(history)]
 

@@ -29,7 +29,6 @@ import hermes_assets.defs
 from hermes_assets.defs import (
     analytics_assets,
     capture_assets,
-    checks,
     console,
     executor,
     exposures_asset,
@@ -40,6 +39,7 @@ from hermes_assets.defs import (
     run_log,
     sensors,
     settings,
+    store_checks,
 )
 from hermes_assets.lib import logs
 
@@ -72,11 +72,12 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
         warnings.simplefilter("ignore", dg.PreviewWarning)
         project = dg.Definitions(
             assets=[
+                store_checks.STATE,
                 capture_assets.capture_asset(days),
                 *analytics_assets.analytics_assets(days),
                 exposures_asset.exposures_asset(),
             ],
-            asset_checks=[checks.days_captured],
+            asset_checks=[store_checks.state_checks(days)],
             sensors=sensors.build(loaded, days),
             jobs=[jobs.purge_job],
             resources={**resources.resources_for(loaded), **io_manager.io_managers(loaded)},

@@ -14,6 +14,12 @@ policy (sessions kept, local-only, ignored; errors by kind), the projection
 rows written, retained, files changed; each partition its own figures).
 Ops hand each other small typed values (a plan, paths of staged days), kept
 by the run's IO manager, so "re-execute from failure" of the write works.
+
+The capture reads ``hermes_state`` (the Hermes stores, an external asset:
+:mod:`hermes_assets.defs.store_checks`): its ``plan`` reports that asset's
+checks, once per run; its ``write_partitions`` evaluates each dataset's
+``day_valid`` on every day of the run (:mod:`hermes_assets.defs.checks`),
+handed to the event log in one batch (:mod:`hermes_assets.defs.check_events`).
 """
 
 import os
@@ -21,10 +27,11 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from hermes_assets.defs import checks
+from hermes_assets.defs import check_events, checks, store_checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
+from hermes_assets.defs.store_checks import HERMES_STATE, failed_stores
 from hermes_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
 from hermes_assets.lib import errors, logs, schemas
 from hermes_assets.lib.capture import steps
@@ -37,9 +44,6 @@ from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 log = get_logger()
-
-RANGE_CHECK = "sessions_within_partition_range"
-STORES_CHECK = "stores_readable"
 
 DESCRIPTIONS = {
     SESSIONS: "One row per Hermes session (every schema-31 `sessions` column; `system_prompt` resolved from "
@@ -71,21 +75,17 @@ def column_schema(dataset: str) -> dg.TableSchema:
 
 def plan_op(days: Days) -> dg.OpDefinition:
     """The ``plan`` op of the capture over the partitions ``days``: sessions outside them are
-    reported by the range check, never written."""
+    reported by ``hermes_state``'s range check, never written."""
 
     @dg.op(
         name="plan",
         description="Place every Hermes session on its UTC day (one pass over each store's sessions table) "
-        "and keep those of the run's days.",
-        out={
-            "plan": dg.Out(CapturePlan),
-            RANGE_CHECK: dg.Out(is_required=False),
-            STORES_CHECK: dg.Out(is_required=False),
-        },
+        "and keep those of the run's days; report the checks of hermes_state (stores readable, sessions "
+        "within the partitions, days captured).",
+        ins={HERMES_STATE: dg.In(dg.Nothing)},
+        out={"plan": dg.Out(CapturePlan)},
     )
-    def plan(
-        context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy
-    ) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    def plan(context: dg.AssetExecutionContext, hermes: HermesStores, usage_policy: UsagePolicy) -> Iterator[object]:
         result = capture_plan.plan_capture(
             hermes.stores(),
             list(context.partition_keys),
@@ -94,40 +94,11 @@ def plan_op(days: Days) -> dg.OpDefinition:
             last_day=days.partitions.get_last_partition_key(),
             readers=hermes.readers(),
         )
-        yield from plan_outputs(result)
+        yield dg.Output(result, "plan", metadata=plan_metadata(result))
+        # about the stores and the run, once per run (not planned: see store_checks)
+        yield from check_events.in_batches(context, store_checks.run_evaluations(result, context.instance))
 
     return plan
-
-
-def plan_outputs(result: CapturePlan) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """The plan op's outputs: the plan, and the results of the two checks about the stores."""
-    yield dg.Output(result, "plan", metadata=plan_metadata(result))
-    yield dg.AssetCheckResult(
-        asset_key=GATEWAY,
-        check_name=RANGE_CHECK,
-        passed=not result.out_of_range,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={
-            "sessions_out_of_range": len(result.out_of_range),
-            "sample": [{"store": label, "session_id": sid, "day": day} for label, sid, day in result.out_of_range[:20]],
-        },
-    )
-    failures = result.failures()
-    yield dg.AssetCheckResult(
-        asset_key=GATEWAY,
-        check_name=STORES_CHECK,
-        passed=not failures,
-        metadata={
-            "stores": len(result.stores),
-            "stores_failed": failed_stores(failures),
-        },
-        description="; ".join(f"{f.path}: {f.error_kind}" for f in failures) or None,
-    )
-
-
-def failed_stores(failures: list[errors.StoreFailure]) -> list[dict]:
-    """The metadata of stores that could not be read: path and ``error_kind`` of each."""
-    return [{"path": f.path, "error_kind": f.error_kind} for f in failures]
 
 
 def plan_metadata(p: CapturePlan) -> dict:
@@ -222,16 +193,16 @@ def project_rows(
 
 @dg.op(
     description="Merge each staged day into its partition files and replace them atomically, under "
-    "each day's lock; rows whose source vanished are kept, flagged source_deleted. Then evaluate the "
-    "checks of the written files (keys unique, required columns, dates).",
+    "each day's lock; rows whose source vanished are kept, flagged source_deleted. Then evaluate each "
+    "dataset's day_valid on every day of the run (keys unique, required columns, dates).",
     out={
         **{dataset: dg.Out(io_manager_key=DATASETS_IO_MANAGER) for dataset in CAPTURE_DATASETS},
-        **{checks.check_output(dataset, name): dg.Out(is_required=False) for dataset, name in checks.WRITE_CHECKS},
+        **{checks.check_output(dataset): dg.Out(is_required=False) for dataset in CAPTURE_DATASETS},
     },
 )
 def write_partitions(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, capture_runtime: CaptureRuntime, run: ProjectedRun
-) -> Iterator[dg.MaterializeResult | dg.Output | dg.AssetCheckEvaluation]:
+) -> Iterator[object]:
     wh = warehouse.open()
     if (
         run.days
@@ -268,18 +239,19 @@ def write_partitions(
 
 def day_checks(
     context: dg.AssetExecutionContext, warehouse: Warehouse, results: dict[str, list[WriteResult]], *, workers: int
-) -> Iterator[dg.Output | dg.AssetCheckEvaluation]:
-    """The checks of the files of the run's days, written now or left as they were: one
-    evaluation per check and per day, on that day's partition (:mod:`hermes_assets.defs.checks`),
-    after the output of each check that is selected (as Dagster does for a check's result)."""
+) -> Iterator[object]:
+    """``day_valid`` of the files of the run's days, written now or left as they were: one
+    evaluation per dataset and day, on that day's partition (:mod:`hermes_assets.defs.checks`),
+    after the output of each check that is selected (as Dagster does for a check's result), all
+    in one batch of events (:mod:`hermes_assets.defs.check_events`)."""
     selected = context.selected_asset_check_keys
     days = {dataset: {r.day: r.rows for r in per_day} for dataset, per_day in results.items()}
     figures = checks.written_figures(warehouse, days, workers=workers)
-    targets = checks.materializations(context.instance, days)
-    for dataset, name in checks.WRITE_CHECKS:
-        if checks.check_key(dataset, name) in selected:
-            yield dg.Output(None, output_name=checks.check_output(dataset, name))
-    yield from checks.day_evaluations(figures, targets=targets, selected=selected)
+    targets = checks.materializations(context.instance, days, context.run.run_id)
+    for dataset in CAPTURE_DATASETS:
+        if checks.check_key(dataset) in selected:
+            yield dg.Output(None, output_name=checks.check_output(dataset))
+    yield from check_events.in_batches(context, checks.day_evaluations(figures, targets=targets, selected=selected))
 
 
 def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict:
@@ -354,44 +326,17 @@ def capture_asset(days: Days) -> dg.AssetsDefinition:
         },
         partitions_def=days.partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
-        check_specs=[*store_check_specs(), *checks.write_check_specs(days.partitions)],
+        ins={HERMES_STATE: dg.AssetIn(HERMES_STATE, dagster_type=dg.Nothing)},
+        check_specs=checks.day_check_specs(days.partitions),
     )
-    def hermes_capture():
-        planned, range_check, stores_check = plan()
-        sessions, messages, gateway, *written_checks = write_partitions(project_rows(apply_usage_policy(planned)))
+    def hermes_capture(hermes_state):
+        planned = plan(hermes_state)
+        sessions, messages, gateway, *checked = write_partitions(project_rows(apply_usage_policy(planned)))
         return {
             SESSIONS: sessions,
             MESSAGES: messages,
             GATEWAY: gateway,
-            **{checks.check_output(*check): result for check, result in zip(checks.WRITE_CHECKS, written_checks)},
-            f"{GATEWAY}_{RANGE_CHECK}": range_check,
-            f"{GATEWAY}_{STORES_CHECK}": stores_check,
+            **{checks.check_output(dataset): result for dataset, result in zip(CAPTURE_DATASETS, checked)},
         }
 
     return hermes_capture
-
-
-def store_check_specs() -> list[dg.AssetCheckSpec]:
-    """The checks the plan reports: about the stores and the run, not a day."""
-    return [
-        dg.AssetCheckSpec(
-            RANGE_CHECK,
-            asset=GATEWAY,
-            description="Sessions whose day lies outside the partition range (or that have no "
-            "sane time) are not written: reported here, never silently dropped (SPEC §2).",
-        ),
-        dg.AssetCheckSpec(
-            STORES_CHECK,
-            asset=GATEWAY,
-            description="Every Hermes store of the run could be read; a store that cannot "
-            "(busy, corrupt, not a Hermes store, missing when named) is named here (SPEC §8, D18).",
-        ),
-    ]
-
-
-#: the checks a capture run evaluates: the plan's and the write step's (not ``days_captured``,
-#: which only the sensor reports)
-CAPTURE_CHECKS = sorted(
-    [spec.key for spec in store_check_specs()] + [checks.check_key(*check) for check in checks.WRITE_CHECKS],
-    key=lambda k: k.to_user_string(),
-)

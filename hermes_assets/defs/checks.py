@@ -1,27 +1,29 @@
-"""Asset checks: what must hold in every written partition (SPEC §2, §5, §6).
+"""The check of each day's file: ``day_valid``, one per dataset, evaluated by the write step.
 
-The checks on the files (``key_unique`` of each dataset, the gateway's
-``required_columns_not_null`` and ``date_matches_message_created_at``) are
-evaluated by the capture's own write step, right after it put the run's days
-in place: no step of their own, each written file read once for all of them
-(:func:`written_figures`). Their specs are declared on the capture's assets
-with the assets' daily partitions (:func:`write_check_specs`), and the step
-reports one evaluation per check and per day of the run
-(:func:`day_evaluations`), each naming its partition and the materialization
-of that day it judged. So after a ranged run (a backfill, a sensor's ranged
-run) the UI, ``dg`` and GraphQL show each check passed or failed on each day,
-as after a one-day run: Dagster plans a check on every partition of the run,
-and a day with no evaluation of its own would show as skipped. A day with no
-rows (no file) passes, with ``rows_checked`` 0. A failing day names the rows
-that break the check in its metadata (how many, and the first
-:data:`SAMPLE_ROWS` of them by their key).
+Each captured dataset has one asset check, ``day_valid``, partitioned by day
+like its asset. The capture's write step evaluates it on every day of the run,
+right after it put the day in place: no step of its own, each written file read
+once (:func:`written_figures`), one evaluation per dataset and day
+(:func:`day_evaluations`), naming the materialization of that day it judged.
+Its metadata carries each rule's figures:
 
-The checks about the stores themselves (sessions outside the partition range,
-stores that cannot be read) are reported by the capture's plan: it already
-knows, and they are about the run, not a day.
+* ``key_unique`` (every dataset): the dataset's key identifies one row
+  (``duplicate_rows``);
+* ``required_columns_not_null`` (the gateway dataset): the required columns of
+  ``ai_gateway_messages`` (SPEC §5.1) are never null (``null_counts``);
+* ``date_matches_message_created_at`` (the gateway dataset): every row's
+  ``date`` is the UTC day of its ``message_created_at`` (``mismatched_rows``).
+
+A day passes when every rule holds; a failing day lists the rules it breaks
+(``rules_failed``) and names the rows that break them (``rows``: per rule,
+how many, and the first :data:`SAMPLE_ROWS` by their key). A day with no rows
+(no file) passes, with ``rows_checked`` 0. So after any run, one day or a
+ranged one (a backfill, a sensor's ranged run), each day of the run shows its
+check evaluated, as Dagster plans it: one evaluation per dataset and day, the
+least a day of the UI shows. The checks about the stores and the run are on the
+``hermes_state`` asset (:mod:`hermes_assets.defs.store_checks`).
 """
 
-import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,24 +36,21 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from hermes_assets.defs.tags import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, TRIGGER_TAG, WILL_RETRY_TAG
 from hermes_assets.lib import schemas
-from hermes_assets.lib.changes import attempts
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
+DAY_VALID = "day_valid"
 KEY_UNIQUE = "key_unique"
 REQUIRED_NOT_NULL = "required_columns_not_null"
 DATE_MATCHES = "date_matches_message_created_at"
-#: (dataset, check name) of every check the write step evaluates
-WRITE_CHECKS = (
-    (GATEWAY, KEY_UNIQUE),
-    (GATEWAY, REQUIRED_NOT_NULL),
-    (GATEWAY, DATE_MATCHES),
-    (SESSIONS, KEY_UNIQUE),
-    (MESSAGES, KEY_UNIQUE),
-)
-#: the rows a failing day names in its metadata (the count is always whole)
+#: the rules each dataset's ``day_valid`` holds its days to
+RULES = {
+    GATEWAY: (KEY_UNIQUE, REQUIRED_NOT_NULL, DATE_MATCHES),
+    SESSIONS: (KEY_UNIQUE,),
+    MESSAGES: (KEY_UNIQUE,),
+}
+#: the rows a failing day names in its metadata, per rule (the count is always whole)
 SAMPLE_ROWS = 20
 
 
@@ -59,31 +58,48 @@ def _keys(dataset: str) -> list[str]:
     return list(schemas.DATASETS[dataset].key)
 
 
-def write_check_specs(partitions: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
-    """The specs of the checks the write step evaluates, declared on the capture's assets (on their partitions)."""
-    descriptions = {
-        KEY_UNIQUE: lambda ds: f"Within each partition, ({', '.join(_keys(ds))}) identifies one row: no duplicates.",
-        REQUIRED_NOT_NULL: lambda ds: "Required columns of ai_gateway_messages (SPEC §5.1, marked *) are never null.",
-        DATE_MATCHES: lambda ds: "Every row's `date` is the UTC day of its `message_created_at`.",
-    }
+_RULE_TEXT = {
+    KEY_UNIQUE: lambda ds: f"({', '.join(_keys(ds))}) identifies one row (`key_unique`)",
+    REQUIRED_NOT_NULL: lambda ds: (
+        "the required columns of ai_gateway_messages (SPEC §5.1, marked *) are never null (`required_columns_not_null`)"
+    ),
+    DATE_MATCHES: lambda ds: (
+        "every row's `date` is the UTC day of its `message_created_at` (`date_matches_message_created_at`)"
+    ),
+}
+
+
+def day_check_specs(partitions: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
+    """``day_valid`` of each captured dataset, on its partitions, evaluated by the write step."""
     return [
-        dg.AssetCheckSpec(name, asset=dataset, description=descriptions[name](dataset), partitions_def=partitions)
-        for dataset, name in WRITE_CHECKS
+        dg.AssetCheckSpec(
+            DAY_VALID,
+            asset=dataset,
+            description="Each day's file, as the capture wrote it: "
+            + "; ".join(_RULE_TEXT[rule](dataset) for rule in RULES[dataset])
+            + ". Evaluated by the capture on every day it runs.",
+            partitions_def=partitions,
+        )
+        for dataset in CAPTURE_DATASETS
     ]
 
 
-def check_key(dataset: str, name: str) -> dg.AssetCheckKey:
-    return dg.AssetCheckKey(dg.AssetKey(dataset), name)
+def check_key(dataset: str) -> dg.AssetCheckKey:
+    return dg.AssetCheckKey(dg.AssetKey(dataset), DAY_VALID)
 
 
-def check_output(dataset: str, name: str) -> str:
+#: the checks a capture run evaluates, as a run request names them
+CAPTURE_CHECKS = [check_key(dataset) for dataset in CAPTURE_DATASETS]
+
+
+def check_output(dataset: str) -> str:
     """The output of the capture graph that carries a check's result (Dagster's naming)."""
-    return f"{dataset}_{name}"
+    return f"{dataset}_{DAY_VALID}"
 
 
 @dataclass
 class DayFigures:
-    """What one written partition file shows the checks."""
+    """What one written partition file shows the check."""
 
     rows: int = 0
     duplicates: int = 0
@@ -91,12 +107,12 @@ class DayFigures:
     nulls: dict[str, int] = field(default_factory=dict)
     #: rows whose `date` is not the day of their `message_created_at` (gateway)
     mismatched: int = 0
-    #: check name -> the first rows that break it (their key and what is wrong), when some do
+    #: rule -> the first rows that break it (their key and what is wrong), when some do
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def day_figures(dataset: str, table: pa.Table) -> DayFigures:
-    """The checks' figures of one day's table (the columns :func:`_columns` names)."""
+    """The check's figures of one day's table (the columns :func:`_columns` names)."""
     keys = _keys(dataset)
     groups = table.select(keys).group_by(keys).aggregate([([], "count_all")])
     figures = DayFigures(rows=table.num_rows, duplicates=table.num_rows - groups.num_rows)
@@ -150,14 +166,9 @@ def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures:
 def written_figures(
     warehouse: Warehouse, days: Mapping[str, Mapping[str, int]], *, workers: int = 2
 ) -> dict[str, dict[str, DayFigures]]:
-    """The checks' figures of each day of a run: ``days`` maps each dataset to the run's days and
+    """The check's figures of each day of a run: ``days`` maps each dataset to the run's days and
     the rows each day's file holds after the write (0: no file). Each file with rows is read once,
-    only the columns the checks need, on ``workers`` threads; a day without rows has empty figures.
-
-    This reads back what was just written (the merge happens inside the library's
-    write); a hook that hands each day's final table to the checks before it is
-    encoded would spare that read.
-    """
+    only the columns the rules need, on ``workers`` threads; a day without rows has empty figures."""
     figures: dict[str, dict[str, DayFigures]] = {
         dataset: {day: DayFigures() for day in days.get(dataset, {})} for dataset in CAPTURE_DATASETS
     }
@@ -169,21 +180,25 @@ def written_figures(
     return figures
 
 
-def day_result(dataset: str, name: str, figures: DayFigures) -> tuple[bool, dict[str, Any]]:
-    """Whether one day passes one check, and the metadata its evaluation shows."""
-    metadata: dict[str, Any] = {"rows_checked": figures.rows}
-    if name == KEY_UNIQUE:
-        passed = not figures.duplicates
-        metadata["duplicate_rows"] = figures.duplicates
-    elif name == REQUIRED_NOT_NULL:
-        passed = not figures.nulls
+def rule_holds(rule: str, figures: DayFigures) -> bool:
+    if rule == KEY_UNIQUE:
+        return not figures.duplicates
+    if rule == REQUIRED_NOT_NULL:
+        return not figures.nulls
+    return not figures.mismatched
+
+
+def day_result(dataset: str, figures: DayFigures) -> tuple[bool, dict[str, Any]]:
+    """Whether one day of a dataset passes ``day_valid``, and the metadata its evaluation shows."""
+    metadata: dict[str, Any] = {"rows_checked": figures.rows, "duplicate_rows": figures.duplicates}
+    if dataset == GATEWAY:
         metadata["null_counts"] = dict(sorted(figures.nulls.items()))
-    else:
-        passed = not figures.mismatched
         metadata["mismatched_rows"] = figures.mismatched
-    if not passed:
-        metadata["rows"] = figures.samples.get(name, [])
-    return passed, metadata
+    failed = [rule for rule in RULES[dataset] if not rule_holds(rule, figures)]
+    metadata["rules_failed"] = failed
+    if failed:
+        metadata["rows"] = {rule: figures.samples.get(rule, []) for rule in failed}
+    return not failed, metadata
 
 
 def day_evaluations(
@@ -192,19 +207,19 @@ def day_evaluations(
     targets: Mapping[str, Mapping[str, AssetCheckEvaluationTargetMaterializationData]] | None = None,
     selected: Collection[dg.AssetCheckKey] | None = None,
 ) -> list[dg.AssetCheckEvaluation]:
-    """One evaluation per check of :data:`WRITE_CHECKS` (those in ``selected``, when given) and
-    per day of each dataset's ``figures``, on that day's partition; ``targets`` names, per dataset
+    """One evaluation of ``day_valid`` per dataset (those whose check is in ``selected``, when
+    given) and per day of its ``figures``, on that day's partition; ``targets`` names, per dataset
     and day, the materialization each judged."""
     evaluations = []
-    for dataset, name in WRITE_CHECKS:
-        if selected is not None and check_key(dataset, name) not in selected:
+    for dataset in CAPTURE_DATASETS:
+        if selected is not None and check_key(dataset) not in selected:
             continue
         for day, found in sorted(figures.get(dataset, {}).items()):
-            passed, metadata = day_result(dataset, name, found)
+            passed, metadata = day_result(dataset, found)
             evaluations.append(
                 dg.AssetCheckEvaluation(
                     asset_key=dg.AssetKey(dataset),
-                    check_name=name,
+                    check_name=DAY_VALID,
                     passed=passed,
                     metadata=metadata,
                     severity=dg.AssetCheckSeverity.ERROR,
@@ -216,136 +231,36 @@ def day_evaluations(
     return evaluations
 
 
+#: what an event log that reads a run's materializations from its index columns offers (hermes_assets/event_log)
+RUN_MATERIALIZATIONS = "materializations_of_run"
+
+
 def materializations(
-    instance: dg.DagsterInstance, days: Mapping[str, Iterable[str]]
+    instance: dg.DagsterInstance, days: Mapping[str, Iterable[str]], run_id: str
 ) -> dict[str, dict[str, AssetCheckEvaluationTargetMaterializationData]]:
-    """The latest materialization of each dataset's ``days`` (those of the run that just wrote
-    them): one query per dataset, for the evaluations to name what they judged."""
+    """The materialization of each dataset's ``days`` that the run ``run_id`` (the one that just
+    wrote them) stored, for the evaluations to name what they judged: one query per dataset, of
+    the index's columns where the event log offers it (the project's own), else Dagster's records."""
+    lookup = getattr(instance.event_log_storage, RUN_MATERIALIZATIONS, None)
     found: dict[str, dict[str, AssetCheckEvaluationTargetMaterializationData]] = {}
     for dataset, wanted in days.items():
         partitions = sorted(set(wanted))
         if not partitions:
             continue
+        by_day = found.setdefault(dataset, {})
+        if lookup is not None:
+            for day, (storage_id, timestamp) in lookup(run_id, dg.AssetKey(dataset), partitions).items():
+                by_day[day] = AssetCheckEvaluationTargetMaterializationData(
+                    run_id=run_id, storage_id=storage_id, timestamp=timestamp
+                )
+            continue
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey(dataset), asset_partitions=partitions),
             limit=len(partitions),
         ).records  # newest first: this run's, one per day
-        by_day = found.setdefault(dataset, {})
         for record in records:
             if record.partition_key is not None and record.partition_key not in by_day:
                 by_day[record.partition_key] = AssetCheckEvaluationTargetMaterializationData(
                     run_id=record.run_id, storage_id=record.storage_id, timestamp=record.timestamp
                 )
     return found
-
-
-# --------------------------------------------------------------------------
-# days_captured: reported by the sensor
-# --------------------------------------------------------------------------
-
-DAYS_CAPTURED = "days_captured"
-DAYS_CAPTURED_CHECK = dg.AssetCheckKey(dg.AssetKey(GATEWAY), DAYS_CAPTURED)
-SENSOR_NAME = "hermes_state_sensor"
-#: the sensor's runs a check executed by hand reads, newest first: days fail in a row recently
-RUNS_READ = 500
-
-
-def days_captured_evaluation(failing: list[str], open_attempts: dict) -> dg.AssetCheckEvaluation:
-    """The check's result for the sensor to report: failed while some day's runs keep failing."""
-    return dg.AssetCheckEvaluation(
-        asset_key=dg.AssetKey(GATEWAY),
-        check_name=DAYS_CAPTURED,
-        passed=not failing,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata=_days_captured_metadata(
-            failing,
-            {d: open_attempts[d].failures for d in failing},
-            {d: open_attempts[d].error or "" for d in failing},
-            len(open_attempts),
-        ),
-        description=(
-            f"the capture of {', '.join(failing)} failed {attempts.FAILING_AFTER} or more times in a "
-            "row; the sensor requests it again with backoff"
-        )
-        if failing
-        else None,
-    )
-
-
-def _days_captured_metadata(failing: list[str], failures: dict, last: dict, in_flight: int) -> dict:
-    return {
-        "days_failing": failing,
-        "failed_runs_in_a_row": failures,
-        "last_outcome": last,
-        "days_in_flight": in_flight,
-    }
-
-
-@dataclass
-class DayRuns:
-    """What the sensor's runs of one day show, newest first, up to the day's latest success."""
-
-    failures: int = 0
-    last_outcome: str = ""
-    in_flight: bool = False
-    done: bool = False
-
-
-def days_from_runs(runs: Iterable[dg.DagsterRun]) -> dict[str, DayRuns]:
-    """Each day's runs read newest first (``runs`` is): its failed or canceled runs since its
-    latest success, and whether one is still queued or running. A failed run that Dagster's
-    own retries run again is not an outcome: its retry is."""
-    out: dict[str, DayRuns] = {}
-    for run in runs:
-        for day in run_days(run.tags):
-            seen = out.setdefault(day, DayRuns())
-            if seen.done:
-                continue
-            if run.status == dg.DagsterRunStatus.SUCCESS:
-                seen.done = True
-            elif run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
-                if run.tags.get(WILL_RETRY_TAG) != "true":
-                    seen.failures += 1
-                    seen.last_outcome = seen.last_outcome or f"run {run.run_id} {run.status.value.lower()}"
-            elif not run.is_finished:
-                seen.in_flight = True
-    return out
-
-
-def run_days(tags: Mapping[str, str]) -> list[str]:
-    """The days a run captures, from its tags: its partition, or every day of its range."""
-    if tags.get(PARTITION_TAG):
-        return [tags[PARTITION_TAG]]
-    first, last = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
-    if not first or not last:
-        return []
-    day, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
-    out = []
-    while day <= end:
-        out.append(day.isoformat())
-        day += dt.timedelta(days=1)
-    return out
-
-
-@dg.asset_check(
-    asset=GATEWAY,
-    name=DAYS_CAPTURED,
-    description="Every day the sensor requested is captured: a day whose capture runs failed "
-    f"{attempts.FAILING_AFTER} or more times in a row (a full disk, a read-only warehouse ...) is named "
-    "here until a run of it succeeds. The sensor reports it whenever that set of days changes; "
-    f"executed by hand, it reads the sensor's latest {RUNS_READ} runs.",
-)
-def days_captured(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    runs = context.instance.get_runs(filters=dg.RunsFilter(tags=TRIGGER_TAG), limit=RUNS_READ)  # newest first
-    days = days_from_runs(runs)
-    failing = sorted(d for d, r in days.items() if not r.done and r.failures >= attempts.FAILING_AFTER)
-    return dg.AssetCheckResult(
-        passed=not failing,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata=_days_captured_metadata(
-            failing,
-            {d: days[d].failures for d in failing},
-            {d: days[d].last_outcome for d in failing},
-            sum(r.in_flight for r in days.values()),
-        ),
-    )

@@ -22,7 +22,7 @@ A day is done when its run succeeds: each tick looks up, by run key,
 how the runs it requested ended (:func:`run_outcomes`) and requests a day whose
 run failed or was canceled again, with backoff (:mod:`hermes_assets.lib.changes.attempts`).
 A day that keeps failing is named in every tick's log and by the
-``days_captured`` asset check, which the sensor reports whenever the set of
+``days_captured`` check of ``hermes_state``, which the sensor reports whenever the set of
 failing days changes.
 
 Both are built when the definitions load, from the settings they loaded with
@@ -40,11 +40,11 @@ reads it from that cursor and requests what changed meanwhile.
 import dagster as dg
 
 from hermes_assets.defs import run_log
-from hermes_assets.defs.capture_assets import CAPTURE_CHECKS
-from hermes_assets.defs.checks import SENSOR_NAME, days_captured_evaluation
+from hermes_assets.defs.checks import CAPTURE_CHECKS
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesStores
 from hermes_assets.defs.settings import Settings
+from hermes_assets.defs.store_checks import SENSOR_NAME, days_captured_evaluation
 from hermes_assets.defs.tags import (
     OLDER_DAY_PRIORITY,
     PARTITION_TAG,

@@ -31,6 +31,10 @@ def _configured_start() -> str:
     return os.environ.get("HERMES_ASSETS_START_DATE", "").strip() or DEFAULT_START
 
 
+#: the Hermes stores, an external asset upstream of the capture (its checks are about the stores and runs)
+STATE = "hermes_state"
+
+
 def _specs(defs: dg.Definitions) -> dict[str, dg.AssetSpec]:
     return {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
 
@@ -51,7 +55,7 @@ def _cause(exc: BaseException, kind: type) -> BaseException | None:
 def test_definitions_load_and_validate(capture):
     defs = capture.defs()
     dg.Definitions.validate_loadable(defs)
-    assert sorted(_specs(defs)) == sorted((*DATASETS, *ANALYTICS, EXPOSURES))
+    assert sorted(_specs(defs)) == sorted((*DATASETS, *ANALYTICS, EXPOSURES, STATE))
     assert {j.name for j in defs.resolve_all_job_defs()} >= {"purge_job", "__ASSET_JOB"}
 
 
@@ -131,12 +135,28 @@ def test_every_asset_backfills_in_one_run(capture):
 
 
 def test_assets_carry_kinds_owners_group_and_descriptions(capture):
+    kinds = {STATE: {"sqlite"}, **{name: {"sqlite", "parquet", "python"} for name in DATASETS}}
     for name, spec in _specs(capture.defs()).items():
-        captured = name in DATASETS
-        assert spec.kinds == ({"sqlite", "parquet", "python"} if captured else {"parquet", "python"}), name
+        captured = name in DATASETS or name == STATE
+        assert spec.kinds == kinds.get(name, {"parquet", "python"}), name
         assert spec.owners == ["team:hermes-assets"], name
         assert spec.group_name == ("hermes" if captured else "hermes_analytics"), name
         assert spec.description and len(spec.description) > 40, name
+
+
+def test_the_capture_reads_hermes_state_whose_checks_are_not_partitioned(capture):
+    """The stores are an external asset upstream of the three datasets; its checks, about the
+    stores and the runs, have no partitions; each dataset has one check, partitioned by day."""
+    graph = capture.defs().resolve_asset_graph()
+    state = graph.get(dg.AssetKey(STATE))
+    assert not state.is_materializable and state.partitions_def is None
+    assert {k.name for k in state.check_keys} == {"stores_readable", "sessions_within_partition_range", "days_captured"}
+    assert all(graph.get(k).partitions_def is None for k in state.check_keys)
+    for name in DATASETS:
+        node = graph.get(dg.AssetKey(name))
+        assert node.parent_keys == {dg.AssetKey(STATE)}
+        (check,) = node.check_keys
+        assert check.name == "day_valid" and graph.get(check).partitions_def == node.partitions_def
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
@@ -265,7 +285,7 @@ def _snapshot(defs: dg.Definitions) -> dict:
     for name, spec in sorted(_specs(defs).items()):
         node = graph.get(spec.key)
         parts = node.partitions_def
-        ts = spec.metadata["dagster/column_schema"]
+        ts = spec.metadata.get("dagster/column_schema")
         out[name] = {
             "description": spec.description,
             "group": spec.group_name,
@@ -289,7 +309,7 @@ def _snapshot(defs: dg.Definitions) -> dict:
             "code_version": spec.code_version,
             "automation_condition": None if spec.automation_condition is None else str(spec.automation_condition),
             "checks": sorted(k.name for k in node.check_keys),
-            "columns": [c.name for c in getattr(ts, "value", ts).columns],
+            "columns": [] if ts is None else [c.name for c in getattr(ts, "value", ts).columns],
             "metadata_keys": sorted(spec.metadata),
         }
     out["__jobs__"] = sorted(j.name for j in defs.resolve_all_job_defs() if not j.name.startswith("__anonymous"))

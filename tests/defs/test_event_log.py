@@ -157,13 +157,13 @@ def _latest(instance: dg.DagsterInstance) -> dict:
 def stored_batches(monkeypatch):
     """The groups the storage wrote in one go (sizes), spied on its own method."""
     sizes: list[int] = []
-    write = BatchedSqliteEventLogStorage._store_asset_events
+    write = BatchedSqliteEventLogStorage._store_group
 
     def spy(self, events):
         sizes.append(len(events))
         return write(self, events)
 
-    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_store_asset_events", spy)
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_store_group", spy)
     monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)  # the storage turns batching on
     return sizes
 
@@ -194,11 +194,13 @@ def test_the_batched_event_log_stores_what_dagsters_own_stores(small, stored_bat
     days = len(SMALL_DAYS)
     assert events[dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED] == 3 * days
     assert events[dg.DagsterEventType.ASSET_MATERIALIZATION] == 3 * days
-    assert events[dg.DagsterEventType.ASSET_CHECK_EVALUATION] > 0
+    # each dataset's day_valid on each day, and hermes_state's three checks once
+    assert events[dg.DagsterEventType.ASSET_CHECK_EVALUATION] == 3 * days + 3
     assert all(status[d] == (SMALL_DAYS, []) for d in DATASETS)
     assert all(rows is not None for rows in latest.values())
-    # two runs: their planned events in one batch each, then each dataset's days in one
-    assert stored_batches.count(days) == 2 * 3 and max(stored_batches) > days
+    # per run: its planned events (materializations and checks) in one group, each dataset's
+    # materialized days in one, the evaluations of the days in one, hermes_state's in one
+    assert sorted(stored_batches) == sorted([3, 3 * days, days, days, days, 3 * days + 3] * 2)
 
 
 def _settle(small) -> None:
@@ -310,7 +312,7 @@ def _every_kind(small, home: Path) -> list[EventLogEntry]:
     other = [_asset_event("a" * 8 + "-other-run", d, day, failed=True) for d in DATASETS for day in SMALL_DAYS[:2]]
     extra[4:4] = other
     kinds = {e.dagster_event_type for e in events + extra}
-    assert set(event_log.BATCHED) <= kinds and DagsterEventType.ASSET_CHECK_EVALUATION in kinds
+    assert set(event_log.GROUPED) <= kinds
     return events + extra
 
 
@@ -362,6 +364,12 @@ def test_a_write_that_fails_in_a_batch_stores_each_event_once(small, stored_batc
     """The index refuses one group of asset events (locked past the busy timeout): the first group,
     so nothing of the batch is stored and Dagster stores it again event by event; or a later one."""
     events = [e for e in _captured(small, tmp_path / "source") if e.is_dagster_event]
+    # a run's batch is one group (its asset and check events); observations of another run within
+    # it make three, as a batch of several runs would
+    planned = max(
+        i for i, e in enumerate(events) if e.dagster_event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+    )
+    events[planned + 1 : planned + 1] = [_asset_event("a" * 8 + "-other-run", d, FIRST) for d in DATASETS]
     calls = []
     tags = BatchedSqliteEventLogStorage._store_asset_event_tags
 
@@ -404,12 +412,12 @@ def test_an_interrupt_in_a_write_leaves_no_event_the_index_lacks(small, stored_b
 # --------------------------------------------------------------------------
 
 
-def test_the_postgres_instance_runs_without_this_module(small):
-    """deploy/postgres/dagster.yaml has no event_log_storage, and nothing of the project imports the
-    module: an instance without it never loads it (and a Dagster upgrade that breaks it leaves such
-    an instance alone). A capture on a dagster.yaml without it: the tests above, Dagster's own."""
+def test_only_an_instances_dagster_yaml_loads_the_event_logs(small):
+    """deploy/postgres/dagster.yaml names the Postgres one, dagster.yaml the SQLite one, and nothing
+    of the project imports them: loading the definitions never does (an instance without them never
+    loads them). A capture on a dagster.yaml without it: the tests above, Dagster's own."""
     config = yaml.safe_load((REPO / "deploy" / "postgres" / "dagster.yaml").read_text())
-    assert "postgres" in config["storage"] and "event_log_storage" not in config
+    assert config["event_log_storage"]["module"] == "hermes_assets.event_log.postgres"
     code = (
         "import sys; from hermes_assets.definitions import defs; defs(); "
         "print(sorted(m for m in sys.modules if m.startswith('hermes_assets')))"

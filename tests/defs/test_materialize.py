@@ -58,15 +58,15 @@ PLAN_STEP = "hermes_capture.plan"
 POLICY_STEP = "hermes_capture.apply_usage_policy"
 PROJECT_STEP = "hermes_capture.project_rows"
 WRITE_STEP = "hermes_capture.write_partitions"
+STATE = "hermes_state"
 ALL_CHECKS = {
-    (GATEWAY, "key_unique"),
-    (GATEWAY, "required_columns_not_null"),
-    (GATEWAY, "date_matches_message_created_at"),
-    (GATEWAY, "sessions_within_partition_range"),
-    (GATEWAY, "stores_readable"),
-    (GATEWAY, "days_captured"),  # the sensor reports it; run by hand (here), it reads the sensor's runs
-    (SESSIONS, "key_unique"),
-    (MESSAGES, "key_unique"),
+    (GATEWAY, "day_valid"),
+    (SESSIONS, "day_valid"),
+    (MESSAGES, "day_valid"),
+    # the stores and the runs: every capture run reports them once (days_captured reads the sensor's runs)
+    (STATE, "sessions_within_partition_range"),
+    (STATE, "stores_readable"),
+    (STATE, "days_captured"),
 }
 HINSIGHTS = "/home/dev/src/hermes-insights"
 
@@ -325,7 +325,7 @@ def test_files_written_before_generations_existed_pass_the_checks_and_merge(smal
     assert result.success
     checks = check_results(result)
     for dataset in (SESSIONS, MESSAGES):
-        check = checks[(dataset, "key_unique")]
+        check = checks[(dataset, "day_valid")]
         assert check.passed and check.metadata["rows_checked"].value > 0
         table = read_day(small.warehouse, dataset, FIRST)
         assert set(table.column("generation").to_pylist()) == {1}
@@ -587,7 +587,7 @@ def test_session_before_the_start_date_is_reported_not_written(capture, writer):
     writer.msg("s-new", "user", "today")
     result = capture.materialize(DAY1)
     assert result.success
-    check = check_results(result)[(GATEWAY, "sessions_within_partition_range")]
+    check = check_results(result)[(STATE, "sessions_within_partition_range")]
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["sessions_out_of_range"].value == 1
     assert _plan_md(result)["sessions_out_of_range"] == 1

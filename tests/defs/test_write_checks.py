@@ -1,12 +1,13 @@
-"""The checks the write step evaluates on the files it wrote (SPEC §2, §5, §6).
+"""The check the write step evaluates on the files it wrote (SPEC §2, §5, §6).
 
-``key_unique`` (each dataset), ``required_columns_not_null`` and
-``date_matches_message_created_at`` (the gateway dataset) are declared on the
-capture's assets, partitioned by day, and reported by ``write_partitions``
-itself: one evaluation per check and per day of the run, so no day a run
-wrote is left "skipped". A failing one must still fail visibly, on its day
-only: in the run's events, and on the asset in the instance the UI, ``dg``
-and GraphQL read, with the count and the rows that break it.
+``day_valid`` of each dataset (its rules: ``key_unique`` of each dataset,
+``required_columns_not_null`` and ``date_matches_message_created_at`` of the
+gateway dataset) is declared on the capture's assets, partitioned by day, and
+reported by ``write_partitions`` itself: one evaluation per dataset and per day
+of the run, so no day a run wrote is left "skipped" or planned. A failing day
+must still fail visibly, on its day only: in the run's events, and on the asset
+in the instance the UI, ``dg`` and GraphQL read, with the rules it breaks, the
+counts and the rows that break them.
 """
 
 from __future__ import annotations
@@ -47,12 +48,15 @@ def _append_rows(path, dataset: str, rows: list[dict]) -> None:
     pq.write_table(pa.concat_tables([table, extra]), path)
 
 
+DAY_CHECKS = [(dataset, checks.DAY_VALID) for dataset in (SESSIONS, MESSAGES, GATEWAY)]
+
+
 def _run_records(instance, run_id: str) -> dict[tuple[str, str, str | None], str]:
-    """What the instance holds for one run's write checks, as the UI, ``dg`` and GraphQL read
+    """What the instance holds for one run's day checks, as the UI, ``dg`` and GraphQL read
     it: (asset, check, partition) -> execution status. A check Dagster planned on a day and
     that was never evaluated stays PLANNED, which the UI shows as skipped once the run ends."""
     found = {}
-    for dataset, name in checks.WRITE_CHECKS:
+    for dataset, name in DAY_CHECKS:
         key = dg.AssetCheckKey(dg.AssetKey(dataset), name)
         for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=1000):
             if record.run_id == run_id:
@@ -64,15 +68,24 @@ def test_a_ranged_run_reports_each_check_on_each_day_it_wrote(small, instance):
     result = small.materialize(FIRST, LAST, instance=instance)
     assert result.success
     found = day_check_results(result)
-    for dataset, name in checks.WRITE_CHECKS:
+    for dataset, name in DAY_CHECKS:
         days = {day: found[(dataset, name, day)] for day in SMALL_DAYS}
         assert all(e.passed for e in days.values()), (dataset, name)
         assert all(e.target_materialization_data.run_id == result.run_id for e in days.values())
         rows = {day: e.metadata["rows_checked"].value for day, e in days.items()}
         assert rows == {day: pq.read_metadata(day_path(small.warehouse, dataset, day)).num_rows for day in SMALL_DAYS}
+        assert all(e.metadata["rules_failed"].value == [] for e in days.values())
         assert (dataset, name, None) not in found  # no run-wide evaluation beside the days'
     records = _run_records(instance, result.run_id)
-    assert records == {(d, n, day): "SUCCEEDED" for d, n in checks.WRITE_CHECKS for day in SMALL_DAYS}
+    assert records == {(d, n, day): "SUCCEEDED" for d, n in DAY_CHECKS for day in SMALL_DAYS}
+    # every check Dagster planned in the run was evaluated: nothing left planned, on any asset
+    planned = [
+        (key.to_user_string(), record.partition)
+        for key in small.defs().resolve_asset_graph().asset_check_keys
+        for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
+        if record.run_id == result.run_id and record.status.value == "PLANNED"
+    ]
+    assert planned == []
 
 
 def test_a_day_without_rows_passes_with_nothing_checked(capture, instance):
@@ -81,7 +94,7 @@ def test_a_day_without_rows_passes_with_nothing_checked(capture, instance):
     result = capture.materialize(FIRST, SMALL_DAYS[2], instance=instance)
     assert result.success and capture.files() == {}
     found = day_check_results(result)
-    for dataset, name in checks.WRITE_CHECKS:
+    for dataset, name in DAY_CHECKS:
         for day in SMALL_DAYS[:3]:
             check = found[(dataset, name, day)]
             assert check.passed and check.metadata["rows_checked"].value == 0
@@ -101,36 +114,53 @@ def test_rows_that_break_the_checks_fail_them_on_their_day_only_naming_the_rows(
     result = small.materialize(FIRST, LAST, instance=instance)
     assert result.success  # the checks report, they do not fail the run (not blocking)
     found = day_check_results(result)
-    failing = {(GATEWAY, "key_unique"), (SESSIONS, "key_unique"), (GATEWAY, "date_matches_message_created_at")}
-    for dataset, name in checks.WRITE_CHECKS:
+    failing = {GATEWAY, SESSIONS}
+    for dataset, name in DAY_CHECKS:
         for day in SMALL_DAYS:
-            assert found[(dataset, name, day)].passed is not ((dataset, name) in failing and day == FIRST)
+            assert found[(dataset, name, day)].passed is not (dataset in failing and day == FIRST)
 
-    gateway_key = found[(GATEWAY, "key_unique", FIRST)]
-    assert gateway_key.metadata["duplicate_rows"].value == 1
-    assert gateway_key.metadata["rows"].value == [{"part_id": foreign["part_id"], "copies": 2}]
-    sessions_key = found[(SESSIONS, "key_unique", FIRST)]
-    assert sessions_key.metadata["duplicate_rows"].value == 1
-    (dup,) = sessions_key.metadata["rows"].value
+    gateway = found[(GATEWAY, checks.DAY_VALID, FIRST)].metadata
+    assert gateway["rules_failed"].value == [checks.KEY_UNIQUE, checks.DATE_MATCHES]
+    assert gateway["duplicate_rows"].value == 1
+    assert gateway["rows"].value[checks.KEY_UNIQUE] == [{"part_id": foreign["part_id"], "copies": 2}]
+    assert gateway["mismatched_rows"].value == 2
+    dates = gateway["rows"].value[checks.DATE_MATCHES]
+    assert [(r["part_id"], r["date"]) for r in dates] == [(foreign["part_id"], LAST)] * 2
+    assert gateway["null_counts"].value == {} and gateway["rows_checked"].value > 0
+    sessions_day = found[(SESSIONS, checks.DAY_VALID, FIRST)].metadata
+    assert sessions_day["rules_failed"].value == [checks.KEY_UNIQUE] and sessions_day["duplicate_rows"].value == 1
+    (dup,) = sessions_day["rows"].value[checks.KEY_UNIQUE]
     assert (dup["store"], dup["id"], dup["copies"]) == (FOREIGN, session["id"], 2)
-    dates = found[(GATEWAY, "date_matches_message_created_at", FIRST)]
-    assert dates.metadata["mismatched_rows"].value == 2
-    assert [(r["part_id"], r["date"]) for r in dates.metadata["rows"].value] == [(foreign["part_id"], LAST)] * 2
-    assert found[(GATEWAY, "required_columns_not_null", FIRST)].metadata["rows_checked"].value > 0
-    assert "rows" not in found[(GATEWAY, "key_unique", LAST)].metadata  # a passing day names no rows
+    assert "rows" not in found[(GATEWAY, checks.DAY_VALID, LAST)].metadata  # a passing day names no rows
 
     # on the asset, where the UI, dg and GraphQL look: failed on that day, passed on the others
     records = _run_records(instance, result.run_id)
-    assert {k for k, status in records.items() if status == "FAILED"} == {(d, n, FIRST) for d, n in failing}
+    assert {k for k, status in records.items() if status == "FAILED"} == {(d, checks.DAY_VALID, FIRST) for d in failing}
     assert set(records.values()) == {"SUCCEEDED", "FAILED"}
-    assert len(records) == len(checks.WRITE_CHECKS) * len(SMALL_DAYS)
-    key = dg.AssetCheckKey(dg.AssetKey(SESSIONS), "key_unique")
+    assert len(records) == len(DAY_CHECKS) * len(SMALL_DAYS)
+    key = dg.AssetCheckKey(dg.AssetKey(SESSIONS), checks.DAY_VALID)
     (latest,) = [
         r
         for r in instance.event_log_storage.get_asset_check_execution_history(key, limit=100)
         if r.run_id == result.run_id and r.partition == FIRST
     ]
     assert latest.event.dagster_event.asset_check_evaluation_data.metadata["duplicate_rows"].value == 1
+
+
+def test_the_stores_and_the_run_are_checked_once_per_run_on_hermes_state(small, instance):
+    """The checks about the stores and the run are on ``hermes_state`` (not partitioned): each run
+    reports them once, unplanned, whatever its days, and none is planned on the days."""
+    result = small.materialize(FIRST, LAST, instance=instance)
+    assert result.success
+    found = day_check_results(result)
+    state = {name for (asset, name, _) in found if asset == "hermes_state"}
+    assert state == {"stores_readable", "sessions_within_partition_range", "days_captured"}
+    assert all(found[("hermes_state", name, None)].passed for name in state)
+    assert found[("hermes_state", "stores_readable", None)].metadata["stores"].value == 1
+    for name in state:
+        key = dg.AssetCheckKey(dg.AssetKey("hermes_state"), name)
+        records = instance.event_log_storage.get_asset_check_execution_history(key, limit=100)
+        assert [(r.partition, r.status.value) for r in records if r.run_id == result.run_id] == [(None, "SUCCEEDED")]
 
 
 def test_a_one_day_run_reports_its_checks_on_its_partition(small, instance):
@@ -145,11 +175,11 @@ def test_a_one_day_run_reports_its_checks_on_its_partition(small, instance):
         instance=instance, partition_key=FIRST, asset_selection=[dg.AssetKey(d) for d in (GATEWAY, SESSIONS, MESSAGES)]
     )
     found = day_check_results(result)
-    assert {(d, n, FIRST) for d, n in checks.WRITE_CHECKS} <= set(found)
-    check = found[(SESSIONS, "key_unique", FIRST)]
+    assert {(d, n, FIRST) for d, n in DAY_CHECKS} <= set(found)
+    check = found[(SESSIONS, checks.DAY_VALID, FIRST)]
     assert not check.passed and check.partition == FIRST
     assert check.target_materialization_data is not None and check.target_materialization_data.run_id == result.run_id
-    assert set(_run_records(instance, result.run_id)) == {(d, n, FIRST) for d, n in checks.WRITE_CHECKS}
+    assert set(_run_records(instance, result.run_id)) == {(d, n, FIRST) for d, n in DAY_CHECKS}
 
 
 def test_files_left_as_they_were_are_read_with_their_defaults(small):
@@ -163,7 +193,7 @@ def test_files_left_as_they_were_are_read_with_their_defaults(small):
     evaluations = checks.day_evaluations(figures)
     by_key = {(e.asset_key.to_user_string(), e.check_name, e.partition): e for e in evaluations}
     for dataset in (SESSIONS, MESSAGES):
-        check = by_key[(dataset, "key_unique", FIRST)]
+        check = by_key[(dataset, checks.DAY_VALID, FIRST)]
         assert check.passed and check.metadata["rows_checked"].value > 0
     # no day of the gateway dataset given: nothing evaluated for it
     assert not [e for e in evaluations if e.asset_key.to_user_string() == GATEWAY]
@@ -187,6 +217,8 @@ def test_day_figures_count_each_violation():
     ]
     (mismatch,) = figures.samples[checks.DATE_MATCHES]
     assert (mismatch["part_id"], mismatch["date"]) == ("p1", "2026-06-02")
-    passed, metadata = checks.day_result(GATEWAY, checks.REQUIRED_NOT_NULL, figures)
+    passed, metadata = checks.day_result(GATEWAY, figures)
     assert not passed and metadata["null_counts"] == {"message_created_at": 1, "role": 2}
-    assert metadata["rows"] == figures.samples[checks.REQUIRED_NOT_NULL] and metadata["rows_checked"] == 3
+    assert metadata["rules_failed"] == [checks.KEY_UNIQUE, checks.REQUIRED_NOT_NULL, checks.DATE_MATCHES]
+    assert metadata["rows"] == {rule: figures.samples[rule] for rule in metadata["rules_failed"]}
+    assert metadata["rows_checked"] == 3 and metadata["duplicate_rows"] == 1 and metadata["mismatched_rows"] == 1

@@ -350,12 +350,10 @@ def test_backfill_launched_through_graphql_writes_every_day(dagster_dev, install
 # --------------------------------------------------------------------------
 
 #: (asset, check) of every check the write step evaluates on each day it wrote
-WRITE_CHECKS = [
-    ("ai_gateway_messages_hermes", "key_unique"),
-    ("ai_gateway_messages_hermes", "required_columns_not_null"),
-    ("ai_gateway_messages_hermes", "date_matches_message_created_at"),
-    ("hermes_sessions", "key_unique"),
-    ("hermes_messages", "key_unique"),
+DAY_CHECKS = [(asset, "day_valid") for asset in DATASETS]
+#: the checks about the stores and the runs, on the external asset hermes_state: once per run
+STATE_CHECKS = [
+    ("hermes_state", name) for name in ("stores_readable", "sessions_within_partition_range", "days_captured")
 ]
 
 CHECK_EXECUTIONS_Q = """
@@ -423,14 +421,18 @@ def check_executions(dev: DagsterDev, asset: str, check: str, run_id: str) -> di
 
 
 def test_a_ranged_backfill_shows_each_check_passed_on_each_day(dagster_dev, installation):
-    """After a 5-day backfill (one run), GraphQL shows one SUCCEEDED evaluation per check per day,
-    none SKIPPED, and each check's latest execution passed; the sensor's target reads as the
-    datasets' names, and its tick's summary was printed once and is in the tick's log."""
+    """After a 5-day backfill (one run), GraphQL shows one SUCCEEDED evaluation per day check per
+    day and one of each check of hermes_state, none planned or SKIPPED, and each check's latest
+    execution passed; the sensor's target reads as the datasets' names, and its tick's summary was
+    printed once and is in the tick's log."""
     days = SMALL_DAYS[2:7]
     found = backfill(dagster_dev, days, "hermes checks per day (e2e test)")
     (run,) = found["runs"]
     assert run["status"] == "SUCCESS", run
-    for asset, check in WRITE_CHECKS:
+    for asset, check in STATE_CHECKS:
+        executions = check_executions(dagster_dev, asset, check, run["runId"])
+        assert {day: e["status"] for day, e in executions.items()} == {None: "SUCCEEDED"}, (asset, check)
+    for asset, check in DAY_CHECKS:
         executions = check_executions(dagster_dev, asset, check, run["runId"])
         assert sorted(executions, key=str) == days, (asset, check, executions)
         assert {e["status"] for e in executions.values()} == {"SUCCEEDED"}, (asset, check, executions)
@@ -443,7 +445,7 @@ def test_a_ranged_backfill_shows_each_check_passed_on_each_day(dagster_dev, inst
     for asset in DATASETS:
         node = dagster_dev.graphql(ASSET_CHECKS_Q, {"path": [asset]})["assetNodeOrError"]
         checks = {c["name"]: c for c in node["assetChecksOrError"]["checks"]}
-        for name in (c for a, c in WRITE_CHECKS if a == asset):
+        for name in (c for a, c in DAY_CHECKS if a == asset):
             latest = checks[name]["executionForLatestMaterialization"]
             assert latest is not None and latest["status"] == "SUCCEEDED", (asset, name, latest)
             ranges = checks[name]["partitionStatuses"]["ranges"]

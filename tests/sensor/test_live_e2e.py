@@ -283,14 +283,16 @@ def test_live_capture_through_dagster_dev(tmp_path, processes):
 
 
 def _assert_checks_passed_on_each_day(instance: dg.DagsterInstance, runs: list) -> None:
-    """Each sensor run evaluated the capture's checks, not days_captured (only the sensor reports
-    it), and each write check passed on each day of the run: none left planned, which the UI
-    shows as skipped once the run is over."""
-    from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK, WRITE_CHECKS
+    """Each sensor run planned the capture's checks (each dataset's day_valid, not hermes_state's,
+    which every run reports once without planning them), and each passed on each day of the run:
+    none left planned, which the UI shows as skipped once the run is over."""
+    from hermes_assets.defs.checks import CAPTURE_CHECKS, DAY_VALID
+    from hermes_assets.defs.store_checks import DAYS_CAPTURED_CHECK
+    from hermes_assets.lib.schemas import CAPTURE_DATASETS
 
     days: dict[str, set[str]] = {}
     for run in runs:
-        assert run.asset_check_selection is not None and DAYS_CAPTURED_CHECK not in run.asset_check_selection
+        assert run.asset_check_selection == set(CAPTURE_CHECKS) and DAYS_CAPTURED_CHECK not in CAPTURE_CHECKS
         tags = run.tags
         first = tags.get("dagster/partition") or tags["dagster/asset_partition_range_start"]
         last = tags.get("dagster/partition") or tags["dagster/asset_partition_range_end"]
@@ -298,7 +300,7 @@ def _assert_checks_passed_on_each_day(instance: dg.DagsterInstance, runs: list) 
             (dt.date.fromisoformat(first) + dt.timedelta(days=n)).isoformat()
             for n in range((dt.date.fromisoformat(last) - dt.date.fromisoformat(first)).days + 1)
         }
-    for dataset, name in WRITE_CHECKS:
+    for dataset, name in ((dataset, DAY_VALID) for dataset in CAPTURE_DATASETS):
         key = dg.AssetCheckKey(dg.AssetKey(dataset), name)
         history = instance.event_log_storage.get_asset_check_execution_history(key, limit=10_000)
         found: dict[str, dict[str | None, str]] = {}

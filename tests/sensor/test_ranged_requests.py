@@ -38,12 +38,12 @@ def test_many_days_are_one_ranged_run_with_a_key_that_moves_with_any_day():
     assert again.run_key != request.run_key  # a reused key would be silently skipped by Dagster
 
 
-def test_the_sensor_targets_the_datasets_by_name_and_its_runs_leave_days_captured_out():
+def test_the_sensor_targets_the_datasets_by_name_and_its_runs_name_their_day_checks():
     """The UI shows a sensor's target as its selection's string: the three datasets' names (a
     selection that also subtracts a check shows as a Python repr). Its runs name their assets
-    and checks: the capture's own, not days_captured, which only the sensor reports."""
+    and checks: each dataset's day_valid, the capture's own checks; hermes_state's checks are
+    reported by every run without being planned."""
     from hermes_assets.defs.capture_assets import capture_asset
-    from hermes_assets.defs.checks import DAYS_CAPTURED_CHECK
     from hermes_assets.defs.sensors import SENSOR_TARGET
 
     target = str(SENSOR_TARGET)
@@ -55,8 +55,8 @@ def test_the_sensor_targets_the_datasets_by_name_and_its_runs_leave_days_capture
         [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)], 14, days=suite_days()
     ):
         assert set(request.asset_selection) == {dg.AssetKey(k) for k in DATASETS}
-        assert set(request.asset_check_keys) == capture_asset(suite_days()).check_keys - {DAYS_CAPTURED_CHECK}
-        assert DAYS_CAPTURED_CHECK not in request.asset_check_keys and len(request.asset_check_keys) == 7
+        assert set(request.asset_check_keys) == capture_asset(suite_days()).check_keys
+        assert {k.name for k in request.asset_check_keys} == {"day_valid"} and len(request.asset_check_keys) == 3
 
 
 @pytest.mark.slow

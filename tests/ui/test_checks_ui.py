@@ -5,9 +5,10 @@ A real ``dagster dev`` (the repo's ``dagster.yaml``) on a temp DAGSTER_HOME and 
 copy of the small fixture store; a backfill of five days of the three datasets
 (one run, as the UI launches it); then Debian's Chromium, driven by Playwright:
 
-1. *Lineage*: each capture asset's node says ``n / n Passed`` for its n checks;
-2. each check the write step evaluates, on its asset's *Checks* tab →
-   *Partitions*: passed on the five days, none skipped, none failed;
+1. *Lineage*: each capture asset's node, and ``hermes_state``'s (the stores, whose
+   checks every run reports once), says ``n / n Passed`` for its n checks;
+2. each dataset's ``day_valid``, on its asset's *Checks* tab → *Partitions*:
+   passed on the five days, none skipped, none failed;
 3. a day's ``hermes_sessions`` file gets another store's session twice (rows
    every merge keeps as they are), and the five days are backfilled again: the
    node says ``0 / 1 Passed``, and the check's *Partitions* tab shows that day
@@ -31,7 +32,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
-from tests.e2e.test_backfill_graphql import ASSET_CHECKS_Q, WRITE_CHECKS, DagsterDev, backfill, check_executions
+from tests.e2e.test_backfill_graphql import ASSET_CHECKS_Q, DAY_CHECKS, DagsterDev, backfill, check_executions
 from tests.ui.test_dagster_ui import Screens, _open, _visible, _wait_first_tick
 
 pytestmark = pytest.mark.e2e
@@ -39,6 +40,8 @@ pytestmark = pytest.mark.e2e
 DAYS = SMALL_DAYS[2:7]
 BAD_DAY = DAYS[2]
 SESSIONS = "hermes_sessions"
+#: the nodes whose checks the lineage sums up: the datasets and the stores they are read from
+NODES = (*DATASETS, "hermes_state")
 FOREIGN = "/elsewhere/.hermes/state.db"  # a store this installation does not read: its rows are kept as they are
 
 
@@ -72,7 +75,7 @@ def test_checks_pass_on_every_written_day_and_fail_on_a_bad_day_only(installatio
 def _check_counts(dev: DagsterDev) -> dict[str, int]:
     """How many checks each capture asset has (what its node counts)."""
     counts = {}
-    for asset in DATASETS:
+    for asset in NODES:
         node = dev.graphql(ASSET_CHECKS_Q, {"path": [asset]})["assetNodeOrError"]
         counts[asset] = len(node["assetChecksOrError"]["checks"])
     return counts
@@ -86,12 +89,12 @@ def _lineage_summaries(page, dev: DagsterDev) -> dict[str, tuple[int, int]]:
     if not page.get_by_text(SESSIONS, exact=True).filter(visible=True).count():  # the group is collapsed
         page.locator("foreignObject").get_by_text("hermes", exact=True).click()
         page.reload()  # the graph is laid out and fitted again, the group expanded (the UI remembers it)
-    for name in DATASETS:
+    for name in NODES:
         _visible(page, name).wait_for()
     page.get_by_text(re.compile(r"^\d+ / \d+ Passed$")).first.wait_for()
     text = page.locator("body").inner_text()
     found = {}
-    for name in DATASETS:
+    for name in NODES:
         match = re.search(rf"^{name}\n(?:.*\n){{0,4}}?Asset checks\n(\d+) / (\d+) Passed$", text, re.MULTILINE)
         assert match, f"no check summary for {name} in:\n{text}"
         found[name] = (int(match.group(1)), int(match.group(2)))
@@ -115,8 +118,8 @@ def _every_day_passed(page, screens: Screens, dev: DagsterDev) -> None:
     counts = _check_counts(dev)
     assert _lineage_summaries(page, dev) == {asset: (n, n) for asset, n in counts.items()}
     screens.shot("lineage-checks-passed")
-    # 2. each check the write step evaluates: passed on every day, none skipped
-    for asset, check in WRITE_CHECKS:
+    # 2. each dataset's day_valid: passed on every day, none skipped
+    for asset, check in DAY_CHECKS:
         states = _partition_counts(page, dev, asset, check)
         assert (states["Passed"], states["Failed"], states["Skipped"]) == (len(DAYS), 0, 0), (asset, check, states)
         assert states.get("Execution Failed", 0) == 0 and states.get("In Progress", 0) == 0
@@ -135,7 +138,9 @@ def _varying_policies_notice_is_the_uis_own(page, screens: Screens, dev: Dagster
     every asset has the same one (the UI compares them as objects); docs/running.md says why."""
     nodes = dev.graphql(BACKFILL_POLICIES_Q)["assetNodes"]
     policies = {tuple(n["assetKey"]["path"]): n["backfillPolicy"] for n in nodes}
-    assert len(policies) == len(DATASETS) + 3  # the capture's three, the two analytics assets and the exposures
+    # the capture's three, the two analytics assets and the exposures (hermes_state, external, is not materialized)
+    policies = {key: p for key, p in policies.items() if key != ("hermes_state",)}
+    assert len(policies) == len(DATASETS) + 3
     assert all(
         p == {"policyType": "SINGLE_RUN", "maxPartitionsPerRun": None, "description": p["description"]}
         for p in policies.values()
@@ -161,7 +166,7 @@ def _a_bad_day_fails_alone(page, screens: Screens, dev: DagsterDev, installation
     pq.write_table(pa.concat_tables([table, pa.Table.from_pylist([row, row], schema=table.schema)]), path)
     (run,) = backfill(dev, DAYS, "hermes checks, a bad day (UI test)")["runs"]
     assert run["status"] == "SUCCESS", run  # the checks report, they do not fail the run
-    executions = check_executions(dev, SESSIONS, "key_unique", run["runId"])
+    executions = check_executions(dev, SESSIONS, "day_valid", run["runId"])
     assert {day: e["status"] for day, e in executions.items()} == {
         day: "FAILED" if day == BAD_DAY else "SUCCEEDED" for day in DAYS
     }
@@ -169,7 +174,7 @@ def _a_bad_day_fails_alone(page, screens: Screens, dev: DagsterDev, installation
     summaries = _lineage_summaries(page, dev)
     assert summaries[SESSIONS] == (0, 1)
     screens.shot("lineage-a-check-failed")
-    states = _partition_counts(page, dev, SESSIONS, "key_unique")
+    states = _partition_counts(page, dev, SESSIONS, "day_valid")
     assert (states["Passed"], states["Failed"], states["Skipped"]) == (len(DAYS) - 1, 1, 0), states
     screens.shot("check-partitions-one-failed")
     # the failed day: its evaluation names the duplicated row
