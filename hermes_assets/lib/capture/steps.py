@@ -34,17 +34,17 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from hermes_assets.lib import errors, logs
-from hermes_assets.lib.capture import pool
+from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.redaction import sighting_files, stored_files
+from hermes_assets.lib.redaction import stored_files, stored_markers
 from hermes_assets.lib.redaction.redactor import REDACTION_VERSION, RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse import local_files, staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
@@ -109,6 +109,9 @@ class ProjectedRun:
     redaction_version: int | None = None
     #: files written before (or under an older redaction), redacted again by this run
     files_redacted: stored_files.FilesRedacted | None = None
+    #: day -> the markers already in this host's stored files, when its sightings did not hold them yet
+    #: (:mod:`~hermes_assets.lib.redaction.stored_markers`; None: they did)
+    stored_markers: dict[str, list[Sighting]] | None = None
 
     def failures(self) -> list[StoreFailure]:
         """Every store that failed, in the plan or on any day (each once)."""
@@ -193,9 +196,11 @@ def project_rows(
     are redacted from the cells before any row is built (None: not at all).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
-    files_redacted = None
+    files_redacted = markers = None
     if redaction is not None:
         warehouse.redaction_version = REDACTION_VERSION
+        # the markers stored files hold already, once per host (before the pass below adds its own)
+        markers = None if stored_markers.stamped(warehouse) else stored_markers.scan(warehouse)
         # files written before redaction (or under older patterns) first, so the days merge with redacted rows
         files_redacted = stored_files.redact_files(warehouse, redactor_for(redaction))
     else:
@@ -216,7 +221,7 @@ def project_rows(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted)
+    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted, markers)
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
         log.info(
@@ -291,14 +296,7 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
-        sighting_files.rows(
-            day,
-            job.warehouse.host,
-            rows.sightings,
-            rows.table(SESSIONS).select(sighting_files.SESSION_COLUMNS) if rows.sightings else None,
-            rows.table(MESSAGES).select(sighting_files.MESSAGE_COLUMNS) if rows.sightings else None,
-            plan.labels(),
-        ),
+        run_sightings.staged_rows(rows, job.warehouse.host, plan.labels()),
     )
 
 
@@ -390,26 +388,17 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     else:  # no store read: nothing to merge, every day's files stay as they are
         write = functools.partial(_current_day, warehouse)
     _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
-    stored = run.files_redacted.by_day if run.files_redacted is not None else {}
-    have = warehouse.existing(SIGHTINGS, {*(staged.day for staged in run.days), *stored})
-    sightings = functools.partial(_write_sightings, run, warehouse, failed, have)
-    seen: list[WriteResult | None] = []
+    sightings = run_sightings.Writer(run, warehouse, failed)
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
         for staged, per_dataset in zip(run.days, (f.result() for f in futures)):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
-            seen.append(sightings(staged.day, staged))  # after the day's files: the stored sightings read them
-    # days whose stored files were redacted again, not captured by this run
-    seen += [sightings(day, None) for day in sorted(set(stored) - {staged.day for staged in run.days})]
+            sightings.day(staged)  # after the day's files: the stored sightings are read from them
+    stored = sightings.finish()
     shutil.rmtree(run.staging, ignore_errors=True)
-    written = WrittenRun(
-        results,
-        failures,
-        sum(1 for sp in run.plan.readable() if sp.store.path not in failed),
-        [r for r in seen if r is not None],
-    )
+    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed), stored)
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
         log.info(
@@ -429,21 +418,6 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
             **{f"{ds}_rows_replaced": n for ds, n in replaced.items()},
         )
     return written
-
-
-def _write_sightings(
-    run: ProjectedRun, warehouse: Warehouse, failed: set[str], have: set[str], day: str, staged: StagedDay | None
-) -> WriteResult | None:
-    """The day's sightings merged into this host's file (:mod:`~hermes_assets.lib.redaction.sighting_files`):
-    the staged day's, and those of the pass over the day's stored files. A run that does not
-    redact makes none, and leaves the files as they are."""
-    stored = run.files_redacted.by_day.get(day, []) if run.files_redacted is not None else []
-    new = staged.sighting_rows if staged is not None else None
-    if run.redaction_version is None or not (stored or day in have or (new is not None and new.num_rows)):
-        return None
-    facts = run.plan.facts(day, staged.generations, skip=failed) if staged is not None else []
-    read_at = run.plan.read_at if staged is not None else None
-    return sighting_files.write_day(warehouse, day, new, stored, facts, read_at, run.plan.labels())
 
 
 def _current_day(warehouse: Warehouse, staged: StagedDay) -> dict[str, WriteResult]:

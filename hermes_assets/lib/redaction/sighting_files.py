@@ -37,9 +37,9 @@ from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 SCHEMA = HERMES_SECRET_SIGHTINGS
 KEY = SECRETS[SIGHTINGS].key
-#: the columns of a day's datasets a sighting's channel and time come from
-SESSION_COLUMNS = ["store_label", "id", "source", "started_at"]
-MESSAGE_COLUMNS = ["store_label", "session_id", "id", "timestamp"]
+#: the columns of a day's datasets a sighting's channel, time and flag come from
+SESSION_COLUMNS = ["store_label", "id", "source", "started_at", "source_deleted"]
+MESSAGE_COLUMNS = ["store_label", "session_id", "id", "timestamp", "source_deleted"]
 #: fates of a sighting the file held that the new read did not make again
 _KEEP, _DELETED = "keep", "source_deleted"
 
@@ -53,18 +53,22 @@ def rows(
     stores: dict[str, str],
 ) -> pa.Table:
     """The sightings as rows of the dataset: ``sessions`` / ``messages`` (the day's rows, with
-    :data:`SESSION_COLUMNS` / :data:`MESSAGE_COLUMNS`) give each its channel and time; ``stores``:
-    store label -> path. Sightings in the canonical rows are left out (module docstring)."""
+    :data:`SESSION_COLUMNS` / :data:`MESSAGE_COLUMNS`) give each its channel, its time and
+    whether its row is flagged ``source_deleted``; ``stores``: store label -> path. Sightings in
+    the canonical rows are left out (module docstring)."""
     seen = [s for s in sightings if not s.field.startswith(GATEWAY + ".") and s.session_id is not None]
     if not seen:
         return SCHEMA.empty_table()
     sids = {s.session_id for s in seen if s.session_id is not None}
-    started = _by_key(sessions, "id", ("store_label", "id"), ("source", "started_at"), sids)
-    written = _by_key(messages, "session_id", ("store_label", "session_id", "id"), ("timestamp",), sids)
+    started = _by_key(sessions, "id", ("store_label", "id"), ("source", "started_at", "source_deleted"), sids)
+    written = _by_key(
+        messages, "session_id", ("store_label", "session_id", "id"), ("timestamp", "source_deleted"), sids
+    )
     out = []
     for s in seen:
-        channel, start = started.get((s.store, s.session_id), (None, None))
-        at = written.get((s.store, s.session_id, s.message_id), (start,))[0] if s.message_id is not None else start
+        channel, at, deleted = started.get((s.store, s.session_id), (None, None, False))
+        if s.message_id is not None:
+            at, deleted = written.get((s.store, s.session_id, s.message_id), (at, deleted))
         out.append(
             {
                 "marker": s.marker,
@@ -79,7 +83,7 @@ def rows(
                 "json_path": s.path,
                 "channel": channel,
                 "seen_at": at,
-                "source_deleted": False,
+                "source_deleted": bool(deleted),
                 "host": host,
                 "day": day,
             }

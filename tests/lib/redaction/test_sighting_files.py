@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from hermes_assets.lib.plan.capture_plan import StoreFacts
-from hermes_assets.lib.redaction import exposures, key_check, sighting_files
+from hermes_assets.lib.redaction import exposures, key_check, sighting_files, stored_markers
 from hermes_assets.lib.redaction.redactor import Redactor
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import SIGHTINGS
+from hermes_assets.lib.schemas import MESSAGES, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support import fake_keys
+from tests.support.capture_run import capture_days, files
+from tests.support.project import TEST_REDACTION
 
 DAY = "2026-06-01"
 HOME, WORK = "/h/.hermes/state.db", "/h/.hermes/profiles/work/state.db"
@@ -29,13 +33,14 @@ def sighting(marker: str, session: str, message: str | None, *, store: str = "",
     return Sighting(marker, kind, field, "", session, message, store, "", "")
 
 
-def day_tables():
+def day_tables(deleted_p1: bool = False):
     sessions = pa.table(
         {
             "store_label": ["", "", "work"],
             "id": ["s1", "s2", "p1"],
             "source": ["cli", "telegram", "cli"],
             "started_at": pa.array([T0, T0 + dt.timedelta(hours=1), T0], pa.timestamp("ms", tz="UTC")),
+            "source_deleted": [False, False, False],
         }
     )
     messages = pa.table(
@@ -47,6 +52,7 @@ def day_tables():
                 [T0 + dt.timedelta(minutes=5), T0 + dt.timedelta(hours=2), T0 + dt.timedelta(minutes=1)],
                 pa.timestamp("ms", tz="UTC"),
             ),
+            "source_deleted": [False, False, deleted_p1],
         }
     )
     return sessions, messages
@@ -77,15 +83,18 @@ def test_rows_give_each_sighting_its_channel_time_and_store_and_leave_the_canoni
             "[REDACTED:github_token:00000001]", "hermes-s1", "hermes-s1-7-0", field="ai_gateway_messages_hermes.x"
         ),
     ]
-    table = sighting_files.rows(DAY, "laptop", seen, *day_tables(), STORES)
-    got = {(r["store"], r["session_id"], r["message_id"]): (r["channel"], r["seen_at"]) for r in table.to_pylist()}
+    table = sighting_files.rows(DAY, "laptop", seen, *day_tables(deleted_p1=True), STORES)
+    got = {
+        (r["store"], r["session_id"], r["message_id"]): (r["channel"], r["seen_at"], r["source_deleted"])
+        for r in table.to_pylist()
+    }
     assert got == {
-        (HOME, "s1", "7"): ("cli", T0 + dt.timedelta(minutes=5)),
-        (HOME, "s2", None): ("telegram", T0 + dt.timedelta(hours=1)),  # a session's cell: when it started
-        (WORK, "p1", "7"): ("cli", T0 + dt.timedelta(minutes=1)),  # same ids, the other store's message
+        (HOME, "s1", "7"): ("cli", T0 + dt.timedelta(minutes=5), False),
+        (HOME, "s2", None): ("telegram", T0 + dt.timedelta(hours=1), False),  # a session's cell: when it started
+        # same ids, the other store's message: its row is kept after Hermes deleted it
+        (WORK, "p1", "7"): ("cli", T0 + dt.timedelta(minutes=1), True),
     }
     assert set(table.column("host").to_pylist()) == {"laptop"} and set(table.column("day").to_pylist()) == {DAY}
-    assert not any(table.column("source_deleted").to_pylist())
 
 
 def test_an_old_sighting_is_kept_flagged_or_dropped_by_what_its_store_holds_now():
@@ -212,3 +221,33 @@ def test_places_say_where_a_key_was_seen_still_stored_first(key):
         (HOME, "s1", False, ("messages.content",)),
     ]
     assert not key_check.places(deleted, {"[REDACTED:github_token:ffffffff]"}).places
+
+
+def test_a_warehouse_from_before_the_sightings_gets_its_stored_markers_once(secret_store, tmp_path):
+    """Files redacted before sightings existed: the first run that redacts finds their markers (any
+    day, captured by the run or not), once; a capture of the day replaces them by its own."""
+    db, keys = secret_store
+    root = tmp_path / "wh"
+    wh = Warehouse(str(root))
+    capture_days([db], wh)
+    shutil.rmtree(root / SIGHTINGS)  # as a warehouse from before the sightings
+    os.unlink(stored_markers.stamp_path(wh))
+    key = Path(TEST_REDACTION.key_path).read_bytes()
+    want = set().union(*(marker_of(key, value) for value in keys.values()))
+    assert len(want) == 2
+
+    capture_days([db], wh, days=["2026-06-09"])  # another day, with no session: nothing captured
+    found = sighting_files.read_all(wh).to_pylist()
+    assert {r["marker"] for r in found} == want and {r["session_id"] for r in found} == {"s1"}
+    assert {r["field"].split(".")[0] for r in found} == {MESSAGES}  # named by the dataset's columns
+    assert all(r["prefix"] is None and r["last4"] is None and r["channel"] == "cli" for r in found)
+    assert stored_markers.stamped(wh)
+    before = files(root)
+    capture_days([db], wh, days=["2026-06-09"])
+    assert files(root) == before  # stamped: not read again
+
+    capture_days([db], wh)  # the day captured again: its own sightings, with what recognises each key
+    again = sighting_files.read_all(wh).to_pylist()
+    assert {r["marker"] for r in again} == want
+    assert {r["field"] for r in again} == {"messages.content", "messages.tool_calls"}
+    assert {r["last4"] for r in again} == {value[-4:] for value in keys.values()}
