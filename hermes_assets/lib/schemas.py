@@ -398,14 +398,18 @@ SIGHTINGS = "hermes_secret_sightings"
 EXPOSURES = "hermes_secret_exposures"
 TEXT_LIST = pa.list_(S)
 
+#: a secret as the warehouse knows it: its marker and kind, its provider's prefix and its last four characters
+_SECRET = [
+    pa.field("marker", S, nullable=False),
+    pa.field("kind", S, nullable=False),
+    pa.field("prefix", S),
+    pa.field("last4", S),
+]
 #: one row per place a secret was replaced by its marker: written by the capture beside the
 #: three datasets, per day and host (never the secret)
 HERMES_SECRET_SIGHTINGS = pa.schema(
     [
-        pa.field("marker", S, nullable=False),
-        pa.field("kind", S, nullable=False),
-        pa.field("prefix", S),
-        pa.field("last4", S),
+        *_SECRET,
         pa.field("store", S),
         pa.field("store_label", S, nullable=False),
         pa.field("session_id", S, nullable=False),
@@ -423,10 +427,7 @@ HERMES_SECRET_SIGHTINGS = pa.schema(
 #: one row per distinct secret (its marker), over every host's sightings
 HERMES_SECRET_EXPOSURES = pa.schema(
     [
-        pa.field("marker", S, nullable=False),
-        pa.field("kind", S, nullable=False),
-        pa.field("prefix", S),
-        pa.field("last4", S),
+        *_SECRET,
         pa.field("still_in_store", B, nullable=False),
         pa.field("first_seen", TS),
         pa.field("last_seen", TS),

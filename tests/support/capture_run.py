@@ -15,6 +15,7 @@ from hermes_assets.lib.capture.steps import ProjectedRun, WrittenRun
 from hermes_assets.lib.plan import capture_plan, policy
 from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.redaction.redactor import RedactionConfig
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.project import TEST_REDACTION
@@ -47,8 +48,10 @@ def stage(
     workers: int = 1,
     now_s: float | None = None,
     policy_list: str | None = None,
+    redaction: RedactionConfig = TEST_REDACTION,
 ) -> ProjectedRun:
-    """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``."""
+    """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``
+    (``redaction``: the key and ``.env`` files; default the tests' one key)."""
     plan = plan_for(stores, days, policy_list=policy_list, now_s=now_s)
     ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit())
     return steps.project_rows(
@@ -56,7 +59,7 @@ def stage(
         ctx,
         warehouse,
         staging=os.path.join(warehouse.staging_root, run_id),
-        redaction=TEST_REDACTION,
+        redaction=redaction,
         workers=workers,
         parallel_min_sessions=0,
     )

@@ -113,8 +113,9 @@ class Warehouse:
         return self.storage.join(self.root, dataset, f"day={day}")
 
     def file_dir(self, dataset: str, day: str, host: str | None = None) -> str:
-        """The folder of a day's file: the host's own folder for a captured dataset (``host``,
-        default this one), the day's folder for a derived one (computed over every host)."""
+        """The folder of a day's file: the host's own folder for a dataset each host writes (the
+        captured ones and the sightings: ``host``, default this one), the day's folder for a
+        derived one (computed over every host)."""
         if dataset not in PER_HOST:
             return self.day_dir(dataset, day)
         return self.storage.join(self.day_dir(dataset, day), hosts.folder(host or self.host))
@@ -403,8 +404,8 @@ class Warehouse:
         """Replace this host's file of the day by ``merge(its rows or None, the stores of ``facts``
         read no earlier than the file's marks)``, atomically, under the day's lock, and mark those
         stores read at ``read_at`` (no lost update, :mod:`.read_marks`); no rows = no file; the file
-        records the warehouse's redaction version. For a
-        dataset that merges its own way (the sightings: :mod:`~hermes_assets.lib.redaction.sighting_files`)."""
+        records the warehouse's redaction version. For a dataset that merges its own way (the
+        sightings: :mod:`~hermes_assets.lib.redaction.sighting_files`)."""
         with self.day_lock(dataset, day):
             marks = self._read_marks(dataset, day)
             fresh = read_marks.fresh(facts, marks, read_at)
