@@ -27,9 +27,10 @@ from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse import local_files
 from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.host_layout import SIGHTINGS_STAMP
 
 #: in a host's staging folder: the markers of the host's stored files are in its sightings
-STAMP_FILE = ".sightings-version"
+STAMP_FILE = SIGHTINGS_STAMP
 VERSION = "1"
 MARKER = re.compile(re.escape(MARKER_PREFIX) + r"([^:\]\s]+):([0-9a-f]{8,})\]")
 #: per dataset, the columns of a row's session and message (None: a row per session)
@@ -42,9 +43,12 @@ def stamp_path(warehouse: Warehouse) -> str:
 
 def stamped(warehouse: Warehouse) -> bool:
     """Whether this host's stored files' markers are in its sightings already."""
+    path = stamp_path(warehouse)
     try:
-        with open(stamp_path(warehouse), encoding="ascii") as f:
-            return f.read().strip() == VERSION
+        with open(path, encoding="ascii") as f:
+            done = f.read().strip() == VERSION
+        os.chmod(path, warehouse.modes.file)  # what an older umask left open is closed (D16)
+        return done
     except (OSError, ValueError):
         return False
 
