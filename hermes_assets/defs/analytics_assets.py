@@ -36,8 +36,9 @@ RETRY_CRON = "* * * * *"
 
 def automation_condition(*, every_day: bool = False) -> dg.AutomationCondition:
     """When a day of the analytics is run (by the ``hermes_automation`` sensor); ``every_day``:
-    when an asset computed over every day at once (not partitioned) is run, which a day never
-    captured does not hold back.
+    when an asset computed over every day at once (not partitioned) is run: after a capture of
+    any day (a day never captured does not hold it back, and before the first capture there is
+    nothing to compute: it is not run for being missing).
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
     these assets too), with two changes, so that the analytics never fall behind the
@@ -56,14 +57,13 @@ def automation_condition(*, every_day: bool = False) -> dg.AutomationCondition:
     # which came first. Only bare conditions carry a time (not an OR of them, as in
     # any_deps_updated()); without one the request wins and the capture is forgotten. The
     # captures are never run with, nor requested by, these assets: newly_updated() is the whole story.
-    updated = ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated").since(
-        ac.newly_requested()
-    ) | ac.newly_missing().since(ac.newly_requested())
+    captured = ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated").since(ac.newly_requested())
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
     if every_day:
-        return ((updated | failed) & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
+        return ((captured | failed) & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
             "after any day's capture, retried"
         )
+    updated = captured | ac.newly_missing().since(ac.newly_requested())
     return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
         "eager, any day, retried"
     )
