@@ -27,7 +27,7 @@ from typing import TextIO
 
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.redaction import key_check, sighting_files
+from hermes_assets.lib.redaction import key_check, sighting_files, sources
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
 EXIT_SEEN, EXIT_NOT_SEEN, EXIT_MISTAKE = 0, 1, 2
@@ -106,8 +106,9 @@ def _warehouse_key(path: str | None) -> bytes:
             f"no redaction key at {path} ({exc.strerror or exc}): set HERMES_ASSETS_REDACTION_KEY (or DAGSTER_HOME) "
             "as Dagster has it"
         ) from None
-    if not key:
-        raise Mistake(f"the redaction key {path} is empty: no capture made markers with it")
+    problem = sources.key_too_short(len(key))
+    if problem:
+        raise Mistake(f"the redaction key {path} {problem}")
     return key
 
 

@@ -26,6 +26,16 @@ from tests.support.skips import unavailable
 #: ``slow`` marks (tests that start a process or run a Dagster job), kept honest
 pytest_plugins = ["tests.support.fast_lane"]
 
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The maintained secret rules, printed by their package's command once per test process
+    before any test is watched (a fast test may not start a process): every redactor of the
+    process then reads them from memory."""
+    from hermes_assets.lib.redaction.redactor import rule_matcher
+
+    rule_matcher()
+
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 

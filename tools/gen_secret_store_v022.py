@@ -107,6 +107,8 @@ class Maker:
             "jwt",
             "ey" + "JhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" + ".ey" + "JzdWIiOiIxMjM0NTY3ODkwIn0" + "." + c(43, URLSAFE),
         )
+        add("tavily_api_key", "tavily_api_key", "tv" + "ly-" + "dev-" + c(32))
+        add("firecrawl_api_key", "firecrawl_api_key", "f" + "c-" + c(32, HEX))
         password = c(16)
         add("url_password", "url_password", password, f"postgres://app:{password}@db.internal:5432/prod")
         basic = base64.b64encode(f"deploy:{c(20)}".encode()).decode("ascii")

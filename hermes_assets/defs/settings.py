@@ -40,6 +40,7 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from hermes_assets.lib import logs
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.plan import policy
+from hermes_assets.lib.redaction.sources import key_too_short
 from hermes_assets.lib.source import stores
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_assets.lib.warehouse import hosts
@@ -276,7 +277,7 @@ def _key_problem(path: str) -> str | None:
             return "is not a file"
         if os.stat(path).st_mode & 0o077:
             return "can be read by other users: the key must be private (chmod 600)"
-        return None
+        return key_too_short(os.path.getsize(path))
     problem = _unwritable(os.path.dirname(path))
     return f"cannot be created: {problem}" if problem else None
 

@@ -63,7 +63,12 @@ def expected_marker(key: bytes, entry: dict) -> str:
     """The marker of a secret: its kind and the keyed digest of what the pattern matched
     (a whole PEM block; else the secret itself)."""
     secret = entry["text"] if entry["kind"] == "private_key" else entry["value"]
-    return redactor.marker(entry["kind"], hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()[:8])
+    kind = redactor.rule_matcher().kind_of(secret) or entry["kind"]  # one kind per secret: the most specific rule's
+    # a maintained rule that takes more than the value (a Slack webhook's whole URL) names it
+    for found in redactor.rule_matcher().findings(entry["text"]):
+        if entry["value"] in found.secret and found.secret != secret:
+            secret, kind = found.secret, found.rule.kind
+    return redactor.marker(kind, hmac.new(key, secret.encode(), hashlib.sha256).hexdigest()[:8])
 
 
 def loaded(value):

@@ -190,19 +190,19 @@ def test_replace_rewrite_and_current(kind, store, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_files_cells_rewritten_in_place_record_the_version_given(kind, store, tmp_path):
     wh = open_warehouse(kind, tmp_path)
-    assert wh.rewrite_file(SESSIONS, DAY, lambda t: t, 3) is None  # no file, nothing made
+    assert wh.rewrite_file(SESSIONS, DAY, lambda t: t, "v3") is None  # no file, nothing made
     wh.replace_day(SESSIONS, DAY, store["rows"])
 
     def titled(table: pa.Table) -> pa.Table:
         i = table.schema.get_field_index("title")
         return table.set_column(i, table.schema.field(i), pa.array(["t"] * table.num_rows, pa.string()))
 
-    done = wh.rewrite_file(SESSIONS, DAY, titled, 3)
+    done = wh.rewrite_file(SESSIONS, DAY, titled, "v3")
     assert done is not None and done.changed and done.rows == 3
     assert set(wh.read(SESSIONS, DAY).column("title").to_pylist()) == {"t"}
-    assert partition_file.redaction_version(pa.py_buffer(open(day_file(tmp_path), "rb").read())) == 3
+    assert partition_file.redaction_version(pa.py_buffer(open(day_file(tmp_path), "rb").read())) == "v3"
     assert stat.S_IMODE(os.stat(day_file(tmp_path)).st_mode) == 0o600
-    again = wh.rewrite_file(SESSIONS, DAY, lambda t: t, 3)  # the same rows, the same version: untouched
+    again = wh.rewrite_file(SESSIONS, DAY, lambda t: t, "v3")  # the same rows, the same version: untouched
     assert again is not None and not again.changed
 
 

@@ -48,7 +48,7 @@ def stage(
     workers: int = 1,
     now_s: float | None = None,
     policy_list: str | None = None,
-    redaction: RedactionConfig = TEST_REDACTION,
+    redaction: RedactionConfig | None = TEST_REDACTION,
 ) -> ProjectedRun:
     """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``
     (``redaction``: the key and ``.env`` files; default the tests' one key)."""

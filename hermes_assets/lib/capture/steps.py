@@ -42,7 +42,7 @@ from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.redaction import stored_files, stored_markers
-from hermes_assets.lib.redaction.redactor import REDACTION_VERSION, RedactionConfig, redactor_for
+from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse import local_files, staging
@@ -106,7 +106,7 @@ class ProjectedRun:
     staging: str
     days: list[StagedDay]
     #: what the run's files record (None: the run does not redact)
-    redaction_version: int | None = None
+    redaction_version: str | None = None
     #: files written before (or under an older redaction), redacted again by this run
     files_redacted: stored_files.FilesRedacted | None = None
     #: day -> the markers already in this host's stored files, when its sightings did not hold them yet
@@ -198,11 +198,12 @@ def project_rows(
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     files_redacted = markers = None
     if redaction is not None:
-        warehouse.redaction_version = REDACTION_VERSION
+        redactor = redactor_for(redaction)
+        warehouse.redaction_version = redactor.version
         # the markers stored files hold already, once per host (before the pass below adds its own)
         markers = None if stored_markers.stamped(warehouse) else stored_markers.scan(warehouse)
-        # files written before redaction (or under older patterns) first, so the days merge with redacted rows
-        files_redacted = stored_files.redact_files(warehouse, redactor_for(redaction))
+        # files written before redaction (or under other rules) first, so the days merge with redacted rows
+        files_redacted = stored_files.redact_files(warehouse, redactor)
     else:
         warehouse.redaction_version = None
         stored_files.forget_stamp(warehouse)

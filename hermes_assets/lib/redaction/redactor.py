@@ -26,27 +26,33 @@ reported where it was (:mod:`~hermes_assets.lib.redaction.sightings`).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import hmac
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import re2  # type: ignore[import-untyped]
 
+from hermes_assets.lib.redaction.rule_matcher import RuleMatcher
+from hermes_assets.lib.redaction.rule_set import ASSIGNED, load_rule_set
 from hermes_assets.lib.redaction.rules import (
     ASSIGN_COLON,
     ASSIGN_EQ,
     ASSIGN_YAML,
+    ASSIGNMENT_SCREEN,
     HEADER_NAMES,
     MARKER_PREFIX,
     NAME_HINTS,
     PATTERNS,
-    RE2_SCREENS,
     Pattern,
     name_says_secret,
     re2_literal,
@@ -55,14 +61,88 @@ from hermes_assets.lib.redaction.rules import (
 from hermes_assets.lib.redaction.sightings import Sighting, Sightings, Where
 from hermes_assets.lib.redaction.sources import env_values, load_key
 
-#: bumped whenever the patterns change what they find: files written under an older
-#: version are redacted again by the next run
-REDACTION_VERSION = 1
+#: the modules that decide what is redacted: a change to any of them is a change of our rules
+OWN_RULES = ("rules", "redactor", "rule_matcher", "rule_set", "session_cells")
+
+
+@lru_cache(maxsize=1)
+def own_rules_digest() -> str:
+    """The first 8 hex of a SHA-256 of :data:`OWN_RULES`' source: a new pattern, a new look-alike,
+    a new way of reading a cell is a new version of the redaction, with no number to raise."""
+    digest = hashlib.sha256()
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for name in OWN_RULES:
+        with open(os.path.join(folder, f"{name}.py"), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:8]
+
+
+def redaction_version(rule_set_label: str, env_fingerprint: str) -> str:
+    """What a file records of the redaction its cells went through: the maintained rule set
+    (name, version, the digest of its file), our rules' digest and the keyed fingerprint of the
+    ``.env`` values, e.g. ``betterleaks-2.0.0-rc.4-97c2aa0a+ours-1a2b3c4d+env-5e6f7a8b``. Any change
+    of one of them makes every file written before older: the next run redacts it again."""
+    return f"{rule_set_label}+ours-{own_rules_digest()}+env-{env_fingerprint}"
+
+
+#: the parts of a version, in order, and what a change of each means
+VERSION_PARTS = (
+    ("rules", "the maintained rule set changed"),
+    ("ours", "our own rules changed"),
+    ("env", "the values of Hermes's .env files changed"),
+)
+
+
+def what_changed(old: str | None, new: str) -> list[str]:
+    """Why a file that records ``old`` is redacted again under ``new`` (one line per reason)."""
+    if old is None:
+        return ["written without redaction (or before it existed)"]
+    olds, news = old.split("+"), new.split("+")
+    if len(olds) != len(news):
+        return ["written by an older redaction"]
+    return [why for (_, why), a, b in zip(VERSION_PARTS, olds, news, strict=True) if a != b]
+
+
 # -- the marker ----------------------------------------------------------------
 
 
 def marker(kind: str, digest: str) -> str:
     return f"{MARKER_PREFIX}{kind}:{digest}]"
+
+
+#: no text shorter holds a secret: the shortest a rule finds is a connection URL's password
+#: (``s://:p@``); every other rule's match, assignment or ``.env`` value is longer
+SHORTEST = 7
+
+#: a marker written before: never a secret, never inside one
+MARKER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
+
+
+def rule_matcher(cache_dir: str | None = None) -> RuleMatcher:
+    """The maintained rules compiled, once per process (``cache_dir``: where their file is kept)."""
+    rule_set = load_rule_set(cache_dir)
+    found = _matchers.get(rule_set.digest)
+    if found is None:
+        found = _matchers[rule_set.digest] = RuleMatcher(rule_set)
+    return found
+
+
+_matchers: dict[str, RuleMatcher] = {}
+
+
+def screen_pattern(matcher: RuleMatcher, values: list[str] | tuple[str, ...] = ()) -> str:
+    """The one RE2 search every cell a rule could redact matches, built from the rules themselves:
+    the maintained rules' keywords (case-insensitively, as Betterleaks screens them), or for a rule
+    of Betterleaks's assignment shape the beginning of its own regex (its names, then an operator:
+    every match holds it); each of our patterns' screen, the assignments' screen, and the ``.env``
+    values as literals."""
+    keywords = sorted({k for r in matcher.rules if r.context is None for k in r.keywords})
+    contexts = sorted({r.context for r in matcher.rules if r.context is not None})
+    parts = ["(?i:" + "|".join(re2_literal(k) for k in keywords) + ")"]
+    if contexts:
+        parts.append("(?i:(?:" + "|".join(contexts) + ")" + ASSIGNED + ")")
+    ours = [p.re2_screen for p in PATTERNS]
+    return "|".join([*parts, *ours, ASSIGNMENT_SCREEN, *(re2_literal(v) for v in values)])
 
 
 # -- the redactor ------------------------------------------------------------------
@@ -77,7 +157,8 @@ class RedactionConfig:
     env_files: tuple[str, ...] = ()
 
     def redactor(self) -> Redactor:
-        return Redactor(load_key(self.key_path), env_values(self.env_files))
+        matcher = rule_matcher(os.path.dirname(os.path.abspath(self.key_path)))
+        return Redactor(load_key(self.key_path), env_values(self.env_files), rules=matcher)
 
 
 @dataclass
@@ -91,9 +172,13 @@ class Redactor:
     counts: Counter = field(default_factory=Counter)
     where: Where = field(default_factory=Where)
     sightings: Sightings = field(default_factory=Sightings)
+    #: the maintained rules (:mod:`.rule_set`), compiled
+    rules: RuleMatcher = field(default_factory=rule_matcher, repr=False)
 
     def __post_init__(self) -> None:
         self._digests: dict[str, str] = {}
+        #: a secret's kind, once known: one kind per secret, wherever it appears
+        self._kinds: dict[str, str] = {}
         #: inside a JSON cell: the path of the string being redacted
         self._path: list[str] = []
         self._values = [
@@ -107,9 +192,15 @@ class Redactor:
             )
             for v in self.values
         ]
-        self._hints = tuple(sorted({h for p in PATTERNS for h in p.hints}))
-        self._screens = tuple(p.screen for p in PATTERNS if p.screen is not None)
-        self._re2 = "|".join([*RE2_SCREENS, *(re2_literal(v) for v in self.values)])
+        self._value_set = frozenset(self.values)
+        self._re2 = screen_pattern(self.rules, self.values)
+        self._screen = re2.compile(self._re2, _screen_options())
+        fingerprint = hmac.new(self.key, "\x00".join(sorted(self.values)).encode("utf-8", "surrogatepass"), "sha256")
+        rule_set = self.rules.rule_set
+        #: what the files this redactor writes record (:func:`redaction_version`)
+        self.version = redaction_version(
+            f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}", fingerprint.hexdigest()[:8]
+        )
 
     def __reduce__(self):  # never pickled with its key and values
         raise TypeError("a Redactor is not pickled: send its RedactionConfig")
@@ -172,26 +263,27 @@ class Redactor:
     # -- the screen ---------------------------------------------------------------
 
     def screen(self, text: str) -> bool:
-        """Whether ``text`` may hold a secret (False: it certainly holds none)."""
-        for hint in self._hints:
-            if hint in text:
-                return True
-        if ":" in text:
-            for screen in self._screens:
-                if screen.search(text):
-                    return True
-        if "=" in text or ":" in text:
-            low = text.lower()
-            for hint in NAME_HINTS:
-                if hint in low:
-                    return True
-        return any(value in text for value in self.values)
+        """Whether ``text`` may hold a secret (False: it certainly holds none): the column
+        screen's search (:func:`screen_pattern`), on one text."""
+        return self._screen.search(text) is not None
+
+    def kind_of(self, secret: str, found_as: str) -> str:
+        """The kind a secret's marker names, a function of the secret alone (one kind per secret,
+        in every cell, whichever rule met it first): the most specific maintained rule that finds
+        it whole, else the first of our formats that does, else ``hermes_env`` for a value of
+        Hermes's ``.env``, else the kind it was found as (an assignment's)."""
+        kind = self._kinds.get(secret)
+        if kind is None:
+            kind = self._kinds[secret] = self.rules.kind_of(secret) or _our_kind(secret) or ""
+        if kind:
+            return kind
+        return "hermes_env" if secret in self._value_set else found_as
 
     # -- text -------------------------------------------------------------------
 
     def text(self, text: str) -> str:
         """``text`` with every secret replaced by its marker (the same object when none)."""
-        if not text or not self.screen(text):
+        if len(text) < SHORTEST or not self.screen(text):
             return text
         stripped = text.lstrip()
         if stripped[:1] in ("{", "["):
@@ -209,30 +301,72 @@ class Redactor:
                     finally:
                         if root:
                             self._path.pop()
-                    if not changed:
-                        return text
-                    compact = '": ' not in text and '", ' not in text
-                    return json.dumps(new, ensure_ascii=False, separators=(",", ":") if compact else None)
+                    if changed:
+                        compact = '": ' not in text and '", ' not in text
+                        text = json.dumps(new, ensure_ascii=False, separators=(",", ":") if compact else None)
+                    # then the maintained rules on the text as written: a token whose escapes make it
+                    # another text once decoded (``\\n`` inside it) is found too, replaced in place
+                    return self._maintained(text)
         if text.startswith("\x00json:"):
             rest = text[len("\x00json:") :]
             done = self.text(rest)
             return text if done is rest else "\x00json:" + done
         return self._patterns(text)
 
+    def _maintained(self, text: str) -> str:
+        """The maintained rules' secrets of ``text`` replaced (a marker already there is kept)."""
+        findings = self.rules.findings(text)
+        if not findings:
+            return text
+        markers = [m.span() for m in MARKER.finditer(text)] if MARKER_PREFIX in text else []
+        spans = []
+        for f in findings:
+            if f.secret.startswith(MARKER_PREFIX) or _inside(markers, f.start, f.end):
+                continue
+            prefix = next((f.secret[: len(k)] for k in f.rule.keywords if f.secret.lower().startswith(k)), "")
+            spans.append((f.start, f.end, self.kind_of(f.secret, f.rule.kind), prefix))
+        return self._replace_spans(text, spans)
+
+    def _replace_spans(self, text: str, spans: list[tuple[int, int, str, str]]) -> str:
+        """``text`` with each ``(start, end, kind, prefix)`` span (in order, not overlapping)
+        replaced by its marker, in one pass."""
+        if not spans:
+            return text
+        pieces, at = [], 0
+        for start, end, kind, prefix in spans:
+            secret = text[start:end]
+            pieces += [text[at:start], self.marker(kind, secret, prefix)]
+            at = end
+        pieces.append(text[at:])
+        return "".join(pieces)
+
     def _patterns(self, text: str) -> str:
-        out = text
+        out = self._maintained(text)
         for p in PATTERNS:
             if not p.may_match(out):
+                continue
+            if p.finder is not None:
+                out = self._found(p, out)
                 continue
             out = p.regex.sub(self._replacer(p), out)
         for value, regex in self._values:
             if value in out:
-                out = regex.sub(lambda m: self.marker("hermes_env", m.group(0)), out)
+                out = regex.sub(lambda m: self.marker(self.kind_of(m.group(0), "hermes_env"), m.group(0)), out)
         if "=" in out or ":" in out:
             low = out.lower()
             if any(h in low for h in NAME_HINTS):
                 out = self._assignments(out)
         return text if out == text else out
+
+    def _found(self, p: Pattern, text: str) -> str:
+        """``text`` with the secrets ``p.finder`` finds replaced (a marker already there kept)."""
+        found = p.finder(text) if p.finder else []
+        spans = [
+            (start, end, self.kind_of(text[start:end], p.kind), "")
+            for start, end in found
+            if not text.startswith(MARKER_PREFIX, start)
+        ]
+        return self._replace_spans(text, spans)
 
     def _replacer(self, p: Pattern) -> Callable[[re.Match[str]], str]:
         def replace(m: re.Match[str]) -> str:
@@ -240,12 +374,13 @@ class Redactor:
             if secret.startswith(MARKER_PREFIX) or (p.accept is not None and not p.accept(secret)):
                 return m.group(0)
             prefix = next((h for h in p.hints if secret.startswith(h)), "")
+            made = self.marker(self.kind_of(secret, p.kind), secret, prefix)
             if p.group == 0:
-                return self.marker(p.kind, secret, prefix)
+                return made
             start, end = m.span(p.group)
             base = m.start(0)
             whole = m.group(0)
-            return whole[: start - base] + self.marker(p.kind, secret, prefix) + whole[end - base :]
+            return whole[: start - base] + made + whole[end - base :]
 
         return replace
 
@@ -254,7 +389,7 @@ class Redactor:
             name, value = m.group(1), m.group(3)
             if not name_says_secret(name) or not value_is_secret(value):
                 return m.group(0)
-            return m.group(0)[: m.start(3) - m.start(0)] + self.marker("secret_assignment", value)
+            return m.group(0)[: m.start(3) - m.start(0)] + self.marker(self.kind_of(value, "secret_assignment"), value)
 
         def colon(m: re.Match[str]) -> str:
             name, value = m.group(2), m.group(4)
@@ -262,7 +397,7 @@ class Redactor:
                 return m.group(0)
             s, e = m.start(4) - m.start(0), m.end(4) - m.start(0)
             whole = m.group(0)
-            return whole[:s] + self.marker("secret_assignment", value) + whole[e:]
+            return whole[:s] + self.marker(self.kind_of(value, "secret_assignment"), value) + whole[e:]
 
         def yaml(m: re.Match[str]) -> str:
             name, value = m.group(1), m.group(2)
@@ -270,7 +405,7 @@ class Redactor:
                 return m.group(0)
             s = m.start(2) - m.start(0)
             whole = m.group(0)
-            return whole[:s] + self.marker("secret_assignment", value) + whole[s + len(value) :]
+            return whole[:s] + self.marker(self.kind_of(value, "secret_assignment"), value) + whole[s + len(value) :]
 
         if "=" in text:
             text = ASSIGN_EQ.sub(eq, text)
@@ -320,8 +455,32 @@ class Redactor:
                 return new_header[len(header) :], True
         if isinstance(v, str) and isinstance(k, str) and name_says_secret(k) and value_is_secret(v):
             if not any(h in v for h in ("{", "[")):
-                return self.marker("secret_assignment", v), True
+                return self.marker(self.kind_of(v, "secret_assignment"), v), True
         return self._walk(v)
+
+
+def _screen_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 64 << 20
+    return options
+
+
+def _our_kind(secret: str) -> str | None:
+    """The kind of the first of our formats that finds ``secret`` whole (None: none does)."""
+    for p in PATTERNS:
+        if p.finder is not None or not p.may_match(secret):
+            continue
+        m = p.regex.search(secret)
+        if m is not None and m.group(p.group) == secret and (p.accept is None or p.accept(secret)):
+            return p.kind
+    return None
+
+
+def _inside(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether ``[start, end)`` overlaps one of ``spans`` (sorted, not overlapping)."""
+    k = bisect.bisect_right(spans, (start, 1 << 62))
+    return (k > 0 and spans[k - 1][1] > start) or (k < len(spans) and spans[k][0] < end)
 
 
 _cached: dict[RedactionConfig, Redactor] = {}

@@ -14,8 +14,11 @@ import re
 import secrets as _random
 from collections.abc import Iterable
 
+from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.redaction.rules import COMMON, has_digit, name_says_secret
 
+#: the bytes of a key made here, and the fewest a key may hold (fewer: a marker could be
+#: confirmed by trying keys)
 KEY_BYTES = 32
 #: a value of a ``.env`` file under a name that says secret is held from this many characters
 MIN_NAMED_VALUE = 8
@@ -25,13 +28,11 @@ MIN_UNNAMED_VALUE = 20
 
 def load_key(path: str) -> bytes:
     """The warehouse's redaction key: read from ``path``, or created there once (random,
-    0600, its folder 0700). It must stay private: a marker confirms a guess to whoever has it."""
+    0600, its folder 0700). It must stay private: a marker confirms a guess to whoever has it.
+    A key shorter than :data:`KEY_BYTES` is refused (:func:`key_too_short`)."""
     path = os.path.abspath(path)
     try:
-        with open(path, "rb") as f:
-            key = f.read()
-        if len(key) >= 16:
-            return key
+        return _read_key(path)
     except FileNotFoundError:
         pass
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -50,8 +51,26 @@ def load_key(path: str) -> bytes:
         pass
     finally:
         os.unlink(tmp)
+    return _read_key(path)
+
+
+def _read_key(path: str) -> bytes:
     with open(path, "rb") as f:
-        return f.read()
+        key = f.read()
+    problem = key_too_short(len(key))
+    if problem:
+        raise ConfigurationError(f"{path} {problem}")
+    return key
+
+
+def key_too_short(size: int) -> str | None:
+    """Why a key of ``size`` bytes cannot be used (None: it can)."""
+    if size >= KEY_BYTES:
+        return None
+    return (
+        f"holds {size} bytes: a redaction key needs at least {KEY_BYTES} (random; remove the file and "
+        "the next run makes one, or point every host at one shared key)"
+    )
 
 
 # -- the values Hermes holds in its .env files ------------------------------------

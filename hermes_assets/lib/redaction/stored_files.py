@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.redaction.redactor import REDACTION_VERSION, Redactor
+from hermes_assets.lib.redaction.redactor import Redactor, what_changed
 from hermes_assets.lib.redaction.session_cells import KEEP_COLUMNS
 from hermes_assets.lib.redaction.sightings import Sighting, Where
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, SESSIONS
@@ -74,9 +74,14 @@ class FilesRedacted:
     sightings: list[Sighting] = field(default_factory=list)
     #: the same, by the day of the file each was in
     by_day: dict[str, list[Sighting]] = field(default_factory=dict)
+    #: the version the files were brought to, and why each file checked was redacted again (reason -> files)
+    version: str | None = None
+    because: Counter = field(default_factory=Counter)
 
     def metadata(self) -> dict:
         return {
+            "redaction_version": self.version,
+            "redacted_again_because": dict(sorted(self.because.items())),
             "files_redacted_again": dict(sorted(self.files_rewritten.items())),
             "cells_redacted_again": dict(sorted(self.cells_changed.items())),
             "secrets_redacted_again": {ds: dict(sorted(c.items())) for ds, c in sorted(self.secrets.items()) if c},
@@ -96,42 +101,44 @@ def forget_stamp(warehouse: Warehouse) -> None:
         pass
 
 
-def _stamped(warehouse: Warehouse) -> bool:
+def _stamped(warehouse: Warehouse, version: str) -> bool:
     path = stamp_path(warehouse)
     try:
         with open(path, encoding="ascii") as f:
-            current = f.read().strip() == str(REDACTION_VERSION)
+            current = f.read().strip() == version
         os.chmod(path, warehouse.modes.file)  # what an older umask left open is closed (D16)
         return current
     except (OSError, ValueError):
         return False
 
 
-def _stamp(warehouse: Warehouse) -> None:
+def _stamp(warehouse: Warehouse, version: str) -> None:
     path = stamp_path(warehouse)
     warehouse.make_spool_dirs(os.path.dirname(path))  # the folder mode, whatever the umask
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, warehouse.modes.file)
     os.fchmod(fd, warehouse.modes.file)  # whatever the umask (SPEC §2, D16)
     with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(f"{REDACTION_VERSION}\n")
+        f.write(f"{version}\n")
     os.replace(tmp, path)
 
 
 def redact_files(warehouse: Warehouse, redactor: Redactor) -> FilesRedacted:
-    """Redact every capture file whose redaction version is older than :data:`REDACTION_VERSION`."""
-    result = FilesRedacted(secrets={ds: Counter() for ds in CAPTURE_DATASETS})
-    if _stamped(warehouse):
+    """Redact every capture file of this host that records another redaction version than
+    ``redactor``'s (:attr:`Redactor.version`): its rules, our rules or the ``.env`` values changed."""
+    result = FilesRedacted(secrets={ds: Counter() for ds in CAPTURE_DATASETS}, version=redactor.version)
+    if _stamped(warehouse, redactor.version):
         return result
     for dataset in CAPTURE_DATASETS:
         for day in warehouse.own_days(dataset):  # this host's files (each host redacts its own)
             result.files_checked[dataset] += 1
             _redact_day(warehouse, redactor, dataset, day, result)
-    _stamp(warehouse)
+    _stamp(warehouse, redactor.version)
     if sum(result.files_rewritten.values()):
         log.info(
             "hermes.capture.files_redacted",
-            version=REDACTION_VERSION,
+            version=redactor.version,
+            because=dict(result.because),
             files=dict(result.files_rewritten),
             cells=dict(result.cells_changed),
             kinds=sorted({k for c in result.secrets.values() for k in c}),
@@ -145,8 +152,10 @@ def _redact_day(warehouse: Warehouse, redactor: Redactor, dataset: str, day: str
             version = partition_file.redaction_version(f)
     except FileNotFoundError:
         return
-    if version is not None and version >= REDACTION_VERSION:
+    if version == redactor.version:
         return
+    for reason in what_changed(version, redactor.version):
+        result.because[reason] += 1
     cells = 0
 
     def redact(table: pa.Table) -> pa.Table:
@@ -156,7 +165,7 @@ def _redact_day(warehouse: Warehouse, redactor: Redactor, dataset: str, day: str
         result.secrets[dataset].update(redactor.take_counts())
         return table
 
-    written = warehouse.rewrite_file(dataset, day, redact, REDACTION_VERSION)
+    written = warehouse.rewrite_file(dataset, day, redact, redactor.version)
     if written is None:
         return
     result.cells_changed[dataset] += cells

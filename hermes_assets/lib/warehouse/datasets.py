@@ -65,7 +65,7 @@ class Warehouse:
         *,
         spool: str | None = None,
         modes: FileModes = PRIVATE,
-        redaction_version: int | None = None,
+        redaction_version: str | None = None,
         host: str | None = None,
         host_named: bool = False,
     ):
@@ -379,7 +379,7 @@ class Warehouse:
         dataset: str,
         day: str,
         change: Callable[[pa.Table], pa.Table],
-        redaction_version: int | None,
+        redaction_version: str | None,
     ) -> WriteResult | None:
         """Replace the day's file by ``change(its table)``, atomically, under the day's lock, with
         the warehouse's modes; the file records ``redaction_version``. None: the day has no file.
@@ -457,7 +457,7 @@ class Warehouse:
         table: pa.Table,
         dropped: int,
         old: pa.Buffer | None,
-        redaction_version: int | bool | None = True,
+        redaction_version: str | bool | None = True,
         *,
         path: str | None = None,
     ) -> WriteResult:

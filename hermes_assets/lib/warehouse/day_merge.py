@@ -76,7 +76,7 @@ def prepare(
     fresh: list[StoreFacts],
     stage_as: str,
     mode: int,
-    redaction_version: int | None = None,
+    redaction_version: str | None = None,
 ) -> PreparedWrite | None:
     """Merge now (:func:`merge`); the new file is staged at ``stage_as`` when it differs
     from the old one. None when the old file has no pin (nothing could prove it unchanged)."""

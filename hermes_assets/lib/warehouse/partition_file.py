@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 VERSION_KEY = b"hermes_assets.redaction_version"
 
 
-def encode(dataset: str, table: pa.Table, redaction_version: int | None = None) -> pa.Buffer:
+def encode(dataset: str, table: pa.Table, redaction_version: str | None = None) -> pa.Buffer:
     """A day's table as the exact bytes of its partition file (sorted, zstd).
 
     Text columns may arrive dictionary-encoded (one system prompt per session);
@@ -45,18 +45,18 @@ def encode(dataset: str, table: pa.Table, redaction_version: int | None = None) 
     else:  # the same bytes, and the version of the redaction its cells went through
         with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False) as writer:
             writer.write_table(table, row_group_size=256 * 1024)
-            writer.add_key_value_metadata({VERSION_KEY.decode(): str(redaction_version)})
+            writer.add_key_value_metadata({VERSION_KEY.decode(): redaction_version})
     return sink.getvalue()
 
 
-def redaction_version(source: pa.Buffer | pa.NativeFile) -> int | None:
+def redaction_version(source: pa.Buffer | pa.NativeFile) -> str | None:
     """The redaction version a partition file records (None: written without redaction,
     or before redaction existed)."""
     reader = pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
     metadata = pq.read_metadata(reader).metadata or {}
     try:
-        return int(metadata[VERSION_KEY])
-    except (KeyError, ValueError):
+        return metadata[VERSION_KEY].decode("utf-8")
+    except (KeyError, UnicodeDecodeError):
         return None
 
 

@@ -72,7 +72,7 @@ def prepared_name(dataset: str, day: str) -> str:
     return f"{dataset}.{day}{PREPARED_SUFFIX}"
 
 
-def stage(dataset: str, table: pa.Table, path: str, mode: int = 0o600, redaction_version: int | None = None) -> None:
+def stage(dataset: str, table: pa.Table, path: str, mode: int = 0o600, redaction_version: str | None = None) -> None:
     """Write ``table`` to the new staged file ``path`` (created with ``mode``), in the form its
     name says: Arrow IPC, or the encoded partition file (:func:`partition_file.encode`)."""
     with reporting_full_disk(path):

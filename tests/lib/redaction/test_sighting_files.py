@@ -130,7 +130,7 @@ def test_the_new_rows_of_a_store_read_later_by_another_run_are_left_out():
 
 
 def test_a_day_file_is_private_sorted_and_rewritten_only_when_it_changes(tmp_path):
-    wh = Warehouse(str(tmp_path / "wh"), host="laptop", redaction_version=1)
+    wh = Warehouse(str(tmp_path / "wh"), host="laptop", redaction_version="v-test")
     new = sighting_files.rows(
         DAY,
         "laptop",

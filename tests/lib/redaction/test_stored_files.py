@@ -17,12 +17,18 @@ import pyarrow.parquet as pq
 from hermes_assets.lib.capture import steps
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.redaction import stored_files
-from hermes_assets.lib.redaction.redactor import REDACTION_VERSION
+from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES
 from hermes_assets.lib.warehouse import partition_file, purge
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK
 from tests.support.capture_run import USER_HOME, capture_days, files, plan_for
+from tests.support.project import TEST_REDACTION
+
+
+def current_version() -> str:
+    """What the test captures' files record."""
+    return redactor_for(TEST_REDACTION).version
 
 
 def capture_off(db, wh: Warehouse) -> None:
@@ -64,7 +70,7 @@ def test_files_written_without_redaction_are_redacted_in_place(secret_store, tmp
     assert run.files_redacted.cells_changed[MESSAGES] >= 2  # content and the tool call's JSON
     text = all_text(tmp_path / "wh")
     assert keys["github"] not in text and keys["openai"] not in text
-    assert versions(tmp_path / "wh") == {REDACTION_VERSION}
+    assert versions(tmp_path / "wh") == {current_version()}
     assert os.path.exists(stored_files.stamp_path(wh))
     messages = pq.read_table(next((tmp_path / "wh" / MESSAGES).rglob("*.parquet"))).to_pylist()
     call = json.loads(next(m["tool_calls"] for m in messages if m["tool_calls"]))
@@ -82,9 +88,9 @@ def test_a_purge_keeps_each_files_redaction_version(secret_store, tmp_path):
     db, _ = secret_store
     wh = Warehouse(str(tmp_path / "wh"))
     capture_days([db], wh)
-    assert versions(tmp_path / "wh") == {REDACTION_VERSION}
+    assert versions(tmp_path / "wh") == {current_version()}
     assert purge.purge(wh, scope="/work/b").sessions == 1
-    assert versions(tmp_path / "wh") == {REDACTION_VERSION}
+    assert versions(tmp_path / "wh") == {current_version()}
 
 
 def test_a_run_without_redaction_forgets_the_stamp(secret_store, tmp_path):
@@ -114,7 +120,7 @@ def test_each_host_on_a_shared_folder_redacts_its_own_files_whatever_the_other_s
     run, _ = capture_days([db], alpha)  # alpha turns redaction on: its own files are redacted
     assert sum(run.files_redacted.files_rewritten.values()) == len(CAPTURE_DATASETS)
     assert keys["github"] not in all_text(root) and keys["openai"] not in all_text(root)
-    assert versions(root) == {REDACTION_VERSION}
+    assert versions(root) == {current_version()}
 
 
 def test_the_stamp_of_a_warehouse_from_before_becomes_the_moving_hosts(secret_store, tmp_path):
@@ -135,3 +141,25 @@ def test_the_stamp_of_a_warehouse_from_before_becomes_the_moving_hosts(secret_st
     )  # stamped: no footer read
     # a host that joins later has no stamp of its own: it checks its own files
     assert not os.path.exists(stored_files.stamp_path(Warehouse(str(root), host="beta")))
+
+
+def test_a_new_env_value_redacts_the_files_again_by_itself(secret_store, tmp_path):
+    """No number to raise: a value added to Hermes's .env changes the version the files record,
+    so the next run redacts every file again, says why, and the run after it changes no byte."""
+    db, keys = secret_store
+    wh = Warehouse(str(tmp_path / "wh"))
+    capture_days([db], wh)
+    env = tmp_path / "home" / ".env"
+    env.write_text("MY_SERVICE_TOKEN=" + keys["github"][4:] + "\n")  # a value the rules alone never saw whole
+    with_env = RedactionConfig(TEST_REDACTION.key_path, (str(env),))
+    run, _ = capture_days([db], wh, redaction=with_env)
+    assert run.files_redacted is not None
+    assert sum(run.files_redacted.files_checked.values()) == len(CAPTURE_DATASETS)
+    assert run.files_redacted.metadata()["redacted_again_because"] == {
+        "the values of Hermes's .env files changed": len(CAPTURE_DATASETS)
+    }
+    assert versions(tmp_path / "wh") == {redactor_for(with_env).version} != {current_version()}
+    before = files(tmp_path / "wh")
+    again, _ = capture_days([db], wh, redaction=with_env)
+    assert again.files_redacted is not None and not sum(again.files_redacted.files_checked.values())
+    assert files(tmp_path / "wh") == before
