@@ -294,3 +294,30 @@ def test_the_pass_over_stored_files_keeps_the_sightings_right(capture: Capture, 
         assert part_files(capture.warehouse) == before
     finally:
         instance.dispose()
+
+
+def test_exposures_equal_what_a_v022_store_holds_per_kind(capture: Capture):
+    """The store Hermes v0.22.2's own writer makes with a fake credential of every kind
+    (``tools/gen_secret_store_v022.py``): one row per secret it put in, of that secret's kind and
+    marker (as ``tests/defs/test_redaction_v022.py`` expects it in the datasets), in its one session."""
+    from tests.defs.test_redaction_v022 import SECRET_SID, TOOL, expected_marker
+    from tests.support.hermes_venv import hermes_python
+
+    reading = capture.root / "reading.json"
+    subprocess.run([str(hermes_python()), str(TOOL), str(capture.home), str(reading)], check=True, cwd=REPO)
+    secrets = json.loads(reading.read_text(encoding="utf-8"))["secrets"]
+    instance = dg.DagsterInstance.local_temp(str(capture.dagster_home))
+    try:
+        assert capture.materialize(DAY1, instance=instance).success
+        assert exposures_run(capture, instance).success
+    finally:
+        instance.dispose()
+    key = (capture.dagster_home / "redaction.key").read_bytes()
+    want = {expected_marker(key, entry) for entry in secrets.values()}
+    got = table(capture)
+    assert Counter(r["kind"] for r in got.values()) == Counter(m.split(":")[1] for m in want)
+    assert set(got) == want
+    for row in got.values():
+        assert row["still_in_store"] and row["sessions"] == 1 and row["channels"] == ["cli"], row["marker"]
+    rows = pq.read_table(next((capture.warehouse / SIGHTINGS).rglob("part-0.parquet"))).to_pylist()
+    assert {r["session_id"] for r in rows} == {SECRET_SID}
