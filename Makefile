@@ -46,7 +46,7 @@ install-query: $(VENV)/.installed-query
 run: install
 	$(eval REFUSED := $(shell $(VENV)/bin/python -m hermes_assets.dev --check --port $(PORT) 2>/dev/null))
 	$(if $(REFUSED),$(error $(REFUSED)))
-	$(VENV)/bin/python -m hermes_assets.dev --port $(PORT)
+	@$(VENV)/bin/python -m hermes_assets.dev --port $(PORT)
 
 stop:
 	@$(VENV)/bin/python -m hermes_assets.dev --stop

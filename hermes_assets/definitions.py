@@ -48,6 +48,7 @@ from hermes_assets.lib import logs
 def defs() -> dg.Definitions:
     loaded = console.checked_settings()
     logs.configure(loaded.log_format, level=loaded.log_level)
+    console.refuse_host_conflicts(loaded)
     run_log.install()
     console.quiet_dagster_warnings()
     try:
@@ -79,7 +80,7 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
             ],
             asset_checks=[store_checks.state_checks(days)],
             sensors=sensors.build(loaded, days),
-            jobs=[jobs.purge_job],
+            jobs=[jobs.purge_job, jobs.relabel_job],
             resources={**resources.resources_for(loaded), **io_manager.io_managers(loaded)},
             executor=executor.executor_for(loaded.executor),
         )

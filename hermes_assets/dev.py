@@ -4,13 +4,19 @@
 starts, and refuses with one line and exit status 2 (:data:`EXIT_REFUSED`):
 
 - a bad setting (``defs/settings.py``);
+- a host the warehouse refuses: its label is another installation's, or one of its
+  stores is captured there under another label (``settings.check_host``);
 - an instance already running for this ``DAGSTER_HOME`` (its PID and port are
   named, and ``make stop``): two daemons on one instance would both tick the
   sensors, and the second webserver could not serve anyway;
-- a port another program holds (it is named when this user may see it, and
-  a free one is suggested: ``make run PORT=3001``).
+- a port another program holds (named when this user may see it, by its whole
+  command line, and by the folder it serves when it is a Dagster of another folder;
+  a free port is suggested: ``make run PORT=3001``).
 
-It then becomes ``dg dev`` (``exec``: same process, so Ctrl-C and signals
+It then becomes ``dg dev`` (its services at warning: every sensor and automation tick
+is a line of theirs at info; at ``HERMES_ASSETS_LOG_LEVEL=debug``, or with a ``--log-level``
+of your own, as asked), and a detached process says, in one line, when the UI answers.
+``dg dev`` runs in this process (``exec``: Ctrl-C and signals
 reach it directly) holding an exclusive lock on
 ``$DAGSTER_HOME/.hermes_assets-dev.pid``, which names its PID and port. The
 lock, not the file's presence, says an instance runs: it goes when the
@@ -35,18 +41,22 @@ too. Resetting both signals to their defaults before ``exec`` makes a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 PID_FILE = ".hermes_assets-dev.pid"
 #: the exit status of a refused start (as a bad setting's)
@@ -132,9 +142,28 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def _command(pid: int) -> str:
-    """``pid``'s command line as ``ps`` shows it, its program by name, cut to 80 characters."""
+    """``pid``'s whole command line as ``ps`` shows it, its program by name."""
     parts = _cmdline(pid)
-    return " ".join([os.path.basename(parts[0]), *parts[1:]])[:80] if parts else "?"
+    return " ".join([os.path.basename(parts[0]), *parts[1:]]) if parts else "?"
+
+
+def _dagster(cmd: list[str]) -> bool:
+    """Whether a command is one of Dagster's servers (its webserver, ``dg dev``, ``dagster dev``)."""
+    return _is(cmd, "dagster_webserver", "dagster-webserver") or _dev(cmd)
+
+
+def _holder(pid: int) -> str:
+    """``pid N: <its whole command line>``, and the folder it serves when it is a Dagster of another folder."""
+    line = f"pid {pid}: {_command(pid)}"
+    if not _dagster(_cmdline(pid)):
+        return line
+    home = _home_of(pid)
+    if home is None:
+        try:
+            home = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            return f"{line}, a Dagster"
+    return f"{line}, the Dagster of {home}"
 
 
 # --------------------------------------------------------------------------
@@ -280,7 +309,7 @@ def _listener(port: int) -> str | None:
         for fd in fds:
             try:
                 if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    return f"pid {pid}: {_command(pid)}"
+                    return _holder(pid)
             except OSError:
                 continue
     return None
@@ -331,7 +360,9 @@ def check(args: list[str]) -> tuple[str, int]:
     """Every reason not to start, as :class:`Refused` (one line): the settings, an instance of
     this folder already running, a taken port. Returns the webserver's host and port."""
     try:
-        settings.check()
+        loaded = settings.check()
+        with contextlib.suppress(*UNREACHABLE):  # a warehouse not reachable now: the runs name it
+            settings.check_host(loaded)  # this host's label or a store another host's: refused
     except ConfigurationError as exc:
         raise Refused(str(exc)) from None
     host, port = address(args)
@@ -343,9 +374,19 @@ def check(args: list[str]) -> tuple[str, int]:
     return host, port
 
 
+def dev_args(args: list[str], loaded: settings.Settings) -> list[str]:
+    """``dg dev``'s options: ``args``, with Dagster's services (its daemon, webserver and code
+    server) at warning unless a ``--log-level`` is given: every sensor and automation tick is a
+    line of theirs at info. At ``HERMES_ASSETS_LOG_LEVEL=debug``, at info."""
+    if _option(args, ("--log-level",), ""):
+        return list(args)
+    return [*args, "--log-level", "info" if loaded.log_level == "debug" else "warning"]
+
+
 def start(args: list[str]) -> int:
     try:
         host, port = check(args)
+        loaded = settings.load()  # checked: it loads
         _lock(port)
         if _taken(host, port):  # taken between the check and the lock
             raise Refused(_port_line(host, port))
@@ -355,7 +396,58 @@ def start(args: list[str]) -> int:
     dg = str(Path(sys.executable).with_name("dg"))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)  # an ignored signal stays ignored across exec: undo it
-    os.execv(dg, [dg, "dev", *args])
+    # the automation reads each updated day's materialization time, up to 100 days a tick by default,
+    # and warns for every asset and tick past that: a first capture of a long history updates every day
+    os.environ.setdefault(TIMESTAMP_FETCH_VARIABLE, str(TIMESTAMP_FETCH_DAYS))
+    _announce(host, port)
+    os.execv(dg, [dg, "dev", *dev_args(args, loaded)])
+
+
+# --------------------------------------------------------------------------
+# the line that says the UI is up (Dagster's own says it at info, which make run keeps quiet)
+# --------------------------------------------------------------------------
+
+#: Dagster's variable of how many updated partitions of an asset a tick of the automation reads the
+#: time of (then one warning per asset and tick), and the days this project lets it read: three years
+TIMESTAMP_FETCH_VARIABLE = "DAGSTER_MAX_PARTITIONS_FOR_DA_TIMESTAMP_FETCH"
+TIMESTAMP_FETCH_DAYS = 1100
+#: how long the UI may take to come up before the line gives up
+ANNOUNCE_WITHIN_S = 600
+
+
+def _announce(host: str, port: int) -> None:
+    """Start, detached, the process that says once the UI answers (:func:`announce`): this process
+    becomes ``dg dev`` right after, and the announcer is no child of it."""
+    spawned = subprocess.Popen(
+        [sys.executable, "-m", "hermes_assets.dev", "--announce", host, str(port), str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+    )
+    spawned.wait()  # it forks the announcer and returns at once
+
+
+def announce(host: str, port: int, parent: int) -> int:
+    """Wait until the webserver answers on ``host:port``, then say so in one line; give up when
+    ``dg dev`` (``parent``) has ended. Runs in a grandchild of ``make run`` (its parent returned)."""
+    if os.fork():
+        return 0
+    os.setsid()  # no child of dg dev's group: Ctrl-C is dg dev's to handle; its end ends this wait
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    deadline = time.monotonic() + ANNOUNCE_WITHIN_S
+    dg_dev = _proc(parent)
+    while time.monotonic() < deadline and dg_dev is not None and _alive(dg_dev):
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as answer:
+                if answer.status == 200:
+                    print(
+                        f"hermes_assets: the Dagster UI is up on {url} (Ctrl-C or `make stop` stops it)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    break
+        except OSError:
+            pass
+        time.sleep(0.5)
+    os._exit(0)
 
 
 def _wait_gone(procs: set[Proc], timeout_s: float) -> set[Proc]:
@@ -408,6 +500,8 @@ def stop() -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--stop"]:
         return stop()
+    if argv[:1] == ["--announce"]:
+        return announce(argv[1], int(argv[2]), int(argv[3]))
     if argv[:1] == ["--check"]:  # the refusal alone on stdout (what make reads); events stay on stderr
         try:
             check(argv[1:])

@@ -2,10 +2,12 @@
 
 Built on the captured datasets through the ``hermes_datasets`` IO manager
 (inputs read one day at a time, only the columns they need), on the same
-daily partitions. An ``eager()``-like condition (:func:`automation_condition`)
-keeps them current by themselves: after every capture, of any day, the
-``hermes_automation`` sensor (``defs/sensors.py``; on by default, run by the daemon) recomputes the
-days whose inputs changed, and runs again a day whose analytics run failed. Each day is written as Parquet
+daily partitions. The sensor's capture runs compute their days' analytics in the same run,
+right after the capture (``defs/sensors.py``): a captured day's analytics are current when its
+run ends. An ``eager()``-like condition (:func:`automation_condition`) keeps them current after
+any other capture, of any day (a backfill of the datasets launched from the UI): the
+``hermes_automation`` sensor (on by default, run by the daemon) recomputes the days whose inputs
+changed in a run that did not compute them, and runs again a day whose analytics failed. Each day is written as Parquet
 beside the other datasets (``<warehouse>/<asset>/day=YYYY-MM-DD/part-0.parquet``,
 the same file rules) and its totals are numeric metadata, which the asset
 page plots over time. In a warehouse several hosts write, every host computes
@@ -17,10 +19,12 @@ import functools
 
 import dagster as dg
 
-from hermes_assets.defs.capture_assets import column_schema
+from hermes_assets.defs import run_progress
+from hermes_assets.defs.capture_assets import column_schema, refuse_host_conflicts
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesWarehouse
+from hermes_assets.defs.tags import TRIGGER_TAG
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.analytics.daily import TOOLS, USAGE, DayFigures
 from hermes_assets.lib.logs import get_logger
@@ -32,44 +36,61 @@ log = get_logger()
 GROUP = "hermes_analytics"
 #: a day whose analytics run failed is run again at each minute boundary until it succeeds
 RETRY_CRON = "* * * * *"
+#: the tag of the runs that compute these assets right after their capture, in the same run (the
+#: watermark sensor's: ``defs/sensors.py``)
+COMPUTED_IN_RUN = TRIGGER_TAG
 
 
-def automation_condition(*, every_day: bool = False) -> dg.AutomationCondition:
-    """When a day of the analytics is run (by the ``hermes_automation`` sensor); ``every_day``:
-    when an asset computed over every day at once (not partitioned) is run: after a capture of
-    any day (a day never captured does not hold it back, and before the first capture there is
-    nothing to compute: it is not run for being missing).
+def automation_condition(computed_in_sensor_runs: bool = False, *, every_day: bool = False) -> dg.AutomationCondition:
+    """When a day of an asset downstream of the datasets is run (by the ``hermes_automation`` sensor);
+    ``every_day``: when an asset computed over every day at once (not partitioned) is run: after a
+    capture of any day (a day never captured does not hold it back, and before the first capture
+    there is nothing to compute: it is not run for being missing).
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
-    these assets too), with two changes, so that the analytics never fall behind the
+    these assets too), with these changes, so that such an asset never falls behind the
     datasets once nothing moves:
 
-    - a capture is *handled* only by an analytics run requested after it: ``eager()``
-      also counts the day's own update as handled, so a capture that lands while the
-      day's analytics run is in flight (that run read the older files) was forgotten
-      when that run ended;
-    - a day whose latest analytics run failed (a full disk, a read-only warehouse)
+    - ``computed_in_sensor_runs`` (the analytics assets: the sensor's runs compute them right
+      after their capture, in the same run: :data:`COMPUTED_IN_RUN`): a capture by such a run
+      needs nothing more (never computed twice);
+    - a capture is *handled* only by a run of the asset requested after it: ``eager()`` also
+      counts the day's own update as handled, so a capture that lands while the day's run of
+      the asset is in flight (that run read the older files) was forgotten when that run ended;
+    - a day whose latest run of the asset failed (a full disk, a read-only warehouse)
       is run again, at the first evaluation after each minute boundary, until it
       succeeds, without waiting for another capture.
     """
     ac = dg.AutomationCondition
     # A capture and the previous tick's request can be seen on the same tick: their times tell
-    # which came first. Only bare conditions carry a time (not an OR of them, as in
-    # any_deps_updated()); without one the request wins and the capture is forgotten. The
-    # captures are never run with, nor requested by, these assets: newly_updated() is the whole story.
-    captured = ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated").since(ac.newly_requested())
+    # which came first. Only bare conditions carry a time (not an AND or an OR of them, as in
+    # any_deps_updated()); without one the request wins and the capture is forgotten. So the
+    # trigger is a bare newly_updated() of a dependency, reset by a request of this asset and,
+    # apart, by a capture that only runs computing this asset made (which needs no time: such a
+    # run is never this sensor's request, and on a tick that sees both, it wins). Dagster's
+    # executed_with_root_target() would not do: it looks at an asset's latest materialization
+    # alone, one day of a ranged run.
+    deps_updated = ac.any_deps_match(ac.newly_updated()).with_label("any_deps_updated")
+    # any dependency, not all: a run's three datasets are materialized one after the other, and a
+    # tick can see some of them and the next tick the others
+    in_run = ac.any_deps_match(
+        ac.newly_updated() & ac.all_new_updates_have_run_tags(tag_values=COMPUTED_IN_RUN)
+    ).with_label("any_deps_updated by runs that computed this asset too")
+    captured: dg.AutomationCondition = deps_updated.since(ac.newly_requested())
+    if computed_in_sensor_runs:
+        captured = captured & deps_updated.since(in_run)
+    updated = captured | ac.newly_missing().since(ac.newly_requested() | ac.newly_updated())
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
     if every_day:
         return ((captured | failed) & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
             "after any day's capture, retried"
         )
-    updated = captured | ac.newly_missing().since(ac.newly_requested())
     return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
         "eager, any day, retried"
     )
 
 
-AUTOMATION = automation_condition()
+AUTOMATION = automation_condition(computed_in_sensor_runs=True)
 
 
 def _common(dataset: str, days: Days) -> dict:
@@ -99,12 +120,16 @@ def _materialize(
 ) -> dg.MaterializeResult:
     """Each day of the run: compute, replace the day's file, attach the day's totals."""
     wh = warehouse.open()
+    refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
     files_changed = rows = 0
-    for day in context.partition_keys:
-        result, figures = daily.write_current_day(wh, dataset, day, functools.partial(daily.read_inputs, inputs, day))
-        context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
-        files_changed += result.changed
-        rows += result.rows
+    with run_progress.progress(context, dataset, len(context.partition_keys)) as progress:
+        for day in context.partition_keys:
+            read = functools.partial(daily.read_inputs, inputs, day)
+            result, figures = daily.write_current_day(wh, dataset, day, read)
+            context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
+            files_changed += result.changed
+            rows += result.rows
+            progress.advance(result.rows)
     log.info(
         "hermes.analytics.written",
         dataset=dataset,

@@ -23,16 +23,16 @@ handed to the event log in one batch (:mod:`hermes_assets.defs.check_events`).
 """
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
-from hermes_assets.defs import check_events, checks, store_checks
+from hermes_assets.defs import check_events, checks, run_progress, store_checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.defs.store_checks import HERMES_STATE, failed_stores
-from hermes_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, WILL_RETRY_TAG
+from hermes_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, NO_SESSIONS_TAG, WILL_RETRY_TAG
 from hermes_assets.lib import errors, logs, schemas
 from hermes_assets.lib.capture import steps
 from hermes_assets.lib.capture.steps import ProjectedRun
@@ -93,6 +93,7 @@ def plan_op(days: Days) -> dg.OpDefinition:
             first_day=days.partitions.get_first_partition_key(),
             last_day=days.partitions.get_last_partition_key(),
             readers=hermes.readers(),
+            expect_none=NO_SESSIONS_TAG.items() <= context.run.tags.items(),
         )
         yield dg.Output(result, "plan", metadata=plan_metadata(result))
         # about the stores and the run, once per run (not planned: see store_checks)
@@ -159,21 +160,25 @@ def project_rows(
     plan: CapturePlan,
 ) -> dg.Output[ProjectedRun]:
     wh = warehouse.open()
+    # this host's label and stores are its own in the warehouse, or nothing is written
+    refuse_host_conflicts(lambda: warehouse.settle_host(wh, plan.identities()))
     # a warehouse from before hosts had their own files moves to this host's folders, once;
     # the warehouse says whether this host's ids are scoped by its label (unique across hosts)
     moved = wh.adopt_legacy()
     plan = plan.scoped_by_host() if moved.ids_scoped else plan
-    run = steps.project_rows(
-        plan,
-        usage_policy.projection_context(plan.read_at),
-        wh,
-        staging=staging_dir(wh, context.run.run_id, context.instance),
-        redaction=usage_policy.redaction((sp.store.path for sp in plan.stores), context.instance.root_directory),
-        workers=capture_runtime.workers,
-        parallel_min_sessions=capture_runtime.parallel_min_sessions,
-        start_method=capture_runtime.start_method,
-        log_format=logs.configured_format(),
-    )
+    with run_progress.progress(context, "project_rows", len(plan.days)) as progress:
+        run = steps.project_rows(
+            plan,
+            usage_policy.projection_context(plan.read_at),
+            wh,
+            staging=staging_dir(wh, context.run.run_id, context.instance),
+            redaction=usage_policy.redaction((sp.store.path for sp in plan.stores), context.instance.root_directory),
+            workers=capture_runtime.workers,
+            parallel_min_sessions=capture_runtime.parallel_min_sessions,
+            start_method=capture_runtime.start_method,
+            log_format=logs.configured_format(),
+            progress=progress,
+        )
     metadata: dict = {"days": len(run.days), "host": wh.host, **moved.metadata()}
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, samples = run.totals(dataset)
@@ -213,7 +218,8 @@ def write_partitions(
             description=f"the staged days of this run ({run.staging}) were removed: a later run "
             "captured these days, or they were left too long. Re-execute all steps, not from failure."
         )
-    written = steps.write_partitions(run, wh, workers=max(2, capture_runtime.workers))
+    with run_progress.progress(context, "write_partitions", len(run.days)) as progress:
+        written = steps.write_partitions(run, wh, workers=max(2, capture_runtime.workers), progress=progress)
     # the write succeeded: staging that failed or killed runs left is not needed any more
     staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}
@@ -235,6 +241,15 @@ def write_partitions(
                 "stores_failed": failed_stores(written.failures),
             },
         ) from exc
+
+
+def refuse_host_conflicts(settle: Callable[[], None]) -> None:
+    """Run ``settle`` (a host's claims on the warehouse); a conflict fails the step with its
+    one line (:class:`~hermes_assets.lib.errors.HostConflict`), nothing written."""
+    try:
+        settle()
+    except errors.HostConflict as exc:
+        raise dg.Failure(description=str(exc), metadata={"error_kind": exc.error_kind}) from exc
 
 
 def day_checks(

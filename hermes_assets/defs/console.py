@@ -17,7 +17,7 @@ one line that names the variable, the value and the accepted form:
 
 A partition key outside the partitions (``dg launch --partition 2020-01-01``)
 gets the same treatment in a typed command: one line saying where the
-partitions start and which setting moves them.
+partitions start and which setting moves them, and exit status 2.
 
 Dagster's own warnings about this project's set-up are silenced here too
 (see :func:`quiet_dagster_warnings`).
@@ -25,6 +25,7 @@ Dagster's own warnings about this project's set-up are silenced here too
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -38,7 +39,9 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.partitions import Days
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.errors import ConfigurationError, HostConflict
+from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
+from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 #: the console scripts a person types; their server subcommands are not one-shot commands
 COMMANDS = ("dagster", "dg")
@@ -97,13 +100,40 @@ def checked_settings() -> settings.Settings:
         stop(exc)
 
 
+#: the typed commands that run the assets here and now (the others only list, check or serve)
+RUN_COMMANDS = (("asset", "materialize"), ("job", "execute"), ("launch",))
+
+
+def runs_assets() -> bool:
+    """Whether this process is a typed command that runs the assets (``dagster asset
+    materialize``, ``dagster job execute``, ``dg launch``)."""
+    args = sys.argv[1:]
+    relabels = RELABEL_JOB in args  # the way out of a refusal is never refused
+    return typed_command() and not relabels and any(tuple(args[: len(cmd)]) == cmd for cmd in RUN_COMMANDS)
+
+
+def refuse_host_conflicts(loaded: settings.Settings) -> None:
+    """In a typed command that runs the assets, a host the warehouse refuses (its label is
+    another host's, or a store of its is captured under another label) stops in one line,
+    exit status 2, before anything runs (:func:`settings.check_host`). A warehouse that cannot
+    be reached now is left to the run, which names it."""
+    if not runs_assets():
+        return
+    try:
+        settings.check_host(loaded)
+    except HostConflict as exc:
+        stop(exc)
+    except UNREACHABLE:
+        return
+
+
 ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
 
 class PartitionErrorHook:
     """``sys.excepthook`` of a typed command: Dagster's error for a partition key outside the
-    partitions ``days`` becomes one line (:func:`partition_line`); any other error goes on to
-    the hook it replaced (Python's own report)."""
+    partitions ``days`` becomes one line (:func:`partition_line`) and exit status 2, as every
+    one-line mistake; any other error goes on to the hook it replaced (Python's own report)."""
 
     def __init__(self, previous: ExceptHook, days: Days) -> None:
         self.previous = previous
@@ -113,8 +143,17 @@ class PartitionErrorHook:
         line = partition_line(exc, self.days) if isinstance(exc, dg.DagsterError) else None
         if line is None:
             self.previous(kind, exc, tb)
-        else:
-            print(line, file=sys.stderr, flush=True)
+            return
+        print(line, file=sys.stderr, flush=True)
+        self.end(EXIT_BAD_SETTING)
+
+    @staticmethod
+    def end(status: int) -> None:
+        """End the process with ``status``: Python ends one whose error reached this hook with
+        status 1, after its exit handlers, so those run here (Dagster's own among them) first."""
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        os._exit(status)
 
 
 def explain_partition_errors(days: Days) -> None:
@@ -175,8 +214,12 @@ def quiet_dagster_warnings() -> None:
       this project has none: its logger is set to errors only.
     - Dagster's own asset selection parser raises a beta warning for every ``--select`` /
       ``--assets`` string a command is given.
+    - ``dagster.yaml`` hands every run's logs a handler of this project (``python_logs:
+      dagster_handler_config``: the run's console line), and Dagster warns, in every run, that
+      such a handler is in beta.
     """
     logging.getLogger(COMPONENT_TREE_LOGGER).setLevel(logging.ERROR)
     warnings.filterwarnings(
         "ignore", message=r"Parameter `include_sources` of function `AssetSelection.all`", category=dg.BetaWarning
     )
+    warnings.filterwarnings("ignore", message=r"Handling yaml-defined logging configuration", category=dg.BetaWarning)

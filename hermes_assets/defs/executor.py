@@ -7,12 +7,16 @@ import dagster as dg
 from hermes_assets.defs import settings
 from hermes_assets.lib.errors import ConfigurationError
 
+#: the extra of the project that installs each executor's package (pyproject.toml), and the package
+EXTRAS = {"k8s": "dagster-k8s", "celery": "dagster-celery"}
 
-def integration_release(library: str) -> str:
-    """The release of a Dagster integration library that matches the installed Dagster: libraries
-    are numbered 0.(minor + 16).patch beside Dagster 1.minor.patch (dagster-k8s 0.29.27 with 1.13.27)."""
-    _, minor, patch = dg.__version__.split(".")[:3]
-    return f"{library}==0.{int(minor) + 16}.{patch}"
+
+def missing_extra(name: str) -> ConfigurationError:
+    """The one line of an executor whose package is not installed: the extra that installs it."""
+    return ConfigurationError(
+        f"HERMES_ASSETS_EXECUTOR={name} needs {EXTRAS[name]}, which the project's {name} extra installs: "
+        f"`.venv/bin/uv sync --frozen --inexact --extra {name}` (or pip install 'hermes_assets[{name}]')"
+    )
 
 
 def executor_for(name: settings.Executor) -> dg.ExecutorDefinition:
@@ -25,14 +29,10 @@ def executor_for(name: settings.Executor) -> dg.ExecutorDefinition:
         try:
             from dagster_k8s import k8s_job_executor
         except ImportError as exc:
-            raise ConfigurationError(
-                f"HERMES_ASSETS_EXECUTOR=k8s needs {integration_release('dagster-k8s')} installed"
-            ) from exc
+            raise missing_extra(name) from exc
         return k8s_job_executor
     try:  # celery
         from dagster_celery import celery_executor
     except ImportError as exc:
-        raise ConfigurationError(
-            f"HERMES_ASSETS_EXECUTOR=celery needs {integration_release('dagster-celery')} installed"
-        ) from exc
+        raise missing_extra(name) from exc
     return celery_executor

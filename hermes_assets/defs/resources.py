@@ -16,16 +16,17 @@ import dagster as dg
 from hermes_assets.defs.settings import AbsolutePath, FileMode, PathOrUri, PositiveInt, Settings
 from hermes_assets.lib.capture.pool import START_METHODS
 from hermes_assets.lib.capture.steps import PARALLEL_MIN_SESSIONS
+from hermes_assets.lib.hosts import host_claims, host_labels
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.redaction.redactor import RedactionConfig
 from hermes_assets.lib.redaction.sources import env_files
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_assets.lib.source.store_identity import identities
 from hermes_assets.lib.source.stores import Store, discover_stores, on_host
-from hermes_assets.lib.warehouse import hosts
+from hermes_assets.lib.storage.local_files import FileModes
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.local_files import FileModes
 
 
 class HermesStores(dg.ConfigurableResource):
@@ -47,13 +48,18 @@ class HermesStores(dg.ConfigurableResource):
         )
 
     def stores(self) -> list[Store]:
-        host = self.host or hosts.default_label()
+        host = self.host or host_labels.default_label()
         # whether the host joins its ids' scope is the warehouse's to say (project_rows)
         return on_host(discover_stores(self.state_db, self.hermes_home), host, scoped=False)
 
     def readers(self) -> ReaderFactory:
         """How the stores are opened (the busy budget belongs to the reader)."""
         return ReaderFactory(busy_timeout_ms=self.busy_timeout_ms)
+
+    def identities(self) -> dict[str, str]:
+        """Store path -> its identity (:mod:`hermes_assets.lib.source.store_identity`), for the
+        stores that can be read and hold a session (one read-only look each)."""
+        return identities(self.stores(), self.readers())
 
 
 class HermesWarehouse(dg.ConfigurableResource):
@@ -67,16 +73,37 @@ class HermesWarehouse(dg.ConfigurableResource):
     host: str = ""
     #: the label was set (``HERMES_ASSETS_HOST``): the host's ids are scoped by it
     host_named: bool = False
+    #: this host's identity file (empty: no identity, no claims: a warehouse one host writes)
+    identity_file: str = ""
 
     @classmethod
     def from_settings(cls, s: Settings) -> HermesWarehouse:
         return cls(
-            root=s.warehouse, spool=s.spool, file_mode=s.file_mode, host=s.host_label, host_named=s.host is not None
+            root=s.warehouse,
+            spool=s.spool,
+            file_mode=s.file_mode,
+            host=s.host_label,
+            host_named=s.host_named,
+            identity_file=s.host_identity or "",
         )
 
     def open(self) -> Warehouse:
         modes = FileModes.named(self.file_mode)
         return Warehouse(self.root, spool=self.spool, modes=modes, host=self.host or None, host_named=self.host_named)
+
+    def settle_host(self, wh: Warehouse, stores: dict[str, str]) -> None:
+        """Before a capture writes anything: this host's identity, label and stores claimed in
+        the warehouse (:func:`hermes_assets.lib.hosts.host_claims.settle_host`); raises
+        :class:`~hermes_assets.lib.errors.HostConflict` when they are another host's."""
+        if self.identity_file:
+            host_claims.settle_host(
+                wh.storage, wh.root, self.identity_file, wh.host, stores, named=self.host_named, modes=wh.modes
+            )
+
+    def check_host(self, wh: Warehouse, stores: dict[str, str] | None = None) -> None:
+        """The same, reading only (a sensor tick, a command before it runs anything)."""
+        if self.identity_file:
+            host_claims.check_host(wh.storage, wh.root, self.identity_file, wh.host, stores or {})
 
 
 class UsagePolicy(dg.ConfigurableResource):

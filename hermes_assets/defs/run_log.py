@@ -47,15 +47,17 @@ from typing import Any
 import dagster as dg
 from dagster._core.definitions.instigation_logger import DispatchingLogHandler
 
+from hermes_assets.defs import run_console
 from hermes_assets.lib import logs
 
 #: fields of an event that the run log's entry carries itself (its run, step and time)
-_NOT_STORED = ("event", "level", "run_id", "op", "timestamp")
+_NOT_STORED = ("event", "level", "run_id", "op", "timestamp", *logs.ON_CONSOLE)
 
-#: events of one partition file: its materialization's metadata (rows written, retained,
-#: file changed ...) holds the same figures, so they stay on stderr (the compute logs) only;
-#: storing each in the run log as well cost ~15 ms a file (1.4 s for a 30-day backfill)
-_PER_PARTITION = frozenset({"hermes.warehouse.day_written"})
+#: events the run log holds already in another form, so they stay on stderr (the compute logs)
+#: only: a partition file's (its materialization's metadata holds the same figures; storing each
+#: in the run log as well cost ~15 ms a file, 1.4 s for a 30-day backfill), and the console's
+#: own lines of Dagster's events (defs/run_console.py)
+_PER_PARTITION = frozenset({"hermes.warehouse.day_written", *run_console.ALREADY_IN_THE_RUN_LOG})
 
 
 def current_step() -> dg.OpExecutionContext | None:

@@ -39,11 +39,11 @@ from pydantic import AfterValidator, BeforeValidator, Field
 
 from hermes_assets.lib import logs
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.hosts import host_identity, host_labels
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.redaction.sources import key_too_short
 from hermes_assets.lib.source import stores
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS
-from hermes_assets.lib.warehouse import hosts
 
 Executor = Literal["in_process", "multiprocess", "k8s", "celery"]
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -51,7 +51,7 @@ LogFormat = logs.LogFormat
 LOG_FORMATS = logs.FORMATS
 LogLevel = logs.LogLevel
 LOG_LEVELS = logs.LEVELS
-#: the names of ``hermes_assets.lib.warehouse.local_files.FILE_MODES`` (tests/defs/test_settings.py holds them equal)
+#: the names of ``hermes_assets.lib.storage.local_files.FILE_MODES`` (tests/defs/test_settings.py holds them equal)
 FileMode = Literal["private", "group"]
 FILE_MODES: tuple[str, ...] = get_args(FileMode)
 #: schemes ``pyarrow.fs.FileSystem.from_uri`` opens
@@ -91,7 +91,7 @@ def _on_off(value: Any) -> Any:
 
 
 def _host(value: str | None) -> str | None:
-    return None if value is None else hosts.check_label(value)
+    return None if value is None else host_labels.check_label(value)
 
 
 PositiveInt = Annotated[int, Field(ge=1, strict=False)]
@@ -128,12 +128,24 @@ class Settings(pydantic.BaseModel):
     redact_secrets: Annotated[bool, BeforeValidator(_on_off)] = True
     #: the key of the redaction markers (created once, 0600); set by :func:`load` when unset
     redaction_key: AbsolutePath | None = None
+    #: this host's identity file (made on its first capture, 0600); set by :func:`load` when unset
+    host_identity: AbsolutePath | None = None
+    #: the label the identity file settled on the host's first capture (read by :func:`load`)
+    settled_host: str | None = None
+    #: the settled label was set (``HERMES_ASSETS_HOST``) when it was settled
+    settled_named: bool = False
 
     @property
     def host_label(self) -> str:
-        """The label this host's files and rows carry: ``HERMES_ASSETS_HOST``, else the
-        machine's hostname made a safe path segment."""
-        return self.host or hosts.default_label()
+        """The label this host's files and rows carry: the one settled on its first capture
+        (its identity file), else ``HERMES_ASSETS_HOST``, else the machine's hostname made a
+        safe path segment."""
+        return self.settled_host or self.host or host_labels.default_label()
+
+    @property
+    def host_named(self) -> bool:
+        """Whether the host's label was set (``HERMES_ASSETS_HOST``): its ids are then scoped."""
+        return self.host is not None or (self.settled_host is not None and self.settled_named)
 
     @property
     def start_day(self) -> str | None:
@@ -149,7 +161,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "start_date": ("HERMES_ASSETS_START_DATE", "a date (YYYY-MM-DD)"),
     "policy_list": ("HERMES_ASSETS_POLICY_LIST", "a file path"),
     "poll_seconds": ("HERMES_ASSETS_POLL_SECONDS", f"an integer >= {MIN_POLL_SECONDS} (seconds)"),
-    "executor": ("HERMES_ASSETS_EXECUTOR", f"one of {', '.join(EXECUTORS)}"),
+    "executor": (
+        "HERMES_ASSETS_EXECUTOR",
+        f"one of {', '.join(EXECUTORS)} (k8s and celery: with the project's extra of that name installed)",
+    ),
     "log_format": ("HERMES_ASSETS_LOG_FORMAT", f"one of {', '.join(LOG_FORMATS)}"),
     "log_level": ("HERMES_ASSETS_LOG_LEVEL", f"one of {', '.join(LOG_LEVELS)}"),
     "busy_timeout_ms": ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "a positive integer (milliseconds)"),
@@ -159,6 +174,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "sensor_max_runs": ("HERMES_ASSETS_SENSOR_MAX_RUNS", "a positive integer"),
     "redact_secrets": ("HERMES_ASSETS_REDACT_SECRETS", "on or off"),
     "redaction_key": ("HERMES_ASSETS_REDACTION_KEY", "a file path"),
+    "host_identity": ("HERMES_ASSETS_HOST_IDENTITY", "a file path"),
     "host": (
         "HERMES_ASSETS_HOST",
         "a host label (1-63 letters, digits, '.', '_' or '-', starting with a letter; not a word "
@@ -186,6 +202,10 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         values["warehouse"] = os.path.join(home, "warehouse") if home else "warehouse"
     if "redaction_key" not in values:
         values["redaction_key"] = _default_key(home, values["warehouse"])
+    if "host_identity" not in values:
+        values["host_identity"] = os.path.join(
+            os.path.dirname(_default_key(home, values["warehouse"])), host_identity.IDENTITY_FILE
+        )
     if "log_level" in values:
         values["log_level"] = values["log_level"].lower()
     try:
@@ -195,7 +215,24 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         name, form = VARIABLES[field]
         raise ConfigurationError(f"{name}={values.get(field)!r} is not {form}") from None
     _refuse_a_future_start(loaded)
-    return loaded
+    return _with_settled_host(loaded)
+
+
+def _with_settled_host(loaded: Settings) -> Settings:
+    """The settings with the label this host settled on its first capture (its identity file,
+    ``HERMES_ASSETS_HOST_IDENTITY``); a ``HERMES_ASSETS_HOST`` that names another is refused."""
+    assert loaded.host_identity is not None  # load gives it its default
+    identity = host_identity.read(loaded.host_identity)
+    if identity is None or identity.label is None:
+        return loaded
+    if loaded.host is not None and loaded.host != identity.label:
+        name, _ = VARIABLES["host"]
+        raise ConfigurationError(
+            f"{name}={loaded.host!r} is not this host's label, {identity.label!r}, settled on its first capture "
+            f"({loaded.host_identity}): set {name}={identity.label!r} or unset it; to rename the host, run the "
+            "relabel_host job (deploy/README.md)"
+        )
+    return loaded.model_copy(update={"settled_host": identity.label, "settled_named": identity.named})
 
 
 def _refuse_a_future_start(loaded: Settings) -> None:
@@ -254,11 +291,14 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
         if problem:
             name, _ = VARIABLES[field]
             raise ConfigurationError(f"{name}={value!r} is not a folder this user can write: {problem}")
-    if settings.redact_secrets and settings.redaction_key:
-        problem = _key_problem(settings.redaction_key)
+    private = {"host_identity": settings.host_identity}
+    if settings.redact_secrets:
+        private["redaction_key"] = settings.redaction_key
+    for field, path in private.items():  # the key and the identity: private files, made on the first run
+        problem = _key_problem(path) if path else None
         if problem:
-            name, _ = VARIABLES["redaction_key"]
-            raise ConfigurationError(f"{name}={settings.redaction_key!r} {problem}")
+            name, _ = VARIABLES[field]
+            raise ConfigurationError(f"{name}={path!r} {problem}")
     if not settings.redact_secrets:
         logs.get_logger().warning(
             "hermes.settings.redaction_off",
@@ -269,6 +309,24 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
     return settings
 
 
+def check_host(s: Settings) -> None:
+    """Refuse (:class:`~hermes_assets.lib.errors.HostConflict`, one line) a host whose label is
+    another host's in the warehouse, or one of whose stores is captured there under another
+    label. It reads the warehouse and the stores, so only what is about to capture calls it
+    (``make run``, a command that runs the assets); servers leave it to the sensor's ticks
+    and the runs, which refuse the same way."""
+    from hermes_assets.lib.hosts import host_claims
+    from hermes_assets.lib.source.state_db import ReaderFactory
+    from hermes_assets.lib.source.store_identity import identities
+    from hermes_assets.lib.storage.local_files import FileModes
+    from hermes_assets.lib.warehouse.datasets import Warehouse
+
+    found = stores.discover_stores(s.state_db, s.hermes_home)
+    wh = Warehouse(s.warehouse, spool=s.spool, modes=FileModes.named(s.file_mode), host=s.host_label)
+    held = identities(found, ReaderFactory(busy_timeout_ms=s.busy_timeout_ms))
+    host_claims.check_host(wh.storage, wh.root, s.host_identity or "", wh.host, held)
+
+
 def _key_problem(path: str) -> str | None:
     """Why the redaction key cannot be used: not a file, readable by others, or (when it
     does not exist yet) a folder where it cannot be created."""
@@ -276,7 +334,7 @@ def _key_problem(path: str) -> str | None:
         if not os.path.isfile(path):
             return "is not a file"
         if os.stat(path).st_mode & 0o077:
-            return "can be read by other users: the key must be private (chmod 600)"
+            return "can be read by other users: it must be private (chmod 600)"
         return key_too_short(os.path.getsize(path))
     problem = _unwritable(os.path.dirname(path))
     return f"cannot be created: {problem}" if problem else None

@@ -16,14 +16,14 @@ Its three checks are about the stores and the runs, not about a day:
 Every capture run reports the three from its ``plan`` step, once per run
 whatever its days (the plan knows them already; ``days_captured`` reads the
 sensor's runs); the sensor also reports ``days_captured`` whenever its set of
-failing days changes. They are not part of a run's plan: Dagster plans every
+failing days changes (and on its first tick). They are not part of a run's plan: Dagster plans every
 check of a ranged run on each of its days, and a check about the run would
 leave all but one of them planned for ever. Executed by hand (the UI's
 *Execute*), each reads the stores, or the sensor's runs, afresh.
 """
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import dagster as dg
@@ -166,17 +166,38 @@ class DayRuns:
     done: bool = False
 
 
-def days_from_runs(runs: Iterable[dg.DagsterRun]) -> dict[str, DayRuns]:
+#: the step whose success means a run's days are captured (the analytics steps come after it)
+WRITE_STEP = "hermes_capture.write_partitions"
+
+
+def capture_written(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """Whether a run that did not succeed wrote its capture all the same: its analytics failed,
+    after the capture's write step succeeded (in it, or in the run it retries)."""
+    group = instance.get_run_group(run.run_id)
+    runs = list(group[1]) if group else [run]
+    return any(
+        stats.status is not None and stats.status.value == "SUCCESS"
+        for r in runs
+        for stats in instance.get_run_step_stats(r.run_id, step_keys=[WRITE_STEP])
+    )
+
+
+def days_from_runs(
+    runs: Iterable[dg.DagsterRun], written: Callable[[dg.DagsterRun], bool] = lambda run: False
+) -> dict[str, DayRuns]:
     """Each day's runs read newest first (``runs`` is): its failed or canceled runs since its
     latest success, and whether one is still queued or running. A failed run that Dagster's
-    own retries run again is not an outcome: its retry is."""
+    own retries run again is not an outcome: its retry is. A failed run whose capture was
+    ``written`` (its analytics failed) captured its days."""
     out: dict[str, DayRuns] = {}
     for run in runs:
         for day in run_days(run.tags):
             seen = out.setdefault(day, DayRuns())
             if seen.done:
                 continue
-            if run.status == dg.DagsterRunStatus.SUCCESS:
+            if run.status == dg.DagsterRunStatus.SUCCESS or (
+                run.status == dg.DagsterRunStatus.FAILURE and run.tags.get(WILL_RETRY_TAG) != "true" and written(run)
+            ):
                 seen.done = True
             elif run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
                 if run.tags.get(WILL_RETRY_TAG) != "true":
@@ -205,7 +226,7 @@ def run_days(tags: Mapping[str, str]) -> list[str]:
 def days_captured_from_runs(instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
     """``days_captured`` as the sensor's latest :data:`RUNS_READ` runs show it."""
     runs = instance.get_runs(filters=dg.RunsFilter(tags=TRIGGER_TAG), limit=RUNS_READ)  # newest first
-    days = days_from_runs(runs)
+    days = days_from_runs(runs, lambda run: capture_written(instance, run))
     failing = sorted(d for d, r in days.items() if not r.done and r.failures >= attempts.FAILING_AFTER)
     return _days_captured(
         failing,

@@ -8,6 +8,9 @@ WILL_RETRY_TAG = "dagster/will_retry"
 AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 #: on every run the sensor requests
 TRIGGER_TAG = {"hermes/trigger": "sensor"}
+#: on the sensor's runs of partition days no Hermes store holds a session on (captured once, as
+#: 0 rows and no file, so that every day reads as captured): such a run expects nothing to capture
+NO_SESSIONS_TAG = {"hermes/sessions": "none"}
 #: the partition of a run, as Dagster tags it (the sensor sets it itself on the run of a day the
 #: loaded partitions lack: defs/partitions.Days.before_first)
 PARTITION_TAG = "dagster/partition"

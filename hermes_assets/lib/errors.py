@@ -35,6 +35,8 @@ UNKNOWN_COLUMNS = "unknown_columns"
 # Run level: the run cannot start.
 POLICY_LIST_UNREADABLE = "policy_list_unreadable"
 CONFIGURATION_ERROR = "configuration_error"
+#: another host owns this host's label, or captures one of its stores (several hosts, one warehouse)
+HOST_CONFLICT = "host_conflict"
 # Policy level (the session is ignored, counted).
 HYPIGNORE_UNREADABLE = "hypignore_unreadable"
 BAD_CLASS_TOKEN = "bad_class_token"
@@ -113,6 +115,13 @@ class ConfigurationError(HermesAssetsError):
     error_kind = CONFIGURATION_ERROR
 
 
+class HostConflict(ConfigurationError):
+    """This host cannot write the warehouse as it is set up: its label is another host's,
+    or one of its stores is captured by another host (nothing was written)."""
+
+    error_kind = HOST_CONFLICT
+
+
 @dataclass(frozen=True)
 class Kind:
     """One ``error_kind``: where it arises, how severe it is, what raises it (if anything does)."""
@@ -135,6 +144,7 @@ KINDS: dict[str, Kind] = {
         Kind(UNKNOWN_COLUMNS, STORE, WARNING),
         Kind(POLICY_LIST_UNREADABLE, RUN, ERROR, PolicyListUnreadable),
         Kind(CONFIGURATION_ERROR, RUN, ERROR, ConfigurationError),
+        Kind(HOST_CONFLICT, RUN, ERROR, HostConflict),
         Kind(HYPIGNORE_UNREADABLE, POLICY, ERROR),
         Kind(BAD_CLASS_TOKEN, POLICY, WARNING),
         Kind(BAD_TOOL_CALLS, CELL, ERROR),

@@ -4,9 +4,14 @@ Event names are ``hermes.<area>.<event>``; fields are ids and counts
 (``session_id``, ``day``, ``rows``, ``error_kind``), never message content.
 :func:`configure` picks ``json`` (one JSON object per line) or ``console``
 (default: console on a terminal, else JSON lines); the Dagster shell passes
-the ``HERMES_ASSETS_LOG_FORMAT`` setting, and the lowest level printed
+the ``HERMES_ASSETS_LOG_FORMAT`` setting, and the lowest level kept
 (``HERMES_ASSETS_LOG_LEVEL``, ``info`` by default). Lines go to the process's
 *current* ``sys.stderr`` unless :func:`configure` is given a stream.
+
+A quiet console: every event at the level kept or above reaches the hooks (the
+Dagster shell keeps them in the run's or the tick's log, which the UI shows), but
+only warnings, errors and the events logged with :data:`ON_CONSOLE` (one line per
+run) are printed; at ``debug`` every event is printed.
 
 Hooks: the Dagster shell adds one with :func:`add_hook` (a structlog
 processor) that sees every event before it is printed: it adds the run and
@@ -30,6 +35,11 @@ FORMATS: tuple[str, ...] = get_args(LogFormat)
 #: the lowest level printed (``info`` unless asked: ``HERMES_ASSETS_LOG_LEVEL``)
 LogLevel = Literal["debug", "info", "warning", "error"]
 LEVELS: tuple[str, ...] = get_args(LogLevel)
+
+#: the field that has an event printed on the console below ``warning``: ``log.info(name, **ON_CONSOLE, ...)``
+ON_CONSOLE = {"on_console": True}
+#: the levels printed on the console whatever the event (below them, only :data:`ON_CONSOLE` events)
+CONSOLE_LEVELS = frozenset({"warning", "error", "critical", "exception"})
 
 #: a structlog processor: ``hook(logger, method_name, event_dict) -> event_dict``
 Hook = Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]
@@ -82,6 +92,7 @@ def configure(fmt: LogFormat | None = None, stream: TextIO | None = None, level:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             _run_hooks,
+            _quiet_console,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
@@ -136,6 +147,19 @@ def add_hook(hook: Hook) -> None:
 def _logger_factory(*_args: Any) -> structlog.PrintLogger:
     stream = _setup.stream if _setup is not None else None
     return structlog.PrintLogger(file=stream if stream is not None else sys.stderr)
+
+
+def configured_level() -> LogLevel:
+    """The lowest level the last :func:`configure` kept (``info`` before any)."""
+    return _setup.level if _setup is not None else "info"
+
+
+def _quiet_console(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Print warnings, errors and :data:`ON_CONSOLE` events; every event at ``debug``."""
+    on_console = event_dict.pop("on_console", False)
+    if on_console or configured_level() == "debug" or str(event_dict.get("level", method)) in CONSOLE_LEVELS:
+        return event_dict
+    raise structlog.DropEvent
 
 
 def _run_hooks(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -10,7 +10,9 @@ launched here, in the order the daemon would launch them:
   ``eager()`` counts the day's own update as handled and forgets it. (A capture
   that lands between the run's read and its write is seen by the run itself,
   which computes again: :func:`~hermes_assets.lib.analytics.daily.write_current_day`.)
-- a day whose analytics run failed is run again without a new capture.
+- a day whose analytics run failed is run again without a new capture;
+- a capture by a run that computed the day's analytics too (the sensor's runs do) leads to
+  no analytics run: they are current already.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.defs.analytics_assets import RETRY_CRON
+from hermes_assets.defs.analytics_assets import COMPUTED_IN_RUN, RETRY_CRON
+from hermes_assets.defs.store_checks import days_captured_evaluation
 from hermes_assets.lib.analytics import daily
-from tests.defs.harness import ANALYTICS, day_path, new_capture
+from tests.defs.harness import ANALYTICS, DATASETS, RANGE_END, RANGE_START, day_path, new_capture
 from tests.support.hermes_writer import HermesWriter
 
 DAY = "2026-06-01"
+EVE = "2026-05-31"
 USAGE, TOOLS = "hermes_daily_usage", "hermes_daily_tools"
 
 
@@ -170,6 +174,31 @@ def test_a_failed_analytics_run_is_run_again_without_a_new_capture(world):
     assert all(not _requested(ticks.tick(5)) for _ in range(11))  # once, not on every tick
     assert _analytics(defs, instance).success and _messages(cap) == 2
     assert all(not _requested(ticks.tick(5)) for _ in range(14))  # a minute more: nothing to redo
+
+
+@pytest.mark.slow
+def test_a_capture_that_computed_its_analytics_in_the_same_run_needs_no_analytics_run(world):
+    """The sensor's runs capture their days and compute the days' analytics right after, in one
+    run (ranged, too): the automation sees the capture and leaves it alone. A capture of the
+    datasets alone (a backfill launched from the UI) still leads to an analytics run."""
+    cap, writer, sid, instance = world
+    defs = cap.defs()
+    # the watermark sensor's first tick reports a check of the stores: the event log is not empty
+    # when the automation first looks (Dagster tells which updates are new from its last event)
+    instance.report_runless_asset_event(days_captured_evaluation([], {}))
+    ticks = _Evaluator(defs, instance)
+    ticks.tick()
+    sensor_like = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=instance,
+        tags={**COMPUTED_IN_RUN, RANGE_START: EVE, RANGE_END: DAY},
+        asset_selection=[dg.AssetKey(a) for a in (*DATASETS, *ANALYTICS)],
+    )
+    assert sensor_like.success and _messages(cap) == 2  # computed by the run itself
+    for _ in range(3):
+        assert _requested(ticks.tick(5)) == set(), "the analytics of a run that computed them ran again"
+    writer.msg(sid, "user", "one more thing")
+    assert cap.materialize(DAY, instance=instance).success  # the datasets alone
+    assert _requested(ticks.tick(5)) == set(ANALYTICS)
 
 
 def test_the_retry_cron_is_a_minute():

@@ -109,6 +109,8 @@ def test_the_partition_hook_is_installed_once_and_passes_other_errors_on(monkeyp
     seen: list[BaseException] = []
     monkeypatch.setattr(sys, "argv", ["/v/bin/dg", "launch"])
     monkeypatch.setattr(sys, "excepthook", lambda kind, exc, tb: seen.append(exc))
+    ended: list[int] = []
+    monkeypatch.setattr(console.PartitionErrorHook, "end", staticmethod(ended.append))
     console.explain_partition_errors(suite_settings)
     console.explain_partition_errors(suite_settings)
     hook = sys.excepthook
@@ -116,9 +118,10 @@ def test_the_partition_hook_is_installed_once_and_passes_other_errors_on(monkeyp
     unknown = dg.DagsterInvariantViolationError("Could not find a partition with key `2020-01-01`.")
     hook(type(unknown), unknown, None)
     assert capsys.readouterr().err.startswith("partition 2020-01-01 is before the first partition")
+    assert ended == [2]  # the status of a one-line mistake
     other = ValueError("boom")
     hook(ValueError, other, None)
-    assert seen == [other]
+    assert seen == [other] and ended == [2]
 
 
 def test_no_hook_outside_a_typed_command(monkeypatch):

@@ -269,8 +269,9 @@ def test_unknown_executor_error_reaches_the_cli_user(capture, monkeypatch):
         timeout=120,
     )
     assert proc.returncode != 0
-    assert "HERMES_ASSETS_EXECUTOR='bogus' is not one of in_process, multiprocess, k8s, celery" in (
-        proc.stdout + proc.stderr
+    assert (
+        "HERMES_ASSETS_EXECUTOR='bogus' is not one of in_process, multiprocess, k8s, celery (k8s and celery: with the project's extra of that name installed)"
+        in (proc.stdout + proc.stderr)
     )
 
 

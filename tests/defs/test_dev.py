@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -98,3 +100,50 @@ def test_the_check_prints_a_refusal_alone_on_stdout(home, monkeypatch, capsys):
         free = probe.getsockname()[1]
     assert dev.main(["--check", "--port", str(free)]) == 0
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.slow
+def test_a_port_held_by_a_dagster_of_another_folder_names_its_whole_command_and_folder(home, tmp_path):
+    """The holder's whole command line (never cut mid-word), and, a Dagster webserver, its folder."""
+    other = tmp_path / "another-clone"
+    other.mkdir()
+    script = tmp_path / "bin" / "dagster-webserver"  # what Dagster's webserver runs as, by its script's name
+    script.parent.mkdir()
+    script.write_text(
+        "import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    long_option = "--workspace=" + "/very/long/path/of/a/temporary/workspace" * 3 + "/workspace.yaml"
+    holder = subprocess.Popen(
+        [sys.executable, str(script), "--port", "0", long_option],
+        env={**os.environ, "DAGSTER_HOME": str(other)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(holder.stdout.readline())
+        with pytest.raises(dev.Refused) as refused:
+            dev.check(["--port", str(port)])
+    finally:
+        holder.kill()
+        holder.wait()
+    line = str(refused.value)
+    assert f"(by pid {holder.pid}: python" in line and f"{script} --port 0 {long_option}, " in line, line
+    assert f"the Dagster of {other})" in line and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "args, level, expected",
+    [
+        ([], "info", ["--log-level", "warning"]),  # Dagster's services quiet: no line per tick
+        ([], "debug", ["--log-level", "info"]),
+        (["--log-level", "debug"], "info", ["--log-level", "debug"]),  # one's own choice stands
+    ],
+)
+def test_dagsters_services_are_at_warning_unless_asked(home, monkeypatch, args, level, expected):
+    monkeypatch.setenv("HERMES_ASSETS_LOG_LEVEL", level)
+    from hermes_assets.defs import settings
+
+    assert dev.dev_args(["--port", "3001", *args], settings.load()) == ["--port", "3001", *expected]

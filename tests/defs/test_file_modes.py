@@ -25,8 +25,8 @@ from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.plan.policy import PolicyResolver
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.source.stores import discover_stores
+from hermes_assets.lib.storage.local_files import FileModes
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.local_files import FileModes
 from tests.defs.harness import SMALL_DAYS, step_output_metadata
 from tests.sensor.harness import SensorDriver
 from tests.support.hosts import HOST_DIR

@@ -85,3 +85,31 @@ def test_two_hosts_left_unnamed_keep_every_id_unique(tmp_path, monkeypatch):
     assert len(ids) == len(set(ids)) and gateway.num_rows > 0
     by_host = {(r["host"], r["session_id"]) for r in gateway.select(["host", "session_id"]).to_pylist()}
     assert by_host == {("alpha", "hermes-s1"), ("beta", "hermes-beta:s1")}
+
+
+def test_a_run_of_a_host_whose_label_another_installation_owns_fails_before_it_writes(tmp_path, monkeypatch):
+    """In a server (the daemon's runs, the UI's launches) the refusal is the run's failure, its
+    one line the step's error: ``project_rows`` claims the label before anything is written,
+    and the first host's files are untouched."""
+    from hermes_assets.lib.errors import HOST_CONFLICT
+    from tests.support.capture_run import files
+
+    day, warehouse = "2026-06-01", tmp_path / "shared-warehouse"
+    outcomes = {}
+    for name in ("alpha", "beta"):
+        cap = new_capture(tmp_path / name)
+        env = {**cap.environ(), "HERMES_ASSETS_WAREHOUSE": str(warehouse), "HERMES_ASSETS_HOST": "gateway-1"}
+        for key, value in {**env, "HERMES_ASSETS_START_DATE": "2026-05-25"}.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("HERMES_STATE_DB", raising=False)
+        with HermesWriter(cap.store, home=cap.home) as writer:
+            writer.msg(writer.session("s1", "cli", model="model-a"), "user", f"hello from {name}")
+        before = files(warehouse) if warehouse.exists() else {}
+        outcomes[name] = cap.materialize(day, raise_on_error=False)
+    assert outcomes["alpha"].success and not outcomes["beta"].success
+    (failure,) = [e for e in outcomes["beta"].all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == PROJECT_STEP
+    data = failure.event_specific_data
+    assert "host label 'gateway-1' is taken" in data.error.message
+    assert data.user_failure_data.metadata["error_kind"].value == HOST_CONFLICT
+    assert files(warehouse) == before and before

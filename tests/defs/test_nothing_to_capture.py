@@ -31,6 +31,12 @@ def _days_in_this_process(monkeypatch):
     monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
 
 
+@pytest.fixture(autouse=True)
+def every_event_printed(monkeypatch):
+    """The console prints warnings alone at info: these tests read every event."""
+    monkeypatch.setenv("HERMES_ASSETS_LOG_LEVEL", "debug")
+
+
 def _run(cap, start, end=None, **kwargs):
     with captured_logs("json") as buf:
         result = cap.materialize(start, end, **kwargs)
@@ -42,7 +48,7 @@ def _plan_md(result) -> dict:
 
 
 def _not_info(events) -> list[tuple[str, str]]:
-    return [(e["level"], e["event"]) for e in events if e["level"] != "info"]
+    return [(e["level"], e["event"]) for e in events if e["level"] not in ("info", "debug")]
 
 
 def test_a_store_named_but_missing_is_a_bad_setting_in_one_line(capture, monkeypatch, tmp_path):

@@ -12,7 +12,7 @@ from pydantic.fields import FieldInfo
 
 from hermes_assets.defs import resources, settings
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
-from hermes_assets.lib.warehouse.local_files import FILE_MODES
+from hermes_assets.lib.storage.local_files import FILE_MODES
 
 #: resource class -> {its field: the setting it comes from}
 FROM_SETTINGS = {

@@ -7,12 +7,12 @@ form; the core library reads no environment variable.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.metadata
 import json
 import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ import pytest
 from hermes_assets.defs import console, settings
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.plan.policy import LOCAL_ONLY, PolicyResolver
-from hermes_assets.lib.warehouse.local_files import FILE_MODES
+from hermes_assets.lib.storage.local_files import FILE_MODES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,11 @@ BAD = [
     ("HERMES_ASSETS_POLL_SECONDS", "2", "an integer >= 5 (seconds)"),
     ("HERMES_ASSETS_LOG_FORMAT", "xml", "one of json, console"),
     ("HERMES_ASSETS_LOG_LEVEL", "verbose", "one of debug, info, warning, error"),
-    ("HERMES_ASSETS_EXECUTOR", "bogus", "one of in_process, multiprocess, k8s, celery"),
+    (
+        "HERMES_ASSETS_EXECUTOR",
+        "bogus",
+        "one of in_process, multiprocess, k8s, celery (k8s and celery: with the project's extra of that name installed)",
+    ),
     ("HERMES_ASSETS_BUSY_TIMEOUT_MS", "-1", "a positive integer (milliseconds)"),
     ("HERMES_ASSETS_FILE_MODE", "world", "one of private, group"),
     ("HERMES_ASSETS_SENSOR_MAX_RUNS", "many", "a positive integer"),
@@ -133,11 +137,19 @@ def test_definitions_do_not_load_with_a_bad_setting(capture, monkeypatch):
 
 
 def test_a_setting_a_definitions_module_cannot_honour_is_one_line_too(capture, monkeypatch):
-    monkeypatch.setenv("HERMES_ASSETS_EXECUTOR", "k8s")  # dagster-k8s is not installed
+    monkeypatch.setenv("HERMES_ASSETS_EXECUTOR", "k8s")  # dagster-k8s is not installed (the k8s extra is not)
     with pytest.raises(console.BadSetting) as info:
         capture.defs()
-    installed = importlib.metadata.version("dagster-postgres")  # an integration of the same release
-    assert str(info.value) == f"HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s=={installed} installed"
+    assert str(info.value) == (
+        "HERMES_ASSETS_EXECUTOR=k8s needs dagster-k8s, which the project's k8s extra installs: "
+        "`.venv/bin/uv sync --frozen --inexact --extra k8s` (or pip install 'hermes_assets[k8s]')"
+    )
+    # the extras are declared, at the range of Dagster's other integration (dagster-postgres)
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    (postgres,) = extras["postgres"]
+    for name in ("k8s", "celery"):
+        assert extras[name] == [postgres.replace("dagster-postgres", f"dagster-{name}")], extras[name]
 
 
 def test_a_state_db_naming_a_path_that_does_not_exist_is_a_bad_setting(tmp_path):

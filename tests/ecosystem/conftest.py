@@ -89,6 +89,7 @@ def small_capture(tmp_path_factory) -> CapturedRun:
         for name, value in cap.environ().items():
             mp.setenv(name, value)
         mp.setenv("HERMES_ASSETS_WORKERS", "1")  # days in this process: every event reaches the run log
+        mp.setenv("HERMES_ASSETS_LOG_LEVEL", "debug")  # every event printed (the console prints warnings alone)
         instance = dg.DagsterInstance.ephemeral()
         with captured_logs("json") as buf:
             result = cap.materialize(SMALL_DAYS[0], SMALL_DAYS[-1], instance=instance)

@@ -9,7 +9,6 @@ ConfigurationError that names the package to install.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import re
@@ -22,11 +21,14 @@ from hermes_assets.lib.errors import ConfigurationError
 from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
 from tests.ecosystem.conftest import cli_installation, dagster_cli
 
-#: the integrations' releases, as the installed dagster-postgres (an integration of the same release)
-_RELEASE = importlib.metadata.version("dagster-postgres")
+#: each executor's module, and the line that names the extra installing its package
 INTEGRATIONS = {
-    "k8s": ("dagster_k8s", f"dagster-k8s=={_RELEASE}"),
-    "celery": ("dagster_celery", f"dagster-celery=={_RELEASE}"),
+    name: (
+        f"dagster_{name}",
+        f"HERMES_ASSETS_EXECUTOR={name} needs dagster-{name}, which the project's {name} extra installs: "
+        f"`.venv/bin/uv sync --frozen --inexact --extra {name}` (or pip install 'hermes_assets[{name}]')",
+    )
+    for name in ("k8s", "celery")
 }
 
 
@@ -49,7 +51,7 @@ def test_multiprocess_definitions_load_and_validate(capture, monkeypatch):
 def test_k8s_and_celery_select_their_executor_or_say_what_to_install(capture, monkeypatch, name):
     """With the integration installed the switch returns its executor; without it (CI
     installs neither) the definitions fail to load with an error naming the package."""
-    module, package = INTEGRATIONS[name]
+    module, line = INTEGRATIONS[name]
     monkeypatch.setenv("HERMES_ASSETS_EXECUTOR", name)
     if importlib.util.find_spec(module) is not None:
         job = capture.defs().resolve_implicit_global_asset_job_def()
@@ -59,14 +61,16 @@ def test_k8s_and_celery_select_their_executor_or_say_what_to_install(capture, mo
         capture.defs()
     err = _cause(info.value, ConfigurationError)
     assert err is not None, f"expected a ConfigurationError, got {info.value!r}"
-    assert str(err) == f"HERMES_ASSETS_EXECUTOR={name} needs {package} installed"
+    assert str(err) == line
     assert err.error_kind == "configuration_error"
 
 
 @pytest.mark.e2e
 def test_multiprocess_executor_runs_a_partition_step_by_step(tmp_path):
     """``dagster definitions validate`` accepts it, and a real run uses one process per step."""
-    cap, env = cli_installation(tmp_path / "install", HERMES_ASSETS_EXECUTOR="multiprocess")
+    cap, env = cli_installation(
+        tmp_path / "install", HERMES_ASSETS_EXECUTOR="multiprocess", HERMES_ASSETS_LOG_LEVEL="debug"
+    )  # every event printed, each with its op
     # the README's DEBUG switch: Dagster's step events on the console, to see which process ran each step
     yaml = cap.dagster_home / "dagster.yaml"
     yaml.write_text(yaml.read_text().replace("python_log_level: INFO", "python_log_level: DEBUG"))

@@ -31,7 +31,7 @@ import pytest
 
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
+from hermes_assets.lib.storage.arrow_storage import ArrowStorage
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from hermes_assets.lib.warehouse.purge import purge
@@ -75,10 +75,9 @@ def object_names(wh: Warehouse) -> list[str]:
 def assert_only_data_files(wh: Warehouse) -> None:
     names = object_names(wh)
     assert names, "the warehouse is empty"
-    # the day files and read marks, and each host's claim on the ids (.hosts/host=<label>)
-    stray = [
-        n for n in names if n.rsplit("/", 1)[-1] not in (PART_FILE, READ_AT_FILE) and n.split("/")[-2:-1] != [".hosts"]
-    ]
+    # the day files and read marks, and the hosts' claims: on the ids (.hosts/host=<label>), on
+    # their labels (.hosts/labels/<label>.json) and on their stores (.hosts/stores/<digest>.json)
+    stray = [n for n in names if n.rsplit("/", 1)[-1] not in (PART_FILE, READ_AT_FILE) and not n.startswith(".hosts/")]
     assert not stray, f"not data: {stray}"
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from hermes_assets.defs import settings
 from hermes_assets.lib import errors, logs
+from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SIGHTINGS, SMALL_DAYS, copy_small, day_path
 from tests.ecosystem.conftest import captured_logs, cli_installation, dagster_cli, parse_json_lines
 from tests.sensor.harness import SensorDriver
@@ -103,12 +104,13 @@ def test_events_are_routed_into_the_dagster_run_log(small_capture):
         assert entry.step_key == event["op"]
         fields = json.loads(body)
         assert fields == {k: v for k, v in event.items() if k not in ("event", "level", "run_id", "op", "timestamp")}
-        assert entry.level == {"info": 20, "warning": 30, "error": 40}[event["level"]]
+        assert entry.level == {"debug": 10, "info": 20, "warning": 30, "error": 40}[event["level"]]
 
 
-def test_one_event_per_sensor_tick(tmp_path, capfd):
-    """Each tick prints its summary once, as our own line, and keeps it in the tick's log (what
-    the UI shows for the tick); Dagster's console logger prints none of our events again."""
+def test_one_event_per_sensor_tick(tmp_path, capfd, monkeypatch):
+    """Each tick keeps its summary in the tick's log (what the UI shows for the tick), and at
+    debug prints it once, as our own line; Dagster's console logger prints none of our events again."""
+    monkeypatch.setenv("HERMES_ASSETS_LOG_LEVEL", "debug")  # the console prints warnings alone otherwise
     home = tmp_path / "hermes-home"
     home.mkdir()
     driver = SensorDriver(home)
@@ -123,7 +125,9 @@ def test_one_event_per_sensor_tick(tmp_path, capfd):
     assert (ticks[0]["stores_missing"], ticks[0]["runs_requested"]) == (1, 0)
     assert missing.skip.startswith("no Hermes installation at")
     assert (ticks[1]["stores_new"], ticks[1]["days_changed"], ticks[1]["days_requested"]) == (1, 14, 14)
-    assert ticks[1]["runs_requested"] == 14  # HERMES_ASSETS_SENSOR_MAX_RUNS (14) days: one run each
+    # one run per changed day (HERMES_ASSETS_SENSOR_MAX_RUNS: 14), one per span of the days without a session
+    without = len(suite_days().partitions.get_partition_keys()) - len(SMALL_DAYS)
+    assert (ticks[1]["runs_requested"], ticks[1]["days_without_sessions"]) == (14 + 2, without)
     assert first.days == SMALL_DAYS
     assert (ticks[2]["stores_read"], ticks[2]["tier2_days"], ticks[2]["runs_requested"]) == (1, 1, 0)
     assert again.skip.startswith("no change")
@@ -155,8 +159,9 @@ def test_console_format_and_the_environment_switch():
         json.loads(line)
 
 
-def test_dagsters_console_logger_does_not_print_our_events_again(capture, capfd):
+def test_dagsters_console_logger_does_not_print_our_events_again(capture, capfd, monkeypatch):
     """In process: the run log has the event, Dagster's console lines (stderr) do not."""
+    monkeypatch.setenv("HERMES_ASSETS_LOG_LEVEL", "debug")  # every event printed: the console prints warnings alone
     copy_small(capture.home)
     with dg.DagsterInstance.ephemeral() as instance, captured_logs("json") as buf:
         result = capture.materialize(SMALL_DAYS[2], instance=instance)
@@ -175,7 +180,7 @@ def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
     """A real process: ``dagster asset materialize`` with HERMES_ASSETS_LOG_FORMAT=json, the
     README's command. Each of our events is one JSON line on the console and one entry in the
     run log; no line says it again; no warning our set-up triggers is printed."""
-    cap, env = cli_installation(tmp_path / "install")
+    cap, env = cli_installation(tmp_path / "install", HERMES_ASSETS_LOG_LEVEL="debug")  # every event printed
     proc = dagster_cli(
         env,
         "asset",
@@ -211,6 +216,7 @@ def test_a_cli_run_prints_each_event_once_between_dagster_lines(tmp_path):
         )
     finally:
         instance.dispose()
-    assert stored == Counter({name: n for name, n in names.items() if name not in PER_PARTITION})
+    # (the run's own line is printed once it has ended, outside its steps: the run log has its events)
+    assert stored == Counter({name: n for name, n in names.items() if name not in {*PER_PARTITION, "hermes.run.done"}})
     # no warning of our own making: Dagster's code-location-name warning, beta warnings
     assert "code location name" not in out and "BetaWarning" not in out

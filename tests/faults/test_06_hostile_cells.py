@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -287,8 +288,9 @@ def test_session_id_with_slashes_dots_quotes_and_emoji(hostile):
     for path in root.rglob("*"):
         rel = path.relative_to(root).parts
         assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, SIGHTINGS, *ANALYTICS, EXPOSURES, ".staging", ".hosts"), path
-        if rel[0] == ".hosts":  # each host's claim on the ids: .hosts/host=<label>
-            assert len(rel) <= 2 and (len(rel) < 2 or rel[1].startswith("host=")), path
+        if rel[0] == ".hosts":  # the hosts' claims: on the ids (host=<label>), labels and stores (digests)
+            assert len(rel) <= 3 and (len(rel) < 2 or rel[1].startswith("host=") or rel[1] in ("labels", "stores"))
+            assert len(rel) < 3 or re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]*\.json|[0-9a-f]{32}\.json", rel[2]), path
         elif rel[0] == EXPOSURES:  # one file, not partitioned: <dataset>/<file>
             assert len(rel) <= 2, path
         elif rel[0] != ".staging":

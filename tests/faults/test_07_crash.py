@@ -247,7 +247,9 @@ def _kill_the_cli_after(world, after_writes: int, settings: dict | None = None) 
     install, old, new, old_copy = world
     _restore(install, old_copy)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "DAGSTER_"))}
+    # at debug: each day written is a line of its own (the console prints warnings alone otherwise)
     env.update(install.environ(), HERMES_ASSETS_LOG_FORMAT="json", PYTHONUNBUFFERED="1", **(settings or {}))
+    env["HERMES_ASSETS_LOG_LEVEL"] = "debug"
     dagster = str(Path(sys.executable).with_name("dagster"))
     proc = subprocess.Popen(
         [

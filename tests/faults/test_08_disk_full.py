@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib.warehouse import storage
+from hermes_assets.lib.storage import local_storage
 from tests.faults.helpers import (
     DAY1,
     DAY2,
@@ -131,7 +131,7 @@ def test_disk_full_fails_clearly_and_leaves_the_old_file(install, small_disk, tm
     new = warehouse_state(reference)
 
     if when == "while_replacing_a_partition":  # no pin of the old file: the write step merges (SPEC §2 replace)
-        monkeypatch.setattr(storage.LocalStorage, "read_pinned", lambda self, path, pin_as: None)
+        monkeypatch.setattr(local_storage.LocalStorage, "read_pinned", lambda self, path, pin_as: None)
     out = install.run(DAY1, DAY2)
     assert not out.success
     failures = out.failures

@@ -12,7 +12,7 @@ import pytest
 
 from hermes_assets.lib.capture import steps
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
-from hermes_assets.lib.warehouse import local_files, storage
+from hermes_assets.lib.storage import local_files, local_storage
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import capture_days, files, stage
 from tests.support.hermes_writer import START_S, HermesWriter
@@ -22,7 +22,7 @@ from tests.support.hermes_writer import START_S, HermesWriter
 def reads(monkeypatch):
     """Every read of a file through the storage, by file name: whole reads and opens."""
     seen: collections.Counter = collections.Counter()
-    whole, opened = local_files.read_bytes, storage.LocalStorage.open_input
+    whole, opened = local_files.read_bytes, local_storage.LocalStorage.open_input
 
     def read_bytes(path):
         seen[os.path.basename(path)] += 1
@@ -33,7 +33,7 @@ def reads(monkeypatch):
         return opened(self, path)
 
     monkeypatch.setattr(local_files, "read_bytes", read_bytes)
-    monkeypatch.setattr(storage.LocalStorage, "open_input", open_input)
+    monkeypatch.setattr(local_storage.LocalStorage, "open_input", open_input)
     return seen
 
 

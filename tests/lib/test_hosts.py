@@ -18,16 +18,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pytest
+import structlog
 
 from hermes_assets.defs import settings
 from hermes_assets.lib import ids
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.hosts import host_labels
+from hermes_assets.lib.hosts.host_claims import CLAIMS
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.source.stores import Store, on_host
-from hermes_assets.lib.warehouse import hosts, partition_file, purge
+from hermes_assets.lib.warehouse import partition_file, purge
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.host_layout import CLAIMS, LAYOUT_MARK, PART_FILE, SIGHTINGS_STAMP
+from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, PART_FILE, SIGHTINGS_STAMP
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.capture_run import capture_days
@@ -69,14 +72,14 @@ def two_hosts(tmp_path):
 
 
 def test_a_host_label_is_a_safe_path_segment():
-    assert hosts.check_label("gateway-01.prod_2") == "gateway-01.prod_2"
+    assert host_labels.check_label("gateway-01.prod_2") == "gateway-01.prod_2"
     for bad in ("", "../x", "a/b", ".hidden", "-x", "x" * 64, "a b", "host=x"):
         with pytest.raises(ValueError):
-            hosts.check_label(bad)
-    assert hosts.default_label("Box-7.example.org") == "Box-7"
-    assert hosts.default_label("my box!") == "my-box-"
-    assert hosts.default_label("...") == "host"
-    assert hosts.check_label(hosts.default_label())  # this machine's
+            host_labels.check_label(bad)
+    assert host_labels.default_label("Box-7.example.org") == "Box-7"
+    assert host_labels.default_label("my box!") == "my-box-"
+    assert host_labels.default_label("...") == "host"
+    assert host_labels.check_label(host_labels.default_label())  # this machine's
 
 
 #: labels a reader of hive partitions would type as a number, a date or a null
@@ -86,19 +89,19 @@ TYPED = ("123", "0x10", "20260601", "2026-06-01", "1e5", "epoch", "Inf", "infini
 def test_a_label_a_reader_would_type_as_a_number_or_a_date_is_refused_and_a_hostname_made_text(tmp_path):
     for typed in TYPED:
         with pytest.raises(ValueError, match="starting with a letter"):
-            hosts.check_label(typed)
+            host_labels.check_label(typed)
         with pytest.raises(ConfigurationError, match=re.escape(f"HERMES_ASSETS_HOST={typed!r}")):
             settings.load({"HERMES_ASSETS_WAREHOUSE": str(tmp_path), "HERMES_ASSETS_HOST": typed})
-    assert hosts.default_label("123.example.org") == "host-123"
-    assert hosts.default_label("epoch") == "host-epoch"
-    assert hosts.check_label("e5") == "e5" and hosts.check_label("infinity1") == "infinity1"
+    assert host_labels.default_label("123.example.org") == "host-123"
+    assert host_labels.default_label("epoch") == "host-epoch"
+    assert host_labels.check_label("e5") == "e5" and host_labels.check_label("infinity1") == "infinity1"
 
 
 def test_every_hosts_label_reads_back_as_text_whichever_hosts_a_glob_finds(two_hosts, tmp_path):
     """One host's files alone (a glob of ``host=<label>``) or every host's: ``host`` is text,
     in DuckDB and pyarrow, and equals the column in the files; a hostname of digits included."""
     root = tmp_path / "wh"
-    labels = {"alpha": "alpha", "beta": hosts.default_label("20260601")}  # a machine named by digits
+    labels = {"alpha": "alpha", "beta": host_labels.default_label("20260601")}  # a machine named by digits
     for name, path in two_hosts.items():
         wh = Warehouse(str(root), host=labels[name])
         capture_days([store_of(path, labels[name])], wh, days=[DAY])
@@ -115,7 +118,7 @@ def test_every_hosts_label_reads_back_as_text_whichever_hosts_a_glob_finds(two_h
 
 def test_the_host_setting_is_checked_and_defaults_to_the_hostname(tmp_path):
     unset = settings.load({"HERMES_ASSETS_WAREHOUSE": str(tmp_path)})
-    assert unset.host is None and unset.host_label == hosts.default_label()
+    assert unset.host is None and unset.host_label == host_labels.default_label()
     named = settings.load({"HERMES_ASSETS_WAREHOUSE": str(tmp_path), "HERMES_ASSETS_HOST": "gw-1"})
     assert named.host == named.host_label == "gw-1"
     with pytest.raises(ConfigurationError, match=re.escape("HERMES_ASSETS_HOST='../etc'")):
@@ -224,6 +227,33 @@ def test_analytics_computed_while_another_host_writes_are_computed_again(two_hos
     assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_host_whose_analytics_file_was_replaced_while_it_computed_computes_again(kind, two_hosts, tmp_path):
+    """Two hosts finish the same day at once: the other host captures the day and writes its
+    analytics while this one computes from the older files. This host's write is conditional
+    on the file it read (no file yet): it is refused, and it computes again from every host's
+    files, so neither host's rows are missing from the day's one figure."""
+    root = tmp_path / "wh"
+    alpha, beta = open_host(kind, root, "alpha", tmp_path), open_host(kind, root, "beta", tmp_path)
+    capture_days([store_of(two_hosts["alpha"], "alpha")], alpha, days=[DAY])
+    inputs = {h.host: {n: DatasetDays(h, n, [DAY], c) for n, c in daily.INPUTS.items()} for h in (alpha, beta)}
+    reads = []
+
+    def alpha_reads():
+        tables = daily.read_inputs(inputs["alpha"], DAY)
+        if not reads:  # beta finishes the day (its files, then its analytics) before alpha writes
+            capture_days([store_of(two_hosts["beta"], "beta")], beta, days=[DAY])
+            daily.write_current_day(beta, daily.TOOLS, DAY, functools.partial(daily.read_inputs, inputs["beta"], DAY))
+        reads.append(tables)
+        return tables
+
+    with structlog.testing.capture_logs() as events:
+        daily.write_current_day(alpha, daily.TOOLS, DAY, alpha_reads)
+    assert "file_replaced" in [e.get("reason") for e in events if e["event"] == "hermes.analytics.recomputed"]
+    assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
+    assert pc.sum(alpha.read(daily.TOOLS, DAY)["calls"]).as_py() == 2  # both hosts' tool calls
+
+
 def test_a_purge_removes_a_scope_from_the_hosts_own_files_only(two_hosts, tmp_path):
     root = tmp_path / "wh"
     wh = {name: Warehouse(str(root), host=name) for name in two_hosts}
@@ -246,12 +276,12 @@ def make_legacy(root: Path, host: str) -> dict[str, bytes]:
     column, no sightings): what that version wrote. -> the host's files as they were, by dataset
     and day."""
     before = {}
-    for path in sorted(root.glob(f"{SIGHTINGS}/day=*/{hosts.folder(host)}/{PART_FILE}")):
+    for path in sorted(root.glob(f"{SIGHTINGS}/day=*/{host_labels.folder(host)}/{PART_FILE}")):
         before[f"{SIGHTINGS}/{path.parent.parent.name}"] = path.read_bytes()
         shutil.rmtree(path.parent)
     for stamp in root.glob(f".staging/*/{SIGHTINGS_STAMP}"):
         stamp.unlink()
-    found = [root.glob(f"{dataset}/day=*/{hosts.folder(host)}/{PART_FILE}") for dataset in CAPTURE_DATASETS]
+    found = [root.glob(f"{dataset}/day=*/{host_labels.folder(host)}/{PART_FILE}") for dataset in CAPTURE_DATASETS]
     for path in sorted(p for paths in found for p in paths):
         dataset, day_dir = path.parts[-4], path.parent.parent
         before[f"{dataset}/{day_dir.name}"] = path.read_bytes()
@@ -265,8 +295,7 @@ def make_legacy(root: Path, host: str) -> dict[str, bytes]:
         path.parent.rmdir()
     for mark in root.glob(f".staging/*/{LAYOUT_MARK}"):  # that version left no mark of the move
         mark.unlink()
-    for claim in root.glob(f"{CLAIMS}/*"):  # nor any claim on the ids
-        claim.unlink()
+    shutil.rmtree(root / CLAIMS, ignore_errors=True)  # nor any claim: on the ids, a label or a store
     return before
 
 

@@ -16,16 +16,15 @@ import time
 import pyarrow as pa
 import pytest
 
-from hermes_assets.lib.warehouse import arrow_storage, storage
-from hermes_assets.lib.warehouse.arrow_storage import ArrowStorage
-from hermes_assets.lib.warehouse.datasets import open_storage
-from hermes_assets.lib.warehouse.local_files import FileModes
-from hermes_assets.lib.warehouse.storage import LocalStorage
+from hermes_assets.lib.storage import arrow_storage, local_storage
+from hermes_assets.lib.storage.arrow_storage import ArrowStorage, open_storage
+from hermes_assets.lib.storage.local_files import FileModes
+from hermes_assets.lib.storage.local_storage import LocalStorage
 
 KINDS = ("local", "file")
 
 
-def make(kind: str, tmp_path, modes: FileModes = storage.PRIVATE) -> storage.Storage:
+def make(kind: str, tmp_path, modes: FileModes = local_storage.PRIVATE) -> local_storage.Storage:
     root = tmp_path / "wh"
     if kind == "local":
         return open_storage(str(root), modes=modes)
@@ -217,7 +216,7 @@ def test_two_hosts_replacing_one_file_of_a_shared_folder_never_share_a_temp_file
     removes the other's, so both replaces succeed and the file is one whole version."""
     root = tmp_path / "wh"
 
-    def host(label: str) -> storage.Storage:
+    def host(label: str) -> local_storage.Storage:
         uri = str(root) if kind == "local" else root.as_uri()
         return open_storage(uri, spool=str(tmp_path / f"spool-{label}"), owner=label)
 
@@ -246,7 +245,7 @@ def test_two_hosts_replacing_one_file_of_a_shared_folder_never_share_a_temp_file
     folder = os.path.dirname(alpha.location(path))
     assert [n for n in os.listdir(folder) if n.endswith(".tmp")] == []
 
-    names = {storage.local_files.temp_name(path, "alpha") for _ in range(3)}
+    names = {local_storage.local_files.temp_name(path, "alpha") for _ in range(3)}
     assert len(names) == 3 and all(".alpha." in n for n in names)
     # a temp file of another host (alive, say) stays through this host's writes; its own dead ones go
     others = [f"{folder}/.part-0.parquet.beta.7.0a.tmp", f"{folder}/.part-0.parquet.alpha.x.7.0a.tmp"]

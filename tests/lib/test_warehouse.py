@@ -14,13 +14,13 @@ import pyarrow.compute as pc
 import pytest
 
 from hermes_assets.lib import schemas
+from hermes_assets.lib.hosts.host_labels import default_label, folder
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.schemas import SESSIONS
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import PART_FILE
-from hermes_assets.lib.warehouse.hosts import default_label, folder
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store
@@ -179,8 +179,8 @@ def test_a_day_left_without_rows_has_no_file(kind, store, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_replace_rewrite_and_current(kind, store, tmp_path):
     wh = open_warehouse(kind, tmp_path)
-    replaced = wh.replace_day(SESSIONS, DAY, store["rows"])
-    assert replaced.changed and wh.current(SESSIONS, DAY).rows == 3
+    replaced = wh.replace_day(SESSIONS, DAY, store["rows"], wh.read_versioned(SESSIONS, DAY))
+    assert replaced is not None and replaced.changed and wh.current(SESSIONS, DAY).rows == 3
     removed, left = wh.rewrite_day(SESSIONS, DAY, lambda t: pc.not_equal(t.column("id"), "b"))
     assert (removed, left) == (1, 2) and wh.read(SESSIONS, DAY).column("id").to_pylist() == ["a", "c"]
     assert wh.rewrite_day(SESSIONS, "2026-06-09", lambda t: None) == (0, 0)
@@ -191,7 +191,7 @@ def test_replace_rewrite_and_current(kind, store, tmp_path):
 def test_a_files_cells_rewritten_in_place_record_the_version_given(kind, store, tmp_path):
     wh = open_warehouse(kind, tmp_path)
     assert wh.rewrite_file(SESSIONS, DAY, lambda t: t, "v3") is None  # no file, nothing made
-    wh.replace_day(SESSIONS, DAY, store["rows"])
+    wh.replace_day(SESSIONS, DAY, store["rows"], None)
 
     def titled(table: pa.Table) -> pa.Table:
         i = table.schema.get_field_index("title")

@@ -17,6 +17,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,9 @@ from dagster._core.definitions.instigation_logger import get_instigation_log_rec
 from dagster._core.execution.build_resources import wrap_resources_for_execution
 from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 
-from hermes_assets.defs import settings
-from hermes_assets.defs.resources import HermesStores
+from hermes_assets.defs import sensor_cursor, settings
+from hermes_assets.defs.resources import HermesStores, HermesWarehouse
+from hermes_assets.defs.tags import NO_SESSIONS_TAG
 from hermes_assets.lib.changes.watch import ROTATION_TICKS
 from tests.support.definitions import load_definitions
 
@@ -71,11 +73,14 @@ def _instance() -> dg.DagsterInstance:
 class Tick:
     """One evaluated tick: what it asked for and the cursor it left."""
 
+    #: the runs of days with sessions (what changed in a store, retries)
     run_requests: list[dg.RunRequest]
     skip: str | None
     cursor: str | None  # the cursor after the tick
     #: the tick's own log (level name, message), when it was evaluated with one
     log: list[tuple[str, str]] = field(default_factory=list)
+    #: the runs of partition days no store holds a session on (requested once, tagged so)
+    empty_requests: list[dg.RunRequest] = field(default_factory=list)
 
     @property
     def days(self) -> list[str]:
@@ -95,9 +100,13 @@ class SensorDriver:
             state_db=None if state_db is None else str(state_db),
             busy_timeout_ms=busy_timeout_ms,
         )
+        #: the warehouse a tick looks at before it requests runs (is this host refused there?)
+        self.warehouse = HermesWarehouse(root=tempfile.mkdtemp(prefix="hermes-sensor-warehouse-"))
         self.cursor: str | None = None
         self.seen_run_keys: set[str] = set()
         self.ticks = 0
+        #: the instance of the last tick (the sensor keeps its state in it, beside the cursor)
+        self.instance: dg.DagsterInstance | None = None
 
     def tick(self, logged: dg.DagsterInstance | None = None) -> Tick:
         """One tick; on a ``logged`` instance (a persistent one), with the log Dagster keeps for
@@ -105,6 +114,13 @@ class SensorDriver:
         defs = definitions()
         sensor = defs.resolve_sensor_def(SENSOR)
         self.ticks += 1
+        instance = logged or _instance()
+        if self.instance is not None and instance is not self.instance and self.cursor:
+            # the sensor keeps its state in the instance: the daemon ticks on one; a test that
+            # switches instances carries the state over
+            state = sensor_cursor.state_of(self.instance, self.cursor)
+            self.cursor = sensor_cursor.summarize(instance, None, state) if state else self.cursor
+        self.instance = instance
         with dg.SensorEvaluationContext(
             instance_ref=logged.get_ref() if logged else None,
             cursor=self.cursor,
@@ -114,10 +130,12 @@ class SensorDriver:
             definitions=defs,
             instance=logged or _instance(),
             sensor_name=SENSOR if logged else None,
-            resources=wrap_resources_for_execution({"hermes": self.resource}),
+            resources=wrap_resources_for_execution({"hermes": self.resource, "warehouse": self.warehouse}),
         ) as ctx:
             data = sensor.evaluate_tick(ctx)
-        tick = Tick(list(data.run_requests or []), data.skip_message, data.cursor)
+        requests = list(data.run_requests or [])
+        empty = [r for r in requests if NO_SESSIONS_TAG.items() <= r.tags.items()]
+        tick = Tick([r for r in requests if r not in empty], data.skip_message, data.cursor, empty_requests=empty)
         if logged is not None and data.log_key:
             tick.log = [
                 (r["levelname"], r[LOG_RECORD_METADATA_ATTR]["orig_message"])
@@ -132,6 +150,9 @@ class SensorDriver:
             # a reused key would be silently skipped by Dagster: every request must be fresh
             assert r.run_key not in self.seen_run_keys, f"run key {r.run_key} reused"
             self.seen_run_keys.add(r.run_key)
+        for r in tick.empty_requests:
+            assert r.tags.get("hermes/trigger") == "sensor" and r.run_key not in self.seen_run_keys, r.run_key
+            self.seen_run_keys.add(r.run_key)
         return tick
 
     def settle(self) -> None:
@@ -143,7 +164,9 @@ class SensorDriver:
 
     @property
     def state(self) -> dict:
-        return json.loads(self.cursor) if self.cursor else {}
+        """The sensor's state, which the cursor Dagster keeps names (``defs/sensor_cursor.py``)."""
+        text = sensor_cursor.state_of(self.instance, self.cursor) if self.instance else None
+        return json.loads(text) if text else {}
 
     def store_state(self, path: Path) -> dict:
         return self.state["stores"][str(path)]

@@ -118,7 +118,7 @@ def test_cursor_is_compact(fixture_copy):
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, version):
-    """Fingerprints of cursor versions 1 and 2 cannot be compared with version 3's (more columns and
+    """Fingerprints of cursor versions 1 and 2 cannot be compared with version 3 and 4's (more columns and
     tables watched): the store is read as new (every day requested once, one warning), pending days
     are kept."""
     db = fixture_copy("small")
@@ -142,7 +142,7 @@ def test_an_old_cursor_is_reset_by_requesting_every_day_once(fixture_copy, versi
     assert len(plan.requests) == 14 and plan.pending == {"2030-01-01": "abcdefabcdef"}
     cursor_events = [(e["event"], e["log_level"]) for e in events if e["event"].startswith("hermes.sensor.cursor")]
     assert cursor_events == [("hermes.sensor.cursor_reset", "warning")]
-    assert json.loads(plan.cursor_json)["version"] == CURSOR_VERSION == 3
+    assert json.loads(plan.cursor_json)["version"] == CURSOR_VERSION == 4
 
 
 def _three_days(tmp_path):

@@ -9,12 +9,14 @@ import structlog
 
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.sensors import run_requests
+from hermes_assets.defs.tags import NO_SESSIONS_TAG
 from tests.conftest import copy_fixture, suite_days
 from tests.sensor.harness import SENSOR, _instance, definitions
 from tests.support.hosts import HOST_FILES
 
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
 DATASETS = ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes")
+ANALYTICS = ("hermes_daily_usage", "hermes_daily_tools")
 
 
 def test_few_days_are_one_run_each():
@@ -54,7 +56,7 @@ def test_the_sensor_targets_the_datasets_by_name_and_its_runs_name_their_day_che
     for request in run_requests([("2026-06-01", "aaaaaaaaaaaa")], 14, days=suite_days()) + run_requests(
         [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)], 14, days=suite_days()
     ):
-        assert set(request.asset_selection) == {dg.AssetKey(k) for k in DATASETS}
+        assert set(request.asset_selection) == {dg.AssetKey(k) for k in (*DATASETS, *ANALYTICS)}
         assert set(request.asset_check_keys) == capture_asset(suite_days()).check_keys
         assert {k.name for k in request.asset_check_keys} == {"day_valid"} and len(request.asset_check_keys) == 3
 
@@ -68,13 +70,17 @@ def test_first_tick_on_a_long_history_materializes_every_day_in_one_run(tmp_path
     copy_fixture("small", home)
     defs = definitions()
     hermes = HermesStores(hermes_home=str(home))
-    ctx = dg.build_sensor_context(cursor=None, definitions=defs, resources={"hermes": hermes}, instance=_instance())
+    warehouse = HermesWarehouse(root=str(tmp_path / "warehouse"))
+    ctx = dg.build_sensor_context(
+        cursor=None, definitions=defs, resources={"hermes": hermes, "warehouse": warehouse}, instance=_instance()
+    )
     with structlog.testing.capture_logs() as events:
         data = defs.resolve_sensor_def(SENSOR).evaluate_tick(ctx)
-    (request,) = data.run_requests
-    # the tick log counts runs created, not days: 14 days in one ranged run is one run
+    (request,) = [r for r in data.run_requests if not NO_SESSIONS_TAG.items() <= r.tags.items()]
+    # the tick log counts runs created, not days: 14 days in one ranged run is one run (and one run
+    # per span of the partition days with no session: before the fixture's first day, after its last)
     (tick,) = [e for e in events if e["event"] == "hermes.sensor.tick"]
-    assert (tick["runs_requested"], tick["days_requested"], tick["stores_read"]) == (1, 14, 1)
+    assert (tick["runs_requested"], tick["days_requested"], tick["stores_read"]) == (3, 14, 1)
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (
         SMALL_DAYS[0],
         SMALL_DAYS[-1],
@@ -112,11 +118,7 @@ def test_a_day_before_the_first_partition_is_a_run_naming_its_day_with_its_analy
     }
     (regular,) = run_requests([(first, "bbbbbbbbbbbb")], max_runs=14, days=suite_days())
     assert "dagster/partition" not in regular.tags  # Dagster resolves it, checking the key
-    assert {k.to_user_string() for k in regular.asset_selection} == {
-        "hermes_sessions",
-        "hermes_messages",
-        "ai_gateway_messages_hermes",
-    }
+    assert {k.to_user_string() for k in regular.asset_selection} == keys  # every run computes its analytics
 
 
 def test_the_days_before_the_first_partition_are_one_ranged_run_naming_its_range_with_their_analytics():

@@ -416,3 +416,31 @@ def test_days_outside_the_partitions_are_kept_pending(world):
     assert tick.run_requests == []
     assert "kept pending" in tick.skip
     assert set(world.sensor.state["pending"]) == {tomorrow.isoformat(), "2024-06-01"}
+
+
+def test_a_host_whose_label_another_installation_owns_fails_the_tick_and_keeps_its_cursor(built, tmp_path):
+    """Another installation (another identity) owns this host's label in the warehouse: every
+    run would be refused, so the tick fails (red in the UI, ``BadSetting``) with the one line,
+    requests nothing and leaves its cursor; a tick with nothing to request says nothing."""
+    from hermes_assets.defs.console import BadSetting
+    from hermes_assets.defs.resources import HermesWarehouse
+    from hermes_assets.lib.hosts import host_claims
+    from hermes_assets.lib.storage.local_files import PRIVATE
+
+    built.close()
+    # this host has an identity file (not made yet: it has never captured), and another owns its label
+    built.sensor.warehouse = HermesWarehouse(root=str(tmp_path / "wh"), identity_file=str(tmp_path / "mine.json"))
+    wh = built.sensor.warehouse.open()
+    host_claims.settle_host(wh.storage, wh.root, str(tmp_path / "other.json"), wh.host, {}, named=False, modes=PRIVATE)
+    built.settle()  # nothing changed: nothing to refuse
+    remembered = built.sensor.cursor
+    with built.open() as w:
+        w.at(START_S + DAY_S + 600)
+        w.msg(built.b1, "user", "written while another host holds the label")
+    built.close()
+    for _ in range(2):
+        with pytest.raises(BadSetting) as raised:
+            built.sensor.tick()
+        line = str(raised.value)
+        assert "\n" not in line and f"host label {wh.host!r} is taken" in line and "HERMES_ASSETS_HOST" in line
+        assert built.sensor.cursor == remembered

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_assets.lib.warehouse.hosts import default_label, folder
+from hermes_assets.lib.hosts.host_labels import default_label, folder
 
 #: the label of a warehouse (and of the stores) of a run that names no host
 HOST = default_label()

@@ -343,17 +343,29 @@ def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigur
     raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
 
 
-def write_day(
-    warehouse: Warehouse, dataset: str, day: str, tables: dict[str, pa.Table]
-) -> tuple[WriteResult, DayFigures]:
-    """Compute one analytics day and replace its file (no rows: no file)."""
-    figures = compute_day(dataset, day, tables)
-    return warehouse.replace_day(dataset, day, figures.table), figures
-
-
-#: how many times a day is computed again when its inputs changed while it was computed
-#: (another host wrote its files meanwhile) before the run gives up on it
+#: how many times a day is computed again when its file or its inputs changed while it was
+#: computed (another host wrote that day meanwhile) before the run gives up on it
 RECOMPUTE_LIMIT = 8
+
+
+@dataclass
+class DayInputs:
+    """One day of an analytics dataset's inputs, as read, and the stamps of their files taken
+    before the read (:meth:`Warehouse.day_stamp`: on an object store each file's version)."""
+
+    tables: dict[str, pa.Table]
+    stamps: dict[str, tuple]
+
+
+def inputs_of(dataset: str) -> list[str]:
+    """The captured datasets ``dataset`` is computed from."""
+    return [name for name in INPUTS if name in (USAGE_INPUTS if dataset == USAGE else TOOLS_INPUTS)]
+
+
+def read_day(warehouse: Warehouse, day: str, read: Callable[[], dict[str, pa.Table]]) -> DayInputs:
+    """The day's inputs (``read``), their files' stamps taken first."""
+    stamps = {name: warehouse.day_stamp(name, day) for name in INPUTS}
+    return DayInputs(read(), stamps)
 
 
 def write_current_day(
@@ -361,29 +373,38 @@ def write_current_day(
     dataset: str,
     day: str,
     read: Callable[[], dict[str, pa.Table]],
-    first: dict[str, pa.Table] | None = None,
+    first: DayInputs | None = None,
 ) -> tuple[WriteResult, DayFigures]:
     """Compute one analytics day from every host's files (``read``: the day's input tables)
     and replace its file, until the file is known to be computed from the inputs as they are.
 
     Every host that captures a day computes its analytics (SPEC §11), over all hosts'
-    files, and the file is replaced atomically (a rename, or one object upload), so no
-    reader ever sees a partial file. Two hosts computing one day at once: the one that
-    writes last checks, after its write, that the inputs it read are still the day's
-    files (:meth:`Warehouse.day_stamp`), and computes again when they are not; so the
-    last file written is one computed from the final inputs. ``first``: the inputs already
-    read for the first computation (``read`` is then called only when they moved).
+    files, and several may write the day's one file at once. Each attempt reads the
+    file's version first, then the inputs (their files' stamps first), computes, and
+    replaces the file only if it is still that version (a conditional write:
+    :meth:`Warehouse.replace_day`); after its write it checks that the inputs' files are
+    still the ones read. A write that lost the race, or whose inputs moved, computes
+    again. So the file written last was computed after the previous one was written and
+    from the inputs as they stood after it was written: it equals a recomputation over
+    every host's files. ``first``: the inputs already read for the first attempt.
     """
-    inputs = [name for name in INPUTS if name in (USAGE_INPUTS if dataset == USAGE else TOOLS_INPUTS)]
+    names = inputs_of(dataset)
     for attempt in range(1, RECOMPUTE_LIMIT + 1):
-        before = [warehouse.day_stamp(name, day) for name in inputs]
-        tables = first if attempt == 1 and first is not None else read()
-        result, figures = write_day(warehouse, dataset, day, tables)
-        if [warehouse.day_stamp(name, day) for name in inputs] == before:
+        current = warehouse.read_versioned(dataset, day)
+        got = first if attempt == 1 and first is not None else read_day(warehouse, day, read)
+        figures = compute_day(dataset, day, got.tables)
+        result = warehouse.replace_day(dataset, day, figures.table, current)
+        if result is not None and all(warehouse.day_stamp(name, day) == got.stamps[name] for name in names):
             return result, figures
-        log.info("hermes.analytics.inputs_moved", dataset=dataset, day=day, attempt=attempt)
+        log.info(
+            "hermes.analytics.recomputed",
+            dataset=dataset,
+            day=day,
+            attempt=attempt,
+            reason="inputs_moved" if result is not None else "file_replaced",
+        )
     raise RuntimeError(
-        f"{dataset} {day}: its inputs changed during each of {RECOMPUTE_LIMIT} computations "
+        f"{dataset} {day}: its file or its inputs changed during each of {RECOMPUTE_LIMIT} computations "
         "(other hosts writing this day): the next run computes it again"
     )
 
@@ -399,9 +420,9 @@ def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[
         wanted = [dataset for dataset in ANALYTICS if day in present[dataset]]
         if wanted:
             read = functools.partial(read_inputs, inputs, day)
-            tables = read()  # read once for both datasets; again only when they moved
+            first = read_day(warehouse, day, read)  # read once for both datasets; again only when they moved
             for dataset in wanted:
-                out[dataset].append(write_current_day(warehouse, dataset, day, read, first=tables))
+                out[dataset].append(write_current_day(warehouse, dataset, day, read, first=first))
     return out
 
 

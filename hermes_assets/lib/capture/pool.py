@@ -69,9 +69,11 @@ def map_days(
     *,
     log_format: logs.LogFormat | None = None,
     start_method: str = START_METHODS[0],
+    on_done: Callable[[R], None] | None = None,
 ) -> Iterator[R]:
     """``fn(state, day)`` for every day, in day order, on ``workers`` processes: this one
     and ``workers - 1`` started ones (``start_method``: one of :data:`START_METHODS`).
+    ``on_done(result)`` is called, in this process, as each day is done, in the order they are.
 
     The calling process takes days too (it would only wait otherwise), from the end
     of the list while the workers take them from the start: one process fewer to
@@ -83,7 +85,10 @@ def map_days(
     workers = min(workers, len(days))
     if workers <= 1:
         for day in days:
-            yield fn(state, day)
+            result = fn(state, day)
+            if on_done is not None:
+                on_done(result)
+            yield result
         return
     # never "fork": the caller runs threads (checked above; named here so the call shows it)
     context = multiprocessing.get_context("spawn" if start_method == "spawn" else "forkserver")
@@ -108,11 +113,16 @@ def map_days(
                 if todo:
                     day = todo.pop()
                     results[day] = fn(state, day)
+                    if on_done is not None:
+                        on_done(results[day])
                     done = [f for f in running if f.done()]
                 else:
                     done = wait(running, return_when=FIRST_COMPLETED).done
                 for future in done:
-                    results[running.pop(future)] = future.result()
+                    day = running.pop(future)
+                    results[day] = future.result()
+                    if on_done is not None:
+                        on_done(results[day])
                 feed()
         except BaseException:
             for future in running:

@@ -28,7 +28,7 @@ import functools
 import os
 import shutil
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -36,6 +36,7 @@ import pyarrow as pa
 from hermes_assets.lib import errors, logs
 from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
+from hermes_assets.lib.capture.progress import Progress
 from hermes_assets.lib.errors import StoreFailure
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
@@ -45,7 +46,8 @@ from hermes_assets.lib.redaction import stored_files, stored_markers
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse import local_files, staging
+from hermes_assets.lib.storage import local_files
+from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.day_merge import PreparedWrite
 from hermes_assets.lib.warehouse.partition_file import DayFile
@@ -96,6 +98,11 @@ class StagedDay:
     sightings: tuple[Sighting, ...] = ()
     #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
     sighting_rows: pa.Table | None = None
+
+    @property
+    def rows(self) -> int:
+        """The day's rows, in the three datasets."""
+        return sum(d.rows for d in self.datasets.values())
 
 
 @dataclass
@@ -183,6 +190,7 @@ def project_rows(
     log_format: logs.LogFormat | None = None,
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
     start_method: str = pool.START_METHODS[0],
+    progress: Progress | None = None,
 ) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
     until :func:`write_partitions`; on an error the staging folder is removed. Staged
@@ -193,7 +201,8 @@ def project_rows(
     has a file as its new file too, merged already (:func:`stage_day`). Days run on
     ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
     when the run has at least ``parallel_min_sessions`` sessions. ``redaction``: how secrets
-    are redacted from the cells before any row is built (None: not at all).
+    are redacted from the cells before any row is built (None: not at all). ``progress`` counts
+    each day as it is staged, with its rows.
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     files_redacted = markers = None
@@ -218,7 +227,12 @@ def project_rows(
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
     try:
-        days = list(pool.map_days(stage_day, job, plan.days, workers, log_format=log_format, start_method=start_method))
+        on_done = None if progress is None else (lambda staged: progress.advance(staged.rows))
+        days = list(
+            pool.map_days(
+                stage_day, job, plan.days, workers, log_format=log_format, start_method=start_method, on_done=on_done
+            )
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -375,11 +389,14 @@ class WrittenRun:
         raise errors.by_kind(first.error_kind)(" ".join(message.split()), path=first.path)
 
 
-def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4) -> WrittenRun:
+def write_partitions(
+    run: ProjectedRun, warehouse: Warehouse, *, workers: int = 4, progress: Progress | None = None
+) -> WrittenRun:
     """Put each staged day in its three partition files, atomically, under each
     day's lock, on ``workers`` threads. Stores that failed anywhere in the run keep
     their rows untouched on every day. The staging folder is removed once every day
-    is in place; if a write fails it stays, so the step can be re-executed."""
+    is in place; if a write fails it stays, so the step can be re-executed.
+    ``progress`` counts each day as it is in place, with its rows (told from this thread)."""
     failures = run.failures()
     failed = {f.path for f in failures}
     results: dict[str, list[WriteResult]] = {ds: [] for ds in CAPTURE_DATASETS}
@@ -393,6 +410,9 @@ def write_partitions(run: ProjectedRun, warehouse: Warehouse, *, workers: int = 
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
+        if progress is not None:
+            for future in as_completed(futures):
+                progress.advance(sum(r.rows for r in future.result().values()))
         for staged, per_dataset in zip(run.days, (f.result() for f in futures)):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)

@@ -1,16 +1,17 @@
 """The sensor's cursor: what it remembers of each store between ticks (SPEC §8), typed and versioned.
 
 Dagster keeps the cursor as a string; this module is its one reader and
-writer. Version 3, as JSON (keys sorted, no spaces, so an unchanged cursor is
-the same text and Dagster does not store it again)::
+writer. Version 4, as JSON (keys sorted, no spaces, so an unchanged cursor is
+the same text)::
 
-    {"version": 3,
+    {"version": 4,
      "stores": {"<path>": {"label", "files", "max_mid", "seq", "rotation": {"tick", "hot", "share"},
                            "usage": [max rowid, max last_seen, [[rowid, last_seen], ...]],
                            "days": {"<day>": [tier 1, tier 2, stamp, captured]}}},
      "pending": {"<day>": "<h>"},
      "attempts": {"<day>": {"run_key", "fingerprints", "requested_at", "failures", "retry_at", "error"}},
-     "failing": ["<day>", ...]}
+     "failing": ["<day>", ...],
+     "covered": [["<first day>", "<last day>"], ...]}
 
 - per store: the files' identity (``[inode, size, mtime_ns]`` of the db and
   its ``-wal``), the ``messages`` and ``session_model_usage`` marks, the
@@ -22,25 +23,35 @@ the same text and Dagster does not store it again)::
 - ``attempts``: per day, the capture requested and not yet known to have
   succeeded (:mod:`hermes_assets.lib.changes.attempts`): its run key, the day's
   fingerprint in each store when it was requested, and its failures;
-- ``failing``: the days last reported failing by the ``days_captured`` check.
+- ``failing``: the days last reported failing by the ``days_captured`` check;
+- ``covered``: the days the sensor has requested a capture of, for any reason, as spans of
+  consecutive days (:class:`Spans`): a partition day outside them that no store holds a session
+  on is requested once, as a day without sessions (:mod:`hermes_assets.lib.changes.watch`).
 
-Older cursors are reset, with one warning: their fingerprints cannot be
-compared with these (version 3 watches more columns and tables), so every day
-of every store is requested once, which also writes the new columns into
-days captured before; days pending are kept. A cursor of an unknown version,
-or one that is not JSON, is reset the same way.
+The sensor keeps this text in the Dagster instance and shows a summary of it as the cursor
+(``hermes_assets/defs/sensor_cursor.py``): with one entry per day and store it grows with the
+history. A version 3 cursor (the same without ``covered``) is migrated, everything kept: its
+partition days with no session are requested once, as a first start would. Older cursors are
+reset, with one warning: their fingerprints cannot be compared with these (version 3 watches more
+columns and tables), so every day of every store is requested once, which also writes the new
+columns into days captured before; days pending are kept. A cursor of an unknown version, or one
+that is not JSON, is reset the same way.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hermes_assets.lib.logs import get_logger
 
 log = get_logger()
 
-CURSOR_VERSION = 3
+CURSOR_VERSION = 4
+#: the version before ``covered``: migrated, everything kept
+MIGRATED_VERSION = 3
 
 #: the identity of a store's files: ``{"db": [ino, size, mtime_ns], "wal": [...] | None}``
 FileIdentity = dict
@@ -139,6 +150,34 @@ class Attempt:
 
 
 @dataclass
+class Spans:
+    """A set of UTC days kept as sorted spans of consecutive days (``[[first, last], ...]``): a
+    history of a thousand days the sensor has covered is one span, not a thousand entries."""
+
+    spans: list[list[str]] = field(default_factory=list)
+
+    def __contains__(self, day: str) -> bool:
+        return any(first <= day <= last for first, last in self.spans)
+
+    def add(self, days: Iterable[str]) -> None:
+        """Add ``days`` (ISO dates), merging spans that touch."""
+        merged = sorted(
+            [dt.date.fromisoformat(a), dt.date.fromisoformat(b)] for a, b in [*self.spans, *([d, d] for d in days)]
+        )
+        out: list[list[dt.date]] = []
+        for first, last in merged:
+            if out and first <= out[-1][1] + dt.timedelta(days=1):
+                out[-1][1] = max(out[-1][1], last)
+            else:
+                out.append([first, last])
+        self.spans = [[a.isoformat(), b.isoformat()] for a, b in out]
+
+    def days(self) -> int:
+        """How many days the spans hold."""
+        return sum((dt.date.fromisoformat(b) - dt.date.fromisoformat(a)).days + 1 for a, b in self.spans)
+
+
+@dataclass
 class Cursor:
     """The whole cursor: every store the sensor has read, and the days it is waiting for."""
 
@@ -146,6 +185,9 @@ class Cursor:
     pending: dict[str, str] = field(default_factory=dict)
     attempts: dict[str, Attempt] = field(default_factory=dict)
     failing: list[str] = field(default_factory=list)
+    #: the days a capture was requested of, for any reason (a partition day outside them with no
+    #: session in any store is requested once, as a day without sessions)
+    covered: Spans = field(default_factory=Spans)
     #: not read from a cursor of this version (none yet, reset): to be written out
     reset: bool = field(default=False, compare=False)
 
@@ -157,6 +199,7 @@ class Cursor:
                 "pending": self.pending,
                 "attempts": {d: a.to_json() for d, a in self.attempts.items()},
                 "failing": self.failing,
+                "covered": self.covered.spans,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -173,12 +216,14 @@ def load_cursor(text: str | None) -> Cursor:
         return _reset("not JSON")
     version = raw.get("version") if isinstance(raw, dict) else None
     try:
-        if version == CURSOR_VERSION:
+        if version in (CURSOR_VERSION, MIGRATED_VERSION):  # version 3: the same, without ``covered``
             return Cursor(
                 stores={p: StoreState.from_json(s) for p, s in raw.get("stores", {}).items()},
                 pending=dict(raw.get("pending") or {}),
                 attempts={d: Attempt.from_json(a) for d, a in (raw.get("attempts") or {}).items()},
                 failing=list(raw.get("failing") or []),
+                covered=Spans([[str(a), str(b)] for a, b in raw.get("covered") or []]),
+                reset=version != CURSOR_VERSION,  # written out in this version
             )
         if version in (1, 2):
             log.warning(

@@ -10,6 +10,13 @@ captured. A day is done when its run succeeds, not when it is requested: the
 requests in flight are followed to their end by :mod:`hermes_assets.lib.changes.attempts`,
 and a day whose run failed is requested again, with backoff.
 
+Every partition day is captured once the sensor has seen it, sessions or not: a partition day
+that no store holds a session on and that no capture was ever requested of (the cursor's
+``covered`` spans) is requested once, as a day *without sessions* (its run writes no file and
+shows 0 rows, and its checks pass): the days of a history with gaps, the days between its last
+session and today, today itself when it begins. Only when every store could be read and at
+least one exists: an idle machine with no Hermes requests nothing.
+
 Each store is scanned by :mod:`hermes_assets.lib.changes.store_scan` (what changed in
 it since the cursor, and the table of what each Hermes write changes and when
 a tick sees it). Then, for every store together, the runs of the open attempts
@@ -36,9 +43,10 @@ into run requests.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hermes_assets.lib.changes import attempts
@@ -86,6 +94,26 @@ def run_groups(requests: list[tuple[str, str]], max_runs: int) -> list[tuple[lis
     return [(days, f"{days[0]}...{days[-1]}@{h}")]
 
 
+def empty_groups(days: list[str], max_runs: int, now_s: float) -> list[tuple[list[str], str]]:
+    """``(days, run key)`` of the runs of days without sessions: one per span of consecutive days,
+    or one ranged run over them all when there are more than ``max_runs`` spans. The key holds the
+    time of the request: a day requested again after the cursor was reset gets a key Dagster has
+    not seen (it skips one it has, whatever became of that run)."""
+    spans: list[list[str]] = []
+    for day in sorted(days):
+        if spans and dt.date.fromisoformat(day) - dt.date.fromisoformat(spans[-1][-1]) == dt.timedelta(days=1):
+            spans[-1].append(day)
+        else:
+            spans.append([day])
+    if len(spans) > max_runs:
+        spans = [sorted(days)]
+    runs = []
+    for span in spans:
+        h = hashlib.blake2b(f"no sessions\t{','.join(span)}\t{now_s}".encode(), digest_size=6).hexdigest()
+        runs.append((span, f"{span[0]}@{h}" if len(span) == 1 else f"{span[0]}...{span[-1]}@{h}"))
+    return runs
+
+
 # --------------------------------------------------------------------------
 # one tick
 # --------------------------------------------------------------------------
@@ -105,6 +133,7 @@ class TickPlan:
     retried: list[str] = field(default_factory=list)  # days requested again after a failed run
     coalesced: list[str] = field(default_factory=list)  # changed days whose queued run will capture them
     early: list[str] = field(default_factory=list)  # days before the first partition, requested in one run
+    empty: list[str] = field(default_factory=list)  # partition days without sessions, requested once
     failing: list[str] = field(default_factory=list)  # days whose runs keep failing (attempts.FAILING_AFTER)
     failing_before: list[str] = field(default_factory=list)  # the same, as the last tick left it
     unchanged: str | None = None  # the cursor's text, when the tick changed nothing in it
@@ -144,6 +173,7 @@ class TickPlan:
             "days_retried": len(self.retried),
             "days_left_to_queued_runs": len(self.coalesced),
             "days_before_first_partition": len(self.early),
+            "days_without_sessions": len(self.empty),
             "days_pending": len(self.pending),
             "days_captured": len(follow.succeeded),
             "days_run_failed": len(follow.failed),
@@ -167,6 +197,7 @@ def plan_tick(
     outcomes: attempts.Outcomes | None = None,
     max_runs: int = 1 << 30,
     before_first: Callable[[str], bool] | None = None,
+    partition_days: Sequence[str] | None = None,
 ) -> TickPlan:
     """Compare the stores with the cursor; return the days to request and the new cursor.
 
@@ -182,6 +213,9 @@ def plan_tick(
     other stores.
     ``outcomes`` looks up how the runs of earlier requests ended
     (:mod:`hermes_assets.lib.changes.attempts`); without it, requests are not followed.
+    ``partition_days``: every day of the partitions, the first to today; those no store holds a
+    session on, never requested before, are requested once, as days without sessions
+    (:attr:`TickPlan.empty`, :func:`empty_groups`). Without it, none is.
     """
     t0 = time.perf_counter()
     wall = time.time() if now_s is None else now_s
@@ -237,8 +271,13 @@ def plan_tick(
             early[day] = pending.pop(day)
 
     ordered = sorted(requests.items(), reverse=True)
-    runs = run_groups(ordered, max_runs) + (run_groups(sorted(early.items(), reverse=True), 1) if early else [])
+    runs = run_groups(ordered, max_runs)
+    empty = _days_without_sessions(cursor, scans, partition_days, busy=set(requests) | set(early) | set(pending))
+    runs += empty_groups(empty, max_runs, wall)
+    if early:
+        runs += run_groups(sorted(early.items(), reverse=True), 1)
     ordered = sorted((requests | early).items(), reverse=True)
+    cursor.covered.add(day for days, _ in runs for day in days)
     attempts.open_attempts(cursor, runs, wall)
     failing_before, cursor.failing = cursor.failing, attempts.failing(cursor)
     plan = TickPlan(
@@ -252,10 +291,11 @@ def plan_tick(
         retried=sorted(d for d in retried if d in requests),
         coalesced=coalesced,
         early=sorted(early),
+        empty=empty,
         failing=cursor.failing,
         failing_before=failing_before,
     )
-    if not plan.requests:
+    if not plan.runs:
         plan.skip_reason = _skip_reason(scans, changed, pending) + _waiting_note(follow, coalesced, wall)
     if not (
         read
@@ -270,6 +310,22 @@ def plan_tick(
         plan.unchanged = cursor_text  # the same cursor: not written out again (a no-change tick)
     plan.ms = (time.perf_counter() - t0) * 1000
     return plan
+
+
+def _days_without_sessions(
+    cursor: Cursor, scans: list[StoreScan], partition_days: Sequence[str] | None, busy: set[str]
+) -> list[str]:
+    """The partition days to request as days without sessions: no store holds a session on them
+    (as the cursor knows the stores), no capture of them was ever requested (``covered``), none is
+    open or requested on this tick (``busy``). None while a store cannot be read (its days are
+    unknown), nor when no store exists (Hermes not installed: the sensor stays idle)."""
+    if partition_days is None or not scans or any(s.status == FAILED for s in scans):
+        return []
+    if all(s.status == MISSING for s in scans):
+        return []
+    with_sessions = {day for state in cursor.stores.values() for day in state.days}
+    taken = busy | with_sessions | set(cursor.attempts)
+    return [day for day in partition_days if day not in taken and day not in cursor.covered]
 
 
 def _waiting_note(follow: attempts.FollowUp, coalesced: list[str], now_s: float) -> str:

@@ -25,6 +25,7 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.plan.generations import Generations
 from hermes_assets.lib.source.state_db import ReaderFactory
+from hermes_assets.lib.source.store_identity import store_identity
 from hermes_assets.lib.source.stores import Store
 
 log = get_logger()
@@ -68,6 +69,9 @@ class StorePlan:
     scopes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     #: sid -> policy class, for the sessions of the run's days (after apply_usage_policy)
     classes: dict[str, str] = field(default_factory=dict)
+    #: the store's identity, by what it holds (None: no session yet, or not read;
+    #: :mod:`hermes_assets.lib.source.store_identity`)
+    identity: str | None = None
 
     @cached_property
     def _by_day(self) -> dict[str | None, list[str]]:
@@ -181,6 +185,10 @@ class CapturePlan:
     def failures(self) -> list[StoreFailure]:
         return [sp.failure for sp in self.stores if sp.failure is not None]
 
+    def identities(self) -> dict[str, str]:
+        """Store path -> its identity, for the stores read that hold a session."""
+        return {sp.store.path: sp.identity for sp in self.stores if sp.identity is not None}
+
     def facts(
         self, day: str, generations: dict[str, Generations], skip: AbstractSet[str] = frozenset()
     ) -> list[StoreFacts]:
@@ -210,10 +218,13 @@ def plan_capture(
     last_day: str | None = None,
     now_s: float | None = None,
     readers: ReaderFactory | None = None,
+    expect_none: bool = False,
 ) -> CapturePlan:
     """Place every session of every store on its day (one statement over ``sessions``
     per store). A missing store is a state; a store that cannot be read is a failure
-    recorded in its :class:`StorePlan`, never raised here."""
+    recorded in its :class:`StorePlan`, never raised here. ``expect_none``: the run was asked
+    for days without sessions (the sensor's, so that they read as captured): finding none there
+    is what it expects, said at info, not as a warning."""
     read_at = time.time() if now_s is None else now_s
     wanted = set(days)
     readers = readers or ReaderFactory()
@@ -226,6 +237,7 @@ def plan_capture(
             with readers.open(store, read_at) as reader:
                 index = reader.session_index()
                 unknown = reader.unknown_columns()
+                sp.identity = store_identity(reader)
                 statements.update(reader.statements)
         except (FileNotFoundError, errors.StoreAbsent) as exc:  # not installed, vanished, or not created yet
             if store.explicit and not store.exists():
@@ -286,7 +298,9 @@ def plan_capture(
     )
     reason = plan.nothing_to_capture()
     if reason:
-        log.warning("hermes.capture.nothing_to_capture", days=len(plan.days), reason=reason)
+        (log.info if expect_none else log.warning)(
+            "hermes.capture.nothing_to_capture", days=len(plan.days), reason=reason
+        )
     return plan
 
 

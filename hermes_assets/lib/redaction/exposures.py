@@ -117,20 +117,28 @@ def exposures(sightings: pa.Table) -> Exposures:
 
 def write_current(warehouse: Warehouse) -> tuple[WriteResult, Exposures]:
     """Compute the table from every host's sightings and replace its file, until the file is
-    known to be computed from the sightings as they are (several hosts write them: the one that
-    writes last checks, after its write, that the files it read are still there, and computes
-    again when they are not, as the analytics do)."""
+    known to be computed from the sightings as they are. Several hosts write the sightings and
+    this file, as the analytics (:func:`~hermes_assets.lib.analytics.daily.write_current_day`):
+    each attempt reads the file's version first, then the sightings' stamp, computes, and
+    replaces the file only if it is still that version (a conditional write); after its write it
+    checks that the sightings' files are still the ones read. A write that lost the race, or
+    whose inputs moved, computes again: the file written last equals a recomputation."""
     for attempt in range(1, RECOMPUTE_LIMIT + 1):
+        current = warehouse.read_whole_versioned(EXPOSURES)
         before = warehouse.dataset_stamp(SIGHTINGS)
         found = exposures(sighting_files.read_all(warehouse))
-        result = warehouse.replace_whole(EXPOSURES, found.table)
-        if warehouse.dataset_stamp(SIGHTINGS) == before:
+        result = warehouse.replace_whole(EXPOSURES, found.table, current)
+        if result is not None and warehouse.dataset_stamp(SIGHTINGS) == before:
             log.info(
                 "hermes.exposures.written", **found.totals, kinds=sorted(found.by_kind), files_changed=result.changed
             )
             return result, found
-        log.info("hermes.exposures.inputs_moved", attempt=attempt)
+        log.info(
+            "hermes.exposures.recomputed",
+            attempt=attempt,
+            reason="inputs_moved" if result is not None else "file_replaced",
+        )
     raise RuntimeError(
-        f"{EXPOSURES}: the sightings changed during each of {RECOMPUTE_LIMIT} computations "
+        f"{EXPOSURES}: its file or the sightings changed during each of {RECOMPUTE_LIMIT} computations "
         "(other hosts writing them): the next run computes it again"
     )

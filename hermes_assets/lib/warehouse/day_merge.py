@@ -22,11 +22,11 @@ import pyarrow as pa
 from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
+from hermes_assets.lib.storage.interface import Pin, Storage
+from hermes_assets.lib.storage.local_files import open_private
 from hermes_assets.lib.warehouse import partition_file, staging
-from hermes_assets.lib.warehouse.local_files import open_private
 from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.retention import CarriedOver, carry_over, count_source_deleted
-from hermes_assets.lib.warehouse.storage import Pin, Storage
 
 log = get_logger()
 
@@ -147,7 +147,7 @@ def commit(
             storage.put_file(path, prepared.file)
         except FileNotFoundError:  # removed by a purge meanwhile: merge again
             return None
-    log.info(
+    log.debug(  # one per day and dataset: printed at HERMES_ASSETS_LOG_LEVEL=debug
         "hermes.warehouse.day_written",
         dataset=dataset,
         day=day,

@@ -15,11 +15,12 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from hermes_assets.lib.hosts import host_labels, unscoped_ids
+from hermes_assets.lib.hosts.unscoped_ids import Host
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import CAPTURE_DATASETS
-from hermes_assets.lib.warehouse import hosts, local_files, partition_file, read_marks
-from hermes_assets.lib.warehouse.local_files import FileModes
-from hermes_assets.lib.warehouse.storage import Storage
+from hermes_assets.lib.storage import local_files
+from hermes_assets.lib.warehouse import partition_file, read_marks
 
 log = get_logger()
 
@@ -29,10 +30,6 @@ STAGING = ".staging"
 #: in a host's staging: its files were moved to the hosts' layout, and whether its ids are
 #: scoped (:meth:`Warehouse.adopt_legacy`)
 LAYOUT_MARK = ".layout-hosts"
-#: in the warehouse root: each host's claim on the unscoped ids, ``host=<label>`` (:meth:`Warehouse.settle_ids`)
-CLAIMS = ".hosts"
-#: what a claim says: tried (the host is settling), held (its ids are unscoped), given up (scoped)
-CLAIM_TRIED, CLAIM_HELD, CLAIM_GIVEN_UP = "trying", "unscoped", "scoped"
 #: the mark's line that records the host's ids (``ids: scoped`` or ``ids: unscoped``)
 _IDS_LINE = "ids: "
 #: in a host's staging: the redaction version every capture file of that host has
@@ -62,18 +59,10 @@ class LayoutMove:
         }
 
 
-class Warehouse(Protocol):
+class Warehouse(Host, Protocol):
     """What these functions use of a :class:`~hermes_assets.lib.warehouse.datasets.Warehouse`
     (which calls them: this module never imports it)."""
 
-    storage: Storage
-    host: str
-    host_named: bool
-
-    @property
-    def root(self) -> str: ...
-    @property
-    def modes(self) -> FileModes: ...
     @property
     def staging_root(self) -> str: ...
     @property
@@ -103,12 +92,12 @@ def adopt_legacy(wh: Warehouse) -> LayoutMove:
     recorded = _recorded_ids(mark)
     if recorded is not None:
         os.chmod(mark, wh.modes.file)  # private again, whatever an older umask left
-        fix_claim_modes(wh)
+        unscoped_ids.fix_claim_modes(wh)
         moved.ids_scoped = recorded
         return moved
     _adopt_legacy_spool(wh)
     legacy = {dataset: sorted({d for d, h in wh.files(dataset) if h is None}) for dataset in CAPTURE_DATASETS}
-    moved.ids_scoped = settle_ids(wh, legacy=any(legacy.values()))
+    moved.ids_scoped = unscoped_ids.settle_ids(wh, legacy=any(legacy.values()))
     for dataset in CAPTURE_DATASETS:
         for day in legacy[dataset]:
             moved.files += 1
@@ -121,10 +110,10 @@ def adopt_legacy(wh: Warehouse) -> LayoutMove:
             files=moved.files,
             rows=moved.rows,
             days=len(moved.days),
-            layout=f"<dataset>/day=<day>/{hosts.folder(wh.host)}/{PART_FILE}",
+            layout=f"<dataset>/day=<day>/{host_labels.folder(wh.host)}/{PART_FILE}",
         )
     wh.storage.make_spool_dirs(os.path.dirname(mark))
-    ids_line = _IDS_LINE + (CLAIM_GIVEN_UP if moved.ids_scoped else CLAIM_HELD)
+    ids_line = _IDS_LINE + (unscoped_ids.CLAIM_GIVEN_UP if moved.ids_scoped else unscoped_ids.CLAIM_HELD)
     with local_files.open_private(mark, wh.modes.file) as f:
         f.write(f"day=<day>/host=<label>/part-0.parquet\n{ids_line}\n".encode())
     return moved
@@ -138,77 +127,11 @@ def _recorded_ids(mark: str) -> bool | None:
     except (FileNotFoundError, UnicodeDecodeError):
         return None
     said = [line[len(_IDS_LINE) :] for line in lines if line.startswith(_IDS_LINE)]
-    return None if not said or said[-1] not in (CLAIM_HELD, CLAIM_GIVEN_UP) else said[-1] == CLAIM_GIVEN_UP
-
-
-def _claim_path(wh: Warehouse, host: str | None = None) -> str:
-    return wh.storage.join(wh.root, CLAIMS, hosts.folder(host or wh.host))
-
-
-def fix_claim_modes(wh: Warehouse) -> None:
-    """The claims' folder and this host's claim get the modes again (a local warehouse)."""
-    if not wh.storage.local:
-        return
-    own = wh.storage.location(_claim_path(wh))
-    folder = os.path.dirname(own)
-    if os.path.isdir(folder):
-        local_files.chmod_dir(folder, wh.modes)
-    if os.path.isfile(own):
-        os.chmod(own, wh.modes.file)
-
-
-def _put_claim(wh: Warehouse, state: str) -> None:
-    path = _claim_path(wh)
-    if wh.storage.local:
-        local_files.make_dirs(os.path.dirname(wh.storage.location(path)), wh.modes, wh.root)
-    wh.storage.put(path, pa.py_buffer(f"{state}\n".encode()))
-
-
-def claims(wh: Warehouse) -> dict[str, str]:
-    """Every host's claim on the unscoped ids: label -> what it says."""
-    out = {}
-    for found in wh.storage.files_under(wh.storage.join(wh.root, CLAIMS), depth=1):
-        label = hosts.label_of(found.path)
-        data = None if label is None else wh.storage.read_bytes(_claim_path(wh, label))
-        if label is not None and data is not None:
-            out[label] = data.to_pybytes().decode("ascii", "replace").strip()
-    return out
-
-
-def settle_ids(wh: Warehouse, *, legacy: bool = False) -> bool:
-    """Whether this host's ids are scoped by its label (``<host>:<sid>``), settled once per
-    host and kept: a row's id never changes with a later run.
-
-    At most one host of a warehouse keeps the unscoped ids (``<sid>``, as a single host
-    always had them), so every id stays unique across hosts whose Hermes session ids
-    collide, whether their labels were set or not:
-
-    * the host that moves a warehouse from before (``legacy``: its files, its rows
-      byte-identical) holds them, whatever its label;
-    * a host whose label was set (``HERMES_ASSETS_HOST``) scopes its ids;
-    * a host whose label is its hostname holds them when it is first: it writes its claim
-      (``.hosts/host=<label>``), then lists the claims, and holds them only when it finds
-      no other host's claim that tried or holds, and no file from before. Of two hosts
-      settling at once, at most one finds none (the second to list sees the first's
-      claim): at worst both scope their ids, never neither.
-
-    A host's own settled claim, found again (its spool lost: a reboot), says the same.
-    """
-    own = claims(wh).get(wh.host)
-    if own in (CLAIM_HELD, CLAIM_GIVEN_UP):
-        return own == CLAIM_GIVEN_UP
-    if legacy:
-        _put_claim(wh, CLAIM_HELD)
-        return False
-    if wh.host_named:
-        _put_claim(wh, CLAIM_GIVEN_UP)
-        return True
-    _put_claim(wh, CLAIM_TRIED)
-    others = {h: c for h, c in claims(wh).items() if h != wh.host and c != CLAIM_GIVEN_UP}
-    scoped = bool(others)
-    _put_claim(wh, CLAIM_GIVEN_UP if scoped else CLAIM_HELD)
-    log.info("hermes.warehouse.ids_settled", host=wh.host, scoped=scoped, other_claims=sorted(others))
-    return scoped
+    return (
+        None
+        if not said or said[-1] not in (unscoped_ids.CLAIM_HELD, unscoped_ids.CLAIM_GIVEN_UP)
+        else said[-1] == unscoped_ids.CLAIM_GIVEN_UP
+    )
 
 
 def _adopt_legacy_spool(wh: Warehouse) -> None:
@@ -227,7 +150,7 @@ def _adopt_legacy_spool(wh: Warehouse) -> None:
     except FileNotFoundError:
         return
     for entry in entries:
-        if entry.is_dir(follow_symlinks=False) and not entry.name.startswith(hosts.PREFIX):
+        if entry.is_dir(follow_symlinks=False) and not entry.name.startswith(host_labels.PREFIX):
             target = os.path.join(wh.staging_root, entry.name)
             if not os.path.exists(target):
                 with contextlib.suppress(FileNotFoundError):

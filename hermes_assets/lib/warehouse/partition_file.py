@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from hermes_assets.lib import schemas
 
 if TYPE_CHECKING:
-    from hermes_assets.lib.warehouse.storage import Pin
+    from hermes_assets.lib.storage.interface import Pin
 
 #: the Parquet key-value metadata key that records the redaction a file's cells went through
 VERSION_KEY = b"hermes_assets.redaction_version"

@@ -40,8 +40,8 @@ import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.storage.local_files import open_private
 from hermes_assets.lib.warehouse import partition_file
-from hermes_assets.lib.warehouse.local_files import open_private
 
 log = get_logger()
 
@@ -62,7 +62,7 @@ def staged_name(dataset: str, day: str, store_number: int, *, encoded: bool) -> 
 
 def pin_name(dataset: str, day: str) -> str:
     """A hard link to the day's partition file as the stage step read it (the proof, at the
-    write, that the file is unchanged: :class:`~hermes_assets.lib.warehouse.storage.Pin`)."""
+    write, that the file is unchanged: :class:`~hermes_assets.lib.storage.interface.Pin`)."""
     return f"{dataset}.{day}{PIN_SUFFIX}"
 
 

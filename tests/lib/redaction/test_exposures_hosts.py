@@ -1,6 +1,7 @@
 """What to rotate over several hosts of one warehouse: one secret is one row only when the hosts
 share the redaction key; each host's sightings are its own files; the table computed while another
-host writes is computed again.
+host writes (its sightings, or the table) is computed again; a relabeled host's sightings move with
+its files.
 
 Two hosts are two :class:`Warehouse` objects on one root (a folder, and the same through
 ``file://``), each capturing its own store, written by Hermes's real writer, that holds the
@@ -16,8 +17,9 @@ import pytest
 
 from hermes_assets.lib.redaction import exposures, sighting_files
 from hermes_assets.lib.redaction.redactor import RedactionConfig
-from hermes_assets.lib.schemas import SIGHTINGS
+from hermes_assets.lib.schemas import EXPOSURES, SIGHTINGS
 from hermes_assets.lib.source.stores import Store, on_host
+from hermes_assets.lib.warehouse import relabel
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support import fake_keys
 from tests.support.capture_run import capture_days
@@ -97,3 +99,46 @@ def test_exposures_computed_while_another_host_writes_are_computed_again(shared_
     _, found = exposures.write_current(alpha)
     assert len(reads) == 2 and found.totals["secrets"] == 3
     assert alpha.read_whole("hermes_secret_exposures") == exposures.exposures(read_all(alpha)).table
+
+
+def test_exposures_whose_file_another_host_replaced_meanwhile_are_computed_again(shared_token, tmp_path, monkeypatch):
+    root = tmp_path / "wh"
+    key = key_file(tmp_path / "shared.key")
+    alpha, beta = Warehouse(str(root), host="alpha"), Warehouse(str(root), host="beta")
+    capture_days([shared_token["stores"]["alpha"]], alpha, days=[DAY], redaction=key)
+    capture_days([shared_token["stores"]["beta"]], beta, days=[DAY], redaction=key)
+    read_all = sighting_files.read_all
+    reads = []
+
+    def replaced_first(warehouse):
+        table = read_all(warehouse)
+        if not reads:  # the other host writes the table after this one read its version
+            monkeypatch.setattr(sighting_files, "read_all", read_all)
+            exposures.write_current(beta)
+            monkeypatch.setattr(sighting_files, "read_all", replaced_first)
+            # and its file is then one this host did not read: a stale table must not replace it
+            (root / EXPOSURES / "part-0.parquet").write_bytes(b"another host's table")
+        reads.append(table)
+        return table
+
+    monkeypatch.setattr(sighting_files, "read_all", replaced_first)
+    _, found = exposures.write_current(alpha)
+    assert len(reads) == 2 and found.totals["secrets"] == 3
+    assert alpha.read_whole(EXPOSURES) == exposures.exposures(read_all(alpha)).table
+
+
+def test_a_relabeled_hosts_sightings_move_and_what_to_rotate_names_the_new_label(shared_token, tmp_path):
+    key = key_file(tmp_path / "shared.key")
+    path = shared_token["stores"]["alpha"].path
+    # what the new label computes when it captures the store itself
+    fresh = Warehouse(str(tmp_path / "fresh"), host="gamma")
+    capture_days(on_host([Store(path)], "gamma", scoped=True), fresh, days=[DAY], redaction=key)
+    _, expected = exposures.write_current(fresh)
+    root = tmp_path / "wh"
+    capture_days([shared_token["stores"]["alpha"]], Warehouse(str(root), host="alpha"), days=[DAY], redaction=key)
+    gamma = Warehouse(str(root), host="gamma")
+    moved = relabel.relabel(gamma, "alpha", str(tmp_path / "gamma.json"))
+    assert moved.sightings == 1
+    assert sorted(p.parent.name for p in (root / SIGHTINGS).rglob("part-0.parquet")) == ["host=gamma"]
+    _, found = exposures.write_current(gamma)
+    assert found.table == expected.table and {h for r in found.table.to_pylist() for h in r["hosts"]} == {"gamma"}

@@ -1,5 +1,5 @@
 """A warehouse behind a URI: every file operation through ``pyarrow.fs`` (see
-:mod:`~hermes_assets.lib.warehouse.storage` for the interface and how it differs from a
+:mod:`~hermes_assets.lib.storage.interface` for the interface and how it differs from a
 local folder)."""
 
 from __future__ import annotations
@@ -15,18 +15,27 @@ from urllib.parse import parse_qs, urlparse, urlunparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from hermes_assets.lib.warehouse import local_files
-from hermes_assets.lib.warehouse.local_files import PRIVATE, FileModes
-from hermes_assets.lib.warehouse.storage import (
-    ATOMIC_UPLOAD,
-    LOCK_FILE,
-    FileStamp,
-    Pin,
+from hermes_assets.lib.storage import local_files, object_store
+from hermes_assets.lib.storage.interface import ATOMIC_UPLOAD, LOCK_FILE, FileStamp, Pin, Storage
+from hermes_assets.lib.storage.local_files import PRIVATE, FileModes
+from hermes_assets.lib.storage.local_storage import (
+    LocalStorage,
     fix_local_modes,
     local_files_under,
     local_still_current,
+    put_if_locally,
     read_pinned_locally,
 )
+from hermes_assets.lib.storage.object_store import ObjectStore
+
+
+def open_storage(uri: str, *, spool: str | None = None, modes: FileModes = PRIVATE, owner: str = "") -> Storage:
+    """A plain path is :class:`LocalStorage`; a URI :class:`ArrowStorage`. ``owner``: the host
+    whose temp files this storage writes and may clean up (:func:`local_files.temp_name`)."""
+    scheme = urlparse(uri).scheme
+    if len(scheme) > 1:  # "C:\\x" is a path
+        return ArrowStorage(uri, scheme.lower(), spool=spool, modes=modes, owner=owner)
+    return LocalStorage(uri, modes=modes, owner=owner)
 
 
 class ArrowStorage:
@@ -44,10 +53,20 @@ class ArrowStorage:
         #: files on this machine's disk: the modes apply
         self.local = scheme == "file"
         self._fs: pafs.FileSystem | None = None
+        self._objects: ObjectStore | None = None
 
     def __getstate__(self) -> dict:
         # a worker process opens its own client, on first use (one that only projects never does)
-        return {**self.__dict__, "_fs": None, "root": _fs_path(self.uri)}
+        return {**self.__dict__, "_fs": None, "_objects": None, "root": _fs_path(self.uri)}
+
+    @property
+    def objects(self) -> ObjectStore | None:
+        """The bucket's conditional writes and versioned listings (:mod:`.object_store`);
+        None on a filesystem that has none (``file://``, HDFS)."""
+        if self._objects is None and self.scheme in object_store.CONDITIONAL:
+            region = getattr(self.fs, "region", None)  # the region pyarrow resolved (S3)
+            self._objects = ObjectStore(self.uri, self.root.partition("/")[0], region)
+        return self._objects
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -109,6 +128,12 @@ class ArrowStorage:
     def files_under(self, base: str, depth: int) -> list[FileStamp]:
         if self.local:
             return local_files_under(base, depth)
+        if self.objects is not None:  # one listing, each object with its version
+            return [
+                FileStamp(o.path, o.size, o.mtime_ns, 0, o.version)
+                for o in self.objects.list_under(base)
+                if o.path.count("/") < depth
+            ]
         selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
         out = []
         for info in self.fs.get_file_info(selector):
@@ -180,6 +205,27 @@ class ArrowStorage:
     def put_file(self, path: str, source: str) -> None:
         with open(source, "rb") as f:
             self.put(path, pa.py_buffer(f.read()))
+
+    def read_versioned(self, path: str) -> tuple[pa.Buffer, str] | None:
+        if self.local:
+            return local_files.read_versioned(path)
+        if self.objects is not None:
+            read = self.objects.read(path)
+            return None if read is None else (pa.py_buffer(read[0]), read[1])
+        data = self.read_bytes(path)  # HDFS: no version of its own, the bytes' digest
+        return None if data is None else (data, hashlib.sha256(data.to_pybytes()).hexdigest())
+
+    def put_if(self, path: str, data: pa.Buffer, expected: str | None) -> bool:
+        if self.local:
+            return put_if_locally(path, data, expected, self.modes, self.root, self.owner)
+        if self.objects is not None:
+            return self.objects.put_if(path, data.to_pybytes(), expected)
+        # HDFS has no conditional write: checked, then written (the day's lock orders this host's writers)
+        current = self.read_versioned(path)
+        if (None if current is None else current[1]) != expected:
+            return False
+        self.put(path, data)
+        return True
 
     def _remove_stale_temps(self, folder: str, name: str) -> None:
         selector = pafs.FileSelector(folder, allow_not_found=True)

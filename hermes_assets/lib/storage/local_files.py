@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -106,6 +107,48 @@ def read_bytes(path: str) -> pa.Buffer | None:
             return pa.py_buffer(f.read())
     except FileNotFoundError:
         return None
+
+
+def read_versioned(path: str) -> tuple[pa.Buffer, str] | None:
+    """A whole file's bytes and its version (inode, size, time and a digest of the bytes:
+    a file replaced by another, even of the same size within one tick of the clock, differs);
+    None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    digest = hashlib.sha256(data).hexdigest()[:32]
+    return pa.py_buffer(data), f"{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{digest}"
+
+
+def create_exclusive(path: str, data: pa.Buffer, mode: int = 0o600, *, owner: str = "") -> bool:
+    """Put ``data`` at ``path`` only when there is no file there (a whole file, or none: a temp
+    file linked into place, which is atomic on every POSIX filesystem, NFS included); False,
+    nothing written, when there is one."""
+    folder = os.path.dirname(path)
+    tmp = temp_name(path, owner)
+    with open_private(tmp, mode) as f:
+        f.write(memoryview(data))
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError:  # a filesystem without hard links: an exclusive create, then the bytes
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(memoryview(data))
+            os.fsync(f.fileno())
+    finally:
+        os.unlink(tmp)
+    fsync_dir(folder)
+    return True
 
 
 def atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool = True, owner: str = "") -> None:
