@@ -6,8 +6,8 @@ their formats, each placed where the test says (a user turn, tool-call arguments
 a session's title), one secret in three sessions, two channels and both stores,
 one in a ``.env`` file only, one behind a name that says secret, and one in a
 session Hermes deletes later. The expected table comes from those placements: per
-place, the markers the redactor writes for the text placed there (its kind and
-keyed digest; the redactor's own rules decide which secret is which kind), then
+place, the markers of the keys placed there (the kind the test knows each key as, and
+the keyed digest of its value, computed by the test as docs/redaction.md says), then
 the sessions, messages, days, channels, stores and fields the test put each in,
 and ``still_in_store`` from what the test deleted. Real Dagster runs capture the
 days and compute the table; then Hermes deletes a session and they run again;
@@ -18,6 +18,8 @@ Dagster record or console line, the check's included.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import subprocess
@@ -30,7 +32,6 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib.redaction.redactor import Redactor
 from tests.defs.harness import EXPOSURES, SIGHTINGS, Capture, md_values, part_files
 from tests.defs.test_redaction import folder_bytes, warehouse_strings
 from tests.defs.test_redaction_v022 import instance_records
@@ -102,17 +103,35 @@ def write_world(capture: Capture) -> World:
     return World(keys, places, {"": str(capture.store), "work": str(profile)})
 
 
+#: the kind each key is redacted as (docs/redaction.md, 'What is a secret'): the id of the maintained
+#: rule of its issued format (``github-pat`` -> ``github_pat``), an assignment whose name says secret,
+#: a value of Hermes's ``.env``
+KINDS = {
+    "github": "github_pat",
+    "stripe": "stripe_access_token",
+    "openai": "openai_api_key",
+    "assigned": "secret_assignment",
+    "env_only": "hermes_env",
+}
+
+
+def marker_of(key: bytes, name: str, value: str) -> str:
+    """The marker of the key the test named ``name``: its kind, and the first 8 hex of the HMAC-SHA256
+    of its value under the warehouse's key (docs/redaction.md, 'The marker'), computed here."""
+    return f"[REDACTED:{KINDS[name]}:{hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:8]}]"
+
+
 def expected(world: World, key: bytes, deleted: set[str]) -> dict[str, dict]:
     """marker -> the row the test expects, from its placements (``deleted``: the sessions Hermes deleted)."""
     rows: dict[str, dict] = {}
     for place in world.places:
-        redactor = Redactor(key, values=[world.keys["env_only"]])
-        redactor.text(place.text)
-        for seen in redactor.take_sightings():
+        for name, value in world.keys.items():
+            if value not in place.text:
+                continue
             row = rows.setdefault(
-                seen.marker,
+                marker_of(key, name, value),
                 {
-                    "kind": seen.kind,
+                    "kind": KINDS[name],
                     "in": False,
                     **{name: set() for name in ("sessions", "messages", "days", "channels", "stores", "fields")},
                 },
@@ -140,14 +159,6 @@ def expected(world: World, key: bytes, deleted: set[str]) -> dict[str, dict]:
         }
         for marker, r in rows.items()
     }
-
-
-def marker_of(key: bytes, value: str) -> str:
-    """The marker a capture writes for a key alone in a cell."""
-    redactor = Redactor(key)
-    redactor.text(value)
-    (seen,) = redactor.take_sightings()
-    return seen.marker
 
 
 def exposures_run(capture: Capture, instance: dg.DagsterInstance):
@@ -192,10 +203,10 @@ def test_exposures_equal_what_the_stores_hold_and_a_key_is_checked(capture: Capt
         assert md["dagster/row_count"] == len(want) and md["still_in_store"] == len(want)
         # what recognises a key: the provider's prefix it starts with and its last four characters
         for name in ("github", "stripe", "openai"):
-            row = got[marker_of(key, world.keys[name])]
+            row = got[marker_of(key, name, world.keys[name])]
             assert row["prefix"] and world.keys[name].startswith(row["prefix"]), name
             assert row["last4"] == world.keys[name][-4:], name
-        github = got[marker_of(key, world.keys["github"])]
+        github = got[marker_of(key, "github", world.keys["github"])]
         assert (github["sessions"], github["channels"]) == (3, ["cli", "telegram"]) and len(github["stores"]) == 2
 
         # Hermes deletes a session: the secret it held is kept, no longer in the store
@@ -205,7 +216,7 @@ def test_exposures_equal_what_the_stores_hold_and_a_key_is_checked(capture: Capt
         assert exposures_run(capture, instance).success
         want = expected(world, key, deleted={"s3"})
         assert {m: {k: r[k] for k in want[m]} for m, r in table(capture).items()} == want
-        assert not table(capture)[marker_of(key, world.keys["openai"])]["still_in_store"]
+        assert not table(capture)[marker_of(key, "openai", world.keys["openai"])]["still_in_store"]
         # nothing new: no byte of any file changes, the sightings' and the exposures' included
         before = part_files(capture.warehouse)
         assert any(p.startswith(SIGHTINGS + "/") for p in before) and f"{EXPOSURES}/part-0.parquet" in before
@@ -216,7 +227,7 @@ def test_exposures_equal_what_the_stores_hold_and_a_key_is_checked(capture: Capt
         # the check: a key that passed (still stored, or only in deleted rows), one that did not
         seen = checked(world.keys["github"] + "\n")
         assert seen.returncode == 0, seen.stderr
-        assert marker_of(key, world.keys["github"]) in seen.stdout and "STILL IN" in seen.stdout
+        assert marker_of(key, "github", world.keys["github"]) in seen.stdout and "STILL IN" in seen.stdout
         assert all(sid in seen.stdout for sid in ("s1", "s2", "p1")) and "telegram" in seen.stdout
         deleted = checked(world.keys["openai"])
         assert deleted.returncode == 0 and "only in rows Hermes has deleted" in deleted.stdout
@@ -280,14 +291,14 @@ def test_the_pass_over_stored_files_keeps_the_sightings_right(capture: Capture, 
         assert exposures_run(capture, instance).success
         key = (capture.dagster_home / "redaction.key").read_bytes()
         got = table(capture)
-        assert set(got) == {marker_of(key, kept), marker_of(key, old)}
-        stored = got[marker_of(key, old)]
+        assert set(got) == {marker_of(key, "github", kept), marker_of(key, "stripe", old)}
+        stored = got[marker_of(key, "stripe", old)]
         assert not stored["still_in_store"] and stored["channels"] == ["telegram"] and stored["sessions"] == 1
         assert stored["fields"] == ["hermes_messages.content", "hermes_messages.content_text"]
         assert stored["first_day"] == DAY1 and stored["first_seen"] is not None
-        assert got[marker_of(key, kept)]["still_in_store"] and got[marker_of(key, kept)]["fields"] == [
-            "messages.content"
-        ]
+        assert got[marker_of(key, "github", kept)]["still_in_store"] and got[marker_of(key, "github", kept)][
+            "fields"
+        ] == ["messages.content"]
         before = part_files(capture.warehouse)
         assert capture.materialize(DAY1, instance=instance).success
         assert exposures_run(capture, instance).success
