@@ -33,7 +33,7 @@ import pytest
 
 from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
 from tests.e2e.test_backfill_graphql import ASSET_CHECKS_Q, DAY_CHECKS, DagsterDev, backfill, check_executions
-from tests.ui.test_dagster_ui import Screens, _open, _visible, _wait_first_tick
+from tests.ui.test_dagster_ui import Screens, _materialize_all, _open, _visible, _wait_first_tick
 
 pytestmark = pytest.mark.e2e
 
@@ -147,8 +147,8 @@ def _varying_policies_notice_is_the_uis_own(page, screens: Screens, dev: Dagster
     ), policies
     assert len({p["description"] for p in policies.values()}) == 1, policies
     page.goto(dev.url)
-    _open(page, "Lineage", page.get_by_role("button", name="Materialize all…"))
-    page.get_by_role("button", name="Materialize all…").click()
+    _open(page, "Lineage", _materialize_all(page))
+    _materialize_all(page).click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_role("button", name="Launch backfill").wait_for()
     screens.shot("materialize-all-dialog")

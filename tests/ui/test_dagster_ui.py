@@ -87,6 +87,12 @@ def _visible(page, text: str, exact: bool = True):
     return page.get_by_text(text, exact=exact).filter(visible=True).first
 
 
+def _materialize_all(page):
+    """The lineage's *Materialize all…* button (its accessible name starts with its icon's; with
+    partitioned and unpartitioned assets, the UI counts them in its label: "Materialize all (6)…")."""
+    return page.get_by_role("button", name=re.compile(r"Materialize all( \(\d+\))?…"))
+
+
 def _open(page, label: str, expect) -> None:
     """Click a left-navigation link until ``expect`` (a locator) shows.
 
@@ -197,8 +203,8 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
 
     # 3. Hermes appears; the user imports its history with a ranged backfill
     shutil.move(aside, installation.store)
-    _open(page, "Lineage", page.get_by_role("button", name="Materialize all…"))
-    page.get_by_role("button", name="Materialize all…").click()
+    _open(page, "Lineage", _materialize_all(page))
+    _materialize_all(page).click()
     dialog = page.get_by_role("dialog")
     partitions = dialog.locator("input[type=text]").first
     partitions.wait_for()
