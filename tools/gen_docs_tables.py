@@ -78,7 +78,7 @@ def tables() -> dict[str, str]:
         "usage-source": hermes_table(schemas.USAGE_COLUMNS),
         "settings": settings_table(),
     }
-    for name, spec in {**schemas.DATASETS, **schemas.ANALYTICS}.items():
+    for name, spec in {**schemas.DATASETS, **schemas.ANALYTICS, **schemas.SECRETS}.items():
         out[name] = arrow_table(spec.schema) + f"\n\nKey: {', '.join(f'`{k}`' for k in spec.key)}."
     return out
 

@@ -41,8 +41,11 @@ RETRY_CRON = "* * * * *"
 COMPUTED_IN_RUN = TRIGGER_TAG
 
 
-def automation_condition(computed_in_sensor_runs: bool = False) -> dg.AutomationCondition:
-    """When a day of an asset downstream of the datasets is run (by the ``hermes_automation`` sensor).
+def automation_condition(computed_in_sensor_runs: bool = False, *, every_day: bool = False) -> dg.AutomationCondition:
+    """When a day of an asset downstream of the datasets is run (by the ``hermes_automation`` sensor);
+    ``every_day``: when an asset computed over every day at once (not partitioned) is run: after a
+    capture of any day (a day never captured does not hold it back, and before the first capture
+    there is nothing to compute: it is not run for being missing).
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
     these assets too), with these changes, so that such an asset never falls behind the
@@ -78,6 +81,10 @@ def automation_condition(computed_in_sensor_runs: bool = False) -> dg.Automation
         captured = captured & deps_updated.since(in_run)
     updated = captured | ac.newly_missing().since(ac.newly_requested() | ac.newly_updated())
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
+    if every_day:
+        return ((captured | failed) & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
+            "after any day's capture, retried"
+        )
     return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
         "eager, any day, retried"
     )

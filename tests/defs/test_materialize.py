@@ -22,10 +22,11 @@ from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsageP
 from hermes_assets.lib import schemas
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, REDACTION_STAMP
+from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP
 from tests.conftest import suite_days
 from tests.defs.harness import (
     DATASETS,
+    SIGHTINGS,
     SMALL_DAYS,
     SMALL_MESSAGES,
     SMALL_SESSIONS,
@@ -136,10 +137,12 @@ def test_one_ranged_run_writes_every_day_of_the_three_datasets(small):
             assert {p.name for p in folder.iterdir()} <= {"part-0.parquet", ".lock", ".read_at"}, folder
     assert _rows_total(small.warehouse, SESSIONS) == SMALL_SESSIONS
     assert _rows_total(small.warehouse, MESSAGES) == SMALL_MESSAGES
-    # beside the datasets: the hosts' staging folders (each with its layout mark and redaction
-    # stamp, docs/redaction.md) and the hosts' claims on the ids
-    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".hosts"} == set(DATASETS)
-    staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name not in (LAYOUT_MARK, REDACTION_STAMP)]
+    # beside the datasets: the sightings of the secrets the fixture's sessions hold, the hosts'
+    # staging folders (each with its layout mark and redaction and sightings stamps,
+    # docs/redaction.md) and the hosts' claims on the ids
+    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".hosts"} == {*DATASETS, SIGHTINGS}
+    stamps = (LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP)
+    staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name not in stamps]
     assert not staged, "staged files left behind"
 
     # every session lands on its started_at day, in all three datasets
@@ -263,8 +266,9 @@ def test_a_bad_cell_is_counted_in_each_dataset_it_touches(capture, writer):
 
 def test_rerun_leaves_byte_identical_files(small, instance):
     assert small.materialize(FIRST, LAST, instance=instance).success
-    first = small.files()
-    assert len(first) == 3 * len(SMALL_DAYS)
+    first = small.files()  # the three datasets' files, and the sightings of the days whose sessions hold secrets
+    assert len([p for p in first if p.split("/")[0] in DATASETS]) == 3 * len(SMALL_DAYS)
+    assert {p.split("/")[0] for p in first} == {*DATASETS, SIGHTINGS}
     second_run = small.materialize(FIRST, LAST, instance=instance)
     assert small.files() == first
     assert all(md["file_changed"] is False for md in partition_metadata(second_run).values())

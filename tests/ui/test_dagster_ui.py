@@ -38,12 +38,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, day_path
+from tests.defs.harness import ANALYTICS, DATASETS, EXPOSURES, SMALL_DAYS, day_path
 from tests.e2e.test_backfill_graphql import BACKFILL_Q, DONE_BAD, DONE_OK, DagsterDev
-
-#: the lineage's button over every asset ("Materialize all (5)…": the count leaves out hermes_state,
-#: the stores, which are not materialized here)
-MATERIALIZE_ALL = re.compile(r"Materialize all( \(\d+\))?…")
 
 pytestmark = pytest.mark.e2e
 
@@ -89,6 +85,12 @@ def _nav(page, label: str):
 
 def _visible(page, text: str, exact: bool = True):
     return page.get_by_text(text, exact=exact).filter(visible=True).first
+
+
+def _materialize_all(page):
+    """The lineage's *Materialize all…* button (its accessible name starts with its icon's; with
+    partitioned and unpartitioned assets, the UI counts them in its label: "Materialize all (6)…")."""
+    return page.get_by_role("button", name=re.compile(r"Materialize all( \(\d+\))?…"))
 
 
 def _open(page, label: str, expect) -> None:
@@ -182,10 +184,11 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     page.reload()  # the graph is laid out and fitted again, groups expanded
     for name in DATASETS:
         _visible(page, name).wait_for()
-    for name in ANALYTICS:
+    for name in (*ANALYTICS, EXPOSURES):
         _visible(page, name).wait_for()
     _visible(page, "hermes_state").wait_for()  # the stores the datasets are read from: SQLite only
-    everything = len(DATASETS) + len(ANALYTICS)  # the analytics are Python and Parquet, not SQLite
+    # the analytics and the exposures are Python and Parquet, not SQLite; hermes_state (the stores) is SQLite
+    everything = len(DATASETS) + len(ANALYTICS) + 1
     for kind, count in (("SQLite", len(DATASETS) + 1), ("Python", everything), ("Parquet", everything)):
         assert page.get_by_text(kind, exact=True).filter(visible=True).count() == count, kind
     screens.shot("asset-graph")
@@ -202,8 +205,8 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
 
     # 3. Hermes appears; the user imports its history with a ranged backfill
     shutil.move(aside, installation.store)
-    _open(page, "Lineage", page.get_by_role("button", name=MATERIALIZE_ALL))
-    page.get_by_role("button", name=MATERIALIZE_ALL).click()
+    _open(page, "Lineage", _materialize_all(page))
+    _materialize_all(page).click()
     dialog = page.get_by_role("dialog")
     partitions = dialog.locator("input[type=text]").first
     partitions.wait_for()
@@ -224,11 +227,13 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     page.get_by_role("link", name="View").first.click()
     backfill = _wait_backfill(dev, backfill_id)
     assert sorted(backfill["partitionNames"]) == SMALL_DAYS
-    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]  # single_run(): one run for the range
+    # single_run(): one run for the range; the exposures, not partitioned, one run of their own
+    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS", "SUCCESS"]
     page.reload()
     status = page.get_by_text("Status", exact=True).filter(visible=True).first.locator("xpath=..")
     status.get_by_text("Succeeded", exact=True).wait_for()
-    assert page.get_by_text("100% completed").filter(visible=True).count() == len(DATASETS) + len(ANALYTICS)
+    completed = page.get_by_text("100% completed").filter(visible=True).count()
+    assert completed == len(DATASETS) + len(ANALYTICS) + 1  # and the exposures
     screens.shot("backfill-succeeded")
 
     # 5. the canonical dataset's page: its description and column schema ...

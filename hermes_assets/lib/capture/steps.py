@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from hermes_assets.lib import errors, logs
-from hermes_assets.lib.capture import pool
+from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
 from hermes_assets.lib.errors import StoreFailure
@@ -44,7 +44,7 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.redaction import stored_files
+from hermes_assets.lib.redaction import stored_files, stored_markers
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
@@ -98,9 +98,14 @@ class StagedDay:
     prepared: dict[str, PreparedWrite] = field(default_factory=dict)
     #: where each secret redacted from the day's cells was (never a value)
     sightings: tuple[Sighting, ...] = ()
+<<<<<<< HEAD
     #: what the run's ``day_figures`` made of the day's tables, when they are its files' final
     #: content (:func:`project_rows`); None: not made
     figures: Any = None
+=======
+    #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
+    sighting_rows: pa.Table | None = None
+>>>>>>> issue-34-exposures
 
     @property
     def rows(self) -> int:
@@ -119,6 +124,9 @@ class ProjectedRun:
     redaction_version: str | None = None
     #: files written before (or under an older redaction), redacted again by this run
     files_redacted: stored_files.FilesRedacted | None = None
+    #: day -> the markers already in this host's stored files, when its sightings did not hold them yet
+    #: (:mod:`~hermes_assets.lib.redaction.stored_markers`; None: they did)
+    stored_markers: dict[str, list[Sighting]] | None = None
 
     def failures(self) -> list[StoreFailure]:
         """Every store that failed, in the plan or on any day (each once)."""
@@ -213,10 +221,12 @@ def project_rows(
     module-level function: the run's analytics, for one).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
-    files_redacted = None
+    files_redacted = markers = None
     if redaction is not None:
         redactor = redactor_for(redaction)
         warehouse.redaction_version = redactor.version
+        # the markers stored files hold already, once per host (before the pass below adds its own)
+        markers = None if stored_markers.stamped(warehouse) else stored_markers.scan(warehouse)
         # files written before redaction (or under other rules) first, so the days merge with redacted rows
         files_redacted = stored_files.redact_files(warehouse, redactor)
     else:
@@ -244,7 +254,7 @@ def project_rows(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted)
+    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted, markers)
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
         log.info(
@@ -324,7 +334,11 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
+<<<<<<< HEAD
         figures,
+=======
+        run_sightings.staged_rows(rows, job.warehouse.host, plan.labels()),
+>>>>>>> issue-34-exposures
     )
 
 
@@ -370,6 +384,8 @@ class WrittenRun:
     failures: list[StoreFailure]
     #: stores read and written in this run (beside the failed ones)
     stores_written: int = 0
+    #: the days' ``hermes_secret_sightings`` files written (:mod:`~hermes_assets.lib.redaction.sighting_files`)
+    sightings: list[WriteResult] = field(default_factory=list)
 
     def totals(self, dataset: str) -> dict[str, int]:
         results = self.results[dataset]
@@ -417,17 +433,20 @@ def write_partitions(
     else:  # no store read: nothing to merge, every day's files stay as they are
         write = functools.partial(_current_day, warehouse)
     _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+    sightings = run_sightings.Writer(run, warehouse, failed)
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
         if progress is not None:
             for future in as_completed(futures):
                 progress.advance(sum(r.rows for r in future.result().values()))
-        for per_dataset in (f.result() for f in futures):
+        for staged, per_dataset in zip(run.days, (f.result() for f in futures)):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
+            sightings.day(staged)  # after the day's files: the stored sightings are read from them
+    stored = sightings.finish()
     shutil.rmtree(run.staging, ignore_errors=True)
-    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
+    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed), stored)
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
         log.info(  # the run's totals (each day's own figures are on its materialization)

@@ -72,6 +72,8 @@ class FilesRedacted:
     secrets: dict[str, Counter] = field(default_factory=dict)
     #: where each secret redacted in the files was (never a value)
     sightings: list[Sighting] = field(default_factory=list)
+    #: the same, by the day of the file each was in
+    by_day: dict[str, list[Sighting]] = field(default_factory=dict)
     #: the version the files were brought to, and why each file checked was redacted again (reason -> files)
     version: str | None = None
     because: Counter = field(default_factory=Counter)
@@ -168,7 +170,9 @@ def _redact_day(warehouse: Warehouse, redactor: Redactor, dataset: str, day: str
         return
     result.cells_changed[dataset] += cells
     result.files_rewritten[dataset] += int(written.changed)
-    result.sightings += redactor.take_sightings()
+    seen = redactor.take_sightings()
+    result.sightings += seen
+    result.by_day.setdefault(day, []).extend(seen)
 
 
 #: per dataset, the columns of a row's session id and message id (None: a row per session)

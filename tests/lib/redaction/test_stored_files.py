@@ -47,10 +47,11 @@ def all_text(root) -> str:
 
 
 def versions(root) -> set:
-    """The redaction versions the warehouse's partition files record."""
+    """The redaction versions the capture datasets' partition files record."""
     return {
         partition_file.redaction_version(pa.py_buffer(p.read_bytes()))
-        for p in root.glob("*/day=*/host=*/part-0.parquet")
+        for dataset in CAPTURE_DATASETS
+        for p in root.glob(f"{dataset}/day=*/host=*/part-0.parquet")
     }
 
 
