@@ -98,14 +98,11 @@ class StagedDay:
     prepared: dict[str, PreparedWrite] = field(default_factory=dict)
     #: where each secret redacted from the day's cells was (never a value)
     sightings: tuple[Sighting, ...] = ()
-<<<<<<< HEAD
+    #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
+    sighting_rows: pa.Table | None = None
     #: what the run's ``day_figures`` made of the day's tables, when they are its files' final
     #: content (:func:`project_rows`); None: not made
     figures: Any = None
-=======
-    #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
-    sighting_rows: pa.Table | None = None
->>>>>>> issue-34-exposures
 
     @property
     def rows(self) -> int:
@@ -334,11 +331,8 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
-<<<<<<< HEAD
-        figures,
-=======
         run_sightings.staged_rows(rows, job.warehouse.host, plan.labels()),
->>>>>>> issue-34-exposures
+        figures,
     )
 
 
