@@ -194,7 +194,7 @@ def project_rows(
     metadata["ids_reused"] = run.reborn()  # D15: new generations of ids captured before (a restored store)
     metadata["stores_failed"] = failed_stores(run.failures())
     metadata["sql_statements"] = dict(sorted(run.statements().items()))
-    return dg.Output(run, metadata=metadata)
+    return dg.Output(precomputed.hold(context.run.run_id, run), metadata=metadata)
 
 
 @dg.op(
@@ -221,7 +221,7 @@ def write_partitions(
         )
     with run_progress.progress(context, "write_partitions", len(run.days)) as progress:
         written = steps.write_partitions(run, wh, workers=max(2, capture_runtime.workers), progress=progress)
-    precomputed.keep(wh, run, written)  # for the analytics of this run (precomputed.py)
+    precomputed.keep(wh, context.run.run_id, run, written)  # for the analytics of this run (precomputed.py)
     # the write succeeded: staging that failed or killed runs left is not needed any more
     staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}

@@ -12,6 +12,7 @@ the figures are the same either way.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,11 +38,29 @@ def day_figures(context: dg.AssetExecutionContext) -> Callable[[str, Mapping[str
     return captured_days.figures_of if any(dg.AssetKey(name) in selected for name in ANALYTICS) else None
 
 
-def keep(warehouse: Warehouse, run: ProjectedRun, written: WrittenRun) -> None:
-    """The figures of the run's first captures that hold for the files as the write left them."""
-    if written.failures:
+#: run id -> day -> the figures its capture computed, held in the process between its two steps
+_held: dict[str, dict[str, Any]] = {}
+
+
+def hold(run_id: str, run: ProjectedRun) -> ProjectedRun:
+    """``run`` without its figures, which stay in this process for :func:`keep`: the step's output
+    is stored by Dagster's IO manager (a file under DAGSTER_HOME), and figures name what the
+    sessions hold (their models, their tools), content that must never reach Dagster's storage."""
+    figures = {s.day: s.figures for s in run.days if s.figures is not None}
+    with _lock:
+        if figures:
+            _held[run_id] = figures
+    return dataclasses.replace(run, days=[dataclasses.replace(s, figures=None) for s in run.days])
+
+
+def keep(warehouse: Warehouse, run_id: str, run: ProjectedRun, written: WrittenRun) -> None:
+    """The figures of the run's first captures (held by :func:`hold` in this process, if this
+    process ran the capture) that hold for the files as the write left them."""
+    with _lock:
+        held = _held.pop(run_id, {})
+    if written.failures or not held:
         return
-    computed = [(s.day, {ds: d.rows for ds, d in s.datasets.items()}, s.figures) for s in run.days if s.figures]
+    computed = [(s.day, {ds: d.rows for ds, d in s.datasets.items()}, held[s.day]) for s in run.days if s.day in held]
     days = captured_days.known_days(warehouse, computed, written.results)
     with _lock:
         for day, known in days.items():

@@ -23,7 +23,7 @@ from hermes_assets.lib import errors, logs
 from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SIGHTINGS, SMALL_DAYS, copy_small, day_path
 from tests.ecosystem.conftest import captured_logs, cli_installation, dagster_cli, parse_json_lines
-from tests.sensor.harness import SensorDriver
+from tests.sensor.harness import SensorDriver, definitions
 
 OP = "hermes_capture.{}"
 #: the events each op prints once per run (the project and write steps: one per dataset)
@@ -114,7 +114,9 @@ def test_one_event_per_sensor_tick(tmp_path, capfd, monkeypatch):
     home = tmp_path / "hermes-home"
     home.mkdir()
     driver = SensorDriver(home)
+    definitions()  # loaded (and their logs set up) before the lines are captured: the ticks print there
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance, captured_logs("json") as buf:
+        logs.configure(level="debug")
         missing = driver.tick(logged=instance)  # no store yet
         copy_small(home)
         first = driver.tick(logged=instance)  # a new store: every day
