@@ -30,6 +30,7 @@ from hermes_assets.lib.redaction.redactor import Redactor, what_changed
 from hermes_assets.lib.redaction.session_cells import KEEP_COLUMNS
 from hermes_assets.lib.redaction.sightings import Sighting, Where
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, SESSIONS
+from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import REDACTION_STAMP
@@ -102,14 +103,7 @@ def forget_stamp(warehouse: Warehouse) -> None:
 
 
 def _stamped(warehouse: Warehouse, version: str) -> bool:
-    path = stamp_path(warehouse)
-    try:
-        with open(path, encoding="ascii") as f:
-            current = f.read().strip() == version
-        os.chmod(path, warehouse.modes.file)  # what an older umask left open is closed (D16)
-        return current
-    except (OSError, ValueError):
-        return False
+    return local_files.stamp_holds(stamp_path(warehouse), version, warehouse.modes.file)
 
 
 def _stamp(warehouse: Warehouse, version: str) -> None:

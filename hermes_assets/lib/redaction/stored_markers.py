@@ -43,14 +43,7 @@ def stamp_path(warehouse: Warehouse) -> str:
 
 def stamped(warehouse: Warehouse) -> bool:
     """Whether this host's stored files' markers are in its sightings already."""
-    path = stamp_path(warehouse)
-    try:
-        with open(path, encoding="ascii") as f:
-            done = f.read().strip() == VERSION
-        os.chmod(path, warehouse.modes.file)  # what an older umask left open is closed (D16)
-        return done
-    except (OSError, ValueError):
-        return False
+    return local_files.stamp_holds(stamp_path(warehouse), VERSION, warehouse.modes.file)
 
 
 def stamp(warehouse: Warehouse) -> None:
