@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_assets.defs import settings
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 PID_FILE = ".hermes_assets-dev.pid"

@@ -10,7 +10,7 @@ The contract's column lists are not typed by hand: each sits between two markers
     ...
     <!-- end generated: NAME -->
 
-and is rendered from ``hermes_assets.lib.schemas`` (the Arrow schemas the
+and is rendered from ``hermes_assets.lib.basics.schemas`` (the Arrow schemas the
 warehouse writes, and the Hermes columns the reader selects by name) and from
 ``hermes_assets.defs.settings`` (every variable and the form it accepts). When a
 schema or a setting changes, run this tool and commit the document with the code;
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from anywhere, without installing the project
 
 from hermes_assets.defs import settings  # noqa: E402
-from hermes_assets.lib import schemas  # noqa: E402
+from hermes_assets.lib.basics import schemas  # noqa: E402
 
 CONTRACT = REPO / "docs" / "contract.md"
 BLOCK = re.compile(

@@ -18,7 +18,7 @@ import pytest
 from agent.context_compressor import _MERGED_SUMMARY_DELIMITER, ContextCompressor
 from hermes_state import SessionDB
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from tests.support.project import project_store, rows
 from tests.support.skips import unavailable
 

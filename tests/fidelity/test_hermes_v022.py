@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib import errors, schemas
+from hermes_assets.lib.basics import errors, schemas
 from tests.defs.harness import read_all
 from tests.fidelity.test_agent_loop import PART_KEYS, expected_parts, ms, text_of
 from tests.support.hermes_counts import logical_counts

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from tests.faults.helpers import GATEWAY, MESSAGES, SESSIONS, assert_sound, new_install, remove_sqlite_sidecars
 from tests.support.environ import use_environment
 from tests.support.hermes_counts import logical_counts

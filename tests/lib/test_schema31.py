@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.basics import errors, schemas
 from hermes_assets.lib.capture import day_rows
 from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.source import state_db

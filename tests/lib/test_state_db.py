@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.errors import NotAHermesStore, StoreBusy, StoreCorrupt
+from hermes_assets.lib.basics import errors, schemas
+from hermes_assets.lib.basics.errors import NotAHermesStore, StoreBusy, StoreCorrupt
+from hermes_assets.lib.basics.timestamps import epoch_ms, ms_day
 from hermes_assets.lib.source.state_db import StoreReader
 from hermes_assets.lib.source.stores import Store
-from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
 

@@ -2,7 +2,7 @@
 
 CI has no Hermes v0.22 (it installs the same module names as hermes-agent 0.19,
 so the two never share a venv). These stores have v0.22's table layout, built
-from the project's own column lists (``hermes_assets.lib.schemas``, which name
+from the project's own column lists (``hermes_assets.lib.basics.schemas``, which name
 every schema-31 column with its SQLite type), plus ``schema_version`` and
 ``system_prompts``. A test writes exactly the rows a case needs; what Hermes
 itself writes is held against the committed v0.22.2 fixture
@@ -22,7 +22,7 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 
 SCHEMA_VERSION = 31
 

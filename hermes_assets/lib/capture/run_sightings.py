@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.redaction import sighting_files, stored_markers
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 if TYPE_CHECKING:

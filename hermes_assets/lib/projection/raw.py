@@ -16,15 +16,15 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors, schemas
+from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.basics.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 from hermes_assets.lib.projection import copies, display, extra_columns
 from hermes_assets.lib.projection.arrays import arrow_array
 from hermes_assets.lib.projection.content import content_text
 from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.source.jsonutil import dumps
 from hermes_assets.lib.source.state_db import SessionBundle
-from hermes_assets.lib.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 
 
 class RawColumns:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.redaction.redactor import Redactor
 from hermes_assets.lib.redaction.sightings import Sighting, Where
 
