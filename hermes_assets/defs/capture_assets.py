@@ -37,7 +37,7 @@ from hermes_assets.lib.basics import errors, logs, schemas
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.capture import steps
-from hermes_assets.lib.capture.steps import ProjectedRun
+from hermes_assets.lib.capture.staged_run import DatasetDay, ProjectedRun
 from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.warehouse import staging
@@ -271,7 +271,7 @@ def day_checks(
     yield from check_events.in_batches(context, checks.day_evaluations(figures, targets=targets, selected=selected))
 
 
-def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict[str, dg.MetadataValue]:
+def day_metadata(result: WriteResult, projected: DatasetDay) -> dict[str, dg.MetadataValue]:
     """One partition's own figures: rows written and the errors of its day, as Dagster's metadata
     values (a ranged run builds thousands: Dagster takes them as they are)."""
     md = result.metadata()

@@ -22,7 +22,7 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
-from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics import hermes_tables
 
 SCHEMA_VERSION = 31
 
@@ -39,12 +39,12 @@ def create_layout(
     """``schema_version`` (31), ``system_prompts``, ``sessions``, ``messages`` and
     ``session_model_usage`` with every schema-31 column (and, for a "newer Hermes",
     the extra ``{name: SQLite type}`` columns given)."""
-    sessions = ["id TEXT PRIMARY KEY"] + [_column_sql(n, t) for n, t, _ in schemas.SESSION_COLUMNS if n != "id"]
+    sessions = ["id TEXT PRIMARY KEY"] + [_column_sql(n, t) for n, t, _ in hermes_tables.SESSION_COLUMNS if n != "id"]
     sessions += [f'"{n}" {t}' for n, t in (extra_session_columns or {}).items()]
     messages = ["id INTEGER PRIMARY KEY AUTOINCREMENT"]
-    messages += [_column_sql(n, t) for n, t, _ in schemas.MESSAGE_COLUMNS if n != "id"]
+    messages += [_column_sql(n, t) for n, t, _ in hermes_tables.MESSAGE_COLUMNS if n != "id"]
     messages += [f'"{n}" {t}' for n, t in (extra_message_columns or {}).items()]
-    usage = [f'"{n}" {t}' for n, t, _ in schemas.USAGE_COLUMNS]
+    usage = [f'"{n}" {t}' for n, t, _ in hermes_tables.USAGE_COLUMNS]
     conn.executescript(
         "CREATE TABLE schema_version (version INTEGER NOT NULL);"
         f"INSERT INTO schema_version VALUES ({SCHEMA_VERSION});"

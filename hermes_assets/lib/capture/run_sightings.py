@@ -25,7 +25,7 @@ from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 if TYPE_CHECKING:
     from hermes_assets.lib.capture.day_rows import DayRows
-    from hermes_assets.lib.capture.steps import ProjectedRun, StagedDay
+    from hermes_assets.lib.capture.staged_run import ProjectedRun, StagedDay
 
 
 def staged_rows(rows: DayRows, host: str, stores: dict[str, str]) -> pa.Table:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from hermes_assets.lib.basics.schemas import (
+from hermes_assets.lib.basics.hermes_tables import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     USAGE_COLUMNS,
