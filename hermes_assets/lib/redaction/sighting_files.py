@@ -61,8 +61,9 @@ def rows(
         return SCHEMA.empty_table()
     sids = {s.session_id for s in seen if s.session_id is not None}
     started = _by_key(sessions, "id", ("store_label", "id"), ("source", "started_at", "source_deleted"), sids)
+    mids = {s.message_id for s in seen if s.message_id is not None}
     written = _by_key(
-        messages, "session_id", ("store_label", "session_id", "id"), ("timestamp", "source_deleted"), sids
+        messages, "session_id", ("store_label", "session_id", "id"), ("timestamp", "source_deleted"), sids, mids
     )
     out = []
     for s in seen:
@@ -92,16 +93,28 @@ def rows(
 
 
 def _by_key(
-    table: pa.Table | None, sid_column: str, key: tuple[str, ...], values: tuple[str, ...], sids: set[str]
+    table: pa.Table | None,
+    sid_column: str,
+    key: tuple[str, ...],
+    values: tuple[str, ...],
+    sids: set[str],
+    last_keys: set[str] | None = None,
 ) -> dict[tuple, tuple]:
     """``key columns -> value columns`` of the rows of ``table`` whose session is one of ``sids``
-    (ids as text: a sighting names a message by its id's text)."""
+    and, with ``last_keys``, whose last key column is one of them (ids as text: a sighting names a
+    message by its id's text); only those rows become Python values."""
     if table is None or table.num_rows == 0:
         return {}
-    column = pc.cast(table.column(sid_column), pa.string())
-    table = table.filter(pc.is_in(column, value_set=pa.array(sorted(sids), pa.string())))
+    keep = _among(table, sid_column, sids)
+    if last_keys is not None:
+        keep = pc.and_(keep, _among(table, key[-1], last_keys))
+    table = table.filter(keep)
     keys = zip(*(pc.cast(table.column(c), pa.string()).to_pylist() for c in key))
     return dict(zip(keys, zip(*(table.column(c).to_pylist() for c in values))))
+
+
+def _among(table: pa.Table, column: str, wanted: set[str]) -> pa.ChunkedArray:
+    return pc.is_in(pc.cast(table.column(column), pa.string()), value_set=pa.array(sorted(wanted), pa.string()))
 
 
 def _key(row: dict) -> tuple:
