@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-import pyarrow  # noqa: F401  (as the capture's worker module does: importing it starts threads)
+import pyarrow  # (as the capture's worker module does: importing it starts threads)
 import pytest
 
 from hermes_assets.lib.capture import pool
@@ -97,3 +97,20 @@ def test_a_day_that_fails_fails_the_map(tmp_path):
 def test_an_unknown_start_method_is_refused_fork_first(tmp_path):
     with pytest.raises(ValueError, match="not one of forkserver, spawn"):
         list(pool.map_days(where, Job(str(tmp_path / "log")), ["a", "b"], workers=2, start_method="fork"))
+
+
+def converts(job: Job, day: str) -> dict:
+    import sys
+
+    table = pyarrow.table({"day": pyarrow.array([day, None], pyarrow.string())})
+    return {"pid": os.getpid(), "rows": table.num_rows, "pandas": "pandas" in sys.modules}
+
+
+@pytest.mark.slow
+def test_a_worker_converts_python_values_without_importing_pandas(tmp_path):
+    days = [f"d{i}" for i in range(6)]
+    results = list(pool.map_days(converts, Job(str(tmp_path / "log")), days, workers=2))
+    assert [r["rows"] for r in results] == [2] * len(days)
+    in_workers = [r for r in results if r["pid"] != os.getpid()]
+    assert in_workers, "no day ran on a worker"
+    assert not any(r["pandas"] for r in in_workers)

@@ -34,6 +34,7 @@ absent in a worker that has not imported it (:func:`_without_pandas`).
 from __future__ import annotations
 
 import collections
+import importlib.abc
 import multiprocessing
 import sys
 from collections.abc import Callable, Collection, Iterator
@@ -58,10 +59,20 @@ class _ThisWorker:
 _this_worker = _ThisWorker()
 
 
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import finder for which pandas is not installed."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == "pandas" or fullname.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is not imported in a capture worker", name=fullname)
+        return None
+
+
 def _without_pandas() -> None:
     """pandas unavailable to this worker process (``import pandas`` raises ImportError), unless
     something imported it already: pyarrow then converts Python values without importing it."""
-    sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
 
 
 def _start_worker(state: object, log_format: logs.LogFormat | None) -> None:

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def arrow_array(values: Sequence[object], typ: pa.DataType) -> pa.Array:
     if isinstance(typ, pa.ExtensionType):
         return pa.ExtensionArray.from_storage(typ, pa.array(values, type=typ.storage_type))
     return pa.array(values, type=typ)
+
+
+def repeated(values: Sequence[object], counts: Sequence[int], typ: pa.DataType) -> pa.Array:
+    """Each of ``values`` ``counts`` times over, in order, as one array of ``typ``: one Arrow
+    value per run, expanded by Arrow (a run-end decode), never a Python list per row."""
+    kept = [(v, c) for v, c in zip(values, counts, strict=True) if c > 0]
+    storage = typ.storage_type if isinstance(typ, pa.ExtensionType) else typ
+    if not kept:
+        array = pa.array([], storage)
+    else:
+        ends = pa.array(list(itertools.accumulate(c for _, c in kept)), pa.int64())
+        array = pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, pa.array([v for v, _ in kept], storage)))
+    return pa.ExtensionArray.from_storage(typ, array) if isinstance(typ, pa.ExtensionType) else array

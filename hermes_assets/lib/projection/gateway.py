@@ -16,7 +16,7 @@ import pyarrow as pa
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import DayNames
-from hermes_assets.lib.projection.arrays import arrow_array
+from hermes_assets.lib.projection.arrays import arrow_array, repeated
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
 from hermes_assets.lib.projection.header import SessionInput, session_header
@@ -93,7 +93,7 @@ class GatewayColumns:
         sess_cols = (
             dict(zip(SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in SESSION_COLUMNS}
         )
-        session_of_row = pa.array([i for i, count in enumerate(self.session_rows) for _ in range(count)], pa.int32())
+        session_of_row = repeated(range(len(self.session_rows)), self.session_rows, pa.int32())
         fields, arrays = [], []
         for f in schema:
             name = f.name

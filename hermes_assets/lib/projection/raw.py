@@ -20,7 +20,7 @@ from hermes_assets.lib.basics import errors, hermes_tables, schemas
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 from hermes_assets.lib.projection import copies, display, extra_columns
-from hermes_assets.lib.projection.arrays import arrow_array
+from hermes_assets.lib.projection.arrays import arrow_array, repeated
 from hermes_assets.lib.projection.content import content_text
 from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.source.jsonutil import dumps
@@ -66,13 +66,14 @@ class RawColumns:
     def to_table(self) -> pa.Table:
         n = len(self.rows)
         columns = dict(zip((name for name, _ in self.source), zip(*self.rows))) if n else {}
-        provenance: dict[str, list[str | None]] = {"store": [], "store_label": [], "profile": [], "host": [], "day": []}
-        for bundle, day, count in self.runs:
-            provenance["store"] += [bundle.store.path] * count
-            provenance["store_label"] += [bundle.store.label] * count
-            provenance["profile"] += [bundle.store.profile] * count
-            provenance["host"] += [bundle.store.host] * count
-            provenance["day"] += [day] * count
+        counts = [count for _, _, count in self.runs]
+        provenance: dict[str, list[str | None]] = {
+            "store": [bundle.store.path for bundle, _, _ in self.runs],
+            "store_label": [bundle.store.label for bundle, _, _ in self.runs],
+            "profile": [bundle.store.profile for bundle, _, _ in self.runs],
+            "host": [bundle.store.host for bundle, _, _ in self.runs],
+            "day": [day for _, day, _ in self.runs],
+        }
         arrays = []
         ends: list[int] = []  # the end row of each run, for finding a row's session
         for f in self.schema:
@@ -85,8 +86,8 @@ class RawColumns:
                 arrays.append(array)
             elif f.name in self.derived:
                 arrays.append(arrow_array(self.derived[f.name], f.type))
-            elif f.name in provenance:
-                arrays.append(arrow_array(provenance[f.name], f.type))
+            elif f.name in provenance:  # one value per run (a session's rows), expanded by Arrow
+                arrays.append(repeated(provenance[f.name], counts, f.type))
             elif f.name in ("source_deleted", "replaced"):
                 arrays.append(pa.repeat(pa.scalar(False), n))
             else:
