@@ -1,19 +1,26 @@
-"""The first analytics layer (SPEC §11): what a day of Hermes cost, and which tools it used.
+"""The analytics layer (SPEC §11): every analytics dataset, a day at a time, from the warehouse to the warehouse.
 
-Pure functions of one partition day of the captured datasets:
+Pure functions of one partition day of the captured datasets, one per dataset
+(:func:`compute_day`):
 
 * :func:`daily_usage` -> ``hermes_daily_usage``: per model, sessions, messages,
   tool calls, API calls, tokens and costs;
 * :func:`daily_tools` -> ``hermes_daily_tools``: per tool name, calls, results,
-  error results and sessions.
+  error results and sessions;
+* what Hermes's own report (``hermes insights``) answers besides:
+  ``hermes_daily_channels`` (:mod:`.channels`), ``hermes_daily_skills``
+  (:mod:`.skills`), ``hermes_activity`` (:mod:`.activity`) and
+  ``hermes_top_sessions`` (:mod:`.top_sessions`).
 
 The day is the partition day (the day the sessions started, SPEC §2), and
 rows flagged ``source_deleted`` (D13) are left out: these tables describe what
 the store holds now. So are copies (rows with ``copy_of``, D20): a logical
 message, tool call or tool result counts once, however many generations
-Hermes keeps of it. Each function returns the table and the day's totals (the
-numbers a materialization shows and the Dagster UI plots); neither holds a
-model or tool name, only counts.
+Hermes keeps of it (Hermes's own counts, in the columns named ``hermes_*`` and
+in the skills, take every stored row, as its report does). A session's figures
+are defined once (:mod:`.day_sessions`), for every dataset that counts them.
+Each function returns the table and the day's totals (the numbers a
+materialization shows and the Dagster UI plots); none holds a name, only counts.
 """
 
 from __future__ import annotations
@@ -22,51 +29,46 @@ import functools
 import json
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import ids, schemas
+from hermes_assets.lib import schemas
+from hermes_assets.lib.analytics import activity, channels, day_sessions, hermes_tool_calls, skills, top_sessions
+from hermes_assets.lib.analytics.day_sessions import COSTS, COUNTS, Totals
+from hermes_assets.lib.analytics.live_rows import DayFigures, live
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
-from hermes_assets.lib.warehouse.retention import source_deleted_mask
 
 log = get_logger()
 
 USAGE = "hermes_daily_usage"
 TOOLS = "hermes_daily_tools"
+CHANNELS, SKILLS, ACTIVITY, TOP_SESSIONS = (
+    channels.CHANNELS,
+    skills.SKILLS,
+    activity.ACTIVITY,
+    top_sessions.TOP_SESSIONS,
+)
 ANALYTICS = tuple(schemas.ANALYTICS)
 
-TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
-COSTS = ("estimated_cost_usd", "actual_cost_usd")
-#: costs are summed in floating point; a day's figures are rounded to the micro-dollar, as a
-#: person reads money (0.192284, not 0.19228399999999998)
-COST_DIGITS = 6
-
 #: the columns each asset reads (the IO manager reads nothing else)
-USAGE_INPUTS = {
-    SESSIONS: [
-        "host",
-        "store",
-        "store_label",
-        "id",
-        "generation",
-        "model",
-        "usage_by_model",
-        "api_call_count",
-        *TOKENS,
-        *COSTS,
-        "source_deleted",
-    ],
-    MESSAGES: ["host", "store", "session_id", "role", "source_deleted", "copy_of"],
-    GATEWAY: ["session_id", "part_type", "attributes"],
-}
+USAGE_INPUTS = day_sessions.INPUTS
 TOOLS_INPUTS = {
     GATEWAY: ["session_id", "part_type", "tool_name", "content_text", "is_error", "attributes"],
+    MESSAGES: hermes_tool_calls.INPUTS,
+}
+DATASET_INPUTS: dict[str, dict[str, list[str]]] = {
+    USAGE: USAGE_INPUTS,
+    TOOLS: TOOLS_INPUTS,
+    CHANNELS: day_sessions.INPUTS,
+    SKILLS: skills.INPUTS,
+    ACTIVITY: day_sessions.INPUTS,
+    TOP_SESSIONS: day_sessions.INPUTS,
 }
 
 #: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
@@ -74,154 +76,76 @@ TOOLS_INPUTS = {
 _FILE_MUTATING_TOOLS = frozenset({"write_file", "patch"})
 
 
-@dataclass
-class DayFigures:
-    """One day of one analytics dataset: its rows and its totals."""
-
-    table: pa.Table
-    totals: dict[str, int | float] = field(default_factory=dict)
-
-
 # --------------------------------------------------------------------------
 # hermes_daily_usage
 # --------------------------------------------------------------------------
 
 
-def _model(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _usage_entries(text: str | None) -> list[dict]:
-    """The session's ``usage_by_model`` entries (SPEC §3), or ``[]`` when it has none."""
-    if not text:
-        return []
-    try:
-        entries = json.loads(text)
-    except ValueError:
-        return []
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-
-
-def _int(value: object) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
-def _cost(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def live(table: pa.Table, dataset: str) -> pa.Table:
-    """The rows not flagged ``source_deleted`` (D13), each logical message once (no copies,
-    D20): what the store holds now."""
-    if table.num_rows == 0:
-        return table
-    drop = pc.or_(source_deleted_mask(dataset, table), copy_mask(dataset, table))
-    return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
-
-
-def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """Which rows are copies of an earlier generation of their logical message (D20): a raw
-    row's ``copy_of``, a canonical row's ``attributes.hermes.copy_of``; all false for a
-    dataset without them."""
-    if dataset == GATEWAY and "attributes" in table.column_names:
-        column = table.column("attributes")
-        text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
-        # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
-        return pc.fill_null(pc.match_substring(text, '"copy_of":'), False)
-    if "copy_of" in table.column_names:
-        return pc.is_valid(table.column("copy_of"))
-    return pa.repeat(pa.scalar(False), table.num_rows)
-
-
-def _count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
-    if table.num_rows == 0:
-        return {}
-    counts = table.group_by(keys).aggregate([([], "count_all")])
-    columns = [counts.column(k).to_pylist() for k in keys]
-    return {tuple(key): n for *key, n in zip(*columns, counts.column("count_all").to_pylist())}
-
-
 def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> DayFigures:
     """Per model: the day's sessions, messages, tool calls, API calls, tokens and costs.
 
-    * Tokens, API calls and costs come from each session's ``usage_by_model``
-      (the per-model truth, D12: a session that switched models, or spent
-      tokens on auxiliary tasks such as titles and compression, counts under
-      each model it used); a session without it counts its own totals under
-      its own ``model``.
+    * Tokens, API calls and costs: what each session used of the model
+      (:func:`~hermes_assets.lib.analytics.day_sessions.model_shares`: its
+      ``usage_by_model`` entries, the per-model truth, D12, and under its own
+      ``model`` what its own counters hold beyond them; a session that switched
+      models, or spent tokens on auxiliary tasks such as titles and compression,
+      counts under each model it used).
     * Messages (stored messages, rewound and compacted ones included; Hermes's
       ``session_meta`` bookkeeping rows are not messages) and tool calls (the
       canonical ``tool_call`` parts) count under the session's ``model``, each
       logical message once (copies left out, D20).
-    * ``sessions``: the sessions that used the model (a ``usage_by_model``
-      entry) or have it as their own model; a session can count under several.
+    * ``sessions``: the sessions that used the model or have it as their own
+      model; a session can count under several.
     * ``total_tokens`` is Hermes's own total: input + cache read + cache write
       + output (reasoning tokens are part of the output).
     * Costs are as Hermes writes them, summed and rounded to the micro-dollar:
       ``NULL`` only where no session of the row has any (hermes-agent 0.19 writes
       ``0.0``, not NULL, into ``session_model_usage.actual_cost_usd`` when a
       provider reported no cost, so a day's ``actual_cost_usd`` is usually 0.0).
+    * Hermes's own figures beside ours: ``hermes_sessions`` (the sessions its report
+      counts under the model: those with a usage row of it, and those whose own
+      counters hold more than their rows, under their own model),
+      ``hermes_tool_calls`` (each session's ``tool_call_count`` under its own model)
+      and ``hermes_cost_usd`` (:func:`~hermes_assets.lib.analytics.day_sessions.hermes_cost`).
     """
-    sessions, messages, gateway = live(sessions, SESSIONS), live(messages, MESSAGES), live(gateway, GATEWAY)
-    acc: dict[str | None, dict] = defaultdict(
-        lambda: {
-            "sessions": set(),
-            "messages": 0,
-            "tool_calls": 0,
-            "api_calls": 0,
-            **{t: 0 for t in TOKENS},
-            **{c: None for c in COSTS},
-        }
-    )
-    # a session is its host's store's (several hosts, one warehouse: SPEC §2)
-    own_model: dict[tuple[str, str, str], str | None] = {}
-    canonical: dict[str, tuple[str, str, str]] = {}
-    for s in sessions.to_pylist():
-        key = (s["host"], s["store"], s["id"])
-        own = own_model[key] = _model(s["model"])
-        canonical[ids.session_id(s["store_label"], s["id"], s["generation"] or 1)] = key
-        acc[own]["sessions"].add(key)
-        for source in _usage_entries(s["usage_by_model"]) or [s]:
-            row = acc[_model(source.get("model"))]
-            row["sessions"].add(key)
-            row["api_calls"] += _int(source.get("api_call_count"))
-            for name in TOKENS:
-                row[name] += _int(source.get(name))
-            for name in COSTS:
-                value = _cost(source.get(name))
-                if value is not None:
-                    row[name] = value if row[name] is None else row[name] + value
-    kept = messages.filter(pc.fill_null(pc.not_equal(messages.column("role"), "session_meta"), True))
-    for (host, store, sid), n in _count_by(kept, ["host", "store", "session_id"]).items():
-        if (host, store, sid) in own_model:
-            acc[own_model[(host, store, sid)]]["messages"] += n
-    calls = gateway.filter(pc.equal(gateway.column("part_type"), "tool_call"))
-    for (session_id,), n in _count_by(calls, ["session_id"]).items():
-        if session_id in canonical:
-            acc[own_model[canonical[session_id]]]["tool_calls"] += n
+    acc: dict[str | None, Totals] = defaultdict(Totals)
+    found = day_sessions.day_sessions(sessions, messages, gateway)
+    for session in found:
+        key = (session.host, session.store, session.id)
+        own = acc[session.model]
+        own.sessions.add(key)
+        own.messages += session.messages
+        own.tool_calls += session.tool_calls
+        own.hermes_tool_calls += session.hermes_tool_calls
+        for share in session.shares:
+            row = acc[share.model]
+            row.sessions.add(key)
+            if share.hermes_counted:
+                row.hermes_sessions.add(key)
+            row.add_share(share)
     rows = []
     for model in sorted(acc, key=lambda m: (m is None, m or "")):
-        row = acc[model]
+        totals = acc[model]
+        figures = totals.figures()
         rows.append(
             {
                 "day": day,
                 "model": model,
-                "sessions": len(row["sessions"]),
-                **{k: row[k] for k in ("messages", "tool_calls", "api_calls", *TOKENS)},
-                "total_tokens": row["input_tokens"]
-                + row["cache_read_tokens"]
-                + row["cache_write_tokens"]
-                + row["output_tokens"],
-                **{c: None if row[c] is None else round(row[c], COST_DIGITS) for c in COSTS},
+                "sessions": len(totals.sessions),
+                "messages": totals.messages,
+                "tool_calls": totals.tool_calls,
+                **figures,
+                "hermes_sessions": len(totals.hermes_sessions),
+                "hermes_tool_calls": totals.hermes_tool_calls,
             }
         )
     table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_USAGE)
-    totals: dict[str, int | float] = {"models": table.num_rows, "sessions": len(own_model)}
-    for name in ("messages", "tool_calls", "api_calls", *TOKENS, "total_tokens"):
-        totals[name] = sum(r[name] for r in rows)
-    for name in COSTS:
-        totals[name] = round(float(sum(r[name] or 0.0 for r in rows)), COST_DIGITS)
-    return DayFigures(table, totals)
+    day_totals: dict[str, int | float] = {"models": table.num_rows, "sessions": len(found)}
+    for name in ("messages", "tool_calls", *COUNTS, "total_tokens", "hermes_tool_calls"):
+        day_totals[name] = sum(r[name] for r in rows)
+    for name in (*COSTS, "hermes_cost_usd"):
+        day_totals[name] = round(float(sum(r[name] or 0.0 for r in rows)), day_sessions.COST_DIGITS)
+    return DayFigures(table, day_totals)
 
 
 # --------------------------------------------------------------------------
@@ -283,9 +207,11 @@ def is_error_result(is_error: bool | None, tool_name: str | None, content: str |
     return is_error if is_error is not None else hermes_marks_error(tool_name, content)
 
 
-def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
+def daily_tools(day: str, gateway: pa.Table, messages: pa.Table) -> DayFigures:
     """Per ``tool_name``: calls (``tool_call`` parts), results (``tool_result`` parts),
-    error results (:func:`is_error_result`) and the sessions that used the tool."""
+    error results (:func:`is_error_result`) and the sessions that used the tool; beside them,
+    the calls Hermes's own report counts (:func:`~hermes_assets.lib.analytics.hermes_tool_calls.hermes_calls`,
+    from the stored messages)."""
     gateway = live(gateway, GATEWAY)
     parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
     acc: dict[str | None, dict] = defaultdict(lambda: {"calls": 0, "results": 0, "error_results": 0, "sessions": set()})
@@ -300,12 +226,16 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
         else:
             row["results"] += 1
             row["error_results"] += is_error_result(is_error, tool_name, content)
+    hermes = hermes_tool_calls.hermes_calls(messages)
+    for name in hermes:
+        acc[name]  # a tool only Hermes's reading names (a call in no canonical part) has a row too
     rows = [
         {
             "day": day,
             "tool_name": name,
             **{k: acc[name][k] for k in ("calls", "results", "error_results")},
             "sessions": len(acc[name]["sessions"]),
+            "hermes_calls": hermes.get(name, 0),
         }
         for name in sorted(acc, key=lambda n: (n is None, n or ""))
     ]
@@ -319,6 +249,7 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
         "sessions": len(sessions),
     }
     totals["error_rate"] = round(totals["error_results"] / totals["tool_results"], 6) if totals["tool_results"] else 0.0
+    totals["hermes_tool_calls"] = sum(hermes.values())
     return DayFigures(table, totals)
 
 
@@ -327,10 +258,16 @@ def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
 # --------------------------------------------------------------------------
 
 
-#: every column an analytics day reads, per captured dataset (both datasets of a day from one read)
+#: every column an analytics day reads, per captured dataset (every analytics dataset of a day from one read)
 INPUTS = {
-    name: sorted(set(USAGE_INPUTS.get(name, [])) | set(TOOLS_INPUTS.get(name, [])))
-    for name in (*USAGE_INPUTS, *TOOLS_INPUTS)
+    name: sorted({column for inputs in DATASET_INPUTS.values() for column in inputs.get(name, [])})
+    for name in (SESSIONS, MESSAGES, GATEWAY)
+}
+#: the datasets computed from the day's sessions (:func:`~hermes_assets.lib.analytics.day_sessions.day_sessions`)
+_OF_SESSIONS: dict[str, Callable[[str, list[day_sessions.Session]], DayFigures]] = {
+    CHANNELS: channels.daily_channels,
+    ACTIVITY: activity.activity,
+    TOP_SESSIONS: top_sessions.top_sessions,
 }
 
 
@@ -339,7 +276,13 @@ def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigur
     if dataset == USAGE:
         return daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
     if dataset == TOOLS:
-        return daily_tools(day, tables[GATEWAY])
+        return daily_tools(day, tables[GATEWAY], tables[MESSAGES])
+    if dataset == SKILLS:
+        return skills.daily_skills(day, tables[MESSAGES])
+    if dataset in _OF_SESSIONS:
+        return _OF_SESSIONS[dataset](
+            day, day_sessions.day_sessions(tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
+        )
     raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
 
 
@@ -359,7 +302,7 @@ class DayInputs:
 
 def inputs_of(dataset: str) -> list[str]:
     """The captured datasets ``dataset`` is computed from."""
-    return [name for name in INPUTS if name in (USAGE_INPUTS if dataset == USAGE else TOOLS_INPUTS)]
+    return [name for name in INPUTS if name in DATASET_INPUTS[dataset]]
 
 
 def read_day(warehouse: Warehouse, day: str, read: Callable[[], dict[str, pa.Table]]) -> DayInputs:
