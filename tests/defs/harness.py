@@ -30,7 +30,7 @@ from tests.support.hosts import HOST_DIR, HOST_FILES
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 #: the analytics layer built on them (SPEC §11)
-ANALYTICS = ("hermes_daily_usage", "hermes_daily_tools")
+ANALYTICS = tuple(schemas.ANALYTICS)
 #: the UTC days the small fixture covers (59 sessions, 1,142 messages)
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
 SMALL_SESSIONS = 59

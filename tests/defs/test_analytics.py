@@ -31,7 +31,7 @@ from tests.support.hermes_writer import DAY_S, START_S, openai_call
 #: slow: every test but one materializes through Dagster; the last evaluates the sensors after captures
 pytestmark = pytest.mark.slow
 
-USAGE, TOOLS = ANALYTICS
+USAGE, TOOLS = ANALYTICS[:2]
 EVERYTHING = (*DATASETS, *ANALYTICS)
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 DAY1 = "2026-06-01"  # the writer's clock starts 2026-06-01T09:00Z

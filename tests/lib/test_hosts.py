@@ -224,7 +224,10 @@ def test_analytics_computed_while_another_host_writes_are_computed_again(two_hos
 
     _, figures = daily.write_current_day(alpha, daily.TOOLS, DAY, read)
     assert len(reads) == 2 and figures.totals["tool_calls"] == 2
-    assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
+    assert (
+        alpha.read(daily.TOOLS, DAY)
+        == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY), alpha.read(MESSAGES, DAY)).table
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -250,7 +253,10 @@ def test_a_host_whose_analytics_file_was_replaced_while_it_computed_computes_aga
     with structlog.testing.capture_logs() as events:
         daily.write_current_day(alpha, daily.TOOLS, DAY, alpha_reads)
     assert "file_replaced" in [e.get("reason") for e in events if e["event"] == "hermes.analytics.recomputed"]
-    assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
+    assert (
+        alpha.read(daily.TOOLS, DAY)
+        == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY), alpha.read(MESSAGES, DAY)).table
+    )
     assert pc.sum(alpha.read(daily.TOOLS, DAY)["calls"]).as_py() == 2  # both hosts' tool calls
 
 

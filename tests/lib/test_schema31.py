@@ -237,7 +237,10 @@ def test_a_rotation_childs_hand_off_rows_are_copies_of_its_parents_on_another_da
     usage = {day: daily.daily_usage(day, *_day_tables(proj, day)).totals for day in (DAY1, DAY2)}
     assert (usage[DAY1]["tool_calls"], usage[DAY2]["tool_calls"]) == (1, 0)
     assert (usage[DAY1]["messages"], usage[DAY2]["messages"]) == (3, 2)
-    tools = {day: daily.daily_tools(day, _day_tables(proj, day)[2]).totals for day in (DAY1, DAY2)}
+    tools = {}
+    for day in (DAY1, DAY2):
+        _, messages, gateway = _day_tables(proj, day)
+        tools[day] = daily.daily_tools(day, gateway, messages).totals
     assert (tools[DAY1]["tool_results"], tools[DAY2]["tool_results"]) == (1, 0)
 
 

@@ -10,13 +10,14 @@ import structlog
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.sensors import run_requests
 from hermes_assets.defs.tags import NO_SESSIONS_TAG
+from hermes_assets.lib import schemas
 from tests.conftest import copy_fixture, suite_days
 from tests.sensor.harness import SENSOR, _instance, definitions
 from tests.support.hosts import HOST_FILES
 
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
 DATASETS = ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes")
-ANALYTICS = ("hermes_daily_usage", "hermes_daily_tools")
+ANALYTICS = tuple(schemas.ANALYTICS)
 
 
 def test_few_days_are_one_run_each():
