@@ -181,6 +181,11 @@ DESCRIPTIONS = {
 }
 
 
+#: what each input of an analytics asset is loaded as: its days, read one at a time (the IO manager
+#: goes by the input's type, and the asset's inputs are keyword arguments without annotations)
+DAYS_TYPE = dg.PythonObjectDagsterType(DatasetDays, name="DatasetDays")
+
+
 def analytics_asset(dataset: str, days: Days) -> dg.AssetsDefinition:
     """One analytics dataset as an asset on the partitions ``days``: downstream of the captured
     datasets it reads (the columns it reads of each), computed a day at a time."""
@@ -189,7 +194,9 @@ def analytics_asset(dataset: str, days: Days) -> dg.AssetsDefinition:
     @dg.asset(
         name=dataset,
         description=DESCRIPTIONS[dataset],
-        ins={name: dg.AssetIn(name, metadata={"columns": cols}) for name, cols in inputs.items()},
+        ins={
+            name: dg.AssetIn(name, metadata={"columns": cols}, dagster_type=DAYS_TYPE) for name, cols in inputs.items()
+        },
         group_name=GROUP,
         partitions_def=days.partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
