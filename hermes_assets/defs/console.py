@@ -112,6 +112,10 @@ def runs_assets() -> bool:
     return typed_command() and not relabels and any(tuple(args[: len(cmd)]) == cmd for cmd in RUN_COMMANDS)
 
 
+#: the settings whose host this process has checked (:func:`refuse_host_conflicts`)
+_HOSTS_CHECKED: set[tuple[object, ...]] = set()
+
+
 def refuse_host_conflicts(loaded: settings.Settings) -> None:
     """In a typed command that runs the assets, a host the warehouse refuses (its label is
     another host's, or a store of its is captured under another label) stops in one line,
@@ -119,12 +123,18 @@ def refuse_host_conflicts(loaded: settings.Settings) -> None:
     be reached now is left to the run, which names it."""
     if not runs_assets():
         return
+    # Dagster loads the definitions several times in one command (6 in ``asset materialize``):
+    # the stores and the warehouse are read once per process and setting
+    key = (loaded.state_db, loaded.hermes_home, loaded.warehouse, loaded.host_label, loaded.host_identity)
+    if key in _HOSTS_CHECKED:
+        return
     try:
         settings.check_host(loaded)
     except HostConflict as exc:
         stop(exc)
     except UNREACHABLE:
         return
+    _HOSTS_CHECKED.add(key)
 
 
 ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]

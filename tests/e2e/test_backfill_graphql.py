@@ -36,7 +36,7 @@ from tests.e2e.conftest import REPO, dagster_bin
 
 pytestmark = pytest.mark.e2e
 
-STARTUP_TIMEOUT_S = 120
+STARTUP_TIMEOUT_S = 240  # a webserver and a daemon on 2 busy cores
 BACKFILL_TIMEOUT_S = 150
 DONE_OK = {"COMPLETED", "COMPLETED_SUCCESS"}
 DONE_BAD = {"FAILED", "COMPLETED_FAILED", "CANCELED", "CANCELING", "FAILING"}
@@ -459,9 +459,10 @@ def test_a_ranged_backfill_shows_each_check_passed_on_each_day(dagster_dev, inst
     assert sorted(k["path"][0] for k in sensor["assetSelection"]["assetKeys"]) == sorted(
         [*DATASETS, "hermes_daily_usage", "hermes_daily_tools"]
     )
-    # the one tick (store not there yet): its summary is in the tick's log, and the console printed it once
+    # the one tick (store not there yet): its summary is in the tick's log; the console, quiet at
+    # info, prints no tick (HERMES_ASSETS_LOG_LEVEL=debug prints each once: tests/ecosystem/test_structured_logs.py)
     (tick,) = [t for t in sensor["sensorState"]["ticks"] if t["status"] != "STARTED"]
     kept = [e for e in tick["logEvents"]["events"] if e["message"].startswith("hermes.sensor.tick ")]
     assert [e["level"] for e in kept] == ["INFO"], tick
     printed = [line for line in dagster_dev.log_tail(10**7).splitlines() if "hermes.sensor.tick" in line]
-    assert len(printed) == 1 and json.loads(printed[0])["event"] == "hermes.sensor.tick", printed
+    assert printed == [], printed

@@ -82,6 +82,8 @@ class Host:
             HERMES_ASSETS_POLICY_LIST=str(self.home / "policy.json"),
             HERMES_ASSETS_SPOOL=str(self.home / "spool"),
             HERMES_ASSETS_WORKERS="1",
+            # every event printed (the console prints warnings alone): the test reads each file's write
+            HERMES_ASSETS_LOG_LEVEL="debug",
             **extra_env,
         )
         self.logs: list[Path] = []

@@ -18,6 +18,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
+from hermes_assets.defs.sensor_cursor import KEY_PREFIX
+from hermes_assets.defs.tags import NO_SESSIONS_TAG
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path, days_on_disk, new_capture
 from tests.e2e.conftest import REPO
 from tests.e2e.test_backfill_graphql import (
@@ -48,6 +50,15 @@ query {
 }"""
 
 
+def _tagged(run: dict, tags: dict[str, str]) -> bool:
+    return all({"key": k, "value": v} in run["tags"] for k, v in tags.items())
+
+
+def _key(name: str) -> str:
+    """An asset key as Postgres's event log stores it."""
+    return "'" + json.dumps([name]).replace("'", "''") + "'"
+
+
 def _wait(what: str, probe, dev: DagsterDev, timeout_s: float = TIMEOUT_S):
     deadline = time.monotonic() + timeout_s
     while True:
@@ -73,16 +84,19 @@ def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tm
     try:
         dev.wait_ready()
 
-        # 1. the sensor (on by default) requests one run per day; the other days are not partitions
+        # 1. the sensor (on by default) requests one run per day of sessions, and one per span of the
+        # partitions' days without any (captured as empty days); the other days are not partitions
         def sensor_runs():
             runs = dev.graphql(SENSOR_RUNS_Q)["runsOrError"]["results"]
             bad = [r for r in runs if r["status"] in ("FAILURE", "CANCELED")]
             assert not bad, f"{bad}\n{dev.log_tail()}"
             done = [r for r in runs if r["status"] == "SUCCESS"]
-            return done if len(done) == len(DAYS) else None
+            of_days = [r for r in done if not _tagged(r, NO_SESSIONS_TAG)]
+            return done if len(of_days) == len(DAYS) and len(done) == len(runs) > len(DAYS) else None
 
         runs = _wait("sensor runs", sensor_runs, dev)
-        partitions = sorted({t["value"] for r in runs for t in r["tags"] if t["key"] == "dagster/partition"})
+        of_days = [r for r in runs if not _tagged(r, NO_SESSIONS_TAG)]
+        partitions = sorted({t["value"] for r in of_days for t in r["tags"] if t["key"] == "dagster/partition"})
         assert partitions == DAYS
         for dataset in DATASETS:
             assert days_on_disk(cap.warehouse, dataset) == DAYS, dataset
@@ -125,15 +139,18 @@ def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tm
     finally:
         dev.stop()
 
-    # 3. what Postgres holds: 4 runs, their events, the sensor's cursor, our log lines
-    ((n_runs,),) = pg_cluster.query("SELECT count(*) FROM runs")
-    assert n_runs == len(DAYS) + 1
+    # 3. what Postgres holds: the runs, their events, the sensor's cursor and state, our log lines
+    captures = {r["runId"] for r in runs} | {run["runId"]}
+    stored_runs = {run_id for (run_id,) in pg_cluster.query("SELECT run_id FROM runs")}
+    assert captures <= stored_runs, (captures, stored_runs)
+    days_in = ", ".join(f"'{d}'" for d in DAYS)
     ((n_mats,),) = pg_cluster.query(
-        "SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'"
+        "SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION' "
+        f"AND partition IN ({days_in}) AND asset_key IN ({', '.join(_key(n) for n in DATASETS)})"
     )
-    assert n_mats == 2 * len(DAYS) * len(DATASETS)
-    ((n_logs,),) = pg_cluster.query("SELECT count(*) FROM event_logs WHERE event LIKE '%hermes.capture.plan {%'")
-    assert n_logs == len(DAYS) + 1  # one per run: the plan op's
+    assert n_mats == 2 * len(DAYS) * len(DATASETS)  # the sensor's runs and the backfill's
+    plans = pg_cluster.query("SELECT run_id FROM event_logs WHERE event LIKE '%hermes.capture.plan {%'")
+    assert sorted(r for (r,) in plans) == sorted(captures)  # one per capture run: the plan op's
     bodies = [
         json.loads(body)
         for (body,) in pg_cluster.query(
@@ -142,7 +159,11 @@ def test_sensor_runs_and_a_ranged_backfill_on_a_postgres_instance(pg_cluster, tm
         )
     ]
     assert len(bodies) == 1
-    cursor = json.loads(bodies[0]["job_specific_data"]["cursor"])  # InstigatorState.instigator_data, as stored
-    assert list(cursor["stores"]) == [str(cap.store)]
-    assert sorted(cursor["pending"]) == SMALL_DAYS[:-3]  # days before the first partition wait, never dropped
+    # InstigatorState.instigator_data, as stored: a summary naming the state kept in the key-value store
+    summary = json.loads(bodies[0]["job_specific_data"]["cursor"])
+    lineage, _, digest = summary["state"].partition(".")
+    ((kept,),) = pg_cluster.query(f"SELECT value FROM kvs WHERE key = '{KEY_PREFIX}{lineage}'")
+    state = json.loads(json.loads(kept)[digest])
+    assert list(state["stores"]) == [str(cap.store)] and summary["stores"] == 1
+    assert sorted(state["pending"]) == SMALL_DAYS[:-3]  # days before the first partition wait, never dropped
     assert not (cap.dagster_home / "history" / "runs.db").exists()  # no SQLite run storage

@@ -30,6 +30,7 @@ from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 from hermes_assets.defs import sensor_cursor, settings
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.tags import NO_SESSIONS_TAG
+from hermes_assets.lib import logs
 from hermes_assets.lib.changes.watch import ROTATION_TICKS
 from tests.support.definitions import load_definitions
 
@@ -52,6 +53,8 @@ class LoadedDefinitions:
         current = settings.load()
         if current not in self._by_settings:
             self._by_settings[current] = load_definitions()
+        else:  # what loading them sets, as another test's definitions may have set another level
+            logs.configure(level=current.log_level)
         return self._by_settings[current]
 
 

@@ -33,7 +33,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -83,6 +83,19 @@ def redaction_version(rule_set_label: str, env_fingerprint: str) -> str:
     ``.env`` values, e.g. ``betterleaks-2.0.0-rc.4-97c2aa0a+ours-1a2b3c4d+env-5e6f7a8b``. Any change
     of one of them makes every file written before older: the next run redacts it again."""
     return f"{rule_set_label}+ours-{own_rules_digest()}+env-{env_fingerprint}"
+
+
+#: the ``env`` part of a version when Hermes's ``.env`` files hold no value: the same under every key
+NO_ENV_VALUES = "none"
+
+
+def env_fingerprint(key: bytes, values: Collection[str]) -> str:
+    """The ``.env`` values' part of a version: keyed (a guess at a value cannot be confirmed from
+    it), and the same under any key when there is none (a store without ``.env`` values is
+    written byte for byte alike by two installations with their own keys)."""
+    if not values:
+        return NO_ENV_VALUES
+    return hmac.new(key, "\x00".join(sorted(values)).encode("utf-8", "surrogatepass"), "sha256").hexdigest()[:8]
 
 
 #: the parts of a version, in order, and what a change of each means
@@ -195,11 +208,10 @@ class Redactor:
         self._value_set = frozenset(self.values)
         self._re2 = screen_pattern(self.rules, self.values)
         self._screen = re2.compile(self._re2, _screen_options())
-        fingerprint = hmac.new(self.key, "\x00".join(sorted(self.values)).encode("utf-8", "surrogatepass"), "sha256")
         rule_set = self.rules.rule_set
         #: what the files this redactor writes record (:func:`redaction_version`)
         self.version = redaction_version(
-            f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}", fingerprint.hexdigest()[:8]
+            f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}", env_fingerprint(self.key, self.values)
         )
 
     def __reduce__(self):  # never pickled with its key and values

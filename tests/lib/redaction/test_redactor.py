@@ -408,6 +408,9 @@ def test_the_version_changes_with_the_env_values_and_not_otherwise(tmp_path):
     assert Redactor(key, list(base.values)).version == base.version  # the same: a re-run changes nothing
     assert Redactor(key, [*base.values, chars(24)]).version != base.version  # a new .env value
     assert Redactor(os.urandom(32), list(base.values)).version != base.version  # the fingerprint is keyed
+    # no .env value: two installations with their own keys write a store without secrets alike
+    assert Redactor(key, []).version == Redactor(os.urandom(32), []).version
+    assert Redactor(key, []).version.endswith("+env-none") and not base.version.endswith("+env-none")
     rule_set = base.rules.rule_set
     assert base.version.startswith(f"{rule_set.name}-{rule_set.version}-{rule_set.digest[:8]}+ours-")
     from hermes_assets.lib.redaction.redactor import what_changed
