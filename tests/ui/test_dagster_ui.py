@@ -51,6 +51,8 @@ PLOTS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "ui-daily-usag
 USAGE = "hermes_daily_usage"
 CHANNELS = "hermes_daily_channels"
 STATE = "hermes_state"
+#: the graph's button: "Materialize all…", or "Materialize all (9)…" in a larger graph, after its icon
+MATERIALIZE_ALL = re.compile(r"Materialize all")
 RANGE = f"[{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}]"
 DAY = SMALL_DAYS[2]  # the day whose metadata is read off the screen
 BACKFILL_TIMEOUT_S = 180
@@ -203,8 +205,8 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
 
     # 3. Hermes appears; the user imports its history with a ranged backfill
     shutil.move(aside, installation.store)
-    _open(page, "Lineage", page.get_by_role("button", name="Materialize all…"))
-    page.get_by_role("button", name="Materialize all…").click()
+    _open(page, "Lineage", page.get_by_role("button", name=MATERIALIZE_ALL))
+    page.get_by_role("button", name=MATERIALIZE_ALL).click()
     dialog = page.get_by_role("dialog")
     partitions = dialog.locator("input[type=text]").first
     partitions.wait_for()
