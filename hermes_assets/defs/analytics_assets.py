@@ -57,6 +57,7 @@ def automation_condition(computed_in_sensor_runs: bool = False) -> dg.Automation
     - a capture is *handled* only by a run of the asset requested after it: ``eager()`` also
       counts the day's own update as handled, so a capture that lands while the day's run of
       the asset is in flight (that run read the older files) was forgotten when that run ended;
+    - a day that has no file is run (once) only while it has none;
     - a day whose latest run of the asset failed (a full disk, a read-only warehouse)
       is run again, at the first evaluation after each minute boundary, until it
       succeeds, without waiting for another capture.
@@ -79,7 +80,10 @@ def automation_condition(computed_in_sensor_runs: bool = False) -> dg.Automation
     captured: dg.AutomationCondition = deps_updated.since(ac.newly_requested())
     if computed_in_sensor_runs:
         captured = captured & deps_updated.since(in_run)
-    updated = captured | ac.newly_missing().since(ac.newly_requested() | ac.newly_updated())
+    # a day with no file yet: only while it still has none (the state of a since() can outlive the
+    # update that reset it, when the update lands while a run of the day is in flight)
+    missing = (ac.newly_missing().since(ac.newly_requested() | ac.newly_updated()) & ac.missing()).with_label("missing")
+    updated = captured | missing
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
     return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
         "eager, any day, retried"
