@@ -46,7 +46,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.run import CAPTURED, DG, PY, dagster_env, measure, private_copy, store_facts  # noqa: E402
+from bench.run import (  # noqa: E402
+    CAPTURED,
+    DG,
+    PY,
+    dagster_env,
+    measure,
+    private_copy,
+    store_facts,
+    use_bytecode_caches,
+)
 
 EMPTY_START = "2024-01-01"  # days before any generated store's history: no session on them
 SIZES = (1, 10, 30, 330)
@@ -390,6 +399,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
+    use_bytecode_caches()
     sections = [s for s in args.sections.split(",") if s]
     kinds = [k for k in args.instances.split(",") if k]
     work = Path(tempfile.mkdtemp(prefix="hermes-dagster-costs-"))

@@ -31,6 +31,7 @@ from hermes_assets.defs import (
     capture_assets,
     console,
     executor,
+    exposures_asset,
     io_manager,
     jobs,
     partitions,
@@ -71,7 +72,12 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
         warnings.simplefilter("ignore", dg.BetaWarning)
         warnings.simplefilter("ignore", dg.PreviewWarning)
         project = dg.Definitions(
-            assets=[store_checks.STATE, capture_assets.capture_asset(days), *analytics_assets.analytics_assets(days)],
+            assets=[
+                store_checks.STATE,
+                capture_assets.capture_asset(days),
+                *analytics_assets.analytics_assets(days),
+                exposures_asset.exposures_asset(),
+            ],
             asset_checks=[store_checks.state_checks(days)],
             sensors=sensors.build(loaded, days),
             jobs=[jobs.purge_job, jobs.relabel_job],

@@ -89,7 +89,7 @@ def tables() -> dict[str, str]:
         "usage-source": hermes_table(schemas.USAGE_COLUMNS),
         "settings": settings_table(),
     }
-    for name, spec in {**schemas.DATASETS, **schemas.ANALYTICS}.items():
+    for name, spec in {**schemas.DATASETS, **schemas.ANALYTICS, **schemas.SECRETS}.items():
         meanings = columns.DESCRIPTIONS.get(name)
         out[name] = arrow_table(spec.schema, meanings) + f"\n\nKey: {', '.join(f'`{k}`' for k in spec.key)}."
     return out

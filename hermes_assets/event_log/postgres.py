@@ -24,23 +24,19 @@ from dagster._serdes import ConfigurableClassData
 from dagster_postgres.event_log.event_log import PostgresEventLogStorage
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
-from hermes_assets.event_log.grouped import GroupedWrites, incompatibility, turn_batches_on, warn_once
+from hermes_assets.event_log.grouped import (
+    GROUP_RELIED_ON,
+    GroupedWrites,
+    incompatibility,
+    turn_batches_on,
+    warn_once,
+)
 
 #: what this storage overrides or calls on Dagster's Postgres event log, with the parameters it passes
 RELIED_ON = {
     "__init__": "self, postgres_url, should_autocreate_tables=True, inst_data=None, token_provider=None",
     "from_config_value": "inst_data, config_value",
-    "store_event": "self, event",
-    "store_event_batch": "self, events",
-    "index_connection": "self",
-    "index_transaction": "self",
-    "_event_to_row": "self, event",
-    "store_asset_check_event": "self, event, event_id",
-    # what store_asset_check_event calls: each writes through index_connection (the group's transaction)
-    "_store_asset_check_evaluation_planned": "self, event, event_id",
-    "_update_asset_check_evaluation": "self, event, event_id",
-    "_store_asset_event_tags": "self, conn, events, event_ids",
-    "_store_asset_event": "self, conn, event, event_id",
+    **GROUP_RELIED_ON,
 }
 
 

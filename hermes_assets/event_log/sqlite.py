@@ -45,25 +45,21 @@ from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._serdes import ConfigurableClassData
 
-from hermes_assets.event_log.grouped import GroupedWrites, incompatibility, turn_batches_on, warn_once
+from hermes_assets.event_log.grouped import (
+    GROUP_RELIED_ON,
+    GroupedWrites,
+    incompatibility,
+    turn_batches_on,
+    warn_once,
+)
 
 #: what this storage overrides or calls on Dagster's SQLite event log, with the parameters it passes
 RELIED_ON = {
     "__init__": "self, base_dir, inst_data=None",
     "register_instance": "self, instance",
     "from_config_value": "inst_data, config_value",
-    "store_event": "self, event",
-    "store_event_batch": "self, events",
     "run_connection": "self, run_id=None",
-    "index_connection": "self",
-    "index_transaction": "self",
-    "_event_to_row": "self, event",
-    "store_asset_check_event": "self, event, event_id",
-    # what store_asset_check_event calls: each writes through index_connection (the group's transaction)
-    "_store_asset_check_evaluation_planned": "self, event, event_id",
-    "_update_asset_check_evaluation": "self, event, event_id",
-    "_store_asset_event_tags": "self, conn, events, event_ids",
-    "_store_asset_event": "self, conn, event, event_id",
+    **GROUP_RELIED_ON,
 }
 
 

@@ -464,11 +464,74 @@ ANALYTICS = _specs(
 )
 
 
+# --------------------------------------------------------------------------
+# what to rotate: where each secret was seen, and one row per secret (docs/redaction.md)
+# --------------------------------------------------------------------------
+
+SIGHTINGS = "hermes_secret_sightings"
+EXPOSURES = "hermes_secret_exposures"
+TEXT_LIST = pa.list_(S)
+
+#: a secret as the warehouse knows it: its marker and kind, its provider's prefix and its last four characters
+_SECRET = [
+    pa.field("marker", S, nullable=False),
+    pa.field("kind", S, nullable=False),
+    pa.field("prefix", S),
+    pa.field("last4", S),
+]
+#: one row per place a secret was replaced by its marker: written by the capture beside the
+#: three datasets, per day and host (never the secret)
+HERMES_SECRET_SIGHTINGS = pa.schema(
+    [
+        *_SECRET,
+        pa.field("store", S),
+        pa.field("store_label", S, nullable=False),
+        pa.field("session_id", S, nullable=False),
+        pa.field("message_id", S),
+        pa.field("field", S, nullable=False),
+        pa.field("json_path", S, nullable=False),
+        pa.field("channel", S),
+        pa.field("seen_at", TS),
+        pa.field("source_deleted", B, nullable=False),
+        pa.field("host", S, nullable=False),
+        pa.field("day", S, nullable=False),
+    ]
+)
+
+#: one row per distinct secret (its marker), over every host's sightings
+HERMES_SECRET_EXPOSURES = pa.schema(
+    [
+        *_SECRET,
+        pa.field("still_in_store", B, nullable=False),
+        pa.field("first_seen", TS),
+        pa.field("last_seen", TS),
+        pa.field("first_day", S, nullable=False),
+        pa.field("last_day", S, nullable=False),
+        pa.field("sightings", I64, nullable=False),
+        pa.field("sessions", I64, nullable=False),
+        pa.field("messages", I64, nullable=False),
+        pa.field("channels", TEXT_LIST, nullable=False),
+        pa.field("stores", TEXT_LIST, nullable=False),
+        pa.field("hosts", TEXT_LIST, nullable=False),
+        pa.field("fields", TEXT_LIST, nullable=False),
+    ]
+)
+
+_SIGHTING_KEY = ("host", "store_label", "session_id", "message_id", "field", "json_path", "marker")
+#: the secrets' datasets, by name (like :data:`DATASETS`)
+SECRETS = _specs(
+    DatasetSpec(SIGHTINGS, HERMES_SECRET_SIGHTINGS, _SIGHTING_KEY, _SIGHTING_KEY),
+    DatasetSpec(EXPOSURES, HERMES_SECRET_EXPOSURES, ("marker",), ("marker",)),
+)
+#: the datasets whose day is one file per host (``day=<day>/host=<label>/``): what each host captures
+PER_HOST = (*CAPTURE_DATASETS, SIGHTINGS)
+
+
 def spec(dataset: str) -> DatasetSpec:
-    """A captured (:data:`DATASETS`) or derived (:data:`ANALYTICS`) dataset, by name."""
-    found = DATASETS.get(dataset) or ANALYTICS.get(dataset)
+    """A captured (:data:`DATASETS`), derived (:data:`ANALYTICS`) or secrets' (:data:`SECRETS`) dataset, by name."""
+    found = DATASETS.get(dataset) or ANALYTICS.get(dataset) or SECRETS.get(dataset)
     if found is None:
-        known = ", ".join([*DATASETS, *ANALYTICS])
+        known = ", ".join([*DATASETS, *ANALYTICS, *SECRETS])
         raise KeyError(f"{dataset!r} is not a hermes_assets dataset (known: {known})")
     return found
 

@@ -31,6 +31,10 @@ from tests.support.hosts import HOST_DIR, HOST_FILES
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 #: the analytics layer built on them (SPEC §11)
 ANALYTICS = tuple(schemas.ANALYTICS)
+#: what to rotate: one row per secret seen, over every day (not partitioned; group hermes_analytics)
+EXPOSURES = "hermes_secret_exposures"
+#: where each secret was seen: written by the capture beside the three datasets, per day and host
+SIGHTINGS = "hermes_secret_sightings"
 #: the UTC days the small fixture covers (59 sessions, 1,142 messages)
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
 SMALL_SESSIONS = 59

@@ -14,6 +14,7 @@ import dagster as dg
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+import structlog
 
 from hermes_assets.lib import schemas
 from tests.defs.harness import (
@@ -271,6 +272,29 @@ def test_analytics_files_follow_the_dataset_file_rules(small_everything, instanc
     assert md[(TOOLS, "2026-06-12")]["dagster/row_count"] == 0 < md[(USAGE, "2026-06-12")]["dagster/row_count"]
     changed = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
     assert changed  # the run did run
+
+
+def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small, instance):
+    """A first capture's analytics come from the tables the capture built (on its worker processes),
+    not from its files read back; the files are the ones computed from the files (the analytics
+    again, alone: unchanged)."""
+    from hermes_assets.defs.resources import CaptureRuntime
+
+    parallel = small.defs(capture_runtime=CaptureRuntime(workers=2, parallel_min_sessions=0))
+    with structlog.testing.capture_logs() as events:
+        assert small.materialize(FIRST, LAST, instance=instance, defs=parallel, select=EVERYTHING).success
+    written = {e["dataset"]: e for e in events if e["event"] == "hermes.analytics.written"}
+    assert {name: written[name]["days_from_capture"] for name in ANALYTICS} == dict.fromkeys(ANALYTICS, len(SMALL_DAYS))
+    before = small.files()
+    with structlog.testing.capture_logs() as events:
+        assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
+    again = {e["dataset"]: e["days_from_capture"] for e in events if e["event"] == "hermes.analytics.written"}
+    assert again == dict.fromkeys(ANALYTICS, 0) and small.files() == before
+    # a day captured again (its files exist) reads them back
+    with structlog.testing.capture_logs() as events:
+        materialize_everything(small, FIRST, instance=instance)
+    assert {e["days_from_capture"] for e in events if e["event"] == "hermes.analytics.written"} == {0}
+    assert small.files() == before
 
 
 def test_analytics_load_through_the_io_manager_too(small_everything, instance):

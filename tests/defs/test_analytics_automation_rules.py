@@ -115,8 +115,8 @@ def test_a_capture_landing_while_the_days_analytics_run_is_in_flight_leads_to_a_
     written, release = threading.Event(), threading.Event()
     compute = daily.write_current_day
 
-    def held_after_its_last_look(warehouse, dataset, day, read):
-        out = compute(warehouse, dataset, day, read)
+    def held_after_its_last_look(warehouse, dataset, day, read, **kwargs):
+        out = compute(warehouse, dataset, day, read, **kwargs)
         if dataset == USAGE:
             written.set()
             assert release.wait(60)

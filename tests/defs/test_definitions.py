@@ -18,7 +18,7 @@ import pytest
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.errors import ConfigurationError
-from tests.defs.harness import ANALYTICS, DATASETS
+from tests.defs.harness import ANALYTICS, DATASETS, EXPOSURES
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).with_name("snapshots") / "asset_specs.json"
@@ -55,7 +55,7 @@ def _cause(exc: BaseException, kind: type) -> BaseException | None:
 def test_definitions_load_and_validate(capture):
     defs = capture.defs()
     dg.Definitions.validate_loadable(defs)
-    assert sorted(_specs(defs)) == sorted((*DATASETS, *ANALYTICS, STATE))
+    assert sorted(_specs(defs)) == sorted((*DATASETS, *ANALYTICS, EXPOSURES, STATE))
     assert {j.name for j in defs.resolve_all_job_defs()} >= {"purge_job", "__ASSET_JOB"}
 
 
@@ -124,7 +124,7 @@ def test_start_date_comes_from_the_environment(tmp_path):
 
 def test_every_asset_backfills_in_one_run(capture):
     graph = capture.defs().resolve_asset_graph()
-    for name in DATASETS + ANALYTICS:
+    for name in (*DATASETS, *ANALYTICS, EXPOSURES):
         policy = graph.get(dg.AssetKey(name)).backfill_policy
         assert policy == dg.BackfillPolicy.single_run(), name
 

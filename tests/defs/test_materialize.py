@@ -16,15 +16,17 @@ import dagster as dg
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+import structlog
 
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
 from hermes_assets.lib import schemas
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
-from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, REDACTION_STAMP
+from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP
 from tests.conftest import suite_days
 from tests.defs.harness import (
     DATASETS,
+    SIGHTINGS,
     SMALL_DAYS,
     SMALL_MESSAGES,
     SMALL_SESSIONS,
@@ -57,7 +59,6 @@ DAY1 = "2026-06-01"  # the scenario stores' day (the writer's clock starts 2026-
 PLAN_STEP = "hermes_capture.plan"
 POLICY_STEP = "hermes_capture.apply_usage_policy"
 PROJECT_STEP = "hermes_capture.project_rows"
-WRITE_STEP = "hermes_capture.write_partitions"
 STATE = "hermes_state"
 ALL_CHECKS = {
     (GATEWAY, "day_valid"),
@@ -136,10 +137,12 @@ def test_one_ranged_run_writes_every_day_of_the_three_datasets(small):
             assert {p.name for p in folder.iterdir()} <= {"part-0.parquet", ".lock", ".read_at"}, folder
     assert _rows_total(small.warehouse, SESSIONS) == SMALL_SESSIONS
     assert _rows_total(small.warehouse, MESSAGES) == SMALL_MESSAGES
-    # beside the datasets: the hosts' staging folders (each with its layout mark and redaction
-    # stamp, docs/redaction.md) and the hosts' claims on the ids
-    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".hosts"} == set(DATASETS)
-    staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name not in (LAYOUT_MARK, REDACTION_STAMP)]
+    # beside the datasets: the sightings of the secrets the fixture's sessions hold, the hosts'
+    # staging folders (each with its layout mark and redaction and sightings stamps,
+    # docs/redaction.md) and the hosts' claims on the ids
+    assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".hosts"} == {*DATASETS, SIGHTINGS}
+    stamps = (LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP)
+    staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name not in stamps]
     assert not staged, "staged files left behind"
 
     # every session lands on its started_at day, in all three datasets
@@ -178,7 +181,8 @@ def test_rows_are_sorted_and_readable_with_duckdb(small):
 
 
 def test_per_day_metadata_equals_the_parquet_files(small):
-    result = small.materialize(FIRST, LAST)
+    with structlog.testing.capture_logs() as events:
+        result = small.materialize(FIRST, LAST)
     per_day = partition_metadata(result)
     assert set(per_day) == {(d, day) for d in DATASETS for day in SMALL_DAYS}
     for (dataset, day), md in per_day.items():
@@ -188,10 +192,14 @@ def test_per_day_metadata_equals_the_parquet_files(small):
         assert md["rows_retained_source_deleted"] == 0
         assert md["bytes"] == path.stat().st_size
         assert md["path"] == str(path)
+        assert not [k for k in md if k.startswith("run_")]  # a day shows its own figures, not the run's
+    # the run's totals: in its log, once per dataset
+    totals = {e["dataset"]: e for e in events if e["event"] == "hermes.capture.write"}
     for dataset in DATASETS:
         mds = [per_day[(dataset, day)] for day in SMALL_DAYS]
-        assert {m["run_rows_written"] for m in mds} == {_rows_total(small.warehouse, dataset)}
-        assert {m["run_bytes"] for m in mds} == {sum(m["bytes"] for m in mds)}
+        assert totals[dataset]["rows"] == _rows_total(small.warehouse, dataset)
+        assert totals[dataset]["bytes"] == sum(m["bytes"] for m in mds)
+        assert totals[dataset]["files_changed"] == len(SMALL_DAYS) and totals[dataset]["retained"] == 0
 
 
 def test_op_metadata_reports_plan_policy_projection_and_write_counts(small):
@@ -226,12 +234,6 @@ def test_op_metadata_reports_plan_policy_projection_and_write_counts(small):
     assert proj["sql_statements"]["sessions_scan"] == 1
     assert proj["sql_statements"]["sessions_by_id"] == len(SMALL_DAYS)
 
-    # the datasets' outputs (the write step's other outputs are its checks' results)
-    writes = {md["run_rows_written"]: md for md in step_output_metadata(result, WRITE_STEP) if "run_rows_written" in md}
-    assert set(writes) == {_rows_total(small.warehouse, ds) for ds in DATASETS}
-    for md in writes.values():
-        assert md["run_files_changed"] == len(SMALL_DAYS) and md["run_rows_retained_source_deleted"] == 0
-
 
 def test_a_bad_cell_is_counted_in_each_dataset_it_touches(capture, writer):
     """SPEC §9: with a bad timestamp and a bad envelope in a day, the raw
@@ -264,8 +266,9 @@ def test_a_bad_cell_is_counted_in_each_dataset_it_touches(capture, writer):
 
 def test_rerun_leaves_byte_identical_files(small, instance):
     assert small.materialize(FIRST, LAST, instance=instance).success
-    first = small.files()
-    assert len(first) == 3 * len(SMALL_DAYS)
+    first = small.files()  # the three datasets' files, and the sightings of the days whose sessions hold secrets
+    assert len([p for p in first if p.split("/")[0] in DATASETS]) == 3 * len(SMALL_DAYS)
+    assert {p.split("/")[0] for p in first} == {*DATASETS, SIGHTINGS}
     second_run = small.materialize(FIRST, LAST, instance=instance)
     assert small.files() == first
     assert all(md["file_changed"] is False for md in partition_metadata(second_run).values())

@@ -45,8 +45,8 @@ def test_a_failed_write_is_re_executed_from_failure_with_the_staged_days(small, 
     monkeypatch.setenv("HERMES_ASSETS_REDACTION_KEY", str(tmp_path / "redaction.key"))
     reference = tmp_path / "reference"
     assert small.materialize(FIRST, LAST, defs=small.defs(warehouse=HermesWarehouse(root=str(reference)))).success
-    want = part_files(reference)
-    assert len(want) == 3 * len(SMALL_DAYS)
+    want = part_files(reference)  # the three datasets, and the sightings of the small store's secrets
+    assert len([p for p in want if p.split("/")[0] in DATASETS]) == 3 * len(SMALL_DAYS)
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         small.warehouse.mkdir(parents=True)

@@ -279,8 +279,9 @@ def test_each_load_of_the_definitions_reads_the_settings_again(capture, monkeypa
 
 
 def test_only_the_entry_points_read_the_environment():
-    """``definitions.py`` (each load) and ``dev.py`` (``make run``, before Dagster starts)
-    read the settings; every definitions module is handed them by the definitions function. The
+    """``definitions.py`` (each load), ``dev.py`` (``make run``, before Dagster starts) and
+    ``secrets.py`` (``python -m hermes_assets.secrets check``, a command of its own) read the
+    settings; every definitions module is handed them by the definitions function. The
     event log (named by ``dagster.yaml``, not a definitions module) sets Dagster's own batch
     switch, ``DAGSTER_EVENT_BATCH_SIZE``, and reads no setting of ours."""
     reads = re.compile(r"settings\.(load|check)\(|\bcheck\(\)|os\.environ|os\.getenv")
@@ -289,5 +290,5 @@ def test_only_the_entry_points_read_the_environment():
         for p in (REPO / "hermes_assets").rglob("*.py")
         if "lib" not in p.parts and reads.search(p.read_text())
     }
-    assert readers == {"defs/settings.py", "defs/console.py", "dev.py", "event_log/grouped.py"}, readers
+    assert readers == {"defs/settings.py", "defs/console.py", "dev.py", "event_log/grouped.py", "secrets.py"}, readers
     assert "HERMES_ASSETS" not in (REPO / "hermes_assets" / "event_log" / "grouped.py").read_text()

@@ -7,7 +7,9 @@ only) would never follow it. Nothing but the daemon launches runs: the
 sensor's runs capture the day and bring ``hermes_daily_usage`` (and
 ``hermes_daily_tools``) up to date in the same run; after a new message, again.
 The ``hermes_automation`` sensor, which keeps them current after other
-captures, has nothing to add (one run at most, on the first start).
+captures, has no daily analytics to add (one run at most, on the first start);
+it computes ``hermes_secret_exposures`` (every day at once, not partitioned)
+after the captures.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from tests.defs.harness import ANALYTICS, day_path
+from tests.defs.harness import ANALYTICS, EXPOSURES, day_path
 from tests.e2e.test_backfill_graphql import DagsterDev
 from tests.support.hermes_writer import HermesWriter, openai_call
 
@@ -49,6 +51,18 @@ def _wait_for(dev: DagsterDev, what: str, check) -> dict:
             return got
         time.sleep(1)
     pytest.fail(f"{what} did not happen within {WAIT_S}s:\n{dev.log_tail()}")
+
+
+def _exposures_after_last_capture(installation) -> bool:
+    """A run of the exposures requested after the latest capture (by the automation, on its next tick)."""
+    instance = dg.DagsterInstance.from_config(str(installation.dagster_home))
+    try:
+        records = instance.get_run_records()
+    finally:
+        instance.dispose()
+    captures = [r.create_timestamp for r in records if r.dagster_run.tags.get("hermes/trigger") == "sensor"]
+    exposures = [r.create_timestamp for r in records if r.dagster_run.asset_selection == {dg.AssetKey(EXPOSURES)}]
+    return bool(captures and exposures) and max(exposures) > max(captures)
 
 
 def _runs(installation) -> list:
@@ -105,7 +119,9 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
             assert (second["input_tokens"], second["output_tokens"], second["api_calls"]) == (200, 40, 2), second
             tools = pq.read_table(day_path(installation.warehouse, "hermes_daily_tools", DAY)).to_pylist()
             assert [(t["tool_name"], t["calls"], t["results"]) for t in tools] == [("terminal", 1, 1)]
-            # let the run that wrote it finish before the instance is read
+            # the exposures computed after the second capture too, and every run finished, before the
+            # instance is read
+            _wait_for(dev, "the exposures after the last capture", lambda: _exposures_after_last_capture(installation))
             _wait_for(dev, "every run to finish", lambda: all(r.is_finished for r in _runs(installation)))
         finally:
             dev.stop()
@@ -117,10 +133,15 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
     by_trigger: dict[str, list] = {}
     for run in runs:
         by_trigger.setdefault(run.tags.get("hermes/trigger", "other"), []).append(run)
-    # the automation sensor adds nothing, but for one run on a first start: on its first evaluations
-    # Dagster cannot tell which updates are new (docs/benchmarks.md)
-    assert set(by_trigger) <= {"sensor", "automation"}, {k: len(v) for k, v in by_trigger.items()}
-    assert len(by_trigger.get("automation", [])) <= 1, {k: len(v) for k, v in by_trigger.items()}
+    # the automation sensor adds no daily analytics, but for one run on a first start: on its first
+    # evaluations Dagster cannot tell which updates are new (docs/benchmarks.md); it computes the
+    # exposures (every day at once: not partitioned) after the captures (one run for those its tick saw)
+    assert set(by_trigger) == {"sensor", "automation"}, {k: len(v) for k, v in by_trigger.items()}
+    exposures = [r for r in by_trigger["automation"] if r.asset_selection == {dg.AssetKey(EXPOSURES)}]
+    daily = [r for r in by_trigger["automation"] if r not in exposures]
+    assert len(daily) <= 1, {k: len(v) for k, v in by_trigger.items()}
+    assert all("dagster/partition" not in r.tags for r in exposures)
+    assert exposures, {k: len(v) for k, v in by_trigger.items()}
     for run in by_trigger["sensor"]:  # each capture computes its days' analytics
         assert {dg.AssetKey(a) for a in ANALYTICS} <= run.asset_selection
     assert len([r for r in by_trigger["sensor"] if r.tags.get("dagster/partition") == DAY]) >= 2
@@ -129,6 +150,8 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
         json.dumps(
             {
                 "sensor_runs": len(by_trigger["sensor"]),
+                "automation_runs": len(by_trigger["automation"]),
+                "exposures_runs": len(exposures),
                 "first_capture_to_daily_usage_s": round(first_s, 1),
                 "new_message_to_daily_usage_s": round(second_s, 1),
             }

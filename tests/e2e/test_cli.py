@@ -7,6 +7,7 @@ repo's dagster.yaml, and a copy of the small fixture store as the Hermes store.
 from __future__ import annotations
 
 import subprocess
+from collections import Counter
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -14,8 +15,10 @@ import pytest
 
 from tests.defs.harness import (
     DATASETS,
+    EXPOSURES,
     RANGE_END,
     RANGE_START,
+    SIGHTINGS,
     SMALL_DAYS,
     SMALL_MESSAGES,
     SMALL_SESSIONS,
@@ -85,8 +88,18 @@ def test_materialize_a_range_in_one_run_and_rerun_identically(installation, dags
     assert rows(installation, SESSIONS) == SMALL_SESSIONS
     assert rows(installation, MESSAGES) == SMALL_MESSAGES
     first = installation.files()
-    # and the analytics layer, built in the same run: usage every day, tools on the 13 days with a tool call
-    assert len(first) == 3 * len(SMALL_DAYS) + len(SMALL_DAYS) + 13
+    # and the analytics layer, built in the same run: usage every day, tools on the 13 days with a tool
+    # call; the sightings of the small store's secrets, and the exposures computed from them (one file)
+    files = Counter(p.split("/")[0] for p in first)
+    assert {ds: files[ds] for ds in DATASETS} == dict.fromkeys(DATASETS, len(SMALL_DAYS))
+    assert (files["hermes_daily_usage"], files["hermes_daily_tools"], files[EXPOSURES]) == (len(SMALL_DAYS), 13, 1)
+    assert files[SIGHTINGS] and set(files) == {
+        *DATASETS,
+        "hermes_daily_usage",
+        "hermes_daily_tools",
+        EXPOSURES,
+        SIGHTINGS,
+    }
 
     # the same range again: one more run, byte-identical files (no duplicates)
     materialize(dagster_env, "--partition-range", f"{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}")

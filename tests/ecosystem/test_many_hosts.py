@@ -192,9 +192,8 @@ def run_two_hosts(warehouse: str, base: Path, extra_env: dict[str, str], reader:
     for day in DAYS:
         tables = {name: DatasetDays(reader, name, [day], cols).read(day) for name, cols in daily.INPUTS.items()}
         usage = daily.daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY]).table
-        tools = daily.daily_tools(day, tables[GATEWAY]).table
-        assert reader.read(daily.USAGE, day) == usage, day
-        assert reader.read(daily.TOOLS, day) == tools, day
+        for dataset in daily.ANALYTICS:
+            assert reader.read(dataset, day) == daily.compute_day(dataset, day, tables).table, (dataset, day)
         assert pc.sum(usage["sessions"]).as_py() >= 2 * (SESSIONS_PER_HOST // len(DAYS))
     return {
         "killed_after_writes": killed_after,

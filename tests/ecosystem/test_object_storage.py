@@ -37,7 +37,14 @@ from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from hermes_assets.lib.warehouse.purge import purge
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.defs.conftest import instance, small  # noqa: F401  (fixtures: the small store in an isolated installation)
-from tests.defs.harness import ANALYTICS, SMALL_DAYS, partition_metadata, source_deleted, store_sessions
+from tests.defs.harness import (
+    ANALYTICS,
+    SIGHTINGS,
+    SMALL_DAYS,
+    partition_metadata,
+    source_deleted,
+    store_sessions,
+)
 from tests.support.hermes_writer import HermesWriter
 from tests.support.hosts import HOST_DIR
 
@@ -269,7 +276,10 @@ def test_s3_warehouse_end_to_end(small, monkeypatch, tmp_path, s3_uri):
     assert result.success
     assert contents(wh) == expected
     assert_only_data_files(wh)
-    assert len(list((tmp_path / "spool").rglob(".lock"))) == 3 * len(DAYS)  # the day locks, on local disk
+    # the day locks, on local disk: the three datasets' and the sightings' of the days whose sessions hold secrets
+    locks = [p.relative_to(tmp_path / "spool").parts for p in (tmp_path / "spool").rglob(".lock")]
+    assert len([p for p in locks if p[2] != SIGHTINGS]) == 3 * len(DAYS)
+    assert {p[3] for p in locks if p[2] == SIGHTINGS} <= {f"day={day}" for day in DAYS}
     md = partition_metadata(result)[(SESSIONS, DAYS[1])]
     bucket = s3_uri.split("/")[2]
     assert md["path"] == f"s3://{bucket}/team/warehouse/{SESSIONS}/day={DAYS[1]}/{HOST_DIR}/{PART_FILE}"

@@ -54,6 +54,8 @@ RECIPES = (
     "skills_over_a_range",
     "activity_by_weekday_and_hour",
     "top_sessions_of_a_range",
+    "secrets_to_rotate",
+    "where_a_secret_was_seen",
 )
 _BLOCK = re.compile(r"<!-- recipe: (\w+) -->\s*```sql\n(.*?)```", re.S)
 USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
@@ -466,3 +468,61 @@ def test_make_query_opens_duckdb_where_the_recipes_paths_resolve(small_capture):
         any(f" {channel} " in line and f" {n} " in line for line in proc.stdout.splitlines())
         for channel, n in want.items()
     ), proc.stdout
+
+
+# --------------------------------------------------------------------------
+# what to rotate: the exposures and the sightings
+# --------------------------------------------------------------------------
+
+
+def test_the_secrets_recipes_list_what_the_store_held(capture, monkeypatch):
+    """Hermes's writer stores a GitHub token in two sessions and a Stripe key in one Hermes
+    then deletes: the first recipe lists both, the one still stored first, each by its
+    provider's prefix and last four; the second lists every cell of the token's marker."""
+    import dagster as dg
+
+    from hermes_assets.lib.redaction.redactor import Redactor
+    from tests.defs.harness import EXPOSURES
+    from tests.support import fake_keys
+
+    monkeypatch.setenv("HERMES_ASSETS_WORKERS", "1")
+    token, stripe = fake_keys.github(), fake_keys.stripe()
+    with HermesWriter(capture.store, home=capture.home, start_s=START_S) as w:
+        first = w.msg(w.session("s1", "cli"), "user", f"token {token}")
+        second = w.msg(w.session("s2", "telegram"), "user", f"again {token}")
+        w.msg(w.session("s3", "cli"), "user", f"pay with {stripe}")
+    day = "2026-06-01"
+    assert capture.materialize(day).success
+    with HermesWriter(capture.store, home=capture.home) as w:
+        w.delete_session("s3")
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert capture.materialize(day, instance=instance).success
+        job = capture.defs().resolve_implicit_global_asset_job_def()
+        assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(EXPOSURES)]).success
+    key = (capture.dagster_home / "redaction.key").read_bytes()
+
+    def marker(value: str) -> tuple[str, str]:
+        redactor = Redactor(key)
+        redactor.text(value)
+        (seen,) = redactor.take_sightings()
+        return seen.marker, seen.kind
+
+    rows = run("secrets_to_rotate", capture.warehouse)
+    got = [(r["marker"], r["kind"], r["still_in_store"], r["sessions"]) for r in rows]
+    assert got == [(*marker(token), True, 2), (*marker(stripe), False, 1)]
+    for row, value in zip(rows, (token, stripe)):  # the provider's prefix (its rule's), the last four
+        prefix, last4 = row["key"].split("…")
+        assert prefix and value.startswith(prefix) and last4 == value[-4:], row["key"]
+    assert rows[0]["channels"] == ["cli", "telegram"]
+    sql = recipes()["where_a_secret_was_seen"]
+    example = re.search(r"SET VARIABLE marker = '(.*?)';", sql).group(1)
+    con = duckdb.connect()
+    try:
+        cur = con.execute(sql.replace(example, marker(token)[0]).replace("'warehouse/", f"'{capture.warehouse}/"))
+        seen = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+    finally:
+        con.close()
+    assert [(r["session_id"], r["message_id"], r["field"], r["channel"], r["source_deleted"]) for r in seen] == [
+        ("s1", str(first), "messages.content", "cli", False),
+        ("s2", str(second), "messages.content", "telegram", False),
+    ]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.plan import policy
-from tests.defs.harness import ANALYTICS
+from tests.defs.harness import ANALYTICS, EXPOSURES, SIGHTINGS
 from tests.faults import forking
 from tests.faults.helpers import (
     DAY1,
@@ -287,10 +287,12 @@ def test_session_id_with_slashes_dots_quotes_and_emoji(hostile):
     root = hostile.install.warehouse
     for path in root.rglob("*"):
         rel = path.relative_to(root).parts
-        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, *ANALYTICS, ".staging", ".hosts"), path
+        assert rel[0] in (GATEWAY, SESSIONS, MESSAGES, SIGHTINGS, *ANALYTICS, EXPOSURES, ".staging", ".hosts"), path
         if rel[0] == ".hosts":  # the hosts' claims: on the ids (host=<label>), labels and stores (digests)
             assert len(rel) <= 3 and (len(rel) < 2 or rel[1].startswith("host=") or rel[1] in ("labels", "stores"))
             assert len(rel) < 3 or re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]*\.json|[0-9a-f]{32}\.json", rel[2]), path
+        elif rel[0] == EXPOSURES:  # one file, not partitioned: <dataset>/<file>
+            assert len(rel) <= 2, path
         elif rel[0] != ".staging":
             # <dataset>/day=<day>/host=<label>/<file> (a derived dataset: <dataset>/day=<day>/<file>)
             assert len(rel) <= 4 and (len(rel) < 2 or rel[1].startswith("day=")), path

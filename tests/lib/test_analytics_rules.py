@@ -175,3 +175,62 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     figures = daily_usage("2026-06-01", sessions, messages, gateway)
     assert figures.table.to_pylist()[0]["tool_calls"] == 2
     assert figures.totals["tool_calls"] == 2 and figures.totals["messages"] == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["s1", "s2", "s3"]),
+            st.sampled_from(["tool_call", "tool_result", "text"]),
+            st.sampled_from(TOOLS),
+            st.sampled_from([None, True, False]),
+            st.sampled_from([content for _, content in SHAPES] + ['{"ok": 1}', "plain output", "ERROR!", None]),
+        ),
+        max_size=30,
+    )
+)
+def test_daily_tools_counts_as_one_pass_over_the_rows_would(parts):
+    """The per-tool figures (Arrow: a screen, then Hermes's rule for the results it keeps) equal a
+    plain count over the rows, one by one, with the rule asked of every result; a NULL tool last."""
+    import pyarrow as pa
+
+    from hermes_assets.lib import schemas
+    from hermes_assets.lib.analytics.daily import daily_tools
+
+    attrs_type = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
+    gateway = pa.table(
+        {
+            "session_id": pa.array([p[0] for p in parts], pa.string()),
+            "part_type": pa.array([p[1] for p in parts], pa.string()),
+            "tool_name": pa.array([p[2] for p in parts], pa.string()),
+            "content_text": pa.array([p[4] for p in parts], pa.string()),
+            "is_error": pa.array([p[3] for p in parts], pa.bool_()),
+            "attributes": pa.ExtensionArray.from_storage(attrs_type, pa.array(["{}"] * len(parts), pa.string())),
+        }
+    )
+    want: dict = {}
+    for sid, kind, tool, said, content in parts:
+        if kind == "text":
+            continue
+        row = want.setdefault(tool, {"calls": 0, "results": 0, "error_results": 0, "sessions": set()})
+        row["sessions"].add(sid)
+        if kind == "tool_call":
+            row["calls"] += 1
+        else:
+            row["results"] += 1
+            row["error_results"] += is_error_result(said, tool, content)
+    order = sorted(want, key=lambda name: (name is None, name or ""))
+    no_messages = schemas.HERMES_MESSAGES.empty_table()  # Hermes's own count of calls: none here
+    got = daily_tools("2026-06-01", gateway, no_messages)
+    assert got.table.to_pylist() == [
+        {
+            "day": "2026-06-01",
+            "tool_name": name,
+            **{k: v for k, v in want[name].items() if k != "sessions"},
+            "sessions": len(want[name]["sessions"]),
+            "hermes_calls": 0,
+        }
+        for name in order
+    ]
+    assert got.totals["sessions"] == len({p[0] for p in parts if p[1] != "text"})

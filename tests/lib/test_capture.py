@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from hermes_assets.lib.capture import steps
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.storage import local_files, local_storage
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import capture_days, files, stage
@@ -42,19 +42,26 @@ def test_a_rerun_reads_each_day_file_once_and_rewrites_nothing(fixture_copy, tmp
     wh = Warehouse(str(tmp_path / "wh"))
     first_run, first = capture_days([small], wh)
     written = files(tmp_path / "wh")
-    assert len(written) == 3 * len(first_run.plan.days) and all(r.changed for ds in first.results.values() for r in ds)
+    captured = [p for p in written if p.split("/")[0] in CAPTURE_DATASETS]
+    assert len(captured) == 3 * len(first_run.plan.days) and all(r.changed for ds in first.results.values() for r in ds)
+    sightings = [p for p in written if p.startswith(SIGHTINGS + "/")]
+    assert len(sightings) == len(first.sightings) and all(r.changed for r in first.sightings)
     inodes = {p: os.stat(tmp_path / "wh" / p).st_ino for p in written}
 
     reads.clear()
     run = stage([small], wh, run_id="again")
     # the stage step read each file once, whole, through its pin; no column read of a day file
     pins = {name: n for name, n in reads.items() if name.endswith(".pin")}
-    assert len(pins) == len(written) and set(pins.values()) == {1}
+    assert len(pins) == len(captured) and set(pins.values()) == {1}
     assert not [name for name in reads if name.startswith("open part-0")]
-    assert sum(len(day.prepared) for day in run.days) == len(written)
+    assert sum(len(day.prepared) for day in run.days) == len(captured)
     reads.clear()
     again = steps.write_partitions(run, wh)
-    assert not [name for name in reads if "part-0" in name], "the write step read a day file again"
+    # a day's captured files are not read again; its sightings file is read once, under its lock, to merge
+    assert {name: n for name, n in reads.items() if "part-0" in name} == (
+        {"part-0.parquet": len(sightings)} if sightings else {}
+    ), "the write step read a day file again"
+    assert not any(r.changed for r in again.sightings)
     assert not any(r.changed for ds in again.results.values() for r in ds)
     assert files(tmp_path / "wh") == written
     assert {p: os.stat(tmp_path / "wh" / p).st_ino for p in written} == inodes

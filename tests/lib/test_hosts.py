@@ -26,11 +26,11 @@ from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.errors import ConfigurationError
 from hermes_assets.lib.hosts import host_labels
 from hermes_assets.lib.hosts.host_claims import CLAIMS
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.source.stores import Store, on_host
 from hermes_assets.lib.warehouse import partition_file, purge
 from hermes_assets.lib.warehouse.datasets import Warehouse
-from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, PART_FILE
+from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, PART_FILE, SIGHTINGS_STAMP
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.support.capture_run import capture_days
@@ -279,9 +279,16 @@ def test_a_purge_removes_a_scope_from_the_hosts_own_files_only(two_hosts, tmp_pa
 
 def make_legacy(root: Path, host: str) -> dict[str, bytes]:
     """Turn a host's files into the layout from before hosts (one file per day, no ``host``
-    column): what that version wrote. -> the host's files as they were, by dataset and day."""
+    column, no sightings): what that version wrote. -> the host's files as they were, by dataset
+    and day."""
     before = {}
-    for path in sorted(root.glob(f"*/day=*/{host_labels.folder(host)}/{PART_FILE}")):
+    for path in sorted(root.glob(f"{SIGHTINGS}/day=*/{host_labels.folder(host)}/{PART_FILE}")):
+        before[f"{SIGHTINGS}/{path.parent.parent.name}"] = path.read_bytes()
+        shutil.rmtree(path.parent)
+    for stamp in root.glob(f".staging/*/{SIGHTINGS_STAMP}"):
+        stamp.unlink()
+    found = [root.glob(f"{dataset}/day=*/{host_labels.folder(host)}/{PART_FILE}") for dataset in CAPTURE_DATASETS]
+    for path in sorted(p for paths in found for p in paths):
         dataset, day_dir = path.parts[-4], path.parent.parent
         before[f"{dataset}/{day_dir.name}"] = path.read_bytes()
         data = pa.py_buffer(path.read_bytes())

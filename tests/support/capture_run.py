@@ -50,7 +50,8 @@ def stage(
     policy_list: str | None = None,
     redaction: RedactionConfig | None = TEST_REDACTION,
 ) -> ProjectedRun:
-    """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``."""
+    """Plan, classify and stage ``days`` under the warehouse's staging root, in folder ``run_id``
+    (``redaction``: the key and ``.env`` files; default the tests' one key)."""
     plan = plan_for(stores, days, policy_list=policy_list, now_s=now_s)
     ctx = ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit())
     return steps.project_rows(

@@ -1,7 +1,7 @@
 """Positives built at run time from a rule's own regex: a text each rule finds (never committed).
 
-:func:`positive` walks the regex's syntax tree (Python's parser, after a light
-translation of Go's RE2 syntax: inline flags dropped, ``\\z``, POSIX classes) and
+:func:`positive` walks the regex's syntax tree (Python's parser, after
+:func:`~hermes_assets.lib.redaction.go_regex.translate`) and
 draws characters from each class, repetitions a few times past their minimum,
 one branch of each alternation; lookarounds and anchors are left to the check
 that follows: a drawn text counts only when the rule's compiled RE2 program finds
@@ -11,22 +11,12 @@ it. Characters are drawn from ``rng``, so a property test's examples vary.
 from __future__ import annotations
 
 import random
-import re
 import re._constants as C
 import re._parser as sre
 import string
 
-_POSIX = {
-    "alnum": "A-Za-z0-9",
-    "alpha": "A-Za-z",
-    "digit": "0-9",
-    "xdigit": "0-9A-Fa-f",
-    "upper": "A-Z",
-    "lower": "a-z",
-    "space": r" \t",
-    "punct": r"!-/:-@\[-`{-~",
-    "word": r"\w",
-}
+from hermes_assets.lib.redaction.go_regex import translate
+
 _PRINTABLE = string.ascii_letters + string.digits
 _CATEGORY = {
     C.CATEGORY_DIGIT: string.digits,
@@ -36,16 +26,6 @@ _CATEGORY = {
     C.CATEGORY_NOT_DIGIT: string.ascii_letters,
     C.CATEGORY_NOT_WORD: " ",
 }
-
-
-def translate(regex: str) -> str:
-    """Go's RE2 syntax as Python's parser reads it (for drawing only: flags do not change what is drawn)."""
-    regex = regex.replace(r"\z", r"\Z")
-    regex = re.sub(r"\(\?[imsU-]+\)", "", regex)
-    regex = re.sub(r"\(\?-?[imsU]+:", "(?:", regex)
-    for name, cls in _POSIX.items():
-        regex = regex.replace(f"[:{name}:]", cls)
-    return regex.replace(r"\x60", "`")
 
 
 def positive(regex: str, rng: random.Random, extra: int = 3) -> str:

@@ -40,7 +40,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, day_path
+from tests.defs.harness import ANALYTICS, DATASETS, EXPOSURES, SMALL_DAYS, day_path
 from tests.e2e.test_backfill_graphql import BACKFILL_Q, DONE_BAD, DONE_OK, DagsterDev
 
 pytestmark = pytest.mark.e2e
@@ -51,8 +51,6 @@ PLOTS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "ui-daily-usag
 USAGE = "hermes_daily_usage"
 CHANNELS = "hermes_daily_channels"
 STATE = "hermes_state"
-#: the graph's button: "Materialize all…", or "Materialize all (9)…" in a larger graph, after its icon
-MATERIALIZE_ALL = re.compile(r"Materialize all")
 RANGE = f"[{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}]"
 DAY = SMALL_DAYS[2]  # the day whose metadata is read off the screen
 BACKFILL_TIMEOUT_S = 180
@@ -91,6 +89,12 @@ def _nav(page, label: str):
 
 def _visible(page, text: str, exact: bool = True):
     return page.get_by_text(text, exact=exact).filter(visible=True).first
+
+
+def _materialize_all(page):
+    """The lineage's *Materialize all…* button (its accessible name starts with its icon's; with
+    partitioned and unpartitioned assets, the UI counts them in its label: "Materialize all (6)…")."""
+    return page.get_by_role("button", name=re.compile(r"Materialize all( \(\d+\))?…"))
 
 
 def _open(page, label: str, expect) -> None:
@@ -184,10 +188,10 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     page.reload()  # the graph is laid out and fitted again, groups expanded
     for name in DATASETS:
         _visible(page, name).wait_for()
-    for name in ANALYTICS:
+    for name in (*ANALYTICS, EXPOSURES):
         _visible(page, name).wait_for()
-    everything = len(DATASETS) + len(ANALYTICS)  # the analytics are Python and Parquet, not SQLite
-    # the Hermes stores (hermes_state, upstream) are SQLite too, when the fitted graph shows them
+    everything = len(DATASETS) + len(ANALYTICS) + 1  # the analytics and the exposures are Python and Parquet
+    # the Hermes stores (hermes_state, upstream) are SQLite only, when the fitted graph shows them
     stores = min(1, page.locator("foreignObject").get_by_text(STATE, exact=True).filter(visible=True).count())
     for kind, count in (("SQLite", len(DATASETS) + stores), ("Python", everything), ("Parquet", everything)):
         assert page.get_by_text(kind, exact=True).filter(visible=True).count() == count, kind
@@ -205,8 +209,8 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
 
     # 3. Hermes appears; the user imports its history with a ranged backfill
     shutil.move(aside, installation.store)
-    _open(page, "Lineage", page.get_by_role("button", name=MATERIALIZE_ALL))
-    page.get_by_role("button", name=MATERIALIZE_ALL).click()
+    _open(page, "Lineage", _materialize_all(page))
+    _materialize_all(page).click()
     dialog = page.get_by_role("dialog")
     partitions = dialog.locator("input[type=text]").first
     partitions.wait_for()
@@ -227,11 +231,13 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     page.get_by_role("link", name="View").first.click()
     backfill = _wait_backfill(dev, backfill_id)
     assert sorted(backfill["partitionNames"]) == SMALL_DAYS
-    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS"]  # single_run(): one run for the range
+    # single_run(): one run for the range; the exposures, not partitioned, one run of their own
+    assert [r["status"] for r in backfill["runs"]] == ["SUCCESS", "SUCCESS"]
     page.reload()
     status = page.get_by_text("Status", exact=True).filter(visible=True).first.locator("xpath=..")
     status.get_by_text("Succeeded", exact=True).wait_for()
-    assert page.get_by_text("100% completed").filter(visible=True).count() == len(DATASETS) + len(ANALYTICS)
+    completed = page.get_by_text("100% completed").filter(visible=True).count()
+    assert completed == len(DATASETS) + len(ANALYTICS) + 1  # and the exposures
     screens.shot("backfill-succeeded")
 
     # 5. the canonical dataset's page: its description and column schema ...

@@ -207,50 +207,94 @@ def is_error_result(is_error: bool | None, tool_name: str | None, content: str |
     return is_error if is_error is not None else hermes_marks_error(tool_name, content)
 
 
+#: text a tool result holds whenever :func:`hermes_marks_error` can call it an error: "error" or
+#: "failed" in any case, "exit_code", a ``\\u`` escape (a JSON key may spell a letter so); rule 4
+#: without "error" needs "message" and "success" (:func:`maybe_error`)
+_MAYBE_ERROR = r"(?i:error|failed)|exit_code|\\u"
+
+
+def maybe_error(content: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Which results :func:`hermes_marks_error` may call errors: the others hold none of the text
+    each of its rules needs (a screen in Arrow, one pass; the rule itself decides for those it keeps)."""
+    either = pc.match_substring_regex(content, _MAYBE_ERROR)
+    both = pc.and_(pc.match_substring(content, "message"), pc.match_substring(content, "success"))
+    return pc.fill_null(pc.or_(either, both), False)
+
+
+def error_results(parts: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """Which tool parts are error results (:func:`is_error_result`): a row's own ``is_error``, else
+    Hermes's verdict, asked only of the results the screen (:func:`maybe_error`) keeps."""
+    results = pc.equal(parts.column("part_type"), "tool_result")
+    said = parts.column("is_error")
+    unsaid = pc.and_(results, pc.is_null(said))
+    ask = pc.replace_with_mask(  # the screen runs over the results that say nothing only
+        pa.repeat(pa.scalar(False), parts.num_rows),
+        unsaid.combine_chunks() if isinstance(unsaid, pa.ChunkedArray) else unsaid,
+        maybe_error(parts.column("content_text").filter(unsaid)).combine_chunks()
+        if parts.num_rows
+        else pa.array([], pa.bool_()),
+    )
+    asked = parts.filter(ask)
+    verdicts = [
+        hermes_marks_error(tool_name, content)
+        for tool_name, content in zip(asked.column("tool_name").to_pylist(), asked.column("content_text").to_pylist())
+    ]
+    found = pc.replace_with_mask(pa.repeat(pa.scalar(False), parts.num_rows), ask, pa.array(verdicts, pa.bool_()))
+    return pc.and_(results, pc.or_(pc.fill_null(said, False), found))
+
+
 def daily_tools(day: str, gateway: pa.Table, messages: pa.Table) -> DayFigures:
     """Per ``tool_name``: calls (``tool_call`` parts), results (``tool_result`` parts),
     error results (:func:`is_error_result`) and the sessions that used the tool; beside them,
     the calls Hermes's own report counts (:func:`~hermes_assets.lib.analytics.hermes_tool_calls.hermes_calls`,
     from the stored messages)."""
-    gateway = live(gateway, GATEWAY)
+    # the tool parts, then those the store holds now (the same rows as the other way round, cheaper)
     parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
-    acc: dict[str | None, dict] = defaultdict(lambda: {"calls": 0, "results": 0, "error_results": 0, "sessions": set()})
-    columns = [
-        parts.column(c).to_pylist() for c in ("session_id", "part_type", "tool_name", "is_error", "content_text")
-    ]
-    for session_id, part_type, tool_name, is_error, content in zip(*columns):
-        row = acc[tool_name]
-        row["sessions"].add(session_id)
-        if part_type == "tool_call":
-            row["calls"] += 1
-        else:
-            row["results"] += 1
-            row["error_results"] += is_error_result(is_error, tool_name, content)
-    hermes = hermes_tool_calls.hermes_calls(messages)
-    for name in hermes:
-        acc[name]  # a tool only Hermes's reading names (a call in no canonical part) has a row too
-    rows = [
+    parts = live(parts, GATEWAY)
+    calls = pc.equal(parts.column("part_type"), "tool_call")
+    counts = pa.table(
         {
-            "day": day,
-            "tool_name": name,
-            **{k: acc[name][k] for k in ("calls", "results", "error_results")},
-            "sessions": len(acc[name]["sessions"]),
-            "hermes_calls": hermes.get(name, 0),
+            "tool_name": parts.column("tool_name"),
+            "session_id": parts.column("session_id"),
+            "calls": pc.cast(calls, pa.int64()),
+            "results": pc.cast(pc.invert(calls), pa.int64()),
+            "error_results": pc.cast(error_results(parts), pa.int64()),
         }
-        for name in sorted(acc, key=lambda n: (n is None, n or ""))
+    )
+    grouped = counts.group_by("tool_name").aggregate(
+        [("calls", "sum"), ("results", "sum"), ("error_results", "sum"), ("session_id", "count_distinct")]
+    )
+    by_name = {
+        row["tool_name"]: {
+            "calls": row["calls_sum"],
+            "results": row["results_sum"],
+            "error_results": row["error_results_sum"],
+            "sessions": row["session_id_count_distinct"],
+        }
+        for row in grouped.to_pylist()  # one row per tool
+    }
+    hermes = hermes_tool_calls.hermes_calls(messages)
+    none = {"calls": 0, "results": 0, "error_results": 0, "sessions": 0}
+    # a tool only Hermes's reading names (a call in no canonical part) has a row too
+    rows = [
+        {"day": day, "tool_name": name, **by_name.get(name, none), "hermes_calls": hermes.get(name, 0)}
+        for name in sorted(by_name.keys() | hermes.keys(), key=lambda n: (n is None, n or ""))
     ]
     table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_TOOLS)
-    sessions = set().union(*(r["sessions"] for r in acc.values())) if acc else set()
     totals: dict[str, int | float] = {
         "tools": table.num_rows,
-        "tool_calls": sum(r["calls"] for r in rows),
-        "tool_results": sum(r["results"] for r in rows),
-        "error_results": sum(r["error_results"] for r in rows),
-        "sessions": len(sessions),
+        "tool_calls": _sum(table, "calls"),
+        "tool_results": _sum(table, "results"),
+        "error_results": _sum(table, "error_results"),
+        "sessions": pc.count_distinct(parts.column("session_id")).as_py() if parts.num_rows else 0,
     }
     totals["error_rate"] = round(totals["error_results"] / totals["tool_results"], 6) if totals["tool_results"] else 0.0
     totals["hermes_tool_calls"] = sum(hermes.values())
     return DayFigures(table, totals)
+
+
+def _sum(table: pa.Table, column: str) -> int:
+    return int(pc.sum(table.column(column)).as_py() or 0)
 
 
 # --------------------------------------------------------------------------
@@ -317,6 +361,7 @@ def write_current_day(
     day: str,
     read: Callable[[], dict[str, pa.Table]],
     first: DayInputs | None = None,
+    known: tuple[dict[str, tuple], DayFigures] | None = None,
 ) -> tuple[WriteResult, DayFigures]:
     """Compute one analytics day from every host's files (``read``: the day's input tables)
     and replace its file, until the file is known to be computed from the inputs as they are.
@@ -330,14 +375,20 @@ def write_current_day(
     again. So the file written last was computed after the previous one was written and
     from the inputs as they stood after it was written: it equals a recomputation over
     every host's files. ``first``: the inputs already read for the first attempt.
+    ``known``: the day's figures computed from its inputs when they had these stamps (by the
+    capture that wrote them, :mod:`~hermes_assets.lib.analytics.captured_days`), used on the
+    first attempt while the stamps hold: nothing is read.
     """
     names = inputs_of(dataset)
     for attempt in range(1, RECOMPUTE_LIMIT + 1):
         current = warehouse.read_versioned(dataset, day)
-        got = first if attempt == 1 and first is not None else read_day(warehouse, day, read)
-        figures = compute_day(dataset, day, got.tables)
+        if attempt == 1 and known is not None and all(warehouse.day_stamp(n, day) == known[0].get(n) for n in names):
+            stamps, figures = known[0], known[1]
+        else:
+            got = first if attempt == 1 and first is not None else read_day(warehouse, day, read)
+            stamps, figures = got.stamps, compute_day(dataset, day, got.tables)
         result = warehouse.replace_day(dataset, day, figures.table, current)
-        if result is not None and all(warehouse.day_stamp(name, day) == got.stamps[name] for name in names):
+        if result is not None and all(warehouse.day_stamp(name, day) == stamps[name] for name in names):
             return result, figures
         log.info(
             "hermes.analytics.recomputed",

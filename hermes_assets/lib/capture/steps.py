@@ -28,13 +28,15 @@ import functools
 import os
 import shutil
 from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 
 from hermes_assets.lib import errors, logs
-from hermes_assets.lib.capture import pool
+from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
 from hermes_assets.lib.errors import StoreFailure
@@ -42,7 +44,7 @@ from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
-from hermes_assets.lib.redaction import stored_files
+from hermes_assets.lib.redaction import stored_files, stored_markers
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
@@ -96,6 +98,11 @@ class StagedDay:
     prepared: dict[str, PreparedWrite] = field(default_factory=dict)
     #: where each secret redacted from the day's cells was (never a value)
     sightings: tuple[Sighting, ...] = ()
+    #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
+    sighting_rows: pa.Table | None = None
+    #: what the run's ``day_figures`` made of the day's tables, when they are its files' final
+    #: content (:func:`project_rows`); None: not made
+    figures: Any = None
 
     @property
     def rows(self) -> int:
@@ -114,6 +121,9 @@ class ProjectedRun:
     redaction_version: str | None = None
     #: files written before (or under an older redaction), redacted again by this run
     files_redacted: stored_files.FilesRedacted | None = None
+    #: day -> the markers already in this host's stored files, when its sightings did not hold them yet
+    #: (:mod:`~hermes_assets.lib.redaction.stored_markers`; None: they did)
+    stored_markers: dict[str, list[Sighting]] | None = None
 
     def failures(self) -> list[StoreFailure]:
         """Every store that failed, in the plan or on any day (each once)."""
@@ -172,6 +182,10 @@ class DayJob:
     existing: dict[str, set[str]]
     #: how secrets are redacted before the rows are built (None: not at all)
     redaction: RedactionConfig | None = None
+    #: what to make of a first capture's tables (:func:`project_rows`), and dataset -> the run's
+    #: days with a file of any host's (those are not first captures)
+    day_figures: Callable[[str, Mapping[str, pa.Table]], Any] | None = None
+    any_host: dict[str, set[str]] = field(default_factory=dict)
 
 
 def project_rows(
@@ -186,6 +200,7 @@ def project_rows(
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
     start_method: str = pool.START_METHODS[0],
     progress: Progress | None = None,
+    day_figures: Callable[[str, Mapping[str, pa.Table]], Any] | None = None,
 ) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
     until :func:`write_partitions`; on an error the staging folder is removed. Staged
@@ -197,13 +212,18 @@ def project_rows(
     ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
     when the run has at least ``parallel_min_sessions`` sessions. ``redaction``: how secrets
     are redacted from the cells before any row is built (None: not at all). ``progress`` counts
-    each day as it is staged, with its rows.
+    each day as it is staged, with its rows. ``day_figures``: called with a first capture's day
+    and its three tables (no file of the day yet, any host's; one store's rows: the tables are
+    the files to be), on the worker; its result is the staged day's ``figures`` (a picklable
+    module-level function: the run's analytics, for one).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
-    files_redacted = None
+    files_redacted = markers = None
     if redaction is not None:
         redactor = redactor_for(redaction)
         warehouse.redaction_version = redactor.version
+        # the markers stored files hold already, once per host (before the pass below adds its own)
+        markers = None if stored_markers.stamped(warehouse) else stored_markers.scan(warehouse)
         # files written before redaction (or under other rules) first, so the days merge with redacted rows
         files_redacted = stored_files.redact_files(warehouse, redactor)
     else:
@@ -216,6 +236,8 @@ def project_rows(
         staging,
         {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
         redaction,
+        day_figures,
+        {ds: warehouse.existing(ds, plan.days, own=False) for ds in CAPTURE_DATASETS} if day_figures else {},
     )
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
@@ -229,7 +251,7 @@ def project_rows(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted)
+    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted, markers)
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
         log.info(
@@ -288,6 +310,11 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
             if ready is not None:
                 prepared[dataset] = ready
     del old
+    figures = None
+    if job.day_figures is not None and all(
+        day not in job.any_host[ds] and len(by_store) <= 1 for ds, by_store in rows.tables.items()
+    ):  # a first capture: its tables are the day's files to be
+        figures = job.day_figures(day, {ds: rows.table(ds) for ds in CAPTURE_DATASETS})
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
     pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
     # retention judges the rows of a file that exists; a new day's generations are not needed
@@ -304,6 +331,8 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
+        run_sightings.staged_rows(rows, job.warehouse.host, plan.labels()),
+        figures,
     )
 
 
@@ -349,6 +378,8 @@ class WrittenRun:
     failures: list[StoreFailure]
     #: stores read and written in this run (beside the failed ones)
     stores_written: int = 0
+    #: the days' ``hermes_secret_sightings`` files written (:mod:`~hermes_assets.lib.redaction.sighting_files`)
+    sightings: list[WriteResult] = field(default_factory=list)
 
     def totals(self, dataset: str) -> dict[str, int]:
         results = self.results[dataset]
@@ -396,26 +427,33 @@ def write_partitions(
     else:  # no store read: nothing to merge, every day's files stay as they are
         write = functools.partial(_current_day, warehouse)
     _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
+    sightings = run_sightings.Writer(run, warehouse, failed)
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
         futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
         if progress is not None:
             for future in as_completed(futures):
                 progress.advance(sum(r.rows for r in future.result().values()))
-        for per_dataset in (f.result() for f in futures):
+        for staged, per_dataset in zip(run.days, (f.result() for f in futures)):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
+            sightings.day(staged)  # after the day's files: the stored sightings are read from them
+    stored = sightings.finish()
     shutil.rmtree(run.staging, ignore_errors=True)
-    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed))
+    written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed), stored)
     for dataset in CAPTURE_DATASETS:
         totals = written.totals(dataset)
-        log.info(
+        log.info(  # the run's totals (each day's own figures are on its materialization)
             "hermes.capture.write",
             dataset=dataset,
             days=len(results[dataset]),
             rows=totals["rows_written"],
             retained=totals["rows_retained_source_deleted"],
             files_changed=totals["files_changed"],
+            bytes=totals["bytes"],
+            dropped=totals["rows_dropped"],
+            replaced=totals["rows_replaced"],
+            superseded=totals["days_superseded"],
         )
     replaced = {ds: written.totals(ds)["rows_replaced"] for ds in CAPTURE_DATASETS}
     if any(replaced.values()):  # SPEC D15: seen by every run, reported as a warning

@@ -164,6 +164,10 @@ class CapturePlan:
     def readable(self) -> list[StorePlan]:
         return [sp for sp in self.stores if sp.status == READ]
 
+    def labels(self) -> dict[str, str]:
+        """Each store's label -> its path (labels are unique in a run, :mod:`~hermes_assets.lib.source.stores`)."""
+        return {sp.store.label: sp.store.path for sp in self.stores}
+
     def nothing_to_capture(self) -> str | None:
         """Why this run captures nothing where a user would expect rows, else None.
 

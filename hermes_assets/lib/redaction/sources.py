@@ -15,7 +15,8 @@ import secrets as _random
 from collections.abc import Iterable
 
 from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.redaction.rules import COMMON, has_digit, name_says_secret
+from hermes_assets.lib.redaction.assignments import COMMON, name_says_secret
+from hermes_assets.lib.redaction.rules import has_digit
 
 #: the bytes of a key made here, and the fewest a key may hold (fewer: a marker could be
 #: confirmed by trying keys)

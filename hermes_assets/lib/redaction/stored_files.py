@@ -30,6 +30,7 @@ from hermes_assets.lib.redaction.redactor import Redactor, what_changed
 from hermes_assets.lib.redaction.session_cells import KEEP_COLUMNS
 from hermes_assets.lib.redaction.sightings import Sighting, Where
 from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, SESSIONS
+from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import REDACTION_STAMP
@@ -72,6 +73,8 @@ class FilesRedacted:
     secrets: dict[str, Counter] = field(default_factory=dict)
     #: where each secret redacted in the files was (never a value)
     sightings: list[Sighting] = field(default_factory=list)
+    #: the same, by the day of the file each was in
+    by_day: dict[str, list[Sighting]] = field(default_factory=dict)
     #: the version the files were brought to, and why each file checked was redacted again (reason -> files)
     version: str | None = None
     because: Counter = field(default_factory=Counter)
@@ -100,14 +103,7 @@ def forget_stamp(warehouse: Warehouse) -> None:
 
 
 def _stamped(warehouse: Warehouse, version: str) -> bool:
-    path = stamp_path(warehouse)
-    try:
-        with open(path, encoding="ascii") as f:
-            current = f.read().strip() == version
-        os.chmod(path, warehouse.modes.file)  # what an older umask left open is closed (D16)
-        return current
-    except (OSError, ValueError):
-        return False
+    return local_files.stamp_holds(stamp_path(warehouse), version, warehouse.modes.file)
 
 
 def _stamp(warehouse: Warehouse, version: str) -> None:
@@ -168,7 +164,9 @@ def _redact_day(warehouse: Warehouse, redactor: Redactor, dataset: str, day: str
         return
     result.cells_changed[dataset] += cells
     result.files_rewritten[dataset] += int(written.changed)
-    result.sightings += redactor.take_sightings()
+    seen = redactor.take_sightings()
+    result.sightings += seen
+    result.by_day.setdefault(day, []).extend(seen)
 
 
 #: per dataset, the columns of a row's session id and message id (None: a row per session)
@@ -205,7 +203,7 @@ def redact_table(redactor: Redactor, table: pa.Table, dataset: str = "") -> tupl
     for i, f in enumerate(table.schema):
         if _kept(f.name):
             continue
-        storage_type = f.type.storage_type if isinstance(f.type, pa.ExtensionType) else f.type
+        storage_type = f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type
         if not (pa.types.is_string(storage_type) or pa.types.is_large_string(storage_type)):
             continue
         column = table.column(i)

@@ -109,6 +109,18 @@ def read_bytes(path: str) -> pa.Buffer | None:
         return None
 
 
+def stamp_holds(path: str, text: str, mode: int) -> bool:
+    """Whether the small stamp file at ``path`` says ``text`` (False: missing or unreadable); a
+    stamp an older umask left open is closed to ``mode`` on the way (D16)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            holds = f.read().strip() == text
+        os.chmod(path, mode)
+        return holds
+    except (OSError, ValueError):
+        return False
+
+
 def read_versioned(path: str) -> tuple[pa.Buffer, str] | None:
     """A whole file's bytes and its version (inode, size, time and a digest of the bytes:
     a file replaced by another, even of the same size within one tick of the clock, differs);

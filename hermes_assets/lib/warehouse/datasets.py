@@ -79,7 +79,10 @@ class Warehouse(DayFiles):
             os.chmod(stamp, self.modes.file)
         if self.storage.local:
             local_files.chmod_dir(self.root, self.modes)
-            tops += [os.path.join(self.root, dataset) for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS)]
+            tops += [
+                os.path.join(self.root, dataset)
+                for dataset in (*CAPTURE_DATASETS, *schemas.ANALYTICS, *schemas.SECRETS, schemas.EXPOSURES)
+            ]
         for top in tops:
             local_files.chmod_tree(top, self.modes)
 
@@ -179,22 +182,82 @@ class Warehouse(DayFiles):
         one conditional write (:meth:`Storage.put_if`) under the day's lock; None, nothing
         written, when another writer replaced it since. For a derived dataset, which every
         host computes over all hosts' files and several may write at once."""
-        path = self.path(dataset, day)
-        old, version = (None, None) if read is None else read
         with self.day_lock(dataset, day):  # derived datasets: no redaction version of their own
-            data = partition_file.encode(dataset, table) if table.num_rows else None
-            changed = (data is None) != (old is None) or (
-                data is not None and old is not None and not partition_file.same_bytes(old, data)
-            )
-            if changed and data is not None and not self.storage.put_if(path, data, version):
+            changed, size = self._put_if(dataset, self.path(dataset, day), table, read)
+            if changed is None:
                 return None
-            if changed and data is None:
-                with contextlib.suppress(FileNotFoundError):  # removed by another host's run too
-                    self.storage.delete(path)
             self.fix_modes(dataset, day)
         log.info("hermes.warehouse.day_written", dataset=dataset, day=day, rows=table.num_rows, changed=changed)
-        size = 0 if data is None else data.size
         return WriteResult(dataset, day, self.location(dataset, day), table.num_rows, 0, 0, size, changed)
+
+    def _put_if(
+        self, dataset: str, path: str, table: pa.Table, read: tuple[pa.Buffer, str] | None
+    ) -> tuple[bool | None, int]:
+        """``table`` in place of ``path`` if it is still the file ``read`` (the caller holds its
+        lock) -> (changed, or None when another writer replaced it; the new file's size)."""
+        old, version = (None, None) if read is None else read
+        data = partition_file.encode(dataset, table) if table.num_rows else None
+        changed = (data is None) != (old is None) or (
+            data is not None and old is not None and not partition_file.same_bytes(old, data)
+        )
+        if changed and data is not None and not self.storage.put_if(path, data, version):
+            return None, 0
+        if changed and data is None:
+            with contextlib.suppress(FileNotFoundError):  # removed by another host's run too
+                self.storage.delete(path)
+        return changed, 0 if data is None else data.size
+
+    def merge_day(
+        self,
+        dataset: str,
+        day: str,
+        facts: Iterable[StoreFacts],
+        read_at: float | None,
+        merge: Callable[[pa.Table | None, list[StoreFacts]], pa.Table],
+    ) -> WriteResult:
+        """Replace this host's file of the day by ``merge(its rows or None, the stores of ``facts``
+        read no earlier than the file's marks)``, atomically, under the day's lock, and mark those
+        stores read at ``read_at`` (no lost update, :mod:`.read_marks`); no rows = no file; the file
+        records the warehouse's redaction version. For a dataset that merges its own way (the
+        sightings: :mod:`~hermes_assets.lib.redaction.sighting_files`)."""
+        with self.day_lock(dataset, day):
+            marks = self._read_marks(dataset, day)
+            fresh = read_marks.fresh(facts, marks, read_at)
+            data = self.storage.read_bytes(self.path(dataset, day))
+            old = None if data is None else partition_file.decode(dataset, data)
+            result = self._replace(dataset, day, merge(old, fresh), 0, data)
+            if read_at is not None and fresh:
+                self._write_marks(dataset, day, read_marks.marked(marks, fresh, read_at))
+            self.fix_modes(dataset, day)
+            return result
+
+    # -- a dataset that is one file, not partitioned -----------------------------------
+
+    def whole_path(self, dataset: str) -> str:
+        """The one file of a dataset that is not partitioned: ``<root>/<dataset>/part-0.parquet``."""
+        return self.storage.join(self.root, dataset, host_layout.PART_FILE)
+
+    def read_whole(self, dataset: str) -> pa.Table | None:
+        """The rows of a dataset that is not partitioned (``None`` when it has no file)."""
+        return self._read_file(dataset, self.whole_path(dataset), None, None)
+
+    def read_whole_versioned(self, dataset: str) -> tuple[pa.Buffer, str] | None:
+        """The one file of a dataset that is not partitioned and its version, or None: no file."""
+        return self.storage.read_versioned(self.whole_path(dataset))
+
+    def replace_whole(self, dataset: str, table: pa.Table, read: tuple[pa.Buffer, str] | None) -> WriteResult | None:
+        """:meth:`replace_day` for the one file of a dataset that is not partitioned: ``table``
+        in its place if it is still the file ``read`` (a conditional write under its lock, with
+        the warehouse's modes; no rows = no file; the same bytes: untouched); None, nothing
+        written, when another writer replaced it since."""
+        path = self.whole_path(dataset)
+        with self.storage.lock(dataset):
+            changed, size = self._put_if(dataset, path, table, read)
+            if changed is None:
+                return None
+            self.storage.fix_modes(self.storage.join(self.root, dataset))
+        log.info("hermes.warehouse.file_written", dataset=dataset, rows=table.num_rows, changed=changed)
+        return WriteResult(dataset, "", self.storage.location(path), table.num_rows, 0, 0, size, changed)
 
     def rewrite_file(
         self,

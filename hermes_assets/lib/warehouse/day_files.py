@@ -2,7 +2,8 @@
 
 ``<root>/<dataset>/day=YYYY-MM-DD/host=<label>/part-0.parquet`` for a captured
 dataset (each host its own file, :mod:`~hermes_assets.lib.hosts.host_labels`),
-``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet`` for a derived one. The root is a
+``<root>/<dataset>/day=YYYY-MM-DD/part-0.parquet`` for a derived one (the sightings of
+secrets are each host's too; the exposures are one file, ``<root>/<dataset>/part-0.parquet``). The root is a
 local folder or any URI ``pyarrow.fs`` opens: how each file operation is done there
 is the :mod:`~hermes_assets.lib.storage.interface`'s. Writing them is
 :class:`~hermes_assets.lib.warehouse.datasets.Warehouse`'s.
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 
 from hermes_assets.lib import schemas
 from hermes_assets.lib.hosts import host_labels
-from hermes_assets.lib.schemas import CAPTURE_DATASETS
+from hermes_assets.lib.schemas import PER_HOST
 from hermes_assets.lib.storage.arrow_storage import open_storage
 from hermes_assets.lib.storage.local_files import PRIVATE, FileModes
 from hermes_assets.lib.warehouse import partition_file
@@ -87,9 +88,10 @@ class DayFiles:
         return self.storage.join(self.root, dataset, f"day={day}")
 
     def file_dir(self, dataset: str, day: str, host: str | None = None) -> str:
-        """The folder of a day's file: the host's own folder for a captured dataset (``host``,
-        default this one), the day's folder for a derived one (computed over every host)."""
-        if dataset not in CAPTURE_DATASETS:
+        """The folder of a day's file: the host's own folder for a dataset each host writes (the
+        captured ones and the sightings: ``host``, default this one), the day's folder for a
+        derived one (computed over every host)."""
+        if dataset not in PER_HOST:
             return self.day_dir(dataset, day)
         return self.storage.join(self.day_dir(dataset, day), host_labels.folder(host or self.host))
 
@@ -126,7 +128,7 @@ class DayFiles:
 
     def own_days(self, dataset: str) -> list[str]:
         """The days with a file of this host's (every day of a derived dataset)."""
-        if dataset not in CAPTURE_DATASETS:
+        if dataset not in PER_HOST:
             return self.days(dataset)
         return sorted({day for day, host in self.files(dataset) if host == self.host})
 
@@ -148,6 +150,11 @@ class DayFiles:
         found = self.storage.files_under(self.day_dir(dataset, day), depth=2)
         return tuple(sorted(f for f in found if f.path.rpartition("/")[2] == PART_FILE))
 
+    def dataset_stamp(self, dataset: str) -> tuple:
+        """:meth:`day_stamp` of every day of ``dataset`` at once (a table computed over all of them)."""
+        found = self.storage.files_under(self.storage.join(self.root, dataset), depth=3)
+        return tuple(sorted(f for f in found if f.path.rpartition("/")[2] == PART_FILE))
+
     def existing(self, dataset: str, days: Iterable[str], *, own: bool = True) -> set[str]:
         """Which of ``days`` have a file of this host's (``own=False``: of any host's); a stat
         each on disk, one listing on an object store."""
@@ -164,7 +171,7 @@ class DayFiles:
 
         A captured day not yet moved to its hosts' folders (a warehouse from before them)
         reads from its one file."""
-        if dataset not in CAPTURE_DATASETS:
+        if dataset not in PER_HOST:
             return self._read_file(dataset, self.path(dataset, day), columns, read_dictionary)
         paths = [self.path(dataset, day, host) for host in self.hosts(dataset, day)] or [self.legacy_path(dataset, day)]
         tables = [t for p in paths if (t := self._read_file(dataset, p, columns, read_dictionary)) is not None]
@@ -204,7 +211,7 @@ class DayFiles:
         """An exclusive lock on one day of one dataset (a lock file beside the data,
         or in the spool for a URI warehouse)."""
         key = f"{dataset}/day={day}"
-        with self.storage.lock(key if dataset not in CAPTURE_DATASETS else f"{key}/{host_labels.folder(self.host)}"):
+        with self.storage.lock(key if dataset not in PER_HOST else f"{key}/{host_labels.folder(self.host)}"):
             yield
 
     def read_versioned(self, dataset: str, day: str) -> tuple[pa.Buffer, str] | None:

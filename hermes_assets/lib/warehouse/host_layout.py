@@ -35,6 +35,9 @@ _IDS_LINE = "ids: "
 #: in a host's staging: the redaction version every capture file of that host has
 #: (:mod:`~hermes_assets.lib.redaction.stored_files`); a warehouse from before hosts kept it in the spool
 REDACTION_STAMP = ".redaction-version"
+#: in a host's staging: the markers its stored files held are in its sightings
+#: (:mod:`~hermes_assets.lib.redaction.stored_markers`)
+SIGHTINGS_STAMP = ".sightings-version"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Remove a scope's or a session's rows from every partition (SPEC §7 "purge").
 
 Used when a scope or session has become ``ignore``: rows already captured go,
-from all three datasets, one atomic file replacement per day. A host purges its
+from all three datasets, and the sightings of their secrets
+(``hermes_secret_sightings``), one atomic file replacement per day. A host purges its
 own files (its own stores' rows); in a warehouse several hosts write, each host
 runs its purge (SPEC §2).
 """
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 from hermes_assets.lib import ids, schemas
 from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.policy import is_under, under
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.staging import merge_files, read_staged, restage, staged_files
 
@@ -40,6 +41,9 @@ class PurgeResult:
     sessions: int = 0
     #: rows removed from staged files (and dead half-written staged files removed)
     staged: int = 0
+    #: sightings of the sessions removed (``hermes_secret_sightings``), and the days they were on
+    sightings: int = 0
+    sighting_days: list[str] = field(default_factory=list)
 
 
 def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | None = None) -> PurgeResult:
@@ -64,6 +68,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
     if session_id:
         canonical.add(ids.canonical(session_id))
     children: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    labels: dict[str, str] = {}  # store path -> label (the sightings name a store by its label)
     staged = staged_files(warehouse.staging_root)
     columns = ["store", "store_label", "id", "scope_path", "parent_session_id"]
     warehouse.adopt_legacy()  # a warehouse from before hosts had their own files: this host's now
@@ -73,6 +78,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
         if table is None:  # gone meanwhile, or a staged file not whole
             continue
         for row in table.to_pylist():
+            labels[row["store"]] = row["store_label"]
             scoped = ids.scoped_sid(row["store_label"], row["id"])
             own = ids.session_id(row["store_label"], row["id"])
             if row["parent_session_id"]:
@@ -126,6 +132,17 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
                 result.days[dataset].append(day)
     for dataset, path in staged:
         result.staged += _scrub_staged(dataset, path, keeps[dataset])
+    sightings = pa.array(sorted(f"{labels.get(store, '')}\x1f{sid}" for store, sid in raw), pa.string())
+
+    def sightings_keep(table: pa.Table) -> pa.Array:
+        joined = pc.binary_join_element_wise(table.column("store_label"), table.column("session_id"), "\x1f")
+        return pc.invert(pc.is_in(joined, value_set=sightings))
+
+    for day in warehouse.own_days(SIGHTINGS):
+        removed, _ = warehouse.rewrite_day(SIGHTINGS, day, sightings_keep)
+        if removed:
+            result.sightings += removed
+            result.sighting_days.append(day)
     # a pin holds a day's file as it was before the purge, a prepared file was merged from such a
     # file: both go (without them the write merges the day again, from the scrubbed staged rows)
     for _, path in merge_files(warehouse.staging_root):
@@ -139,6 +156,7 @@ def purge(warehouse: Warehouse, *, scope: str | None = None, session_id: str | N
         session_given=bool(session_id),
         rows=sum(result.removed.values()),
         staged_rows=result.staged,
+        sightings=result.sightings,
         sessions=result.sessions,
     )
     return result

@@ -3,7 +3,8 @@
 A store is captured under one label (:mod:`.host_claims`). When that label must
 change (a container whose hostname, and so its label, changed with no identity kept;
 a host to rename), this moves every file of ``host=<from>`` to this host's folder
-``host=<to>``, each row rewritten as ``<to>`` would have written it:
+``host=<to>`` (the captured datasets and the sightings of secrets), each row rewritten
+as ``<to>`` would have written it:
 
 * ``host`` is ``<to>``;
 * ids scoped by the old label (``hermes-<from>:<sid>``, ``hermes-<from>/<label>:<sid>``,
@@ -37,7 +38,7 @@ from hermes_assets.lib import ids, schemas
 from hermes_assets.lib.hosts import host_claims, host_identity, host_labels, unscoped_ids
 from hermes_assets.lib.hosts.host_claims import Claim
 from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES
+from hermes_assets.lib.schemas import GATEWAY, MESSAGES, PER_HOST, SIGHTINGS
 from hermes_assets.lib.source import jsonutil
 from hermes_assets.lib.storage.interface import LOCK_FILE
 from hermes_assets.lib.warehouse import partition_file, read_marks
@@ -57,6 +58,8 @@ class Relabeled:
     #: rows ``<to>`` held already (the same store captured under both labels): kept once
     duplicates: int = 0
     days: set[str] = field(default_factory=set)
+    #: files of the sightings of secrets moved (what to rotate names their hosts)
+    sightings: int = 0
 
     def metadata(self) -> dict:
         return {
@@ -149,7 +152,7 @@ def rewrite(dataset: str, table: pa.Table, scopes: Scopes) -> pa.Table:
 
 
 def _keys(dataset: str, table: pa.Table) -> list[tuple]:
-    key = schemas.DATASETS[dataset].key
+    key = schemas.spec(dataset).key
     return list(zip(*(table.column(k).to_pylist() for k in key))) if table.num_rows else []
 
 
@@ -171,6 +174,7 @@ def _move_day(wh: Warehouse, dataset: str, day: str, source: str, scopes: Scopes
                 version = _common_version(version, partition_file.redaction_version(held))
             wh.storage.put(wh.path(dataset, day), partition_file.encode(dataset, table, version))
             moved.files += 1
+            moved.sightings += dataset == SIGHTINGS
             moved.rows += table.num_rows
             moved.days.add(day)
         marks = read_marks.parse(wh.storage.read_bytes(old_marks))
@@ -223,7 +227,7 @@ def relabel(wh: Warehouse, from_label: str, identity_file: str, *, to_label: str
     moving = copy.copy(wh)  # this warehouse, as the host that is to own the files
     moving.host = target
     moved = Relabeled(source, target)
-    for dataset in CAPTURE_DATASETS:
+    for dataset in PER_HOST:  # the sightings' rows name their host and store label as the datasets' do
         for day in sorted({d for d, h in moving.files(dataset) if h == source}):
             _move_day(moving, dataset, day, source, scopes, moved)
     for store, claim in host_claims.store_claims(wh.storage, wh.root).items():

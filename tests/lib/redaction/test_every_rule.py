@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_assets.lib.redaction import rules
+from hermes_assets.lib.redaction import assignments, rules
 from hermes_assets.lib.redaction.redactor import Redactor, rule_matcher
 from hermes_assets.lib.redaction.stored_files import redact_table
 from tests.support.rule_positives import positive
@@ -107,7 +107,7 @@ NAMES = st.builds(
     st.lists(WORDS, max_size=1),
     st.sampled_from(["upper", "camel", "snake", "kebab", "dotted"]),
     st.sampled_from(["", "2", "_1"]),
-).filter(rules.name_says_secret)
+).filter(assignments.name_says_secret)
 VALUES = st.text(alphabet="abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789", min_size=12, max_size=30).map(
     lambda v: v + "7Q"
 )

@@ -47,10 +47,11 @@ def all_text(root) -> str:
 
 
 def versions(root) -> set:
-    """The redaction versions the warehouse's partition files record."""
+    """The redaction versions the capture datasets' partition files record."""
     return {
         partition_file.redaction_version(pa.py_buffer(p.read_bytes()))
-        for p in root.glob("*/day=*/host=*/part-0.parquet")
+        for dataset in CAPTURE_DATASETS
+        for p in root.glob(f"{dataset}/day=*/host=*/part-0.parquet")
     }
 
 
@@ -162,3 +163,19 @@ def test_a_new_env_value_redacts_the_files_again_by_itself(secret_store, tmp_pat
     again, _ = capture_days([db], wh, redaction=with_env)
     assert again.files_redacted is not None and not sum(again.files_redacted.files_checked.values())
     assert files(tmp_path / "wh") == before
+
+
+def test_json_columns_of_a_stored_file_are_redacted_too():
+    """A JSON column (Arrow's canonical JSON extension type) is text like any other."""
+    from hermes_assets.lib.redaction.redactor import Redactor
+    from hermes_assets.lib.redaction.stored_files import redact_table
+    from hermes_assets.lib.schemas import JSON
+    from tests.lib.redaction.test_redactor import fake
+
+    token = fake("github_token")
+    args = pa.ExtensionArray.from_storage(JSON, pa.array([json.dumps({"env": {"GH_TOKEN": token}}), None]))
+    table = pa.table({"session_id": ["s", "s"], "tool_args": args})
+    redacted, cells = redact_table(Redactor(os.urandom(32)), table, "ai_gateway_messages_hermes")
+    assert cells == 1 and redacted.schema == table.schema
+    value = redacted.column("tool_args").to_pylist()[0]
+    assert token not in value and json.loads(value)["env"]["GH_TOKEN"].startswith("[REDACTED:")

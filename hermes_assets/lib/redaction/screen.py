@@ -1,0 +1,80 @@
+"""The one RE2 search every cell a rule could redact matches, built from the rules themselves.
+
+The redactor screens every text cell of a column in one pass of Arrow's RE2 kernel
+(:meth:`Redactor.screen_column <hermes_assets.lib.redaction.redactor.Redactor.screen_column>`);
+only the cells it finds meet the rules. It is the alternation of what every match of
+every rule holds, as written in the cell, whatever its encoding:
+
+* a keyword of each maintained rule (case-insensitively, as Betterleaks screens them; a rule
+  only runs on a text holding one), also as JSON escapes it (``\\/``) and percent-encoded;
+* each of our formats' screen (:attr:`.rules.Pattern.screen`: a ``/`` in it also escaped);
+* each form's screen of a name and its value (:attr:`.assignments.Form.screen`);
+* every form of every ``.env`` value (:func:`.encodings.literal_forms`).
+
+Decoding a cell's escapes never makes a keyword, a prefix or a name appear that was not
+written (a JSON escape or a percent-escape of a letter or a digit is legal, but no writer
+makes one), so a secret found in a decoded view is always screened in.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import pyarrow as pa
+
+from hermes_assets.lib.redaction import encodings
+from hermes_assets.lib.redaction.assignments import FORMS
+from hermes_assets.lib.redaction.rule_matcher import RuleMatcher, keyword_forms, search_spans
+from hermes_assets.lib.redaction.rules import PATTERNS, re2_literal
+
+#: after an assignment-shaped rule's names, in a screen: Betterleaks's operators between what may
+#: come around them (a backslash too: an escaped quote, in a cell as written)
+_ASSIGNED = r"""[ \t\w.\\-]*[\s'"\\]*(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)[\x60'"\s=\\]*"""
+#: the first characters of every assignment-shaped rule's value (a base64, hex, or id alphabet; an
+#: escaped slash as written)
+_VALUE = r"[A-Za-z0-9_+/.:=%~\\-]{8}"
+
+
+def screen_pattern(matcher: RuleMatcher, values: list[str] | tuple[str, ...] = ()) -> str:
+    """The column screen of ``matcher``'s rules, our formats and forms, and the ``.env`` ``values``."""
+    by_context = [r for r in matcher.rules if r.context is not None]
+    contexts = sorted({r.context for r in by_context if r.context})
+    named = {id(r) for r in by_context}
+    keywords = sorted({f for r in matcher.rules if id(r) not in named for k in r.keywords for f in keyword_forms(k)})
+    parts = ["(?i:" + "|".join(re2_literal(k) for k in keywords) + ")"]
+    if contexts:
+        parts.append("(?i:" + "|".join(contexts) + ")" + _ASSIGNED + _VALUE)
+    parts += [p.screen for p in PATTERNS]
+    parts += [f.screen for f in FORMS]
+    literals = sorted({f for v in values for f in encodings.literal_forms(v)}, key=lambda f: (-len(f), f))
+    parts += [re2_literal(f) for f in literals]
+    return "|".join(f"(?:{p})" for p in parts)
+
+
+def flagged(program: Any, array: pa.LargeStringArray) -> list[int]:
+    """The indexes of the cells of ``array`` that ``program`` (the screen, compiled) finds: one RE2
+    search over the array's data buffer as it lies in memory (its cells end to end), resumed at the
+    next cell after each hit; a match that runs past its cell's end is searched again within the cell.
+    A screen holds no anchor and no word boundary (:func:`screen_pattern`), so a cell's start or end
+    changes nothing of what it finds."""
+    if len(array) == 0 or array.null_count == len(array):
+        return []
+    _, offsets_buffer, data_buffer = array.buffers()
+    if data_buffer is None:
+        return []
+    offsets = memoryview(offsets_buffer).cast("q")[array.offset : array.offset + len(array) + 1]
+    data = memoryview(data_buffer)
+    out: list[int] = []
+    pos, end = offsets[0], offsets[len(array)]
+    while pos < end:
+        spans = search_spans(program, data, pos, endpos=end)
+        if spans is None:
+            break
+        start, stop = spans[0]
+        i = bisect.bisect_right(offsets, start) - 1
+        cell_end = offsets[i + 1]
+        if stop <= cell_end or search_spans(program, data, offsets[i], endpos=cell_end) is not None:
+            out.append(i)
+        pos = cell_end
+    return out
