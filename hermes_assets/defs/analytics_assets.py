@@ -27,10 +27,10 @@ from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.defs.tags import TRIGGER_TAG
-from hermes_assets.lib import schemas
 from hermes_assets.lib.analytics import columns, daily
 from hermes_assets.lib.analytics.daily import DayFigures
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.warehouse.datasets import WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
 

@@ -28,7 +28,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from tests.defs.harness import new_capture
 from tests.fixtures.insights_oracle import window
 from tests.support.environ import use_environment

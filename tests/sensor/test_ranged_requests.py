@@ -10,7 +10,7 @@ import structlog
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.sensors import run_requests
 from hermes_assets.defs.tags import NO_SESSIONS_TAG
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from tests.conftest import copy_fixture, suite_days
 from tests.sensor.harness import SENSOR, _instance, definitions
 from tests.support.hosts import HOST_FILES

@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from tests.defs.harness import Capture, new_capture
 from tests.support.environ import use_environment
 from tests.support.skips import unavailable

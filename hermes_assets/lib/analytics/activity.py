@@ -16,9 +16,9 @@ from collections import defaultdict
 
 import pyarrow as pa
 
-from hermes_assets.lib import schemas
 from hermes_assets.lib.analytics.day_sessions import Session
 from hermes_assets.lib.analytics.live_rows import DayFigures
+from hermes_assets.lib.basics import schemas
 
 ACTIVITY = "hermes_activity"
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")

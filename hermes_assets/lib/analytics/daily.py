@@ -35,12 +35,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import schemas
 from hermes_assets.lib.analytics import activity, channels, day_sessions, hermes_tool_calls, skills, top_sessions
 from hermes_assets.lib.analytics.day_sessions import COSTS, COUNTS, Totals
 from hermes_assets.lib.analytics.live_rows import DayFigures, live
-from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import ids
 from hermes_assets.lib.analytics import hermes_prices
 from hermes_assets.lib.analytics.live_rows import count_by, live
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import ids
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 
 TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 COSTS = ("estimated_cost_usd", "actual_cost_usd")

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.analytics.live_rows import in_store
-from hermes_assets.lib.schemas import MESSAGES
+from hermes_assets.lib.basics.schemas import MESSAGES
 
 #: the columns of ``hermes_messages`` :func:`hermes_calls` reads
 INPUTS = ["host", "store", "session_id", "role", "tool_name", "tool_calls", "source_deleted"]

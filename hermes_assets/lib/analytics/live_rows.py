@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.schemas import GATEWAY
+from hermes_assets.lib.basics.schemas import GATEWAY
 from hermes_assets.lib.warehouse.retention import source_deleted_mask
 
 

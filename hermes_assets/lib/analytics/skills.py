@@ -19,10 +19,10 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import schemas
 from hermes_assets.lib.analytics.hermes_tool_calls import functions, parse
 from hermes_assets.lib.analytics.live_rows import DayFigures, in_store
-from hermes_assets.lib.schemas import MESSAGES
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import MESSAGES
 
 SKILLS = "hermes_daily_skills"
 #: Hermes's skill tools: what a call of each counts as

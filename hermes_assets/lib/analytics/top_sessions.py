@@ -24,9 +24,9 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from hermes_assets.lib import schemas
 from hermes_assets.lib.analytics.day_sessions import COSTS, Session, rounded
 from hermes_assets.lib.analytics.live_rows import DayFigures
+from hermes_assets.lib.basics import schemas
 
 TOP_SESSIONS = "hermes_top_sessions"
 #: how many sessions each ranking keeps per day
