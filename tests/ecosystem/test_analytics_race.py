@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.analytics.usage import daily_usage
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
@@ -133,7 +134,7 @@ def race(uri: str, tmp_path: Path) -> list[tuple]:
             sync["start"].wait(WAIT_S)
             results += [out.get(timeout=WAIT_S) for _ in HOSTS]
             tables = {n: DatasetDays(reader, n, [DAY], c).read(DAY) for n, c in daily.INPUTS.items()}
-            usage = daily.daily_usage(DAY, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
+            usage = daily_usage(DAY, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
             assert usage.totals["sessions"] == 2 * (round_ + 1), round_  # both hosts' sessions are in
             for dataset in (daily.USAGE, daily.TOOLS):  # the two each host writes here
                 want = daily.compute_day(dataset, DAY, tables).table

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_assets.lib.analytics.daily import hermes_marks_error, is_error_result
+from hermes_assets.lib.analytics.tool_errors import hermes_marks_error, is_error_result
 
 TOOLS = ["terminal", "memory", "write_file", "patch", "read_file", "web_search", "execute_code", None]
 
@@ -125,7 +125,8 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     its tool calls count under its model, like any session's."""
     import pyarrow as pa
 
-    from hermes_assets.lib.analytics.daily import USAGE_INPUTS, daily_usage
+    from hermes_assets.lib.analytics.usage import INPUTS as USAGE_INPUTS
+    from hermes_assets.lib.analytics.usage import daily_usage
     from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS
 
     session = {
@@ -195,7 +196,7 @@ def test_daily_tools_counts_as_one_pass_over_the_rows_would(parts):
     plain count over the rows, one by one, with the rule asked of every result; a NULL tool last."""
     import pyarrow as pa
 
-    from hermes_assets.lib.analytics.daily import daily_tools
+    from hermes_assets.lib.analytics.tools import daily_tools
     from hermes_assets.lib.basics import schemas
 
     attrs_type = schemas.AI_GATEWAY_MESSAGES.field("attributes").type

@@ -1,12 +1,12 @@
-"""The analytics layer (SPEC §11): every analytics dataset, a day at a time, from the warehouse to the warehouse.
+"""Every analytics dataset (SPEC §11), a day at a time, from the warehouse to the warehouse.
 
-Pure functions of one partition day of the captured datasets, one per dataset
-(:func:`compute_day`):
+Each dataset is a pure function of one partition day of the captured datasets
+(:func:`compute_day`), in a module of its own:
 
-* :func:`daily_usage` -> ``hermes_daily_usage``: per model, sessions, messages,
-  tool calls, API calls, tokens and costs;
-* :func:`daily_tools` -> ``hermes_daily_tools``: per tool name, calls, results,
-  error results and sessions;
+* ``hermes_daily_usage`` (:mod:`.usage`): per model, sessions, messages, tool
+  calls, API calls, tokens and costs;
+* ``hermes_daily_tools`` (:mod:`.tools`): per tool name, calls, results, error
+  results and sessions;
 * what Hermes's own report (``hermes insights``) answers besides:
   ``hermes_daily_channels`` (:mod:`.channels`), ``hermes_daily_skills``
   (:mod:`.skills`), ``hermes_activity`` (:mod:`.activity`) and
@@ -21,23 +21,22 @@ in the skills, take every stored row, as its report does). A session's figures
 are defined once (:mod:`.day_sessions`), for every dataset that counts them.
 Each function returns the table and the day's totals (the numbers a
 materialization shows and the Dagster UI plots); none holds a name, only counts.
+
+Here, the day's one file of each: read once for every dataset, computed, and
+replaced until it is known to be computed from the inputs as they are
+(:func:`write_current_day`).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from hermes_assets.lib.analytics import activity, channels, day_sessions, hermes_tool_calls, skills, top_sessions
-from hermes_assets.lib.analytics.day_sessions import COSTS, COUNTS, Totals
-from hermes_assets.lib.analytics.live_rows import DayFigures, live
+from hermes_assets.lib.analytics import activity, channels, day_sessions, skills, tools, top_sessions, usage
+from hermes_assets.lib.analytics.live_rows import DayFigures
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
@@ -46,9 +45,9 @@ from hermes_assets.lib.warehouse.loading import DatasetDays
 
 log = get_logger()
 
-USAGE = "hermes_daily_usage"
-TOOLS = "hermes_daily_tools"
-CHANNELS, SKILLS, ACTIVITY, TOP_SESSIONS = (
+USAGE, TOOLS, CHANNELS, SKILLS, ACTIVITY, TOP_SESSIONS = (
+    usage.USAGE,
+    tools.TOOLS,
     channels.CHANNELS,
     skills.SKILLS,
     activity.ACTIVITY,
@@ -56,251 +55,15 @@ CHANNELS, SKILLS, ACTIVITY, TOP_SESSIONS = (
 )
 ANALYTICS = tuple(schemas.ANALYTICS)
 
-#: the columns each asset reads (the IO manager reads nothing else)
-USAGE_INPUTS = day_sessions.INPUTS
-TOOLS_INPUTS = {
-    GATEWAY: ["session_id", "part_type", "tool_name", "content_text", "is_error", "attributes"],
-    MESSAGES: hermes_tool_calls.INPUTS,
-}
+#: the columns each asset reads of each captured dataset (the IO manager reads nothing else)
 DATASET_INPUTS: dict[str, dict[str, list[str]]] = {
-    USAGE: USAGE_INPUTS,
-    TOOLS: TOOLS_INPUTS,
+    USAGE: usage.INPUTS,
+    TOOLS: tools.INPUTS,
     CHANNELS: day_sessions.INPUTS,
     SKILLS: skills.INPUTS,
     ACTIVITY: day_sessions.INPUTS,
     TOP_SESSIONS: day_sessions.INPUTS,
 }
-
-#: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
-#: ``agent/tool_result_classification.py``)
-_FILE_MUTATING_TOOLS = frozenset({"write_file", "patch"})
-
-
-# --------------------------------------------------------------------------
-# hermes_daily_usage
-# --------------------------------------------------------------------------
-
-
-def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> DayFigures:
-    """Per model: the day's sessions, messages, tool calls, API calls, tokens and costs.
-
-    * Tokens, API calls and costs: what each session used of the model
-      (:func:`~hermes_assets.lib.analytics.day_sessions.model_shares`: its
-      ``usage_by_model`` entries, the per-model truth, D12, and under its own
-      ``model`` what its own counters hold beyond them; a session that switched
-      models, or spent tokens on auxiliary tasks such as titles and compression,
-      counts under each model it used).
-    * Messages (stored messages, rewound and compacted ones included; Hermes's
-      ``session_meta`` bookkeeping rows are not messages) and tool calls (the
-      canonical ``tool_call`` parts) count under the session's ``model``, each
-      logical message once (copies left out, D20).
-    * ``sessions``: the sessions that used the model or have it as their own
-      model; a session can count under several.
-    * ``total_tokens`` is Hermes's own total: input + cache read + cache write
-      + output (reasoning tokens are part of the output).
-    * Costs are as Hermes writes them, summed and rounded to the micro-dollar:
-      ``NULL`` only where no session of the row has any (hermes-agent 0.19 writes
-      ``0.0``, not NULL, into ``session_model_usage.actual_cost_usd`` when a
-      provider reported no cost, so a day's ``actual_cost_usd`` is usually 0.0).
-    * Hermes's own figures beside ours: ``hermes_sessions`` (the sessions its report
-      counts under the model: those with a usage row of it, and those whose own
-      counters hold more than their rows, under their own model),
-      ``hermes_tool_calls`` (each session's ``tool_call_count`` under its own model)
-      and ``hermes_cost_usd`` (:func:`~hermes_assets.lib.analytics.day_sessions.hermes_cost`).
-    """
-    acc: dict[str | None, Totals] = defaultdict(Totals)
-    found = day_sessions.day_sessions(sessions, messages, gateway)
-    for session in found:
-        key = (session.host, session.store, session.id)
-        own = acc[session.model]
-        own.sessions.add(key)
-        own.messages += session.messages
-        own.tool_calls += session.tool_calls
-        own.hermes_tool_calls += session.hermes_tool_calls
-        for share in session.shares:
-            row = acc[share.model]
-            row.sessions.add(key)
-            if share.hermes_counted:
-                row.hermes_sessions.add(key)
-            row.add_share(share)
-    rows = []
-    for model in sorted(acc, key=lambda m: (m is None, m or "")):
-        totals = acc[model]
-        figures = totals.figures()
-        rows.append(
-            {
-                "day": day,
-                "model": model,
-                "sessions": len(totals.sessions),
-                "messages": totals.messages,
-                "tool_calls": totals.tool_calls,
-                **figures,
-                "hermes_sessions": len(totals.hermes_sessions),
-                "hermes_tool_calls": totals.hermes_tool_calls,
-            }
-        )
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_USAGE)
-    day_totals: dict[str, int | float] = {"models": table.num_rows, "sessions": len(found)}
-    for name in ("messages", "tool_calls", *COUNTS, "total_tokens", "hermes_tool_calls"):
-        day_totals[name] = sum(r[name] for r in rows)
-    for name in (*COSTS, "hermes_cost_usd"):
-        day_totals[name] = round(float(sum(r[name] or 0.0 for r in rows)), day_sessions.COST_DIGITS)
-    return DayFigures(table, day_totals)
-
-
-# --------------------------------------------------------------------------
-# hermes_daily_tools
-# --------------------------------------------------------------------------
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-
-
-def hermes_marks_error(tool_name: str | None, content: str | None) -> bool:
-    """Whether Hermes itself shows this tool result as a failure.
-
-    Hermes records no error flag with a tool result (``is_error`` is NULL in
-    every canonical row); its CLI decides from the result text, and this is
-    that rule (hermes-agent 0.19.0, ``agent/display.py``
-    ``_detect_tool_failure``), so the counts match what a Hermes user saw:
-
-    1. ``write_file``/``patch`` results that prove the write landed (JSON
-       without ``error``, with ``bytes_written`` / ``"success": true``): no error;
-    2. ``terminal``: an error exactly when the JSON result has a non-zero
-       ``exit_code`` (anything else, a cancellation note included, is not);
-    3. ``memory``: ``"success": false`` with "exceed the limit" in ``error``;
-    4. any JSON object with a truthy ``error`` (or ``message``) and either
-       ``"success": false`` or an ``error`` key;
-    5. else, text whose first 500 characters hold ``"error"`` or ``"failed"``
-       (quotes included, any case), or that starts with ``Error``.
-    """
-    if content is None:
-        return False
-    data = _json(content)
-    if tool_name in _FILE_MUTATING_TOOLS and isinstance(data, dict) and not data.get("error"):
-        if (tool_name == "write_file" and "bytes_written" in data) or (
-            tool_name == "patch" and data.get("success") is True
-        ):
-            return False
-    if tool_name == "terminal":
-        if isinstance(data, dict):
-            code = data.get("exit_code")
-            return code is not None and code != 0
-        return False
-    if isinstance(data, dict):
-        if tool_name == "memory" and data.get("success") is False and "exceed the limit" in str(data.get("error", "")):
-            return True
-        err = data.get("error") or data.get("message")
-        if err and (data.get("success") is False or "error" in data):
-            return True
-    lower = content[:500].lower()
-    return '"error"' in lower or '"failed"' in lower or content.startswith("Error")
-
-
-def is_error_result(is_error: bool | None, tool_name: str | None, content: str | None) -> bool:
-    """A tool result is an error when its row says so (``is_error``), or, when it says
-    nothing (Hermes's rows), when Hermes marks it as one (:func:`hermes_marks_error`)."""
-    return is_error if is_error is not None else hermes_marks_error(tool_name, content)
-
-
-#: text a tool result holds whenever :func:`hermes_marks_error` can call it an error: "error" or
-#: "failed" in any case, "exit_code", a ``\\u`` escape (a JSON key may spell a letter so); rule 4
-#: without "error" needs "message" and "success" (:func:`maybe_error`)
-_MAYBE_ERROR = r"(?i:error|failed)|exit_code|\\u"
-
-
-def maybe_error(content: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """Which results :func:`hermes_marks_error` may call errors: the others hold none of the text
-    each of its rules needs (a screen in Arrow, one pass; the rule itself decides for those it keeps)."""
-    either = pc.match_substring_regex(content, _MAYBE_ERROR)
-    both = pc.and_(pc.match_substring(content, "message"), pc.match_substring(content, "success"))
-    return pc.fill_null(pc.or_(either, both), False)
-
-
-def error_results(parts: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """Which tool parts are error results (:func:`is_error_result`): a row's own ``is_error``, else
-    Hermes's verdict, asked only of the results the screen (:func:`maybe_error`) keeps."""
-    results = pc.equal(parts.column("part_type"), "tool_result")
-    said = parts.column("is_error")
-    unsaid = pc.and_(results, pc.is_null(said))
-    ask = pc.replace_with_mask(  # the screen runs over the results that say nothing only
-        pa.repeat(pa.scalar(False), parts.num_rows),
-        unsaid.combine_chunks() if isinstance(unsaid, pa.ChunkedArray) else unsaid,
-        maybe_error(parts.column("content_text").filter(unsaid)).combine_chunks()
-        if parts.num_rows
-        else pa.array([], pa.bool_()),
-    )
-    asked = parts.filter(ask)
-    verdicts = [
-        hermes_marks_error(tool_name, content)
-        for tool_name, content in zip(asked.column("tool_name").to_pylist(), asked.column("content_text").to_pylist())
-    ]
-    found = pc.replace_with_mask(pa.repeat(pa.scalar(False), parts.num_rows), ask, pa.array(verdicts, pa.bool_()))
-    return pc.and_(results, pc.or_(pc.fill_null(said, False), found))
-
-
-def daily_tools(day: str, gateway: pa.Table, messages: pa.Table) -> DayFigures:
-    """Per ``tool_name``: calls (``tool_call`` parts), results (``tool_result`` parts),
-    error results (:func:`is_error_result`) and the sessions that used the tool; beside them,
-    the calls Hermes's own report counts (:func:`~hermes_assets.lib.analytics.hermes_tool_calls.hermes_calls`,
-    from the stored messages)."""
-    # the tool parts, then those the store holds now (the same rows as the other way round, cheaper)
-    parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
-    parts = live(parts, GATEWAY)
-    calls = pc.equal(parts.column("part_type"), "tool_call")
-    counts = pa.table(
-        {
-            "tool_name": parts.column("tool_name"),
-            "session_id": parts.column("session_id"),
-            "calls": pc.cast(calls, pa.int64()),
-            "results": pc.cast(pc.invert(calls), pa.int64()),
-            "error_results": pc.cast(error_results(parts), pa.int64()),
-        }
-    )
-    grouped = counts.group_by("tool_name").aggregate(
-        [("calls", "sum"), ("results", "sum"), ("error_results", "sum"), ("session_id", "count_distinct")]
-    )
-    by_name = {
-        row["tool_name"]: {
-            "calls": row["calls_sum"],
-            "results": row["results_sum"],
-            "error_results": row["error_results_sum"],
-            "sessions": row["session_id_count_distinct"],
-        }
-        for row in grouped.to_pylist()  # one row per tool
-    }
-    hermes = hermes_tool_calls.hermes_calls(messages)
-    none = {"calls": 0, "results": 0, "error_results": 0, "sessions": 0}
-    # a tool only Hermes's reading names (a call in no canonical part) has a row too
-    rows = [
-        {"day": day, "tool_name": name, **by_name.get(name, none), "hermes_calls": hermes.get(name, 0)}
-        for name in sorted(by_name.keys() | hermes.keys(), key=lambda n: (n is None, n or ""))
-    ]
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_TOOLS)
-    totals: dict[str, int | float] = {
-        "tools": table.num_rows,
-        "tool_calls": _sum(table, "calls"),
-        "tool_results": _sum(table, "results"),
-        "error_results": _sum(table, "error_results"),
-        "sessions": pc.count_distinct(parts.column("session_id")).as_py() if parts.num_rows else 0,
-    }
-    totals["error_rate"] = round(totals["error_results"] / totals["tool_results"], 6) if totals["tool_results"] else 0.0
-    totals["hermes_tool_calls"] = sum(hermes.values())
-    return DayFigures(table, totals)
-
-
-def _sum(table: pa.Table, column: str) -> int:
-    return int(pc.sum(table.column(column)).as_py() or 0)
-
-
-# --------------------------------------------------------------------------
-# one day, from the warehouse to the warehouse
-# --------------------------------------------------------------------------
-
 
 #: every column an analytics day reads, per captured dataset (every analytics dataset of a day from one read)
 INPUTS = {
@@ -309,6 +72,7 @@ INPUTS = {
 }
 #: the datasets computed from the day's sessions (:func:`~hermes_assets.lib.analytics.day_sessions.day_sessions`)
 _OF_SESSIONS: dict[str, Callable[[str, list[day_sessions.Session]], DayFigures]] = {
+    USAGE: usage.per_model,
     CHANNELS: channels.daily_channels,
     ACTIVITY: activity.activity,
     TOP_SESSIONS: top_sessions.top_sessions,
@@ -317,17 +81,26 @@ _OF_SESSIONS: dict[str, Callable[[str, list[day_sessions.Session]], DayFigures]]
 
 def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigures:
     """One analytics day from the day's tables of its inputs (``dataset name -> table``)."""
-    if dataset == USAGE:
-        return daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
-    if dataset == TOOLS:
-        return daily_tools(day, tables[GATEWAY], tables[MESSAGES])
-    if dataset == SKILLS:
-        return skills.daily_skills(day, tables[MESSAGES])
-    if dataset in _OF_SESSIONS:
-        return _OF_SESSIONS[dataset](
-            day, day_sessions.day_sessions(tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
-        )
-    raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
+    return compute_days([dataset], day, tables)[dataset]
+
+
+def compute_days(datasets: list[str], day: str, tables: dict[str, pa.Table]) -> dict[str, DayFigures]:
+    """Several analytics of one day from the same tables (``dataset name -> table``), the day's
+    sessions built once for every dataset that counts them."""
+    out: dict[str, DayFigures] = {}
+    found: list[day_sessions.Session] | None = None
+    for dataset in datasets:
+        if dataset == TOOLS:
+            out[dataset] = tools.daily_tools(day, tables[GATEWAY], tables[MESSAGES])
+        elif dataset == SKILLS:
+            out[dataset] = skills.daily_skills(day, tables[MESSAGES])
+        elif dataset in _OF_SESSIONS:
+            if found is None:
+                found = day_sessions.day_sessions(tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
+            out[dataset] = _OF_SESSIONS[dataset](day, found)
+        else:
+            raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
+    return out
 
 
 #: how many times a day is computed again when its file or its inputs changed while it was
