@@ -6,7 +6,7 @@ user does:
 
 1. opens *Lineage*, expands its two groups (``hermes``, ``hermes_analytics``)
    and sees the three assets (with their SQLite / Python / Parquet kinds) and
-   the two analytics assets downstream of them;
+   the analytics assets and the exposures downstream of them;
 2. opens *Automation* → ``hermes_state_sensor``: it is running, and its latest
    tick says why it skipped (Hermes is not installed yet);
 3. Hermes appears (a copy of the small fixture store), and the user imports
@@ -185,7 +185,10 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     _open(page, "Lineage", _visible(page, "hermes_analytics"))
     for group in ("hermes", "hermes_analytics"):  # the group boxes of the graph (not the sidebar tree)
         page.locator("foreignObject").get_by_text(group, exact=True).click()
-    page.reload()  # the graph is laid out and fitted again, groups expanded
+    # the graph is laid out and fitted again, groups expanded, on a screen tall enough for the analytics'
+    # column (the UI draws no node outside the screen)
+    page.set_viewport_size({"width": 1600, "height": 1900})
+    page.reload()
     for name in DATASETS:
         _visible(page, name).wait_for()
     for name in (*ANALYTICS, EXPOSURES):
@@ -196,6 +199,7 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     for kind, count in (("SQLite", len(DATASETS) + stores), ("Python", everything), ("Parquet", everything)):
         assert page.get_by_text(kind, exact=True).filter(visible=True).count() == count, kind
     screens.shot("asset-graph")
+    page.set_viewport_size({"width": 1600, "height": 1000})
 
     # 2. the sensor: running, and its latest tick says why it skipped
     _open(page, "Automation", page.get_by_role("link", name="hermes_state_sensor"))
@@ -279,6 +283,9 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     _visible(page, "What each channel Hermes was used through", exact=False).wait_for()
     _plots(page, dev, CHANNELS, ("channels", "sessions", "total_tokens", "hermes_cost_usd", "session_hours"))
     screens.shot("daily-channels-plots")
+    # and every analytics asset's Overview has its days' totals to plot (numeric, on every day of the run)
+    for asset in ANALYTICS:
+        assert _numeric_labels(dev, asset), asset
 
 
 def _plots(page, dev: DagsterDev, asset: str, plotted: tuple[str, ...]):
