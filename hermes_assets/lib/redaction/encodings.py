@@ -53,6 +53,13 @@ class View:
     depth: int = 1
     _map: tuple[list[int], list[int]] | None = field(default=None, repr=False)
 
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        """The views it was decoded through, from the text as written (``("json", "json2")``): a view
+        decodes further only the views its lineage begins with (a JSON view never decodes a
+        percent-escape)."""
+        return (*(self.parent.lineage if self.parent is not None else ()), self.name)
+
     def written_at(self, pos: int) -> int:
         """Where the character at ``pos`` of this view (or its end) is in the cell as written."""
         if self._map is None:
