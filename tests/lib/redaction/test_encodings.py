@@ -209,7 +209,7 @@ def test_a_key_whose_header_an_earlier_unclosed_header_runs_into_is_redacted_in_
     text = "".join(
         f"- {line}\n"
         for line in (
-            '{"private_key": "-----BEGIN ' + 'RSA PRIVATE KEY-----' + chars(4) + "}",
+            '{"private_key": "-----BEGIN ' + "RSA PRIVATE KEY-----" + chars(4) + "}",
             "path C:\\Users\\ann\\" + chars(8),
             f"x = {token}",
             f"x = {key}",
