@@ -124,7 +124,7 @@ def run(source: Path, work: Path, args) -> dict:
 
     import structlog
 
-    from hermes_assets.lib import logs
+    from hermes_assets.lib.basics import logs
     from hermes_assets.lib.changes import attempts, watch
     from hermes_assets.lib.changes.fingerprint import Fingerprinter
     from hermes_assets.lib.source.state_db import StoreReader

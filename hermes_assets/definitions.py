@@ -41,7 +41,7 @@ from hermes_assets.defs import (
     settings,
     store_checks,
 )
-from hermes_assets.lib import logs
+from hermes_assets.lib.basics import logs
 
 
 @dg.definitions

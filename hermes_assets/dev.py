@@ -54,8 +54,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermes_assets import proc_tree
 from hermes_assets.defs import settings
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.storage.object_store import UNREACHABLE
 
 PID_FILE = ".hermes_assets-dev.pid"
@@ -80,73 +81,6 @@ def pid_file() -> Path:
     return dagster_home() / PID_FILE
 
 
-# --------------------------------------------------------------------------
-# processes (Linux /proc): a pid and its start time name one process, even after pid reuse
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    started: int  # clock ticks after boot (/proc/<pid>/stat field 22)
-
-
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, start time) of ``pid``, or None when there is no such process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    return fields[0], int(fields[1]), int(fields[19])
-
-
-def _proc(pid: int) -> Proc | None:
-    stat = _stat(pid)
-    return None if stat is None else Proc(pid, stat[2])
-
-
-def _alive(proc: Proc) -> bool:
-    """Whether ``proc`` still runs (a zombie has exited: only its parent's wait is missing)."""
-    stat = _stat(proc.pid)
-    return stat is not None and stat[2] == proc.started and stat[0] not in ("Z", "X")
-
-
-def _all_pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def _descendants(roots: set[Proc]) -> set[Proc]:
-    """Every live process below ``roots`` (children, their children ...)."""
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        stat = _stat(pid)
-        if stat is not None:
-            children.setdefault(stat[1], []).append(pid)
-    found: set[Proc] = set()
-    todo = [p.pid for p in roots if _alive(p)]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            proc = _proc(child)
-            if proc is not None and proc not in found and _alive(proc):
-                found.add(proc)
-                todo.append(child)
-    return found
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return [p.decode(errors="replace") for p in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if p]
-    except OSError:
-        return []
-
-
-def _command(pid: int) -> str:
-    """``pid``'s whole command line as ``ps`` shows it, its program by name."""
-    parts = _cmdline(pid)
-    return " ".join([os.path.basename(parts[0]), *parts[1:]]) if parts else "?"
-
-
 def _dagster(cmd: list[str]) -> bool:
     """Whether a command is one of Dagster's servers (its webserver, ``dg dev``, ``dagster dev``)."""
     return _is(cmd, "dagster_webserver", "dagster-webserver") or _dev(cmd)
@@ -154,8 +88,8 @@ def _dagster(cmd: list[str]) -> bool:
 
 def _holder(pid: int) -> str:
     """``pid N: <its whole command line>``, and the folder it serves when it is a Dagster of another folder."""
-    line = f"pid {pid}: {_command(pid)}"
-    if not _dagster(_cmdline(pid)):
+    line = f"pid {pid}: {proc_tree.command(pid)}"
+    if not _dagster(proc_tree.cmdline(pid)):
         return line
     home = _home_of(pid)
     if home is None:
@@ -222,16 +156,16 @@ def _started_by_hand() -> Running | None:
     """A Dagster daemon of this folder that no ``make run`` started: the ``dg dev`` / ``dagster dev``
     above it (or the daemon itself), and the port of the webserver beside it."""
     home = dagster_home()
-    for pid in _all_pids():
-        if pid == os.getpid() or not _is(_cmdline(pid), "dagster._daemon", "dagster-daemon"):
+    for pid in proc_tree.all_pids():
+        if pid == os.getpid() or not _is(proc_tree.cmdline(pid), "dagster._daemon", "dagster-daemon"):
             continue
         if _home_of(pid) != home:
             continue
-        stat = _stat(pid)
-        root = stat[1] if stat is not None and _dev(_cmdline(stat[1])) else pid
+        stat = proc_tree.stat_of(pid)
+        root = stat[1] if stat is not None and _dev(proc_tree.cmdline(stat[1])) else pid
         port = "?"
-        for proc in _descendants({p for p in [_proc(root)] if p is not None}):
-            cmd = _cmdline(proc.pid)
+        for proc in proc_tree.descendants({p for p in [proc_tree.proc_of(root)] if p is not None}):
+            cmd = proc_tree.cmdline(proc.pid)
             if _is(cmd, "dagster_webserver", "dagster-webserver"):
                 port = _option(cmd, ("--port", "-p"), str(DEFAULT_PORT))
         return Running(root, port)
@@ -301,7 +235,7 @@ def _listener(port: int) -> str | None:
             cols = row.split()
             if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
                 inodes.add(f"socket:[{cols[9]}]")
-    for pid in _all_pids() if inodes else []:
+    for pid in proc_tree.all_pids() if inodes else []:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
@@ -433,8 +367,8 @@ def announce(host: str, port: int, parent: int) -> int:
     os.setsid()  # no child of dg dev's group: Ctrl-C is dg dev's to handle; its end ends this wait
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
     deadline = time.monotonic() + ANNOUNCE_WITHIN_S
-    dg_dev = _proc(parent)
-    while time.monotonic() < deadline and dg_dev is not None and _alive(dg_dev):
+    dg_dev = proc_tree.proc_of(parent)
+    while time.monotonic() < deadline and dg_dev is not None and proc_tree.alive(dg_dev):
         try:
             with urllib.request.urlopen(f"{url}/server_info", timeout=5) as answer:
                 if answer.status == 200:
@@ -450,44 +384,24 @@ def announce(host: str, port: int, parent: int) -> int:
     os._exit(0)
 
 
-def _wait_gone(procs: set[Proc], timeout_s: float) -> set[Proc]:
-    """Wait until none of ``procs`` (and of the processes they start meanwhile) runs, for at most
-    ``timeout_s``; returns those still running."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        procs = {p for p in procs | _descendants(procs) if _alive(p)}
-        if not procs or time.monotonic() >= deadline:
-            return procs
-        time.sleep(0.2)
-
-
-def _signal(procs: set[Proc], sig: signal.Signals) -> None:
-    for proc in procs:
-        if _alive(proc):
-            try:
-                os.kill(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-
-
 def stop() -> int:
     instance = running()
     if instance is None:
         print(f"nothing to stop: no `make run` is running for {dagster_home()}")
         return 0
-    root = _proc(instance.pid)
-    if root is None or not _alive(root):  # the lock is held, but not by the process it names
+    root = proc_tree.proc_of(instance.pid)
+    if root is None or not proc_tree.alive(root):  # the lock is held, but not by the process it names
         print(f"the lock of {pid_file()} is held, but pid {instance.pid} is not running", file=sys.stderr)
         return 1
-    tree = {root} | _descendants({root})  # webserver, daemon, code server: tracked even once orphaned
+    tree = {root} | proc_tree.descendants({root})  # webserver, daemon, code server: tracked even once orphaned
     os.kill(root.pid, signal.SIGTERM)
-    left = _wait_gone(tree, STOP_TIMEOUT_S)
+    left = proc_tree.wait_gone(tree, STOP_TIMEOUT_S)
     forced = len(left)
     if left:  # dg dev did not take its services down in time: what is left goes by force
-        _signal(left, signal.SIGTERM)
-        left = _wait_gone(left, LEFTOVER_GRACE_S)
-        _signal(left, signal.SIGKILL)
-        left = _wait_gone(left, 5)
+        proc_tree.send_signal(left, signal.SIGTERM)
+        left = proc_tree.wait_gone(left, LEFTOVER_GRACE_S)
+        proc_tree.send_signal(left, signal.SIGKILL)
+        left = proc_tree.wait_gone(left, 5)
     if left:
         print(f"dg dev (pid {root.pid}) left processes running: {sorted(p.pid for p in left)}", file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ import sys
 from typing import TextIO
 
 from hermes_assets.defs import settings
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.redaction import key_check, sighting_files, sources
 from hermes_assets.lib.warehouse.datasets import Warehouse
 

@@ -10,7 +10,7 @@ The contract's column lists are not typed by hand: each sits between two markers
     ...
     <!-- end generated: NAME -->
 
-and is rendered from ``hermes_assets.lib.schemas`` (the Arrow schemas the
+and is rendered from ``hermes_assets.lib.basics.schemas`` (the Arrow schemas the
 warehouse writes, and the Hermes columns the reader selects by name) and from
 ``hermes_assets.defs.settings`` (every variable and the form it accepts). When a
 schema or a setting changes, run this tool and commit the document with the code;
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from anywhere, without installing the project
 
 from hermes_assets.defs import settings  # noqa: E402
-from hermes_assets.lib import schemas  # noqa: E402
+from hermes_assets.lib.basics import hermes_tables, schemas  # noqa: E402
 
 CONTRACT = REPO / "docs" / "contract.md"
 BLOCK = re.compile(
@@ -73,9 +73,9 @@ def settings_table() -> str:
 def tables() -> dict[str, str]:
     """Every generated block, by name."""
     out = {
-        "sessions-source": hermes_table(schemas.SESSION_COLUMNS),
-        "messages-source": hermes_table(schemas.MESSAGE_COLUMNS),
-        "usage-source": hermes_table(schemas.USAGE_COLUMNS),
+        "sessions-source": hermes_table(hermes_tables.SESSION_COLUMNS),
+        "messages-source": hermes_table(hermes_tables.MESSAGE_COLUMNS),
+        "usage-source": hermes_table(hermes_tables.USAGE_COLUMNS),
         "settings": settings_table(),
     }
     for name, spec in {**schemas.DATASETS, **schemas.ANALYTICS, **schemas.SECRETS}.items():

@@ -27,7 +27,7 @@ from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.defs.tags import TRIGGER_TAG
 from hermes_assets.lib.analytics import daily
 from hermes_assets.lib.analytics.daily import TOOLS, USAGE, DayFigures
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.warehouse.datasets import WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
 

@@ -33,13 +33,13 @@ from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
 from hermes_assets.defs.store_checks import HERMES_STATE, failed_stores
 from hermes_assets.defs.tags import AUTO_RETRY_RUN_ID_TAG, NO_SESSIONS_TAG, WILL_RETRY_TAG
-from hermes_assets.lib import errors, logs, schemas
+from hermes_assets.lib.basics import errors, logs, schemas
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.capture import steps
-from hermes_assets.lib.capture.steps import ProjectedRun
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.capture.staged_run import DatasetDay, ProjectedRun
 from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.plan.capture_plan import CapturePlan
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
@@ -247,7 +247,7 @@ def write_partitions(
 
 def refuse_host_conflicts(settle: Callable[[], None]) -> None:
     """Run ``settle`` (a host's claims on the warehouse); a conflict fails the step with its
-    one line (:class:`~hermes_assets.lib.errors.HostConflict`), nothing written."""
+    one line (:class:`~hermes_assets.lib.basics.errors.HostConflict`), nothing written."""
     try:
         settle()
     except errors.HostConflict as exc:
@@ -271,7 +271,7 @@ def day_checks(
     yield from check_events.in_batches(context, checks.day_evaluations(figures, targets=targets, selected=selected))
 
 
-def day_metadata(result: WriteResult, projected: steps.DatasetDay) -> dict[str, dg.MetadataValue]:
+def day_metadata(result: WriteResult, projected: DatasetDay) -> dict[str, dg.MetadataValue]:
     """One partition's own figures: rows written and the errors of its day, as Dagster's metadata
     values (a ranged run builds thousands: Dagster takes them as they are)."""
     md = result.metadata()

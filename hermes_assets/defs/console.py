@@ -39,7 +39,7 @@ import dagster as dg
 
 from hermes_assets.defs import settings
 from hermes_assets.defs.partitions import Days
-from hermes_assets.lib.errors import ConfigurationError, HostConflict
+from hermes_assets.lib.basics.errors import ConfigurationError, HostConflict
 from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
 from hermes_assets.lib.storage.object_store import UNREACHABLE
 

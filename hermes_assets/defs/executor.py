@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from hermes_assets.defs import settings
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 
 #: the extra of the project that installs each executor's package (pyproject.toml), and the package
 EXTRAS = {"k8s": "dagster-k8s", "celery": "dagster-celery"}

@@ -16,9 +16,9 @@ import dagster as dg
 from hermes_assets.defs.analytics_assets import GROUP, automation_condition
 from hermes_assets.defs.capture_assets import OWNERS, column_schema
 from hermes_assets.defs.resources import HermesWarehouse
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, EXPOSURES
 from hermes_assets.lib.redaction import exposures
 from hermes_assets.lib.redaction.exposures import Exposures
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, EXPOSURES
 from hermes_assets.lib.warehouse.datasets import WriteResult
 
 #: the secrets still in Hermes's store listed in a materialization's metadata (the file has them all)

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.defs.settings import Settings
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
 

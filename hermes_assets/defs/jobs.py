@@ -11,10 +11,10 @@ from hermes_assets.defs.capture_assets import refuse_host_conflicts
 from hermes_assets.defs.exposures_asset import metadata as exposures_metadata
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.lib.analytics import daily
-from hermes_assets.lib.errors import HostConflict
+from hermes_assets.lib.basics.errors import HostConflict
+from hermes_assets.lib.basics.schemas import EXPOSURES
 from hermes_assets.lib.hosts.host_claims import RELABEL_JOB
 from hermes_assets.lib.redaction import exposures
-from hermes_assets.lib.schemas import EXPOSURES
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.purge import purge
 from hermes_assets.lib.warehouse.relabel import relabel as relabel_host

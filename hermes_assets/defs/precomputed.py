@@ -23,7 +23,8 @@ import pyarrow as pa
 from hermes_assets.lib.analytics import captured_days
 from hermes_assets.lib.analytics.captured_days import KnownDay
 from hermes_assets.lib.analytics.daily import ANALYTICS, DayFigures
-from hermes_assets.lib.capture.steps import ProjectedRun, WrittenRun
+from hermes_assets.lib.capture.staged_run import ProjectedRun
+from hermes_assets.lib.capture.steps import WrittenRun
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
 _lock = threading.Lock()

@@ -94,7 +94,7 @@ class HermesWarehouse(dg.ConfigurableResource):
     def settle_host(self, wh: Warehouse, stores: dict[str, str]) -> None:
         """Before a capture writes anything: this host's identity, label and stores claimed in
         the warehouse (:func:`hermes_assets.lib.hosts.host_claims.settle_host`); raises
-        :class:`~hermes_assets.lib.errors.HostConflict` when they are another host's."""
+        :class:`~hermes_assets.lib.basics.errors.HostConflict` when they are another host's."""
         if self.identity_file:
             host_claims.settle_host(
                 wh.storage, wh.root, self.identity_file, wh.host, stores, named=self.host_named, modes=wh.modes

@@ -15,7 +15,7 @@ through :class:`RunConsoleHandler` (which ``dagster.yaml`` hands every run's log
 The sensor's runs turn Dagster's own console logger down to CRITICAL (:data:`QUIET`), so a
 failure of theirs is that one line; at ``HERMES_ASSETS_LOG_LEVEL=debug`` they turn it up to
 DEBUG instead (:data:`VERBOSE`), every Dagster event a line. The lines are this project's events
-(``hermes_assets.lib.logs``: a console line on a terminal, else one JSON line).
+(``hermes_assets.lib.basics.logs``: a console line on a terminal, else one JSON line).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import ClassVar
 
 import dagster as dg
 
-from hermes_assets.lib import logs
 from hermes_assets.lib.analytics.daily import TOOLS, USAGE
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import logs
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 
 log = logs.get_logger()
 

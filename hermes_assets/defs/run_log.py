@@ -1,10 +1,10 @@
 """Our structlog events in Dagster's logs too, printed once (a log hook; no definitions here).
 
-``hermes_assets.lib.logs`` prints every event as a JSON line (or a console
+``hermes_assets.lib.basics.logs`` prints every event as a JSON line (or a console
 line) on the process's stderr: that is the one line a console shows, and
 inside a step Dagster's compute-log capture keeps it with the run (the UI's
 stdout/stderr view). :func:`to_run_log`, which ``hermes_assets/definitions.py``
-adds as a hook of ``lib/logs.py`` when the definitions load, also keeps the
+adds as a hook of ``lib/basics/logs.py`` when the definitions load, also keeps the
 event where the UI shows what it belongs to:
 
 - inside a Dagster step, it adds ``run_id`` and ``op`` (the step key, e.g.
@@ -48,7 +48,7 @@ import dagster as dg
 from dagster._core.definitions.instigation_logger import DispatchingLogHandler
 
 from hermes_assets.defs import run_console
-from hermes_assets.lib import logs
+from hermes_assets.lib.basics import logs
 
 #: fields of an event that the run log's entry carries itself (its run, step and time)
 _NOT_STORED = ("event", "level", "run_id", "op", "timestamp", *logs.ON_CONSOLE)

@@ -28,9 +28,9 @@ from typing import TextIO
 import dagster as dg
 
 from hermes_assets.defs import console
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.capture import progress as steps_progress
 from hermes_assets.lib.capture.progress import Listener, Progress, Report
-from hermes_assets.lib.logs import get_logger
 
 log = get_logger()
 

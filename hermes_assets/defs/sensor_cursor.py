@@ -27,8 +27,8 @@ import uuid
 
 import dagster as dg
 
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.changes.cursor import CURSOR_VERSION, load_cursor
-from hermes_assets.lib.logs import get_logger
 
 log = get_logger()
 

@@ -72,9 +72,9 @@ from hermes_assets.defs.tags import (
     WILL_RETRY_TAG,
 )
 from hermes_assets.lib.analytics.daily import TOOLS, USAGE
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.changes import attempts, watch
-from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
 
@@ -265,7 +265,7 @@ def _fail_if_a_named_path_is_gone(plan: watch.TickPlan) -> None:
     names is gone: a mistake in the setting, not one store failing alone. The library has logged
     it (``hermes.sensor.store_failed``); the cursor stays as it was."""
     from hermes_assets.defs.console import BadSetting
-    from hermes_assets.lib.errors import STORE_MISSING
+    from hermes_assets.lib.basics.errors import STORE_MISSING
 
     gone = [failure for scan, failure in plan.failed if scan.store.explicit and failure.error_kind == STORE_MISSING]
     if gone:
@@ -277,7 +277,7 @@ def _fail_if_the_host_is_refused(hermes: HermesStores, warehouse: HermesWarehous
     its cursor, when this host's label is another host's in the warehouse, or one of its stores
     is captured there under another label: every run would be refused (reads only)."""
     from hermes_assets.defs.console import BadSetting
-    from hermes_assets.lib.errors import HostConflict
+    from hermes_assets.lib.basics.errors import HostConflict
     from hermes_assets.lib.storage.object_store import UNREACHABLE
 
     try:

@@ -37,8 +37,8 @@ from urllib.parse import urlparse
 import pydantic
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from hermes_assets.lib import logs
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics import logs
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.hosts import host_identity, host_labels
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.redaction.sources import key_too_short
@@ -310,7 +310,7 @@ def check(environ: Mapping[str, str] | None = None) -> Settings:
 
 
 def check_host(s: Settings) -> None:
-    """Refuse (:class:`~hermes_assets.lib.errors.HostConflict`, one line) a host whose label is
+    """Refuse (:class:`~hermes_assets.lib.basics.errors.HostConflict`, one line) a host whose label is
     another host's in the warehouse, or one of whose stores is captured there under another
     label. It reads the warehouse and the stores, so only what is about to capture calls it
     (``make run``, a command that runs the assets); servers leave it to the sensor's ticks

@@ -31,7 +31,7 @@ import dagster as dg
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesStores, UsagePolicy
 from hermes_assets.defs.tags import PARTITION_TAG, RANGE_END_TAG, RANGE_START_TAG, TRIGGER_TAG, WILL_RETRY_TAG
-from hermes_assets.lib import errors
+from hermes_assets.lib.basics import errors
 from hermes_assets.lib.changes import attempts
 from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.plan.capture_plan import CapturePlan

@@ -21,8 +21,8 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from tests.conftest import copy_fixture
 from tests.support.definitions import load_definitions

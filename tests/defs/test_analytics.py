@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import structlog
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from tests.defs.harness import (
     ANALYTICS,
     DATASETS,

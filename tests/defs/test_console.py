@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 
 from hermes_assets.defs import console, settings
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from tests.conftest import SUITE_START_DATE, suite_days
 
 LINE = "HERMES_ASSETS_START_DATE='2026/11/01' is not a date (YYYY-MM-DD)"

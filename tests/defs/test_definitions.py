@@ -16,8 +16,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.errors import ConfigurationError
 from tests.defs.harness import ANALYTICS, DATASETS, EXPOSURES
 
 REPO = Path(__file__).resolve().parents[2]

@@ -46,7 +46,7 @@ from dagster._core.storage.partition_status_cache import get_and_update_asset_st
 from hermes_assets import event_log
 from hermes_assets.defs import capture_assets as capture_defs
 from hermes_assets.event_log import BatchedSqliteEventLogStorage
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SMALL_DAYS, md_values
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import structlog
 
-from hermes_assets.lib.schemas import GATEWAY
+from hermes_assets.lib.basics.schemas import GATEWAY
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, new_capture, step_output_metadata
@@ -91,7 +91,7 @@ def test_a_run_of_a_host_whose_label_another_installation_owns_fails_before_it_w
     """In a server (the daemon's runs, the UI's launches) the refusal is the run's failure, its
     one line the step's error: ``project_rows`` claims the label before anything is written,
     and the first host's files are untouched."""
-    from hermes_assets.lib.errors import HOST_CONFLICT
+    from hermes_assets.lib.basics.errors import HOST_CONFLICT
     from tests.support.capture_run import files
 
     day, warehouse = "2026-06-01", tmp_path / "shared-warehouse"

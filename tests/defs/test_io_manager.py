@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
-from hermes_assets.lib import schemas
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path, new_capture

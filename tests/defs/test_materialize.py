@@ -19,9 +19,9 @@ import pytest
 import structlog
 
 from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsagePolicy
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.plan import policy
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP
 from tests.conftest import suite_days
 from tests.defs.harness import (

@@ -310,7 +310,7 @@ def test_an_existing_warehouse_is_redacted_in_place_and_then_left_alone(capture:
 
 def test_settings_say_on_or_off(monkeypatch, tmp_path):
     from hermes_assets.defs import settings
-    from hermes_assets.lib.errors import ConfigurationError
+    from hermes_assets.lib.basics.errors import ConfigurationError
 
     base = {"HERMES_ASSETS_WAREHOUSE": str(tmp_path / "wh"), "DAGSTER_HOME": str(tmp_path / "dh")}
     assert settings.load(base).redact_secrets is True

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib.schemas import MESSAGES
+from hermes_assets.lib.basics.schemas import MESSAGES
 from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files
 from tests.support.definitions import load_definitions as defs
 from tests.support.hosts import HOST_DIR

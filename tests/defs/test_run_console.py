@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster._core.instance.config import dagster_instance_config
 
-from hermes_assets.lib import logs
+from hermes_assets.lib.basics import logs
 from tests.defs.harness import DATASETS, SMALL_DAYS, copy_small, day_path, new_capture
 from tests.e2e.conftest import REPO
 from tests.ecosystem.conftest import captured_logs, parse_json_lines

@@ -14,7 +14,7 @@ from dagster._core.definitions.instigation_logger import get_instigation_log_rec
 from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 
 from hermes_assets.defs import run_log
-from hermes_assets.lib import logs
+from hermes_assets.lib.basics import logs
 from tests.ecosystem.conftest import captured_logs, parse_json_lines
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.defs import console, settings
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.plan.policy import LOCAL_ONLY, PolicyResolver
 from hermes_assets.lib.storage.local_files import FILE_MODES
 

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from hermes_assets.defs.capture_assets import needs_staging
-from hermes_assets.lib.schemas import MESSAGES
+from hermes_assets.lib.basics.schemas import MESSAGES
 from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files

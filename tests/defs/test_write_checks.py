@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.defs import checks
-from hermes_assets.lib import schemas
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.defs.harness import SMALL_DAYS, day_check_results, day_path, read_day
 

@@ -14,7 +14,7 @@ import importlib.util
 import re
 
 from hermes_assets.defs import settings
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from tests.conftest import REPO
 
 CONTRACT = REPO / "docs" / "contract.md"

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.dev import PID_FILE
-from hermes_assets.lib.schemas import MESSAGES
+from hermes_assets.lib.basics.schemas import MESSAGES
 from tests.defs.harness import new_capture, read_day
 from tests.e2e.conftest import REPO
 from tests.e2e.test_backfill_graphql import _free_port

@@ -19,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hermes_assets.lib import logs
+from hermes_assets.lib.basics import logs
 from tests.defs.conftest import capture  # noqa: F401  (fixture: an isolated installation per test)
 from tests.defs.harness import SMALL_DAYS, Capture, copy_small, new_capture
 from tests.e2e.conftest import REPO, dagster_bin

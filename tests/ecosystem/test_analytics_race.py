@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.analytics import daily
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from tests.ecosystem.test_many_hosts import s3_env  # noqa: F401  (fixture: a bucket on moto's S3 server)

@@ -17,7 +17,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
 from tests.ecosystem.conftest import cli_installation, dagster_cli
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pytest
 
 from hermes_assets.lib.analytics import daily
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from tests.ecosystem.test_object_storage import s3_endpoint  # noqa: F401  (fixture: moto's S3 server)

@@ -29,8 +29,8 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pytest
 
-from hermes_assets.lib.errors import ConfigurationError
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics.errors import ConfigurationError
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.storage.arrow_storage import ArrowStorage
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import PART_FILE

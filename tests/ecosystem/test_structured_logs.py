@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.defs import settings
-from hermes_assets.lib import errors, logs
+from hermes_assets.lib.basics import errors, logs
 from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SIGHTINGS, SMALL_DAYS, copy_small, day_path
 from tests.ecosystem.conftest import captured_logs, cli_installation, dagster_cli, parse_json_lines

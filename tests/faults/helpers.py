@@ -27,8 +27,8 @@ import dagster as dg
 import pyarrow.parquet as pq
 import structlog
 
-from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import errors, schemas
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.host_layout import PART_FILE
 from hermes_assets.lib.warehouse.read_marks import READ_AT_FILE
 from tests.defs.harness import RANGE_END, RANGE_START, Capture, new_capture, step_output_metadata

@@ -18,7 +18,7 @@ import pytest
 from agent.context_compressor import _MERGED_SUMMARY_DELIMITER, ContextCompressor
 from hermes_state import SessionDB
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import hermes_tables
 from tests.support.project import project_store, rows
 from tests.support.skips import unavailable
 
@@ -193,7 +193,7 @@ def test_hermes_messages_equal_hermes_reader(hermes, ours):
     for sid, (_, msgs) in hermes.items():
         for msg in msgs:
             row = got.pop((sid, msg["id"]))
-            for name, _, _ in schemas.MESSAGE_COLUMNS:
+            for name, _, _ in hermes_tables.MESSAGE_COLUMNS:
                 want = msg.get(name)  # a schema-31 column 0.19 lacks reads as NULL (D22)
                 if name == "timestamp":
                     want = ms(want)
@@ -214,7 +214,7 @@ def test_hermes_sessions_equal_hermes_reader(hermes, ours):
     got = {r["id"]: r for r in rows(ours.sessions)}
     assert set(got) == set(hermes)
     for sid, (session, _) in hermes.items():
-        for name, _, _ in schemas.SESSION_COLUMNS:
+        for name, _, _ in hermes_tables.SESSION_COLUMNS:
             want = ms(session[name]) if name in ("started_at", "ended_at") else session.get(name)
             assert got[sid][name] == want, (sid, name, got[sid][name], want)
 

@@ -26,14 +26,14 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib import errors, schemas
+from hermes_assets.lib.basics import errors, hermes_tables, schemas
 from tests.defs.harness import read_all
 from tests.fidelity.test_agent_loop import PART_KEYS, expected_parts, ms, text_of
 from tests.support.hermes_counts import logical_counts
 from tests.support.project import ms as epoch_ms
 from tests.support.v022 import V022, capture_fixture, manifest, oracle, store
 
-JSON_TEXT = schemas.JSON_TEXT_COLUMNS
+JSON_TEXT = hermes_tables.JSON_TEXT_COLUMNS
 #: the columns Hermes's readers drop (its display bookkeeping): compared with the stored cells
 UNREAD_COLUMNS = ("display_identity", "display_order")
 
@@ -132,7 +132,7 @@ def test_hermes_messages_equal_hermes_export(hermes, captured, stored):
     for sid, export in hermes["export_session"].items():
         for msg in export["messages"]:
             row = got.pop((sid, msg["id"]))
-            for name, _, _ in schemas.MESSAGE_COLUMNS:
+            for name, _, _ in hermes_tables.MESSAGE_COLUMNS:
                 want = stored[(sid, msg["id"])][name] if name in UNREAD_COLUMNS else msg.get(name)
                 if name == "timestamp":
                     want = ms(want)
@@ -158,7 +158,7 @@ def test_hermes_sessions_equal_hermes_get_session(hermes, captured):
     got = {r["id"]: r for r in captured["hermes_sessions"]}
     assert set(got) == set(hermes["get_session"])
     for sid, session in hermes["get_session"].items():
-        for name, _, _ in schemas.SESSION_COLUMNS:
+        for name, _, _ in hermes_tables.SESSION_COLUMNS:
             want = ms(session[name]) if name in ("started_at", "ended_at") else session[name]
             assert got[sid][name] == want, (sid, name, got[sid][name], want)
         assert got[sid]["extra_columns"] is None

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import hermes_tables
 from tests.faults.helpers import GATEWAY, MESSAGES, SESSIONS, assert_sound, new_install, remove_sqlite_sidecars
 from tests.support.environ import use_environment
 from tests.support.hermes_counts import logical_counts
@@ -110,7 +110,7 @@ def test_the_old_rows_read_the_same_but_for_the_new_columns(captured):
         new = after.rows[MESSAGES][key]
         assert old["message_uid"] is None and new["message_uid"], key  # v0.22 minted one for every old row
         changed = {c for c in old if c != "_day" and old[c] != new[c]}
-        assert changed <= schemas.V23_MESSAGE_COLUMNS | {"copy_of", "superseded"}, (key, changed)
+        assert changed <= hermes_tables.V23_MESSAGE_COLUMNS | {"copy_of", "superseded"}, (key, changed)
         assert old["copy_of"] is None and old["superseded"] is None and new["superseded"] is not None, key
 
 

@@ -108,7 +108,7 @@ def test_a_row_that_says_is_error_is_believed():
 def _gateway(rows):
     import pyarrow as pa
 
-    from hermes_assets.lib import schemas
+    from hermes_assets.lib.basics import schemas
 
     attrs_type = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
     return pa.table(
@@ -126,7 +126,7 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     import pyarrow as pa
 
     from hermes_assets.lib.analytics.daily import USAGE_INPUTS, daily_usage
-    from hermes_assets.lib.schemas import MESSAGES, SESSIONS
+    from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS
 
     session = {
         "host": "box",
@@ -185,8 +185,8 @@ def test_daily_tools_counts_as_one_pass_over_the_rows_would(parts):
     plain count over the rows, one by one, with the rule asked of every result; a NULL tool last."""
     import pyarrow as pa
 
-    from hermes_assets.lib import schemas
     from hermes_assets.lib.analytics.daily import daily_tools
+    from hermes_assets.lib.basics import schemas
 
     attrs_type = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
     gateway = pa.table(

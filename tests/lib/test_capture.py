@@ -10,8 +10,8 @@ import shutil
 import pyarrow.compute as pc
 import pytest
 
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.capture import steps
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.storage import local_files, local_storage
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import capture_days, files, stage

@@ -1,11 +1,11 @@
-"""The one list of error kinds (SPEC §9) and what derives from it (:mod:`hermes_assets.lib.errors`)."""
+"""The one list of error kinds (SPEC §9) and what derives from it (:mod:`hermes_assets.lib.basics.errors`)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from hermes_assets.lib import errors
+from hermes_assets.lib.basics import errors
 
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 

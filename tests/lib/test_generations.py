@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.source.state_db import SessionBundle
 from hermes_assets.lib.source.stores import Store

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.defs import settings
-from hermes_assets.lib.errors import ConfigurationError, HostConflict
+from hermes_assets.lib.basics.errors import ConfigurationError, HostConflict
 from hermes_assets.lib.hosts import host_claims, host_identity
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_identity import identities

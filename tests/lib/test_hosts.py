@@ -21,12 +21,12 @@ import pytest
 import structlog
 
 from hermes_assets.defs import settings
-from hermes_assets.lib import ids
 from hermes_assets.lib.analytics import daily
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics import ids
+from hermes_assets.lib.basics.errors import ConfigurationError
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.hosts import host_labels
 from hermes_assets.lib.hosts.host_claims import CLAIMS
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.source.stores import Store, on_host
 from hermes_assets.lib.warehouse import partition_file, purge
 from hermes_assets.lib.warehouse.datasets import Warehouse

@@ -1,4 +1,4 @@
-"""Every id, built and parsed by :mod:`hermes_assets.lib.ids` (SPEC §1, §5.2, §6 D15, D20).
+"""Every id, built and parsed by :mod:`hermes_assets.lib.basics.ids` (SPEC §1, §5.2, §6 D15, D20).
 
 The property tests build ids from awkward sids and labels (colons, dashes, dots,
 sids that already end like a generation, unicode, labels with slashes) and read
@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_assets.lib import ids
+from hermes_assets.lib.basics import ids
 
 AWKWARD = [
     "s1",

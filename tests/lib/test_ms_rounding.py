@@ -13,7 +13,7 @@ import pyarrow as pa
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hermes_assets.lib.timestamps import epoch_ms, round_ms, round_ms_array, round_ms_sql
+from hermes_assets.lib.basics.timestamps import epoch_ms, round_ms, round_ms_array, round_ms_sql
 
 #: the ms of every value tested fit in 64 bits (SQLite's CAST clamps beyond them)
 LIMIT_S = 9.0e15

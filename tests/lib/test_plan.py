@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_assets.lib import errors
+from hermes_assets.lib.basics import errors
 from hermes_assets.lib.plan import capture_plan, policy
 from hermes_assets.lib.plan.generations import Generations
 from hermes_assets.lib.source.stores import Store

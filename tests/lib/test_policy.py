@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_assets.lib.errors import PolicyListUnreadable
+from hermes_assets.lib.basics.errors import PolicyListUnreadable
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.plan.policy import (
     FULL,

@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from hermes_assets.lib import errors
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.timestamps import epoch_ms, ms_day
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.content import decode_content
 from hermes_assets.lib.projection.context import GitResolver, strip_credentials
@@ -22,7 +23,6 @@ from hermes_assets.lib.projection.header import normalize_provider
 from hermes_assets.lib.projection.parts import parse_tool_calls
 from hermes_assets.lib.source.jsonutil import dumps, loads
 from hermes_assets.lib.source.stores import Store
-from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, flat_call, openai_call
 from tests.support.project import NOW_S, USER_HOME, column_text, default_ctx, project_store, rows
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.capture import steps
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse import purge, staging
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import capture_days, stage

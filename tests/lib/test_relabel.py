@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.hosts import host_claims, host_identity
 from hermes_assets.lib.hosts.unscoped_ids import CLAIM_GIVEN_UP, CLAIM_HELD
-from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.source.stores import Store, on_host
 from hermes_assets.lib.storage.local_files import PRIVATE
 from hermes_assets.lib.warehouse import relabel

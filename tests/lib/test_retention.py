@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.plan.capture_plan import StoreFacts
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source import jsonutil
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse import partition_file, retention

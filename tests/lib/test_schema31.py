@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_assets.lib import errors, schemas
 from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.basics import errors, hermes_tables, schemas
 from hermes_assets.lib.capture import day_rows
 from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.source import state_db
@@ -415,7 +415,7 @@ def test_every_schema_31_column_is_carried_with_its_type(store):
     (session,) = rows(proj.sessions)
     assert {k: session[k] for k in SESSION_VALUES} == SESSION_VALUES
     (msg,) = rows(proj.messages)
-    json_columns = schemas.JSON_TEXT_COLUMNS
+    json_columns = hermes_tables.JSON_TEXT_COLUMNS
     assert {k: msg[k] for k in MESSAGE_VALUES} == {
         k: json.loads(v) if k in json_columns else v for k, v in MESSAGE_VALUES.items()
     }
@@ -423,8 +423,8 @@ def test_every_schema_31_column_is_carried_with_its_type(store):
     assert proj.messages.schema.field("display_identity").type == pa.binary()
     assert all(proj.messages.schema.field(c).type == schemas.JSON for c in json_columns)
     assert (session["extra_columns"], msg["extra_columns"]) == (None, None)
-    assert set(proj.sessions.column_names) >= schemas.V23_SESSION_COLUMNS
-    assert set(proj.messages.column_names) >= schemas.V23_MESSAGE_COLUMNS
+    assert set(proj.sessions.column_names) >= hermes_tables.V23_SESSION_COLUMNS
+    assert set(proj.messages.column_names) >= hermes_tables.V23_MESSAGE_COLUMNS
 
 
 def test_columns_of_a_newer_hermes_go_to_extra_columns_with_one_warning_per_store(tmp_path):

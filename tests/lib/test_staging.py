@@ -10,7 +10,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from hermes_assets.lib.schemas import SESSIONS
+from hermes_assets.lib.basics.schemas import SESSIONS
 from hermes_assets.lib.warehouse import staging
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.errors import NotAHermesStore, StoreBusy, StoreCorrupt
+from hermes_assets.lib.basics import errors, hermes_tables
+from hermes_assets.lib.basics.errors import NotAHermesStore, StoreBusy, StoreCorrupt
+from hermes_assets.lib.basics.timestamps import epoch_ms, ms_day
 from hermes_assets.lib.source.state_db import StoreReader
 from hermes_assets.lib.source.stores import Store
-from hermes_assets.lib.timestamps import epoch_ms, ms_day
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
 
 #: the keys of a bundle of a store before schema 23: the v22 columns (schema 23+'s are not selected)
-SESSION_NAMES = [c[0] for c in schemas.SESSION_COLUMNS if c[0] not in schemas.V23_SESSION_COLUMNS]
-MESSAGE_NAMES = [c[0] for c in schemas.MESSAGE_COLUMNS if c[0] not in schemas.V23_MESSAGE_COLUMNS]
+SESSION_NAMES = [c[0] for c in hermes_tables.SESSION_COLUMNS if c[0] not in hermes_tables.V23_SESSION_COLUMNS]
+MESSAGE_NAMES = [c[0] for c in hermes_tables.MESSAGE_COLUMNS if c[0] not in hermes_tables.V23_MESSAGE_COLUMNS]
 
 
 def sha256(path: Path) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.source.stores import Store, discover_stores
 
 

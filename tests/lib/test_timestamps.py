@@ -11,8 +11,8 @@ import datetime as dt
 
 import pytest
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.timestamps import epoch_ms, ms_day, sane_ms, session_start_ms
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.timestamps import epoch_ms, ms_day, sane_ms, session_start_ms
 from tests.support.hermes_writer import START_S
 from tests.support.project import NOW_S, project_store, rows
 

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import SESSIONS
 from hermes_assets.lib.hosts.host_labels import default_label, folder
 from hermes_assets.lib.plan.capture_plan import StoreFacts
-from hermes_assets.lib.schemas import SESSIONS
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse

@@ -30,7 +30,7 @@ from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 from hermes_assets.defs import sensor_cursor, settings
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.tags import NO_SESSIONS_TAG
-from hermes_assets.lib import logs
+from hermes_assets.lib.basics import logs
 from hermes_assets.lib.changes.watch import ROTATION_TICKS
 from tests.support.definitions import load_definitions
 

@@ -25,8 +25,8 @@ import structlog
 from hermes_assets.defs import sensor_cursor
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.tags import NO_SESSIONS_TAG
+from hermes_assets.lib.basics.schemas import MESSAGES
 from hermes_assets.lib.changes import attempts, watch
-from hermes_assets.lib.schemas import MESSAGES
 from hermes_assets.lib.source.stores import Store
 from tests.sensor.harness import SENSOR, definitions
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter

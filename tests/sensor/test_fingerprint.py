@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from hermes_assets.lib.basics.timestamps import SANE_MIN_S
 from hermes_assets.lib.changes.fingerprint import Fingerprinter
 from hermes_assets.lib.source.state_db import StoreReader
 from hermes_assets.lib.source.stores import Store
-from hermes_assets.lib.timestamps import SANE_MIN_S
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
 A, B, C = "2026-06-01", "2026-06-02", "2026-06-03"

@@ -34,7 +34,7 @@ import pytest
 from hermes_assets.defs.capture_assets import capture_asset
 from hermes_assets.defs.io_manager import datasets_io_manager
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.conftest import suite_days
 from tests.sensor.harness import (
     DAGSTER,
@@ -288,7 +288,7 @@ def _assert_checks_passed_on_each_day(instance: dg.DagsterInstance, runs: list) 
     none left planned, which the UI shows as skipped once the run is over."""
     from hermes_assets.defs.checks import CAPTURE_CHECKS, DAY_VALID
     from hermes_assets.defs.store_checks import DAYS_CAPTURED_CHECK
-    from hermes_assets.lib.schemas import CAPTURE_DATASETS
+    from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS
 
     days: dict[str, set[str]] = {}
     for run in runs:

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hermes_assets.lib.analytics.daily import TOOLS, USAGE
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.sensor.harness import DAGSTER, REPO, copy_instance_config, free_port, kill_group, project_env, start
 from tests.support.hermes_writer import HermesWriter
 from tests.support.hosts import HOST_DIR

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from hermes_assets.lib.capture import steps
-from hermes_assets.lib.capture.steps import ProjectedRun, WrittenRun
+from hermes_assets.lib.capture.staged_run import ProjectedRun
+from hermes_assets.lib.capture.steps import WrittenRun
 from hermes_assets.lib.plan import capture_plan, policy
 from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, ids, schemas
+from hermes_assets.lib.basics import errors, ids, schemas
+from hermes_assets.lib.basics.errors import CellError, ErrorTally
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.capture import day_rows
-from hermes_assets.lib.errors import CellError, ErrorTally
 from hermes_assets.lib.plan import capture_plan
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.redaction.redactor import RedactionConfig
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source.state_db import ReaderFactory, StoreReader
 from hermes_assets.lib.source.stores import Store
 

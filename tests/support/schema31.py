@@ -2,7 +2,7 @@
 
 CI has no Hermes v0.22 (it installs the same module names as hermes-agent 0.19,
 so the two never share a venv). These stores have v0.22's table layout, built
-from the project's own column lists (``hermes_assets.lib.schemas``, which name
+from the project's own column lists (``hermes_assets.lib.basics.schemas``, which name
 every schema-31 column with its SQLite type), plus ``schema_version`` and
 ``system_prompts``. A test writes exactly the rows a case needs; what Hermes
 itself writes is held against the committed v0.22.2 fixture
@@ -22,7 +22,7 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import hermes_tables
 
 SCHEMA_VERSION = 31
 
@@ -39,12 +39,12 @@ def create_layout(
     """``schema_version`` (31), ``system_prompts``, ``sessions``, ``messages`` and
     ``session_model_usage`` with every schema-31 column (and, for a "newer Hermes",
     the extra ``{name: SQLite type}`` columns given)."""
-    sessions = ["id TEXT PRIMARY KEY"] + [_column_sql(n, t) for n, t, _ in schemas.SESSION_COLUMNS if n != "id"]
+    sessions = ["id TEXT PRIMARY KEY"] + [_column_sql(n, t) for n, t, _ in hermes_tables.SESSION_COLUMNS if n != "id"]
     sessions += [f'"{n}" {t}' for n, t in (extra_session_columns or {}).items()]
     messages = ["id INTEGER PRIMARY KEY AUTOINCREMENT"]
-    messages += [_column_sql(n, t) for n, t, _ in schemas.MESSAGE_COLUMNS if n != "id"]
+    messages += [_column_sql(n, t) for n, t, _ in hermes_tables.MESSAGE_COLUMNS if n != "id"]
     messages += [f'"{n}" {t}' for n, t in (extra_message_columns or {}).items()]
-    usage = [f'"{n}" {t}' for n, t, _ in schemas.USAGE_COLUMNS]
+    usage = [f'"{n}" {t}' for n, t, _ in hermes_tables.USAGE_COLUMNS]
     conn.executescript(
         "CREATE TABLE schema_version (version INTEGER NOT NULL);"
         f"INSERT INTO schema_version VALUES ({SCHEMA_VERSION});"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib import schemas
 from hermes_assets.lib.analytics.daily import ANALYTICS, INPUTS, DayFigures, compute_day
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.day_merge import WriteResult

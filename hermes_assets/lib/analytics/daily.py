@@ -28,9 +28,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import ids, schemas
-from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.basics import ids, schemas
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
 from hermes_assets.lib.warehouse.retention import source_deleted_mask

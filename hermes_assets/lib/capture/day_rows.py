@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.errors import ErrorTally, StoreFailure
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics import errors, schemas
+from hermes_assets.lib.basics.errors import ErrorTally, StoreFailure
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.plan.capture_plan import CapturePlan
 from hermes_assets.lib.plan.generations import Births, Generations
@@ -29,7 +30,6 @@ from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.redaction import session_cells
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 
 log = get_logger()
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
-from hermes_assets.lib import logs
+from hermes_assets.lib.basics import logs
 
 S = TypeVar("S")
 R = TypeVar("R")

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.redaction import sighting_files, stored_markers
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 if TYPE_CHECKING:
     from hermes_assets.lib.capture.day_rows import DayRows
-    from hermes_assets.lib.capture.steps import ProjectedRun, StagedDay
+    from hermes_assets.lib.capture.staged_run import ProjectedRun, StagedDay
 
 
 def staged_rows(rows: DayRows, host: str, stores: dict[str, str]) -> pa.Table:

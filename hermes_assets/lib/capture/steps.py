@@ -27,7 +27,6 @@ import contextvars
 import functools
 import os
 import shutil
-from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -35,23 +34,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from hermes_assets.lib import errors, logs
+from hermes_assets.lib.basics import errors, logs
+from hermes_assets.lib.basics.errors import StoreFailure
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
 from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
-from hermes_assets.lib.errors import StoreFailure
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.capture.staged_run import DatasetDay, ProjectedRun, StagedDay
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.redaction import stored_files, stored_markers
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
-from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
-from hermes_assets.lib.warehouse.day_merge import PreparedWrite
 from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.staging import ENCODED_SUFFIX, read_staged
 
@@ -60,113 +58,6 @@ log = get_logger()
 #: below this many sessions a run projects its days in its own process: starting worker
 #: processes costs more than the work they would share
 PARALLEL_MIN_SESSIONS = 1500
-
-
-@dataclass(frozen=True)
-class DatasetDay:
-    """One dataset's rows of one day, as projected: counts, and per store its staged file:
-    Arrow IPC (to be merged with the day's file), or, when the day has no file yet and one
-    store has rows, the partition file itself, encoded once (``.parquet``)."""
-
-    rows: int
-    errors_by_kind: dict[str, int]
-    samples: tuple[dict, ...]
-    #: store path -> the staged file of that store's rows of the day
-    staged: dict[str, str]
-    #: secrets redacted from the cells the day's rows were built from, by kind (never a value)
-    secrets_redacted: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def errors(self) -> int:
-        return errors.error_count(self.errors_by_kind)
-
-
-@dataclass(frozen=True)
-class StagedDay:
-    """One day of the three datasets, staged (files under the run's staging folder, not yet in place)."""
-
-    day: str
-    datasets: dict[str, DatasetDay]
-    #: store path -> the generations of the day's kept sessions and their messages (retention, SPEC §6)
-    generations: dict[str, Generations]
-    #: stores that failed while this day was read
-    failures: tuple[StoreFailure, ...] = ()
-    statements: dict[str, int] = field(default_factory=dict)
-    #: the datasets whose file for this day existed when the run looked
-    existing: frozenset[str] = frozenset()
-    #: dataset -> its file merged already, for the write to put in place (:mod:`~hermes_assets.lib.warehouse.day_merge`)
-    prepared: dict[str, PreparedWrite] = field(default_factory=dict)
-    #: where each secret redacted from the day's cells was (never a value)
-    sightings: tuple[Sighting, ...] = ()
-    #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
-    sighting_rows: pa.Table | None = None
-    #: what the run's ``day_figures`` made of the day's tables, when they are its files' final
-    #: content (:func:`project_rows`); None: not made
-    figures: Any = None
-
-    @property
-    def rows(self) -> int:
-        """The day's rows, in the three datasets."""
-        return sum(d.rows for d in self.datasets.values())
-
-
-@dataclass
-class ProjectedRun:
-    """The run's staged days: what the write step puts in place."""
-
-    plan: CapturePlan
-    staging: str
-    days: list[StagedDay]
-    #: what the run's files record (None: the run does not redact)
-    redaction_version: str | None = None
-    #: files written before (or under an older redaction), redacted again by this run
-    files_redacted: stored_files.FilesRedacted | None = None
-    #: day -> the markers already in this host's stored files, when its sightings did not hold them yet
-    #: (:mod:`~hermes_assets.lib.redaction.stored_markers`; None: they did)
-    stored_markers: dict[str, list[Sighting]] | None = None
-
-    def failures(self) -> list[StoreFailure]:
-        """Every store that failed, in the plan or on any day (each once)."""
-        seen: dict[str, StoreFailure] = {f.path: f for f in self.plan.failures()}
-        for staged in self.days:
-            for f in staged.failures:
-                seen.setdefault(f.path, f)
-        return list(seen.values())
-
-    def totals(self, dataset: str) -> tuple[int, Counter, list[dict]]:
-        """``(rows, errors by kind, a few samples)`` of one dataset over the run."""
-        rows, by_kind, samples = 0, Counter[str](), list[dict]()
-        for staged in self.days:
-            d = staged.datasets[dataset]
-            rows += d.rows
-            by_kind.update(d.errors_by_kind)
-            samples.extend(d.samples[: max(0, 10 - len(samples))])
-        return rows, by_kind, samples
-
-    def secrets_redacted(self, dataset: str) -> Counter:
-        """Secrets redacted, by kind, from the cells one dataset's rows were built from."""
-        total: Counter = Counter()
-        for staged in self.days:
-            total.update(staged.datasets[dataset].secrets_redacted)
-        return total
-
-    def sightings(self) -> list[Sighting]:
-        """Where each secret the run redacted was: in the files redacted again first, then in
-        the days' cells, day by day (never a value)."""
-        found = list(self.files_redacted.sightings) if self.files_redacted is not None else []
-        for staged in self.days:
-            found += staged.sightings
-        return found
-
-    def reborn(self) -> int:
-        """Stored sessions and messages whose id was captured before with another birth (D15)."""
-        return sum(g.reborn for staged in self.days for g in staged.generations.values())
-
-    def statements(self) -> Counter:
-        total = Counter(self.plan.statements)
-        for staged in self.days:
-            total.update(staged.statements)
-        return total
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.changes.cursor import Attempt, Cursor
-from hermes_assets.lib.logs import get_logger
 
 log = get_logger()
 

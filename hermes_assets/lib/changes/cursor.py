@@ -45,7 +45,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics.logs import get_logger
 
 log = get_logger()
 

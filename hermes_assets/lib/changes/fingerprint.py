@@ -54,8 +54,8 @@ not compare. A day's few hundred rows come to Python, hashed whole.
 
 **Placement** (SPEC §2) is computed in SQL where it is safe: a ``started_at``
 stored as a number inside the sane window and more than one second from its
-edges, placed with the arithmetic of :func:`~hermes_assets.lib.timestamps.epoch_ms`
-(:func:`~hermes_assets.lib.timestamps.round_ms_sql`, UTC days of 86,400,000 ms). Every other session
+edges, placed with the arithmetic of :func:`~hermes_assets.lib.basics.timestamps.epoch_ms`
+(:func:`~hermes_assets.lib.basics.timestamps.round_ms_sql`, UTC days of 86,400,000 ms). Every other session
 (NULL, text, out of range, on an edge; found through ``idx_sessions_started``,
 so few) is read alone and placed by :meth:`StoreReader.place_session`, the
 code of the assets' session index; its row's aggregates join its day's digest.
@@ -72,9 +72,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day, round_ms_sql
 from hermes_assets.lib.source.state_db import StoreReader
 from hermes_assets.lib.source.text_cells import as_text
-from hermes_assets.lib.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day, round_ms_sql
 
 #: short text columns whose content tier 1 compares on every tick: those Hermes rewrites
 #: alone (``end_reason`` always changes with ``ended_at``, which tier 1 compares); the

@@ -70,10 +70,10 @@ import os
 import sqlite3
 from dataclasses import dataclass, field
 
-from hermes_assets.lib import errors
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.changes.cursor import DayMark, FileIdentity, Rotation, StoreState
 from hermes_assets.lib.changes.fingerprint import Fingerprinter
-from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.stores import Store
 

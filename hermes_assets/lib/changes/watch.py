@@ -49,6 +49,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hermes_assets.lib.basics.errors import StoreFailure
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.changes import attempts
 from hermes_assets.lib.changes.cursor import Cursor, load_cursor
 from hermes_assets.lib.changes.store_scan import (  # noqa: F401  (statuses and helpers, as callers know them here)
@@ -65,8 +67,6 @@ from hermes_assets.lib.changes.store_scan import (  # noqa: F401  (statuses and 
     file_identity,
     scan_store,
 )
-from hermes_assets.lib.errors import StoreFailure
-from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.stores import Store
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib.errors import HostConflict
+from hermes_assets.lib.basics.errors import HostConflict
 from hermes_assets.lib.hosts import host_identity
 from hermes_assets.lib.hosts.host_identity import Identity, now_iso
 from hermes_assets.lib.storage import local_files

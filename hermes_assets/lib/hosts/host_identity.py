@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.hosts import host_labels
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.storage.local_files import PRIVATE, FileModes

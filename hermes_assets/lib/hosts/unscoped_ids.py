@@ -14,9 +14,9 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.hosts import host_claims, host_labels
 from hermes_assets.lib.hosts.host_claims import CLAIMS
-from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.storage.interface import Storage
 from hermes_assets.lib.storage.local_files import FileModes

@@ -19,9 +19,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.errors import StoreFailure
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.errors import StoreFailure
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.plan.generations import Generations
 from hermes_assets.lib.source.state_db import ReaderFactory
@@ -152,7 +152,7 @@ class CapturePlan:
 
     def scoped_by_host(self) -> CapturePlan:
         """The same plan, each store's ids scoped by its host (``<host>:<sid>``,
-        ``<host>/<label>:<sid>``: :func:`hermes_assets.lib.ids.host_scope`), for a host that
+        ``<host>/<label>:<sid>``: :func:`hermes_assets.lib.basics.ids.host_scope`), for a host that
         shares its warehouse's unscoped ids with none (:meth:`Warehouse.adopt_legacy`)."""
         stores = [replace(sp, store=sp.store.scoped_by_host()) for sp in self.stores]
         return replace(self, stores=stores)

@@ -6,7 +6,7 @@ it had already used. A message is therefore known by its key *and its birth*
 (``role``, ``timestamp`` in ms, its session); a session by its id and its
 ``started_at``. A stored message whose key matches a captured row but whose
 birth differs is another message: it gets the next *generation* (its ids carry
-``.g<n>``, :mod:`hermes_assets.lib.ids`), and the captured row stays, flagged ``replaced``.
+``.g<n>``, :mod:`hermes_assets.lib.basics.ids`), and the captured row stays, flagged ``replaced``.
 
 The generation of a message is 1, or 1 + the highest generation already
 captured for the same (store, sid, mid) with a different birth, in that
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hermes_assets.lib.basics.timestamps import epoch_ms
 from hermes_assets.lib.source.state_db import SessionBundle
-from hermes_assets.lib.timestamps import epoch_ms
 
 #: session -> [(generation, started_at ms)]; (session, mid) -> [(generation, role, timestamp ms)]
 SessionBirths = dict[str, list[tuple[int, int | None]]]

@@ -19,8 +19,8 @@ from typing import TypeGuard
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.errors import BAD_CLASS_TOKEN, HYPIGNORE_UNREADABLE, PolicyListUnreadable
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics.errors import BAD_CLASS_TOKEN, HYPIGNORE_UNREADABLE, PolicyListUnreadable
+from hermes_assets.lib.basics.logs import get_logger
 
 IGNORE, LOCAL_ONLY, FULL = "ignore", "local-only", "full"
 _RANK = {IGNORE: 0, LOCAL_ONLY: 1, FULL: 2}

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.source.jsonutil import loads
 
 ENVELOPE = "\x00json:"

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from hermes_assets.lib import ids
+from hermes_assets.lib.basics import ids
 
 #: mid -> (copy_of, superseded), for the rows that are a copy or superseded
 Marks = dict[int, tuple[str | None, bool]]

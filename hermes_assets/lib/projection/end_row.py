@@ -7,11 +7,11 @@ carries the session's *current* totals: usage, costs, API calls, per-model usage
 
 from __future__ import annotations
 
-from hermes_assets.lib import errors, ids
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors, ids
+from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.basics.timestamps import DayNames, sane_instant
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput
 from hermes_assets.lib.source.jsonutil import dumps, normalize
-from hermes_assets.lib.timestamps import DayNames, sane_instant
 
 #: the session row's numbers the end row names in ``attributes.hermes``, when not null
 END_NUMBERS = ("end_reason", "estimated_cost_usd", "actual_cost_usd", "api_call_count")

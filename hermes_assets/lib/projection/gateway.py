@@ -13,14 +13,14 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.basics.timestamps import DayNames
 from hermes_assets.lib.projection.arrays import arrow_array
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
 from hermes_assets.lib.projection.header import SessionInput, session_header
 from hermes_assets.lib.projection.parts import append_parts
-from hermes_assets.lib.timestamps import DayNames
 
 #: columns that vary per row, in the order of a row tuple
 ROW_COLUMNS = (
@@ -131,7 +131,7 @@ def project_session(item: SessionInput, out: GatewayColumns, ctx: ProjectionCont
     parts, its end row; return how many (none for a session with no sane time at all).
 
     Generations (SPEC D15) above 1 mark the ids: ``hermes-<sid>.g<n>`` for a session,
-    ``<mid>.g<n>`` in a message's ids (:mod:`hermes_assets.lib.ids`).
+    ``<mid>.g<n>`` in a message's ids (:mod:`hermes_assets.lib.basics.ids`).
     """
     header = session_header(item, ctx, tally)
     if header is None:

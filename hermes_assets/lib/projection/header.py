@@ -14,15 +14,15 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from hermes_assets.lib import errors, ids
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors, ids
+from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.basics.timestamps import sane_instant, session_start_ms
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.content import Decoded
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.copies import Marks
 from hermes_assets.lib.source.jsonutil import dumps, normalize
 from hermes_assets.lib.source.state_db import SessionBundle
-from hermes_assets.lib.timestamps import sane_instant, session_start_ms
 
 KNOWN_HOSTS = {
     "api.openai.com": "openai",

@@ -11,13 +11,13 @@ dict; attributes that repeat are encoded once per session.
 
 from __future__ import annotations
 
-from hermes_assets.lib import errors, ids
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors, ids
+from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
 from hermes_assets.lib.source.jsonutil import dumps, loads, quote
-from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
 TOOL_SUCCESS = '{"tool_status":"success"}'

@@ -16,15 +16,15 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import errors, schemas
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors, hermes_tables, schemas
+from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.basics.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 from hermes_assets.lib.projection import copies, display, extra_columns
 from hermes_assets.lib.projection.arrays import arrow_array
 from hermes_assets.lib.projection.content import content_text
 from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.source.jsonutil import dumps
 from hermes_assets.lib.source.state_db import SessionBundle
-from hermes_assets.lib.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 
 
 class RawColumns:
@@ -184,7 +184,7 @@ def messages_columns(
     ``messages`` columns the reader selected (the keys of each message, in order)."""
     out = RawColumns(
         schemas.HERMES_MESSAGES,
-        names or [name for name, _, _ in schemas.MESSAGE_COLUMNS],
+        names or [name for name, _, _ in hermes_tables.MESSAGE_COLUMNS],
         ("content_text", "content_json", "generation", "copy_of", "superseded", "extra_columns"),
         now_s=now_s,
         tally=tally,
@@ -195,7 +195,7 @@ def messages_columns(
     return out
 
 
-_SESSION_NAMES = tuple(name for name, _, _ in schemas.SESSION_COLUMNS)
+_SESSION_NAMES = tuple(name for name, _, _ in hermes_tables.SESSION_COLUMNS)
 
 
 def session_row(item: SessionInput, out: RawColumns) -> None:

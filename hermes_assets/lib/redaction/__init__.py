@@ -23,9 +23,9 @@ characters). Never the secret. The caller says which cell it redacts
 (:attr:`Redactor.where <.redactor.Redactor.where>`, or a ``where`` function to
 :meth:`~.redactor.Redactor.redact_column`) and takes what was seen with
 :meth:`~.redactor.Redactor.take_sightings`. A capture carries them per day
-(:attr:`StagedDay.sightings <hermes_assets.lib.capture.steps.StagedDay.sightings>`,
+(:attr:`StagedDay.sightings <hermes_assets.lib.capture.staged_run.StagedDay.sightings>`,
 from :func:`.session_cells.redact_bundles`) and per run
-(:meth:`ProjectedRun.sightings() <hermes_assets.lib.capture.steps.ProjectedRun.sightings>`,
+(:meth:`ProjectedRun.sightings() <hermes_assets.lib.capture.staged_run.ProjectedRun.sightings>`,
 which also holds those of :func:`.stored_files.redact_files`); nothing writes them
 yet.
 """

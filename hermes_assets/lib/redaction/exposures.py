@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import EXPOSURES, HERMES_SECRET_EXPOSURES, SIGHTINGS
 from hermes_assets.lib.redaction import sighting_files
-from hermes_assets.lib.schemas import EXPOSURES, HERMES_SECRET_EXPOSURES, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 log = get_logger()

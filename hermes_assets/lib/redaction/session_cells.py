@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import hermes_tables
 from hermes_assets.lib.redaction.redactor import Redactor
 from hermes_assets.lib.redaction.sightings import Sighting, Where
 
@@ -66,9 +66,9 @@ def _text_columns(columns: tuple[tuple[str, str, object], ...]) -> tuple[str, ..
 
 
 #: the TEXT columns redacted, per table (a number is never a secret: Hermes declares these TEXT)
-SESSION_TEXT = _text_columns(schemas.SESSION_COLUMNS)
-MESSAGE_TEXT = _text_columns(schemas.MESSAGE_COLUMNS)
-USAGE_TEXT = _text_columns(schemas.USAGE_COLUMNS)
+SESSION_TEXT = _text_columns(hermes_tables.SESSION_COLUMNS)
+MESSAGE_TEXT = _text_columns(hermes_tables.MESSAGE_COLUMNS)
+USAGE_TEXT = _text_columns(hermes_tables.USAGE_COLUMNS)
 
 
 @dataclass(frozen=True)

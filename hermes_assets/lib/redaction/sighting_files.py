@@ -30,9 +30,9 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hermes_assets.lib.basics.schemas import GATEWAY, HERMES_SECRET_SIGHTINGS, MESSAGES, SECRETS, SESSIONS, SIGHTINGS
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import GATEWAY, HERMES_SECRET_SIGHTINGS, MESSAGES, SECRETS, SESSIONS, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
 SCHEMA = HERMES_SECRET_SIGHTINGS

@@ -14,7 +14,7 @@ import re
 import secrets as _random
 from collections.abc import Iterable
 
-from hermes_assets.lib.errors import ConfigurationError
+from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.redaction.assignments import COMMON, name_says_secret
 from hermes_assets.lib.redaction.rules import has_digit
 

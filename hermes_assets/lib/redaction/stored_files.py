@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, SESSIONS
 from hermes_assets.lib.redaction.redactor import Redactor, what_changed
 from hermes_assets.lib.redaction.session_cells import KEEP_COLUMNS
 from hermes_assets.lib.redaction.sightings import Sighting, Where
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, GATEWAY, SESSIONS
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse

@@ -22,9 +22,9 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS
 from hermes_assets.lib.redaction.rules import MARKER_PREFIX
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import MESSAGES, SESSIONS
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import SIGHTINGS_STAMP

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from hermes_assets.lib.schemas import V23_MESSAGE_COLUMNS
+from hermes_assets.lib.basics.hermes_tables import V23_MESSAGE_COLUMNS
 
 #: the ``messages`` columns the copy grouping reads, in the order of an ancestor row
 IDENTITY_COLUMNS = (

@@ -16,18 +16,18 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from hermes_assets.lib.schemas import (
+from hermes_assets.lib.basics.hermes_tables import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     USAGE_COLUMNS,
     V23_MESSAGE_COLUMNS,
     V23_SESSION_COLUMNS,
 )
+from hermes_assets.lib.basics.timestamps import DayNames, ms_day, sane_instant, session_start_ms
 from hermes_assets.lib.source import columns, prompts
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS, StoreConnection
 from hermes_assets.lib.source.stores import Store
 from hermes_assets.lib.source.text_cells import bad_cells, bad_text_count, text_or_none
-from hermes_assets.lib.timestamps import DayNames, ms_day, sane_instant, session_start_ms
 
 #: sessions per ``IN (...)`` statement: bounds one statement's memory and time.
 SESSION_CHUNK = 200

@@ -5,7 +5,7 @@ with ``mode=ro`` (in a read-only folder, where SQLite cannot create the
 ``-shm``, immutable or from a copy, since nobody can be writing it there); its
 tables and columns are probed; a statement that meets a lock is retried with a
 short bounded back-off on the primary result code; and SQLite's failures become
-the typed errors of :mod:`hermes_assets.lib.errors`. What is read is
+the typed errors of :mod:`hermes_assets.lib.basics.errors`. What is read is
 :mod:`hermes_assets.lib.source.state_db`'s.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Self
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.source.stores import STORE_FILE, Store
 from hermes_assets.lib.source.text_cells import Undecodable, decode_text
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from hermes_assets.lib import errors
+from hermes_assets.lib.basics import errors
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.store_connection import StoreConnection
 from hermes_assets.lib.source.stores import Store

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_assets.lib import errors, ids
+from hermes_assets.lib.basics import errors, ids
 
 STORE_FILE = "state.db"
 
@@ -75,7 +75,7 @@ def missing_named(state_db: str | None) -> list[str]:
 
 def on_host(stores: list[Store], host: str, *, scoped: bool) -> list[Store]:
     """``stores`` as stores of host ``host``; ``scoped``: its label joins each store's label,
-    the scope of its ids (:func:`hermes_assets.lib.ids.host_scope`; whether a host's ids are
+    the scope of its ids (:func:`hermes_assets.lib.basics.ids.host_scope`; whether a host's ids are
     scoped is its warehouse's to say: :meth:`~hermes_assets.lib.warehouse.datasets.Warehouse.adopt_legacy`)."""
     return [dataclasses.replace(s, host=host, label=ids.host_scope(host if scoped else None, s.label)) for s in stores]
 

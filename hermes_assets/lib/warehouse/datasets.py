@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.hosts import unscoped_ids
-from hermes_assets.lib.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
-from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse import day_merge, host_layout, partition_file, read_marks
 from hermes_assets.lib.warehouse.day_files import DayFiles

@@ -18,9 +18,9 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import PER_HOST
 from hermes_assets.lib.hosts import host_labels
-from hermes_assets.lib.schemas import PER_HOST
 from hermes_assets.lib.storage.arrow_storage import open_storage
 from hermes_assets.lib.storage.local_files import PRIVATE, FileModes
 from hermes_assets.lib.warehouse import partition_file

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.storage.interface import Pin, Storage
 from hermes_assets.lib.storage.local_files import open_private

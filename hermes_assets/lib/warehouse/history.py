@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import time
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import SESSIONS
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import SESSIONS
+from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, ms_day, sane_instant
 from hermes_assets.lib.source.state_db import ReaderFactory
 from hermes_assets.lib.source.stores import Store
-from hermes_assets.lib.timestamps import SANE_AHEAD_S, SANE_MIN_S, ms_day, sane_instant
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
 log = get_logger()

@@ -15,10 +15,10 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.hosts import host_labels, unscoped_ids
 from hermes_assets.lib.hosts.unscoped_ids import Host
-from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import CAPTURE_DATASETS
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse import partition_file, read_marks
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
 #: Arrow types whose pandas default loses information (ints with a null become

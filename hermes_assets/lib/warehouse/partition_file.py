@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import schemas
+from hermes_assets.lib.basics import schemas
 
 if TYPE_CHECKING:
     from hermes_assets.lib.storage.interface import Pin

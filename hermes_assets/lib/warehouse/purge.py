@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import ids, schemas
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics import ids, schemas
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.plan.policy import is_under, under
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.staging import merge_files, read_staged, restage, staged_files
 

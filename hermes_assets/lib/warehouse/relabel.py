@@ -10,7 +10,7 @@ as ``<to>`` would have written it:
 * ids scoped by the old label (``hermes-<from>:<sid>``, ``hermes-<from>/<label>:<sid>``,
   the ``store_label`` and ``copy_of`` columns, ``attributes.hermes.store`` and
   ``copy_of``) are scoped by the new one; ids a host keeps unscoped stay as they are
-  when ``<to>`` takes over ``<from>``'s unscoped ids (:func:`hermes_assets.lib.ids.host_scope`);
+  when ``<to>`` takes over ``<from>``'s unscoped ids (:func:`hermes_assets.lib.basics.ids.host_scope`);
 * a day ``<to>`` holds already keeps ``<to>``'s rows, and gains ``<from>``'s other rows
   (a store captured twice, under both labels, is then held once);
 
@@ -34,11 +34,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import ids, schemas
+from hermes_assets.lib.basics import ids, schemas
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, PER_HOST, SIGHTINGS
 from hermes_assets.lib.hosts import host_claims, host_identity, host_labels, unscoped_ids
 from hermes_assets.lib.hosts.host_claims import Claim
-from hermes_assets.lib.logs import get_logger
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, PER_HOST, SIGHTINGS
 from hermes_assets.lib.source import jsonutil
 from hermes_assets.lib.storage.interface import LOCK_FILE
 from hermes_assets.lib.warehouse import partition_file, read_marks

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib import ids, schemas
+from hermes_assets.lib.basics import ids, schemas
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.plan.capture_plan import StoreFacts
-from hermes_assets.lib.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source.jsonutil import dumps, loads
 from hermes_assets.lib.warehouse.partition_file import DayFile
 

@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hermes_assets.lib import schemas
-from hermes_assets.lib.logs import get_logger
+from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.storage.local_files import open_private
 from hermes_assets.lib.warehouse import partition_file
 

@@ -3,7 +3,7 @@ gives it (cells as Hermes stores them), without a store."""
 
 from __future__ import annotations
 
-from hermes_assets.lib.schemas import MESSAGE_COLUMNS, SESSION_COLUMNS
+from hermes_assets.lib.basics.hermes_tables import MESSAGE_COLUMNS, SESSION_COLUMNS
 from hermes_assets.lib.source.state_db import SessionBundle
 from hermes_assets.lib.source.stores import Store
 

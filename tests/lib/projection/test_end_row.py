@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.basics.timestamps import DayNames
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
 from hermes_assets.lib.projection.gateway import ROW_COLUMNS
 from hermes_assets.lib.projection.header import SessionInput, session_header
-from hermes_assets.lib.timestamps import DayNames
 from tests.lib.projection.bundles import NOW_S, T0, bundle, message
 
 CTX = ProjectionContext(user_home="/home/u", now_s=NOW_S, git=NoGit())

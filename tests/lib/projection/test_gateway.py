@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from hermes_assets.lib import ids
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import ids
+from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.gateway import GatewayColumns, project_session
 from hermes_assets.lib.projection.header import SessionInput

@@ -3,8 +3,8 @@ of one session shares (SPEC §5.5-§5.8)."""
 
 from __future__ import annotations
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.plan import policy
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.gateway import SESSION_COLUMNS

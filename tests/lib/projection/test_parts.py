@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from hermes_assets.lib import errors
-from hermes_assets.lib.errors import ErrorTally
+from hermes_assets.lib.basics import errors
+from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.projection.parts import message_parts
 from tests.lib.projection.bundles import message
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_assets.lib.basics.schemas import EXPOSURES, SIGHTINGS
 from hermes_assets.lib.redaction import exposures, sighting_files
 from hermes_assets.lib.redaction.redactor import RedactionConfig
-from hermes_assets.lib.schemas import EXPOSURES, SIGHTINGS
 from hermes_assets.lib.source.stores import Store, on_host
 from hermes_assets.lib.warehouse import relabel
 from hermes_assets.lib.warehouse.datasets import Warehouse

@@ -391,7 +391,7 @@ def test_the_key_is_created_once_private(tmp_path):
 
 
 def test_a_short_key_is_refused_naming_its_file(tmp_path):
-    from hermes_assets.lib.errors import ConfigurationError
+    from hermes_assets.lib.basics.errors import ConfigurationError
 
     path = tmp_path / "redaction.key"
     for size in (0, 8, sources.KEY_BYTES - 1):

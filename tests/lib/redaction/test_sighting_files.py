@@ -11,11 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from hermes_assets.lib.basics.schemas import MESSAGES, SIGHTINGS
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.redaction import exposures, key_check, sighting_files, stored_markers
 from hermes_assets.lib.redaction.redactor import Redactor
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.schemas import MESSAGES, SIGHTINGS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support import fake_keys
 from tests.support.capture_run import capture_days, files

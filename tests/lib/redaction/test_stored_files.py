@@ -14,11 +14,11 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES
 from hermes_assets.lib.capture import steps
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.redaction import stored_files
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
-from hermes_assets.lib.schemas import CAPTURE_DATASETS, MESSAGES
 from hermes_assets.lib.warehouse import partition_file, purge
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK
@@ -167,9 +167,9 @@ def test_a_new_env_value_redacts_the_files_again_by_itself(secret_store, tmp_pat
 
 def test_json_columns_of_a_stored_file_are_redacted_too():
     """A JSON column (Arrow's canonical JSON extension type) is text like any other."""
+    from hermes_assets.lib.basics.schemas import JSON
     from hermes_assets.lib.redaction.redactor import Redactor
     from hermes_assets.lib.redaction.stored_files import redact_table
-    from hermes_assets.lib.schemas import JSON
     from tests.lib.redaction.test_redactor import fake
 
     token = fake("github_token")

@@ -225,7 +225,7 @@ class ErrorTally:
         """Count one bad cell and log it the first time it is seen (ids only, never content)."""
         key = (error_kind, session_id, mid, column)
         if self.logged is None or key not in self.logged:
-            from hermes_assets.lib.logs import get_logger
+            from hermes_assets.lib.basics.logs import get_logger
 
             get_logger().warning(
                 "hermes.project.bad_cell", error_kind=error_kind, session_id=session_id, mid=mid, column=column
