@@ -12,7 +12,8 @@ The contract's column lists are not typed by hand: each sits between two markers
 
 and is rendered from ``hermes_assets.lib.basics.schemas`` (the Arrow schemas the
 warehouse writes, and the Hermes columns the reader selects by name) and from
-``hermes_assets.defs.settings`` (every variable and the form it accepts). When a
+``hermes_assets.defs.settings`` (every variable and the form it accepts), and
+the analytics' column texts from ``hermes_assets.lib.analytics.columns``. When a
 schema or a setting changes, run this tool and commit the document with the code;
 ``tests/docs/test_contract.py`` fails until then. Everything outside the
 markers is prose and is left as it is.
@@ -29,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from anywhere, without installing the project
 
 from hermes_assets.defs import settings  # noqa: E402
+from hermes_assets.lib.analytics import columns  # noqa: E402
 from hermes_assets.lib.basics import hermes_tables, schemas  # noqa: E402
 
 CONTRACT = REPO / "docs" / "contract.md"
@@ -49,11 +51,20 @@ def hermes_table(columns) -> str:
     return "\n".join(rows)
 
 
-def arrow_table(schema) -> str:
-    """A dataset's columns as written: name, Arrow type, whether it can be NULL."""
-    rows = ["| # | column | type | null |", "|---|---|---|---|"]
+def arrow_table(schema, meanings: dict[str, str] | None = None) -> str:
+    """A dataset's columns as written: name, Arrow type, whether it can be NULL (and, for the
+    analytics, what each holds and how it stands to Hermes's report)."""
+    if meanings is None:
+        rows = ["| # | column | type | null |", "|---|---|---|---|"]
+        rows += [
+            f"| {i} | `{f.name}` | {_type(f.type)} | {'yes' if f.nullable else 'never'} |"
+            for i, f in enumerate(schema, 1)
+        ]
+        return "\n".join(rows)
+    rows = ["| # | column | type | null | meaning |", "|---|---|---|---|---|"]
     rows += [
-        f"| {i} | `{f.name}` | {_type(f.type)} | {'yes' if f.nullable else 'never'} |" for i, f in enumerate(schema, 1)
+        f"| {i} | `{f.name}` | {_type(f.type)} | {'yes' if f.nullable else 'never'} | {meanings[f.name]} |"
+        for i, f in enumerate(schema, 1)
     ]
     return "\n".join(rows)
 
@@ -79,7 +90,8 @@ def tables() -> dict[str, str]:
         "settings": settings_table(),
     }
     for name, spec in {**schemas.DATASETS, **schemas.ANALYTICS, **schemas.SECRETS}.items():
-        out[name] = arrow_table(spec.schema) + f"\n\nKey: {', '.join(f'`{k}`' for k in spec.key)}."
+        meanings = columns.DESCRIPTIONS.get(name)
+        out[name] = arrow_table(spec.schema, meanings) + f"\n\nKey: {', '.join(f'`{k}`' for k in spec.key)}."
     return out
 
 

@@ -288,7 +288,7 @@ def write_store(
 def write_corpus(db, entries: list[dict], clock) -> None:
     """The corpus's lines in every field of a session of their own (a line's neighbours are other
     rules' positives, never the cells whose markers the test names one by one)."""
-    from urllib.parse import quote
+    from tests.support.corpus_session import corpus_turns  # (the repository is on the path: main())
 
     text = "".join(f"- {entry['text']}\n" for entry in entries)
     clock.tick(60)
@@ -300,19 +300,8 @@ def write_corpus(db, entries: list[dict], clock) -> None:
         return db.append_message(CORPUS_SID, role, content, **kw)
 
     msg("user", text, display_metadata={"display_text": text})
-    msg(
-        "assistant",
-        text,
-        reasoning=text,
-        reasoning_content=text,
-        reasoning_details=[{"type": "reasoning.text", "text": text}],
-        tool_calls=[
-            call("c_write", "write_file", {"path": "notes.md", "content": text}),
-            call("c_fetch", "web_fetch", {"url": "https://search.example/?q=" + quote(text, safe="")}),
-        ],
-    )
-    msg("tool", json.dumps({"output": text, "exit_code": 0}), tool_call_id="c_write", tool_name="write_file")
-    msg("tool", text, tool_call_id="c_fetch", tool_name="web_fetch")
+    for role, content, kw in corpus_turns(text, call):
+        msg(role, content, **kw)
     clock.tick(3)
     db.end_session(CORPUS_SID, "cli_close")
 

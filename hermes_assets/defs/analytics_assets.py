@@ -1,4 +1,6 @@
-"""The first analytics layer: ``hermes_daily_usage`` and ``hermes_daily_tools`` (SPEC §11).
+"""The analytics layer (SPEC §11): ``hermes_daily_usage``, ``hermes_daily_tools``, and what Hermes's own
+report answers besides (``hermes_daily_channels``, ``hermes_daily_skills``, ``hermes_activity``,
+``hermes_top_sessions``), one asset each.
 
 Built on the captured datasets through the ``hermes_datasets`` IO manager
 (inputs read one day at a time, only the columns they need), on the same
@@ -20,13 +22,14 @@ import functools
 import dagster as dg
 
 from hermes_assets.defs import precomputed, run_progress
-from hermes_assets.defs.capture_assets import column_schema, refuse_host_conflicts
+from hermes_assets.defs.capture_assets import refuse_host_conflicts
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.defs.tags import TRIGGER_TAG
-from hermes_assets.lib.analytics import daily
-from hermes_assets.lib.analytics.daily import TOOLS, USAGE, DayFigures
+from hermes_assets.lib.analytics import columns, daily
+from hermes_assets.lib.analytics.daily import DayFigures
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.warehouse.datasets import WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
@@ -57,6 +60,7 @@ def automation_condition(computed_in_sensor_runs: bool = False, *, every_day: bo
     - a capture is *handled* only by a run of the asset requested after it: ``eager()`` also
       counts the day's own update as handled, so a capture that lands while the day's run of
       the asset is in flight (that run read the older files) was forgotten when that run ended;
+    - a day that has no file is run (once) only while it has none;
     - a day whose latest run of the asset failed (a full disk, a read-only warehouse)
       is run again, at the first evaluation after each minute boundary, until it
       succeeds, without waiting for another capture.
@@ -79,7 +83,10 @@ def automation_condition(computed_in_sensor_runs: bool = False, *, every_day: bo
     captured: dg.AutomationCondition = deps_updated.since(ac.newly_requested())
     if computed_in_sensor_runs:
         captured = captured & deps_updated.since(in_run)
-    updated = captured | ac.newly_missing().since(ac.newly_requested() | ac.newly_updated())
+    # a day with no file yet: only while it still has none (the state of a since() can outlive the
+    # update that reset it, when the update lands while a run of the day is in flight)
+    missing = (ac.newly_missing().since(ac.newly_requested() | ac.newly_updated()) & ac.missing()).with_label("missing")
+    updated = captured | missing
     failed = (ac.execution_failed() & ac.cron_tick_passed(RETRY_CRON, "UTC")).with_label("failed, retried each minute")
     if every_day:
         return ((captured | failed) & ~ac.any_deps_in_progress() & ~ac.in_progress()).with_label(
@@ -93,21 +100,21 @@ def automation_condition(computed_in_sensor_runs: bool = False, *, every_day: bo
 AUTOMATION = automation_condition(computed_in_sensor_runs=True)
 
 
-def _common(dataset: str, days: Days) -> dict:
-    return dict(
-        group_name=GROUP,
-        partitions_def=days.partitions,
-        backfill_policy=dg.BackfillPolicy.single_run(),
-        automation_condition=AUTOMATION,
-        io_manager_key=DATASETS_IO_MANAGER,
-        kinds={"parquet", "python"},
-        owners=["team:hermes-assets"],
-        metadata={"dagster/column_schema": column_schema(dataset)},
+def column_schema(dataset: str) -> dg.TableSchema:
+    """An analytics dataset's columns as Dagster shows them: type, NULL or not, and what each holds
+    (and how it stands to Hermes's report: :mod:`hermes_assets.lib.analytics.columns`)."""
+    meanings = columns.DESCRIPTIONS[dataset]
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                f.name,
+                str(f.type),
+                description=meanings[f.name],
+                constraints=dg.TableColumnConstraints(nullable=f.nullable),
+            )
+            for f in schemas.schema_of(dataset)
+        ]
     )
-
-
-def _ins(columns: dict[str, list[str]]) -> dict[str, dg.AssetIn]:
-    return {name: dg.AssetIn(name, metadata={"columns": cols}) for name, cols in columns.items()}
 
 
 def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
@@ -143,45 +150,85 @@ def _materialize(
     return dg.MaterializeResult()
 
 
-USAGE_DESCRIPTION = (
-    "What each day of Hermes used, per model: sessions, messages, tool calls, API calls, "
-    "input/output/cache read/cache write/reasoning tokens, total tokens (Hermes's own: input + cache + output), "
-    "estimated and actual cost in USD. Tokens and costs come from each session's `usage_by_model` (a session "
-    "that used several models counts under each; without it, the session's own model and totals); messages "
-    "(`session_meta` rows excepted) and tool calls count under the session's `model`, each logical message "
-    "once (copies Hermes makes of a message, `copy_of`, left out). The day is the day the sessions started; rows "
-    "flagged `source_deleted` are left out."
-)
-TOOLS_DESCRIPTION = (
-    "Which tools Hermes used each day, per `tool_name`: calls (`tool_call` parts), results "
-    "(`tool_result` parts), error results and sessions, from `ai_gateway_messages_hermes` (rows flagged "
-    "`source_deleted` and copies, `copy_of`, left out). An error result is one whose `is_error` is true or, as Hermes leaves "
-    "`is_error` NULL, one Hermes itself shows as failed (hermes-agent's `_detect_tool_failure`): a terminal "
-    "result with a non-zero `exit_code`; a JSON result with a truthy `error` (or `message`) and "
-    '`"success": false` or an `error` key; a memory result over its limit; else text whose first 500 '
-    'characters hold `"error"` or `"failed"` or that starts with `Error` (file writes that landed never '
-    "count)."
-)
+_HERMES = "Beside our own figures, the columns named `hermes_*` give Hermes's own report's (`hermes insights`)"
+DESCRIPTIONS = {
+    daily.USAGE: (
+        "What each day of Hermes used, per model: sessions, messages, tool calls, API calls, "
+        "input/output/cache read/cache write/reasoning tokens, total tokens (Hermes's own: input + cache + output), "
+        "estimated and actual cost in USD. Tokens, API calls and costs come from each session's `usage_by_model` "
+        "(a session that used several models counts under each), and what its own counters hold beyond it under its "
+        "own model; messages (`session_meta` rows excepted) and tool calls count under the session's `model`, each "
+        "logical message once (copies Hermes makes of a message, `copy_of`, left out). "
+        f"{_HERMES}: sessions per model, tool calls per model, cost. The day is the day the sessions started; rows "
+        "flagged `source_deleted` are left out."
+    ),
+    daily.TOOLS: (
+        "Which tools Hermes used each day, per `tool_name`: calls (`tool_call` parts), results "
+        "(`tool_result` parts), error results and sessions, from `ai_gateway_messages_hermes` (rows flagged "
+        "`source_deleted` and copies, `copy_of`, left out). An error result is one whose `is_error` is true or, as "
+        "Hermes leaves `is_error` NULL, one Hermes itself shows as failed (hermes-agent's `_detect_tool_failure`): a "
+        "terminal result with a non-zero `exit_code`; a JSON result with a truthy `error` (or `message`) and "
+        '`"success": false` or an `error` key; a memory result over its limit; else text whose first 500 '
+        'characters hold `"error"` or `"failed"` or that starts with `Error` (file writes that landed never '
+        f"count). {_HERMES}: its count of each tool's calls (`hermes_calls`)."
+    ),
+    daily.CHANNELS: (
+        "What each channel Hermes was used through did each day (`source`: cli, tui, cron, subagent, telegram, "
+        "...; Hermes's platforms): sessions, messages, tool calls, API calls, tokens, costs, and the time from "
+        "start to end of the sessions that ended. Tokens and costs count every model the sessions used, as "
+        f"`hermes_daily_usage` (the channels add up to it). {_HERMES}: messages, tool calls, tokens, cost."
+    ),
+    daily.SKILLS: (
+        "Which skills Hermes loaded (`skill_view`) and edited (`skill_manage`) each day, per skill: loads, edits, "
+        "actions, the sessions that used it, its last use; counted as Hermes's own report counts them, over every "
+        "stored assistant message (copies, rewound and compacted rows included)."
+    ),
+    daily.ACTIVITY: (
+        "When Hermes was used: per day and hour (UTC) in which a session started, the day's weekday, the "
+        "sessions and their tokens. Any range adds up by weekday and hour (`GROUP BY weekday, hour`)."
+    ),
+    daily.TOP_SESSIONS: (
+        "The sessions of each day that used the most: per ranking (`tokens`, `cost`, and Hermes's notable "
+        "sessions: `duration`, `hermes_messages`, `hermes_tokens`, `hermes_tool_calls`) the day's top 10, with "
+        "title (redacted like every text cell), channel, model and figures. A range's top 10 are among its days'."
+    ),
+}
+
+
+#: what each input of an analytics asset is loaded as: its days, read one at a time (the IO manager
+#: goes by the input's type, and the asset's inputs are keyword arguments without annotations)
+DAYS_TYPE = dg.PythonObjectDagsterType(DatasetDays, name="DatasetDays")
+
+
+def analytics_asset(dataset: str, days: Days) -> dg.AssetsDefinition:
+    """One analytics dataset as an asset on the partitions ``days``: downstream of the captured
+    datasets it reads (the columns it reads of each), computed a day at a time."""
+    inputs = daily.DATASET_INPUTS[dataset]
+
+    @dg.asset(
+        name=dataset,
+        description=DESCRIPTIONS[dataset],
+        ins={
+            name: dg.AssetIn(name, metadata={"columns": cols}, dagster_type=DAYS_TYPE) for name, cols in inputs.items()
+        },
+        group_name=GROUP,
+        partitions_def=days.partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        automation_condition=AUTOMATION,
+        io_manager_key=DATASETS_IO_MANAGER,
+        kinds={"parquet", "python"},
+        owners=["team:hermes-assets"],
+        metadata={"dagster/column_schema": column_schema(dataset)},
+    )
+    def _asset(
+        context: dg.AssetExecutionContext, warehouse: HermesWarehouse, **datasets: DatasetDays
+    ) -> dg.MaterializeResult:
+        return _materialize(context, warehouse, dataset, {d.dataset: d for d in datasets.values()})
+
+    return _asset
 
 
 def analytics_assets(days: Days) -> list[dg.AssetsDefinition]:
-    """``hermes_daily_usage`` and ``hermes_daily_tools`` on the partitions ``days``."""
-
-    @dg.asset(name=USAGE, description=USAGE_DESCRIPTION, ins=_ins(daily.USAGE_INPUTS), **_common(USAGE, days))
-    def hermes_daily_usage(
-        context: dg.AssetExecutionContext,
-        warehouse: HermesWarehouse,
-        hermes_sessions: DatasetDays,
-        hermes_messages: DatasetDays,
-        ai_gateway_messages_hermes: DatasetDays,
-    ) -> dg.MaterializeResult:
-        inputs = {d.dataset: d for d in (hermes_sessions, hermes_messages, ai_gateway_messages_hermes)}
-        return _materialize(context, warehouse, USAGE, inputs)
-
-    @dg.asset(name=TOOLS, description=TOOLS_DESCRIPTION, ins=_ins(daily.TOOLS_INPUTS), **_common(TOOLS, days))
-    def hermes_daily_tools(
-        context: dg.AssetExecutionContext, warehouse: HermesWarehouse, ai_gateway_messages_hermes: DatasetDays
-    ) -> dg.MaterializeResult:
-        return _materialize(context, warehouse, TOOLS, {ai_gateway_messages_hermes.dataset: ai_gateway_messages_hermes})
-
-    return [hermes_daily_usage, hermes_daily_tools]
+    """Every analytics dataset (``hermes_daily_usage``, ``hermes_daily_tools``, the channels, skills,
+    activity and top sessions) as an asset on the partitions ``days``."""
+    return [analytics_asset(dataset, days) for dataset in daily.ANALYTICS]

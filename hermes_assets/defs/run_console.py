@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import dagster as dg
 
-from hermes_assets.lib.analytics.daily import TOOLS, USAGE
+from hermes_assets.lib.analytics.daily import ANALYTICS
 from hermes_assets.lib.basics import logs
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
 
@@ -75,7 +75,7 @@ class RunFigures:
             found = metadata.get("secrets_redacted")
             if found is not None and isinstance(found.value, dict):
                 self.secrets[dataset] += sum(int(n) for n in found.value.values())
-        elif dataset in (USAGE, TOOLS) and day:
+        elif dataset in ANALYTICS and day:
             self.analytics_days.add(day)
 
     def fields(self, ended: float) -> dict:

@@ -10,8 +10,8 @@ a first start on a long history, a restored store), it requests one ranged run
 over them instead, the way a single-run backfill does: a year of history then
 costs one run of seconds, not hundreds of runs.
 
-Every run the sensor requests computes its days' analytics too (``hermes_daily_usage``,
-``hermes_daily_tools``), in the same run, right after the capture: the analytics of a captured day
+Every run the sensor requests computes its days' analytics too (the ``hermes_analytics`` group:
+``hermes_daily_usage``, ``hermes_daily_tools`` and the rest of Hermes's own report), in the same run, right after the capture: the analytics of a captured day
 are current when its run ends, within one poll of the change. (The ``hermes_automation`` sensor
 leaves a day captured by such a run alone; it keeps the analytics current after any other capture,
 a backfill launched from the UI for one, and runs again a day whose analytics failed.)
@@ -71,7 +71,7 @@ from hermes_assets.defs.tags import (
     TRIGGER_TAG,
     WILL_RETRY_TAG,
 )
-from hermes_assets.lib.analytics.daily import TOOLS, USAGE
+from hermes_assets.lib.analytics.daily import ANALYTICS
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.changes import attempts, watch
@@ -84,7 +84,7 @@ CAPTURE_KEYS = [dg.AssetKey(name) for name in (SESSIONS, MESSAGES, GATEWAY)]
 #: the analytics of a run's days, computed in the same run, right after the capture: current when
 #: the run ends (and the automation sensor sees the partitions of the loaded definitions only, which
 #: lack the days older than the first partition)
-ANALYTICS_KEYS = [dg.AssetKey(k) for k in (USAGE, TOOLS)]
+ANALYTICS_KEYS = [dg.AssetKey(k) for k in ANALYTICS]
 #: the sensor's target as the UI shows it (the keys by name: a selection that subtracts a check
 #: has no such form, the UI would show its Python repr)
 SENSOR_TARGET = dg.AssetSelection.assets(*CAPTURE_KEYS, *ANALYTICS_KEYS)

@@ -30,7 +30,7 @@ from tests.support.hosts import HOST_DIR, HOST_FILES
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 #: the analytics layer built on them (SPEC §11)
-ANALYTICS = ("hermes_daily_usage", "hermes_daily_tools")
+ANALYTICS = tuple(schemas.ANALYTICS)
 #: what to rotate: one row per secret seen, over every day (not partitioned; group hermes_analytics)
 EXPOSURES = "hermes_secret_exposures"
 #: where each secret was seen: written by the capture beside the three datasets, per day and host

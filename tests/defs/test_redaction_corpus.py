@@ -14,10 +14,8 @@ are Hermes's, unchanged.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import urllib.parse
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -29,6 +27,7 @@ from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.defs.harness import Capture
 from tests.defs.test_redaction import folder_bytes, warehouse_strings
 from tests.support import secret_corpus
+from tests.support.corpus_session import corpus_turns
 from tests.support.hermes_writer import START_S, HermesWriter, openai_call
 
 DAY = "2026-06-01"
@@ -43,22 +42,8 @@ def write_corpus_store(capture: Capture, seed: int) -> tuple[list[secret_corpus.
         sid = w.session("s-corpus", "cli", model="gpt-4.1", model_config={"note": text}, system_prompt=text)
         w.set_session_title(sid, "notes " + entries[0].text[:60])
         w.msg(sid, "user", text)
-        w.msg(
-            sid,
-            "assistant",
-            text,
-            reasoning=text,
-            reasoning_content=text,
-            reasoning_details=[{"type": "reasoning.text", "text": text}],
-            tool_calls=[
-                openai_call("c1", "write_file", {"path": "notes.md", "content": text}),
-                openai_call(
-                    "c2", "web_fetch", {"url": "https://search.example/?q=" + urllib.parse.quote(text, safe="")}
-                ),
-            ],
-        )
-        w.msg(sid, "tool", json.dumps({"output": text, "exit_code": 0}), tool_call_id="c1", tool_name="write_file")
-        w.msg(sid, "tool", text, tool_call_id="c2", tool_name="web_fetch")
+        for role, content, kw in corpus_turns(text, openai_call):
+            w.msg(sid, role, content, **kw)
         w.end(sid)
         plain = w.session("s-plain", "cli", model="gpt-4.1")
         w.msg(plain, "assistant", "\n".join(look_alikes))
@@ -66,11 +51,16 @@ def write_corpus_store(capture: Capture, seed: int) -> tuple[list[secret_corpus.
     return entries, look_alikes
 
 
-def assert_none_in_the_warehouse(capture: Capture, entries: list[secret_corpus.Entry]) -> str:
+def draw_seed() -> int:
+    """The corpus's seed: ``HERMES_ASSETS_TEST_SEED``, else a fresh one (a failure names it)."""
+    return int(os.environ.get("HERMES_ASSETS_TEST_SEED") or random.randrange(1 << 30))
+
+
+def assert_none_in_the_warehouse(capture: Capture, entries: list[secret_corpus.Entry], seed: int) -> str:
     strings = "\n".join(warehouse_strings(capture.warehouse))
     readable = "\n".join(secret_corpus.decoded(strings))
     leaked = sorted({e.name for e in entries if e.secret in readable})
-    assert not leaked, f"in the warehouse: positives of {leaked}"
+    assert not leaked, f"in the warehouse: positives of {leaked} (seed {seed}: HERMES_ASSETS_TEST_SEED draws it again)"
     return strings
 
 
@@ -81,7 +71,8 @@ def plain_content(capture: Capture) -> list[str]:
 
 @pytest.mark.slow
 def test_every_rule_written_by_hermes_0_19_is_captured_without_one(capture: Capture, capfd):
-    entries, look_alikes = write_corpus_store(capture, random.randrange(1 << 30))
+    seed = draw_seed()
+    entries, look_alikes = write_corpus_store(capture, seed)
     assert len({e.name for e in entries}) > 400  # every maintained rule a draw reaches, and ours
     capfd.readouterr()
     instance = dg.DagsterInstance.local_temp(str(capture.dagster_home))
@@ -90,11 +81,11 @@ def test_every_rule_written_by_hermes_0_19_is_captured_without_one(capture: Capt
     finally:
         instance.dispose()
     out, err = capfd.readouterr()
-    strings = assert_none_in_the_warehouse(capture, entries)
+    strings = assert_none_in_the_warehouse(capture, entries, seed)
     assert "[REDACTED:" in strings
     raw = folder_bytes(capture.dagster_home)
     for e in entries:
-        assert e.secret.encode() not in raw and e.secret not in out and e.secret not in err, e.name
+        assert e.secret.encode() not in raw and e.secret not in out and e.secret not in err, (e.name, seed)
     assert plain_content(capture) == ["\n".join(look_alikes)]
 
 
@@ -102,7 +93,8 @@ def test_every_rule_written_by_hermes_0_19_is_captured_without_one(capture: Capt
 def test_every_rule_is_redacted_in_files_written_before(capture: Capture, monkeypatch):
     """Files written with redaction off, brought to the current redaction by the pass over stored
     files alone (no capture re-reads the store)."""
-    entries, look_alikes = write_corpus_store(capture, random.randrange(1 << 30))
+    seed = draw_seed()
+    entries, look_alikes = write_corpus_store(capture, seed)
     monkeypatch.setenv("HERMES_ASSETS_REDACT_SECRETS", "off")
     assert capture.materialize(DAY).success
     assert any(e.secret in "\n".join(warehouse_strings(capture.warehouse)) for e in entries)
@@ -110,5 +102,5 @@ def test_every_rule_is_redacted_in_files_written_before(capture: Capture, monkey
     redactor = RedactionConfig(str(capture.dagster_home / "redaction.key"), env).redactor()
     done = stored_files.redact_files(Warehouse(str(capture.warehouse)), redactor)
     assert sum(done.files_rewritten.values()) == 3
-    assert_none_in_the_warehouse(capture, entries)
+    assert_none_in_the_warehouse(capture, entries, seed)
     assert plain_content(capture) == ["\n".join(look_alikes)]

@@ -30,8 +30,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import random
 import subprocess
 from pathlib import Path
 
@@ -41,6 +39,7 @@ import pytest
 from hermes_assets.lib.redaction import redactor, rules
 from tests.defs.harness import DATASETS, Capture, read_all
 from tests.defs.test_redaction import all_strings, folder_bytes, warehouse_strings
+from tests.defs.test_redaction_corpus import draw_seed
 from tests.support import secret_corpus
 from tests.support.hermes_venv import hermes_python
 
@@ -103,7 +102,7 @@ def instance_records(instance: dg.DagsterInstance) -> str:
 def test_a_v022_store_full_of_secrets_is_captured_without_one(capture: Capture, v022_python: Path, capfd):
     reading_file = capture.root / "reading.json"
     # a fresh draw each run; a failure names its seed (HERMES_ASSETS_TEST_SEED=<seed> draws it again)
-    seed = int(os.environ.get("HERMES_ASSETS_TEST_SEED") or random.randrange(1 << 30))
+    seed = draw_seed()
     entries, env, look_alikes = secret_corpus.corpus(seed)
     corpus_file = capture.root / "corpus.json"
     corpus_file.write_text(

@@ -4,8 +4,9 @@ A real ``dagster dev`` (webserver + daemon, the repo's ``dagster.yaml``) with
 the capture sensor on a 5 s interval, and Hermes's own writer adding to a
 session of 2026-06-01: an *old* partition, so plain ``eager()`` (latest day
 only) would never follow it. Nothing but the daemon launches runs: the
-sensor's runs capture the day and bring ``hermes_daily_usage`` (and
-``hermes_daily_tools``) up to date in the same run; after a new message, again.
+sensor's runs capture the day and bring ``hermes_daily_usage`` (and every
+other analytics asset of the day) up to date in the same run; after a new
+message, again.
 The ``hermes_automation`` sensor, which keeps them current after other
 captures, has no daily analytics to add (one run at most, on the first start);
 it computes ``hermes_secret_exposures`` (every day at once, not partitioned)
@@ -65,6 +66,25 @@ def _exposures_after_last_capture(installation) -> bool:
     return bool(captures and exposures) and max(exposures) > max(captures)
 
 
+def _latest_runs(installation, assets) -> dict[str, tuple[str, float]]:
+    """asset -> (run id, time) of the latest materialization of :data:`DAY`."""
+    instance = dg.DagsterInstance.from_config(str(installation.dagster_home))
+    try:
+        out = {}
+        for asset in assets:
+            (record,) = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[DAY]), limit=1
+            ).records
+            out[asset] = (record.run_id, record.timestamp)
+        return out
+    finally:
+        instance.dispose()
+
+
+def _rows(warehouse, asset: str) -> list[dict]:
+    return pq.read_table(day_path(warehouse, asset, DAY)).to_pylist()
+
+
 def _runs(installation) -> list:
     instance = dg.DagsterInstance.from_config(str(installation.dagster_home))
     try:
@@ -117,8 +137,15 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
             )
             second_s = time.monotonic() - t1
             assert (second["input_tokens"], second["output_tokens"], second["api_calls"]) == (200, 40, 2), second
-            tools = pq.read_table(day_path(installation.warehouse, "hermes_daily_tools", DAY)).to_pylist()
+            tools = _rows(installation.warehouse, "hermes_daily_tools")
             assert [(t["tool_name"], t["calls"], t["results"]) for t in tools] == [("terminal", 1, 1)]
+            # every analytics asset of the day is as current as the usage: written by the capture's own run
+            (channel,) = _rows(installation.warehouse, "hermes_daily_channels")
+            assert (channel["channel"], channel["messages"], channel["input_tokens"]) == ("cli", 4, 200), channel
+            (hour,) = _rows(installation.warehouse, "hermes_activity")
+            assert (hour["sessions"], hour["total_tokens"]) == (1, 240), hour
+            top = [r for r in _rows(installation.warehouse, "hermes_top_sessions") if r["ranking"] == "tokens"]
+            assert [(r["rank"], r["total_tokens"]) for r in top] == [(1, 240)], top
             # the exposures computed after the second capture too, and every run finished, before the
             # instance is read
             _wait_for(dev, "the exposures after the last capture", lambda: _exposures_after_last_capture(installation))
@@ -144,6 +171,13 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
     assert exposures, {k: len(v) for k, v in by_trigger.items()}
     for run in by_trigger["sensor"]:  # each capture computes its days' analytics
         assert {dg.AssetKey(a) for a in ANALYTICS} <= run.asset_selection
+    # so each analytics asset of the day was last written by the run of its last capture: current
+    # when that run ends, with no other sensor interval to wait for
+    latest = _latest_runs(installation, ["hermes_sessions", *ANALYTICS])
+    captured_by, captured_at = latest["hermes_sessions"]
+    assert {a: run_id for a, (run_id, _) in latest.items()} == dict.fromkeys(latest, captured_by)
+    assert captured_by in {r.run_id for r in by_trigger["sensor"]}
+    analytics_after_capture_s = max(at for _, at in latest.values()) - captured_at
     assert len([r for r in by_trigger["sensor"] if r.tags.get("dagster/partition") == DAY]) >= 2
     print(
         "\nE2E analytics automation:",
@@ -154,6 +188,7 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
                 "exposures_runs": len(exposures),
                 "first_capture_to_daily_usage_s": round(first_s, 1),
                 "new_message_to_daily_usage_s": round(second_s, 1),
+                "last_capture_to_last_analytics_s": round(analytics_after_capture_s, 1),
             }
         ),
     )

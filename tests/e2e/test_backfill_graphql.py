@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.defs.harness import (
+    ANALYTICS,
     DATASETS,
     SMALL_DAYS,
     SMALL_MESSAGES,
@@ -456,9 +457,7 @@ def test_a_ranged_backfill_shows_each_check_passed_on_each_day(dagster_dev, inst
     target = sensor["assetSelection"]["assetSelectionString"]
     assert all(f'key:"{name}"' in target for name in DATASETS) and "AssetSelection(" not in target, target
     # the datasets, and the analytics that the run of a day older than the first partition computes
-    assert sorted(k["path"][0] for k in sensor["assetSelection"]["assetKeys"]) == sorted(
-        [*DATASETS, "hermes_daily_usage", "hermes_daily_tools"]
-    )
+    assert sorted(k["path"][0] for k in sensor["assetSelection"]["assetKeys"]) == sorted([*DATASETS, *ANALYTICS])
     # the one tick (store not there yet): its summary is in the tick's log; the console, quiet at
     # info, prints no tick (HERMES_ASSETS_LOG_LEVEL=debug prints each once: tests/ecosystem/test_structured_logs.py)
     (tick,) = [t for t in sensor["sensorState"]["ticks"] if t["status"] != "STARTED"]

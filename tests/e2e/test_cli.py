@@ -6,14 +6,18 @@ repo's dagster.yaml, and a copy of the small fixture store as the Hermes store.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
 from tests.defs.harness import (
+    ANALYTICS,
     DATASETS,
     EXPOSURES,
     RANGE_END,
@@ -64,6 +68,27 @@ def rows(installation, dataset: str) -> int:
     )
 
 
+def skill_days(db: Path) -> set[str]:
+    """The days (of their session's start) whose assistant messages call a skill by its name, straight
+    from a (copied) store: ``skill_view`` or ``skill_manage`` with a ``name`` argument."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT strftime('%Y-%m-%d', s.started_at, 'unixepoch'), m.tool_calls FROM messages m "
+            "JOIN sessions s ON s.id = m.session_id WHERE m.role = 'assistant' AND m.tool_calls LIKE '%skill_%'"
+        ).fetchall()
+    finally:
+        conn.close()
+    days = set()
+    for day, text in rows:
+        for call in json.loads(text):
+            function = call.get("function") or {}
+            arguments = json.loads(function.get("arguments") or "{}")
+            if function.get("name") in ("skill_view", "skill_manage") and str(arguments.get("name", "")).strip():
+                days.add(day)
+    return days
+
+
 def test_materialize_one_partition(installation, dagster_env):
     materialize(dagster_env, "--partition", DAY)
     (run,) = runs(installation)
@@ -88,18 +113,16 @@ def test_materialize_a_range_in_one_run_and_rerun_identically(installation, dags
     assert rows(installation, SESSIONS) == SMALL_SESSIONS
     assert rows(installation, MESSAGES) == SMALL_MESSAGES
     first = installation.files()
-    # and the analytics layer, built in the same run: usage every day, tools on the 13 days with a tool
-    # call; the sightings of the small store's secrets, and the exposures computed from them (one file)
+    # and the analytics layer, built in the same run: the per-session ones every day (each has
+    # sessions), tools on the 13 days with a tool call, skills on the days a skill was called; the
+    # sightings of the small store's secrets, and the exposures computed from them (one file)
     files = Counter(p.split("/")[0] for p in first)
     assert {ds: files[ds] for ds in DATASETS} == dict.fromkeys(DATASETS, len(SMALL_DAYS))
-    assert (files["hermes_daily_usage"], files["hermes_daily_tools"], files[EXPOSURES]) == (len(SMALL_DAYS), 13, 1)
-    assert files[SIGHTINGS] and set(files) == {
-        *DATASETS,
-        "hermes_daily_usage",
-        "hermes_daily_tools",
-        EXPOSURES,
-        SIGHTINGS,
-    }
+    every_day = ("hermes_daily_usage", "hermes_daily_channels", "hermes_activity", "hermes_top_sessions")
+    assert {ds: files[ds] for ds in every_day} == dict.fromkeys(every_day, len(SMALL_DAYS))
+    assert (files["hermes_daily_tools"], files[EXPOSURES]) == (13, 1)
+    assert files["hermes_daily_skills"] == len(skill_days(installation.store)) > 0
+    assert files[SIGHTINGS] and set(files) == {*DATASETS, *ANALYTICS, EXPOSURES, SIGHTINGS}
 
     # the same range again: one more run, byte-identical files (no duplicates)
     materialize(dagster_env, "--partition-range", f"{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}")

@@ -29,7 +29,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.defs.harness import DATASETS, EXPOSURES, SMALL_DAYS, days_on_disk, new_capture
+from tests.defs.harness import ANALYTICS, DATASETS, EXPOSURES, SMALL_DAYS, days_on_disk, new_capture
 from tests.e2e.conftest import REPO, dagster_bin
 from tests.e2e.test_backfill_graphql import _free_port
 from tests.support.environ import LEAKY
@@ -183,7 +183,7 @@ def test_dg_check_defs_and_dg_list_defs(small_install):
     assert listed.returncode == 0, listed.stderr
     doc = json.loads(listed.stdout)
     assets = {a["asset_key"] for a in doc["assets"]}
-    assert assets == {*DATASETS, "hermes_state", "hermes_daily_usage", "hermes_daily_tools", EXPOSURES}
+    assert assets == {*DATASETS, "hermes_state", *ANALYTICS, EXPOSURES}
     assert {s["name"] for s in doc["sensors"]} == {"hermes_state_sensor", "hermes_automation"}
     for proc in (check, listed):  # our own commands: no warning about being superseded, no beta noise
         assert "SupersessionWarning" not in proc.stderr and "BetaWarning" not in proc.stderr, proc.stderr

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pytest
 
 from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.analytics.usage import daily_usage
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
@@ -191,10 +192,9 @@ def run_two_hosts(warehouse: str, base: Path, extra_env: dict[str, str], reader:
     # the analytics equal a recomputation over both hosts' files
     for day in DAYS:
         tables = {name: DatasetDays(reader, name, [day], cols).read(day) for name, cols in daily.INPUTS.items()}
-        usage = daily.daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY]).table
-        tools = daily.daily_tools(day, tables[GATEWAY]).table
-        assert reader.read(daily.USAGE, day) == usage, day
-        assert reader.read(daily.TOOLS, day) == tools, day
+        usage = daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY]).table
+        for dataset in daily.ANALYTICS:
+            assert reader.read(dataset, day) == daily.compute_day(dataset, day, tables).table, (dataset, day)
         assert pc.sum(usage["sessions"]).as_py() >= 2 * (SESSIONS_PER_HOST // len(DAYS))
     return {
         "killed_after_writes": killed_after,

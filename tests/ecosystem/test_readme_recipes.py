@@ -25,16 +25,18 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
+import dagster as dg
 import duckdb
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tests.defs.harness import read_all
+from tests.defs.harness import SMALL_DAYS, copy_small, new_capture, read_all
+from tests.support.environ import use_environment
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.hosts import HOST_FILES
 from tests.support.skips import unavailable
-from tests.support.v022 import capture_fixture
+from tests.support.v022 import ALL_ASSETS, V022, capture_fixture
 from tests.support.v022 import oracle as v022_oracle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +50,10 @@ RECIPES = (
     "sessions_per_channel",
     "transcript_of_one_session",
     "transcript_as_hermes_shows_it",
+    "channels_over_a_range",
+    "skills_over_a_range",
+    "activity_by_weekday_and_hour",
+    "top_sessions_of_a_range",
     "secrets_to_rotate",
     "where_a_secret_was_seen",
 )
@@ -200,6 +206,91 @@ def test_transcript_as_hermes_shows_it_is_hermes_display_view(v022_capture):
         got = run_for_session("transcript_as_hermes_shows_it", v022_capture.warehouse, sid)
         assert [r["id"] for r in got] == [m["id"] for m in rows], sid
         assert [r["role"] for r in got] == [m["role"] for m in rows], sid
+
+
+# --------------------------------------------------------------------------
+# what `hermes insights` answers: the recipes give Hermes's own report (v0.22.2's, of its store)
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hermes_insights():
+    """Hermes v0.22.2's ``InsightsEngine.generate`` of the store (tests/fixtures/insights_oracle.py)."""
+    return json.loads((V022 / "oracle" / "insights.json").read_text(encoding="utf-8"))
+
+
+def test_channels_over_a_range_is_hermes_platforms(v022_capture, hermes_insights):
+    got = {r["channel"]: r for r in run("channels_over_a_range", v022_capture.warehouse)}
+    want = {p["platform"]: p for p in hermes_insights["platforms"]}
+    assert sorted(got) == sorted(want) and len(want) > 1
+    for name, p in want.items():
+        row = got[name]
+        assert (row["sessions"], row["messages"], row["tool_calls"], row["tokens"]) == (
+            p["sessions"],
+            p["messages"],
+            p["tool_calls"],
+            p["total_tokens"],
+        ), name
+    assert sum(r["hermes_cost_usd"] for r in got.values()) == pytest.approx(
+        hermes_insights["overview"]["estimated_cost"], abs=1e-5
+    )
+
+
+@pytest.fixture(scope="module")
+def small_analytics(tmp_path_factory):
+    """The small fixture (hermes-agent 0.19's writer, skills loaded) captured with every asset in one run."""
+    cap = new_capture(tmp_path_factory.mktemp("recipes-small-analytics"))
+    copy_small(cap.home)
+    with pytest.MonkeyPatch.context() as mp, dg.DagsterInstance.ephemeral() as instance:
+        use_environment(mp, {**cap.environ(), "HERMES_ASSETS_WORKERS": "1"})
+        assert cap.materialize(SMALL_DAYS[0], SMALL_DAYS[-1], instance=instance, select=ALL_ASSETS).success
+    return cap
+
+
+def test_skills_over_a_range_is_hermes_skills(small_analytics):
+    got = run("skills_over_a_range", small_analytics.warehouse)
+    want = json.loads((V022.parent / "small" / "insights.json").read_text(encoding="utf-8"))["skills"]["top_skills"]
+    assert want, "the fixture loads skills"
+    assert [(r["skill"], r["loads"], r["edits"], r["actions"]) for r in got] == sorted(
+        ((s["skill"], s["view_count"], s["manage_count"], s["total_count"]) for s in want),
+        key=lambda s: (-s[3], s[0]),
+    )
+
+
+def test_activity_by_weekday_and_hour_is_hermes_activity(v022_capture, hermes_insights):
+    """Hermes's report ran in UTC (its clock pinned to a day boundary): its weekdays and hours are ours."""
+    got = run("activity_by_weekday_and_hour", v022_capture.warehouse)
+    by_day: dict[str, int] = defaultdict(int)
+    by_hour: dict[int, int] = defaultdict(int)
+    for r in got:
+        by_day[r["weekday_name"]] += r["sessions"]
+        by_hour[r["hour"]] += r["sessions"]
+    activity = hermes_insights["activity"]
+    assert {d["day"]: d["count"] for d in activity["by_day"] if d["count"]} == dict(by_day)
+    assert {h["hour"]: h["count"] for h in activity["by_hour"] if h["count"]} == dict(by_hour)
+    assert [(r["weekday"], r["hour"]) for r in got] == sorted((r["weekday"], r["hour"]) for r in got)
+
+
+@pytest.mark.parametrize(
+    ("ranking", "label"),
+    [("hermes_messages", "Most messages"), ("hermes_tokens", "Most tokens"), ("hermes_tool_calls", "Most tool calls")],
+)
+def test_top_sessions_of_a_range_leads_with_hermes_notable_session(v022_capture, hermes_insights, ranking, label):
+    sql = recipes()["top_sessions_of_a_range"].replace("'tokens';", f"'{ranking}';", 1)
+    con = duckdb.connect()
+    try:
+        cur = con.execute(sql.replace("'warehouse/", f"'{v022_capture.warehouse}/"))
+        got = [dict(zip([d[0] for d in cur.description], row)) for row in cur.fetchall()]
+    finally:
+        con.close()
+    (notable,) = [t for t in hermes_insights["top_sessions"] if t["label"] == label]
+    assert 0 < len(got) <= 10 and got[0]["session_id"][:16] == notable["session_id"]
+
+
+def test_top_sessions_of_a_range_by_tokens(v022_capture):
+    got = run("top_sessions_of_a_range", v022_capture.warehouse)
+    assert 0 < len(got) <= 10
+    assert [r["total_tokens"] for r in got] == sorted((r["total_tokens"] for r in got), reverse=True)
 
 
 @pytest.mark.parametrize("name", RECIPES)

@@ -150,10 +150,10 @@ def test_ignored_data_never_reaches_disk_and_purge_removes_a_scope_everywhere(in
     # <dataset>/day=<day>/[host=<label>/]part-0.parquet
     where = [Path(h.split(" ")[0]).relative_to(install.warehouse).parts for h in decoded]
     datasets = {parts[0] for parts in where}
-    # the three datasets, and the daily usage per model (the planted model name is a marker too)
-    assert datasets == {"ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages", "hermes_daily_usage"}, (
-        decoded
-    )
+    # the three datasets, the daily usage per model (the planted model name is a marker too) and the
+    # day's top sessions (their title and model)
+    captured = {"ai_gateway_messages_hermes", "hermes_sessions", "hermes_messages"}
+    assert datasets == captured | {"hermes_daily_usage", "hermes_top_sessions"}, decoded
     assert {parts[1] for parts in where} == {f"day={DAY1}", f"day={DAY2}"}
     assert _found(PURGED, [install.dagster_home, logs]) == [], "captured content reached logs or Dagster storage"
 

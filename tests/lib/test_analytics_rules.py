@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_assets.lib.analytics.daily import hermes_marks_error, is_error_result
+from hermes_assets.lib.analytics.tool_errors import hermes_marks_error, is_error_result
 
 TOOLS = ["terminal", "memory", "write_file", "patch", "read_file", "web_search", "execute_code", None]
 
@@ -125,7 +125,8 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
     its tool calls count under its model, like any session's."""
     import pyarrow as pa
 
-    from hermes_assets.lib.analytics.daily import USAGE_INPUTS, daily_usage
+    from hermes_assets.lib.analytics.usage import INPUTS as USAGE_INPUTS
+    from hermes_assets.lib.analytics.usage import daily_usage
     from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS
 
     session = {
@@ -134,7 +135,17 @@ def test_daily_usage_counts_the_tool_calls_of_a_reused_session_id_under_its_mode
         "store_label": None,
         "id": "s1",
         "generation": 2,
+        "source": "cli",
         "model": "m",
+        "title": None,
+        "started_at": None,
+        "ended_at": None,
+        "message_count": 1,
+        "tool_call_count": 1,
+        "billing_provider": None,
+        "billing_base_url": None,
+        "cost_status": None,
+        "cost_source": None,
         "usage_by_model": None,
         "api_call_count": 1,
         "input_tokens": 10,
@@ -185,7 +196,7 @@ def test_daily_tools_counts_as_one_pass_over_the_rows_would(parts):
     plain count over the rows, one by one, with the rule asked of every result; a NULL tool last."""
     import pyarrow as pa
 
-    from hermes_assets.lib.analytics.daily import daily_tools
+    from hermes_assets.lib.analytics.tools import daily_tools
     from hermes_assets.lib.basics import schemas
 
     attrs_type = schemas.AI_GATEWAY_MESSAGES.field("attributes").type
@@ -211,13 +222,15 @@ def test_daily_tools_counts_as_one_pass_over_the_rows_would(parts):
             row["results"] += 1
             row["error_results"] += is_error_result(said, tool, content)
     order = sorted(want, key=lambda name: (name is None, name or ""))
-    got = daily_tools("2026-06-01", gateway)
+    no_messages = schemas.HERMES_MESSAGES.empty_table()  # Hermes's own count of calls: none here
+    got = daily_tools("2026-06-01", gateway, no_messages)
     assert got.table.to_pylist() == [
         {
             "day": "2026-06-01",
             "tool_name": name,
             **{k: v for k, v in want[name].items() if k != "sessions"},
             "sessions": len(want[name]["sessions"]),
+            "hermes_calls": 0,
         }
         for name in order
     ]

@@ -22,6 +22,8 @@ import structlog
 
 from hermes_assets.defs import settings
 from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.analytics.tools import daily_tools
+from hermes_assets.lib.analytics.usage import daily_usage
 from hermes_assets.lib.basics import ids
 from hermes_assets.lib.basics.errors import ConfigurationError
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS, SIGHTINGS
@@ -199,7 +201,7 @@ def test_the_analytics_of_a_day_are_computed_over_every_host(kind, two_hosts, tm
         name: pa.concat_tables([wh[h].read_own(name, DAY, columns=cols) for h in wh])
         for name, cols in daily.INPUTS.items()
     }
-    assert wh["beta"].read(daily.USAGE, DAY) == daily.daily_usage(DAY, own[SESSIONS], own[MESSAGES], own[GATEWAY]).table
+    assert wh["beta"].read(daily.USAGE, DAY) == daily_usage(DAY, own[SESSIONS], own[MESSAGES], own[GATEWAY]).table
     # the other host computing it again leaves the same file
     before = (root / daily.USAGE / f"day={DAY}" / PART_FILE).read_bytes()
     daily.write_current_day(wh["beta"], daily.USAGE, DAY, functools.partial(daily.read_inputs, inputs, DAY))
@@ -224,7 +226,7 @@ def test_analytics_computed_while_another_host_writes_are_computed_again(two_hos
 
     _, figures = daily.write_current_day(alpha, daily.TOOLS, DAY, read)
     assert len(reads) == 2 and figures.totals["tool_calls"] == 2
-    assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
+    assert alpha.read(daily.TOOLS, DAY) == daily_tools(DAY, alpha.read(GATEWAY, DAY), alpha.read(MESSAGES, DAY)).table
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -250,7 +252,7 @@ def test_a_host_whose_analytics_file_was_replaced_while_it_computed_computes_aga
     with structlog.testing.capture_logs() as events:
         daily.write_current_day(alpha, daily.TOOLS, DAY, alpha_reads)
     assert "file_replaced" in [e.get("reason") for e in events if e["event"] == "hermes.analytics.recomputed"]
-    assert alpha.read(daily.TOOLS, DAY) == daily.daily_tools(DAY, alpha.read(GATEWAY, DAY)).table
+    assert alpha.read(daily.TOOLS, DAY) == daily_tools(DAY, alpha.read(GATEWAY, DAY), alpha.read(MESSAGES, DAY)).table
     assert pc.sum(alpha.read(daily.TOOLS, DAY)["calls"]).as_py() == 2  # both hosts' tool calls
 
 

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 from structlog.testing import capture_logs
 
-from hermes_assets.lib.analytics import daily
+from hermes_assets.lib.analytics.tools import daily_tools
+from hermes_assets.lib.analytics.usage import daily_usage
 from hermes_assets.lib.basics import errors, hermes_tables, schemas
 from hermes_assets.lib.capture import day_rows
 from hermes_assets.lib.plan import capture_plan
@@ -234,10 +235,13 @@ def test_a_rotation_childs_hand_off_rows_are_copies_of_its_parents_on_another_da
     assert [k for k, v in marks.items() if v] == [("child", copies[1]), ("child", copies[2])]
     assert marks[("parent", ask)] is None
     # the analytics count the call and its result once, on the parent's day
-    usage = {day: daily.daily_usage(day, *_day_tables(proj, day)).totals for day in (DAY1, DAY2)}
+    usage = {day: daily_usage(day, *_day_tables(proj, day)).totals for day in (DAY1, DAY2)}
     assert (usage[DAY1]["tool_calls"], usage[DAY2]["tool_calls"]) == (1, 0)
     assert (usage[DAY1]["messages"], usage[DAY2]["messages"]) == (3, 2)
-    tools = {day: daily.daily_tools(day, _day_tables(proj, day)[2]).totals for day in (DAY1, DAY2)}
+    tools = {}
+    for day in (DAY1, DAY2):
+        _, messages, gateway = _day_tables(proj, day)
+        tools[day] = daily_tools(day, gateway, messages).totals
     assert (tools[DAY1]["tool_results"], tools[DAY2]["tool_results"]) == (1, 0)
 
 

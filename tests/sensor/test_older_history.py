@@ -29,7 +29,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from hermes_assets.lib.analytics.daily import TOOLS, USAGE
+from hermes_assets.lib.analytics.daily import ANALYTICS, USAGE
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from tests.sensor.harness import DAGSTER, REPO, copy_instance_config, free_port, kill_group, project_env, start
 from tests.support.hermes_writer import HermesWriter
@@ -41,7 +41,6 @@ POLL_S = 5
 #: a day's capture: detected within 3 sensor intervals, then a run of a few seconds (more on a busy machine)
 CAPTURE_BOUND_S = 3 * POLL_S + 60
 DATASETS = (SESSIONS, MESSAGES, GATEWAY)
-ANALYTICS = (USAGE, TOOLS)
 
 PARTITIONS_Q = """
 query {

@@ -10,13 +10,14 @@ import structlog
 from hermes_assets.defs.resources import HermesStores, HermesWarehouse
 from hermes_assets.defs.sensors import run_requests
 from hermes_assets.defs.tags import NO_SESSIONS_TAG
+from hermes_assets.lib.basics import schemas
 from tests.conftest import copy_fixture, suite_days
 from tests.sensor.harness import SENSOR, _instance, definitions
 from tests.support.hosts import HOST_FILES
 
 SMALL_DAYS = [f"2026-06-{d:02d}" for d in range(1, 15)]
 DATASETS = ("hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes")
-ANALYTICS = ("hermes_daily_usage", "hermes_daily_tools")
+ANALYTICS = tuple(schemas.ANALYTICS)
 
 
 def test_few_days_are_one_run_each():
@@ -51,7 +52,7 @@ def test_the_sensor_targets_the_datasets_by_name_and_its_runs_name_their_day_che
     target = str(SENSOR_TARGET)
     assert target == (
         'key:"hermes_sessions" or key:"hermes_messages" or key:"ai_gateway_messages_hermes"'
-        ' or key:"hermes_daily_usage" or key:"hermes_daily_tools"'
+        + "".join(f' or key:"{name}"' for name in ANALYTICS)
     )
     for request in run_requests([("2026-06-01", "aaaaaaaaaaaa")], 14, days=suite_days()) + run_requests(
         [(f"2026-06-{d:02d}", f"{d:012x}") for d in range(1, 21)], 14, days=suite_days()
@@ -113,8 +114,7 @@ def test_a_day_before_the_first_partition_is_a_run_naming_its_day_with_its_analy
     assert request.tags["dagster/priority"] == "-1"  # the queue starts the live days' runs first
     keys = {k.to_user_string() for k in request.asset_selection}
     assert keys == {"hermes_sessions", "hermes_messages", "ai_gateway_messages_hermes"} | {
-        "hermes_daily_usage",
-        "hermes_daily_tools",
+        *ANALYTICS,
     }
     (regular,) = run_requests([(first, "bbbbbbbbbbbb")], max_runs=14, days=suite_days())
     assert "dagster/partition" not in regular.tags  # Dagster resolves it, checking the key
@@ -139,6 +139,5 @@ def test_the_days_before_the_first_partition_are_one_ranged_run_naming_its_range
         "hermes_sessions",
         "hermes_messages",
         "ai_gateway_messages_hermes",
-        "hermes_daily_usage",
-        "hermes_daily_tools",
+        *ANALYTICS,
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from hermes_assets.lib.basics import schemas
 from tests.defs.harness import Capture, new_capture
 from tests.support.environ import use_environment
 from tests.support.skips import unavailable
@@ -24,13 +25,7 @@ from tests.support.skips import unavailable
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 V022 = FIXTURES / "hermes_v022"
 #: every asset of a capture: the three datasets and the analytics built on them
-ALL_ASSETS = (
-    "hermes_sessions",
-    "hermes_messages",
-    "ai_gateway_messages_hermes",
-    "hermes_daily_usage",
-    "hermes_daily_tools",
-)
+ALL_ASSETS = (*schemas.DATASETS, *schemas.ANALYTICS)
 
 
 def store(folder: Path = V022) -> Path:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.defs.harness import DATASETS, SMALL_DAYS, day_path
+from tests.defs.harness import ANALYTICS, DATASETS, SMALL_DAYS, day_path
 from tests.e2e.test_backfill_graphql import ASSET_CHECKS_Q, DAY_CHECKS, DagsterDev, backfill, check_executions
 from tests.ui.test_dagster_ui import Screens, _materialize_all, _open, _visible, _wait_first_tick
 
@@ -138,9 +138,9 @@ def _varying_policies_notice_is_the_uis_own(page, screens: Screens, dev: Dagster
     every asset has the same one (the UI compares them as objects); docs/running.md says why."""
     nodes = dev.graphql(BACKFILL_POLICIES_Q)["assetNodes"]
     policies = {tuple(n["assetKey"]["path"]): n["backfillPolicy"] for n in nodes}
-    # the capture's three, the two analytics assets and the exposures (hermes_state, external, is not materialized)
+    # the capture's three, the analytics assets and the exposures (hermes_state, external, is not materialized)
     policies = {key: p for key, p in policies.items() if key != ("hermes_state",)}
-    assert len(policies) == len(DATASETS) + 3
+    assert len(policies) == len(DATASETS) + len(ANALYTICS) + 1
     assert all(
         p == {"policyType": "SINGLE_RUN", "maxPartitionsPerRun": None, "description": p["description"]}
         for p in policies.values()

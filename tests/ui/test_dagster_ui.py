@@ -6,7 +6,7 @@ user does:
 
 1. opens *Lineage*, expands its two groups (``hermes``, ``hermes_analytics``)
    and sees the three assets (with their SQLite / Python / Parquet kinds) and
-   the two analytics assets downstream of them;
+   the analytics assets and the exposures downstream of them;
 2. opens *Automation* → ``hermes_state_sensor``: it is running, and its latest
    tick says why it skipped (Hermes is not installed yet);
 3. Hermes appears (a copy of the small fixture store), and the user imports
@@ -21,7 +21,9 @@ user does:
    backfill): *Metadata* → *Plots* → *Events* draws one plot per numeric
    total (``total_tokens``, ``sessions``, ``estimated_cost_usd``, ...), one
    point per day; with ``HERMES_ASSETS_UPDATE_SCREENSHOTS=1`` that view replaces
-   ``docs/ui-daily-usage-plots.png`` (a test run never changes a tracked file otherwise).
+   ``docs/ui-daily-usage-plots.png`` (a test run never changes a tracked file otherwise);
+7. opens ``hermes_daily_channels`` (what Hermes's own report answers besides): the
+   same view plots its daily totals (``channels``, ``sessions``, ``hermes_cost_usd``, ...).
 
 Screenshots of every step land in the test's temp dir (``screenshots/``); the
 last one is also copied to ``/tmp/hermes-ui-screenshot.png``.
@@ -47,6 +49,8 @@ FINAL_SCREENSHOT = Path("/tmp/hermes-ui-screenshot.png")
 #: the picture of the analytics plots in docs/running.md (rewritten by every run of this test)
 PLOTS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "ui-daily-usage-plots.png"
 USAGE = "hermes_daily_usage"
+CHANNELS = "hermes_daily_channels"
+STATE = "hermes_state"
 RANGE = f"[{SMALL_DAYS[0]}...{SMALL_DAYS[-1]}]"
 DAY = SMALL_DAYS[2]  # the day whose metadata is read off the screen
 BACKFILL_TIMEOUT_S = 180
@@ -181,17 +185,21 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     _open(page, "Lineage", _visible(page, "hermes_analytics"))
     for group in ("hermes", "hermes_analytics"):  # the group boxes of the graph (not the sidebar tree)
         page.locator("foreignObject").get_by_text(group, exact=True).click()
-    page.reload()  # the graph is laid out and fitted again, groups expanded
+    # the graph is laid out and fitted again, groups expanded, on a screen tall enough for the analytics'
+    # column (the UI draws no node outside the screen)
+    page.set_viewport_size({"width": 1600, "height": 1900})
+    page.reload()
     for name in DATASETS:
         _visible(page, name).wait_for()
     for name in (*ANALYTICS, EXPOSURES):
         _visible(page, name).wait_for()
-    _visible(page, "hermes_state").wait_for()  # the stores the datasets are read from: SQLite only
-    # the analytics and the exposures are Python and Parquet, not SQLite; hermes_state (the stores) is SQLite
-    everything = len(DATASETS) + len(ANALYTICS) + 1
-    for kind, count in (("SQLite", len(DATASETS) + 1), ("Python", everything), ("Parquet", everything)):
+    everything = len(DATASETS) + len(ANALYTICS) + 1  # the analytics and the exposures are Python and Parquet
+    # the Hermes stores (hermes_state, upstream) are SQLite only, when the fitted graph shows them
+    stores = min(1, page.locator("foreignObject").get_by_text(STATE, exact=True).filter(visible=True).count())
+    for kind, count in (("SQLite", len(DATASETS) + stores), ("Python", everything), ("Parquet", everything)):
         assert page.get_by_text(kind, exact=True).filter(visible=True).count() == count, kind
     screens.shot("asset-graph")
+    page.set_viewport_size({"width": 1600, "height": 1000})
 
     # 2. the sensor: running, and its latest tick says why it skipped
     _open(page, "Automation", page.get_by_role("link", name="hermes_state_sensor"))
@@ -260,24 +268,41 @@ def _walk_through(page, screens: Screens, dev: DagsterDev, installation, aside: 
     # the sensors that keep it current: hermes_automation, and the watermark sensor, whose run of a day
     # older than the first partition computes that day's analytics too
     _visible(page, "2 sensors").wait_for()
-    metadata = _visible(page, "Metadata")
-    metadata.evaluate("e => e.scrollIntoView({block: 'start'})")
-    page.get_by_role("button", name="Plots").click()
-    # by partition, the UI plots only the latest days of the partition set; the fixture's
-    # days are months old, so plot by materialization event (one per day, in day order)
-    page.locator("button", has_text="Events").last.click()
     plotted = ("total_tokens", "sessions", "estimated_cost_usd", "tool_calls", "messages", "dagster/row_count")
-    for label in plotted:
-        page.get_by_text(label, exact=True).last.wait_for()
-    numeric = _numeric_labels(dev, USAGE)
-    assert set(plotted) <= numeric
-    page.wait_for_function(f"document.querySelectorAll('canvas').length >= {len(numeric)}")
+    metadata = _plots(page, dev, USAGE, plotted)
     page.set_viewport_size({"width": 1600, "height": 2300})  # every plot in one picture
     metadata.evaluate("e => e.scrollIntoView({block: 'start'})")
     page.wait_for_timeout(1000)  # the charts redraw at the new size
     shot = screens.shot("daily-usage-plots")
     if os.environ.get("HERMES_ASSETS_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(shot, PLOTS_SCREENSHOT)
+
+    # 7. what Hermes's own report answers besides: hermes_daily_channels plots each day's channels
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(f"{dev.url}/assets/{CHANNELS}")
+    _visible(page, "What each channel Hermes was used through", exact=False).wait_for()
+    _plots(page, dev, CHANNELS, ("channels", "sessions", "total_tokens", "hermes_cost_usd", "session_hours"))
+    screens.shot("daily-channels-plots")
+    # and every analytics asset's Overview has its days' totals to plot (numeric, on every day of the run)
+    for asset in ANALYTICS:
+        assert _numeric_labels(dev, asset), asset
+
+
+def _plots(page, dev: DagsterDev, asset: str, plotted: tuple[str, ...]):
+    """The asset page's *Metadata* -> *Plots* -> *Events*: a plot per numeric label, ``plotted`` among
+    them; -> the Metadata heading."""
+    metadata = _visible(page, "Metadata")
+    metadata.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.get_by_role("button", name="Plots").click()
+    # by partition, the UI plots only the latest days of the partition set; the fixture's
+    # days are months old, so plot by materialization event (one per day, in day order)
+    page.locator("button", has_text="Events").last.click()
+    for label in plotted:
+        page.get_by_text(label, exact=True).last.wait_for()
+    numeric = _numeric_labels(dev, asset)
+    assert set(plotted) <= numeric
+    page.wait_for_function(f"document.querySelectorAll('canvas').length >= {len(numeric)}")
+    return metadata
 
 
 NUMERIC_Q = """

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib.analytics.daily import ANALYTICS, INPUTS, DayFigures, compute_day
+from hermes_assets.lib.analytics.daily import ANALYTICS, INPUTS, DayFigures, compute_days
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
@@ -42,11 +42,11 @@ class KnownDay:
 
 
 def figures_of(day: str, tables: Mapping[str, pa.Table]) -> dict[str, DayFigures]:
-    """Both analytics of ``day`` from the day's whole tables of the three datasets: the columns
+    """Every analytics dataset of ``day`` from the day's whole tables of the three datasets: the columns
     the analytics read, in the order of the files (:func:`~hermes_assets.lib.warehouse.partition_file.encode`
     sorts them), as :func:`~hermes_assets.lib.analytics.daily.read_inputs` gives them."""
     inputs = {name: _as_in_file(name, tables[name], columns) for name, columns in INPUTS.items()}
-    return {dataset: compute_day(dataset, day, inputs) for dataset in ANALYTICS}
+    return compute_days(list(ANALYTICS), day, inputs)
 
 
 def _as_in_file(dataset: str, table: pa.Table, columns: list[str]) -> pa.Table:

@@ -1,390 +1,106 @@
-"""The first analytics layer (SPEC §11): what a day of Hermes cost, and which tools it used.
+"""Every analytics dataset (SPEC §11), a day at a time, from the warehouse to the warehouse.
 
-Pure functions of one partition day of the captured datasets:
+Each dataset is a pure function of one partition day of the captured datasets
+(:func:`compute_day`), in a module of its own:
 
-* :func:`daily_usage` -> ``hermes_daily_usage``: per model, sessions, messages,
-  tool calls, API calls, tokens and costs;
-* :func:`daily_tools` -> ``hermes_daily_tools``: per tool name, calls, results,
-  error results and sessions.
+* ``hermes_daily_usage`` (:mod:`.usage`): per model, sessions, messages, tool
+  calls, API calls, tokens and costs;
+* ``hermes_daily_tools`` (:mod:`.tools`): per tool name, calls, results, error
+  results and sessions;
+* what Hermes's own report (``hermes insights``) answers besides:
+  ``hermes_daily_channels`` (:mod:`.channels`), ``hermes_daily_skills``
+  (:mod:`.skills`), ``hermes_activity`` (:mod:`.activity`) and
+  ``hermes_top_sessions`` (:mod:`.top_sessions`).
 
 The day is the partition day (the day the sessions started, SPEC §2), and
 rows flagged ``source_deleted`` (D13) are left out: these tables describe what
 the store holds now. So are copies (rows with ``copy_of``, D20): a logical
 message, tool call or tool result counts once, however many generations
-Hermes keeps of it. Each function returns the table and the day's totals (the
-numbers a materialization shows and the Dagster UI plots); neither holds a
-model or tool name, only counts.
+Hermes keeps of it (Hermes's own counts, in the columns named ``hermes_*`` and
+in the skills, take every stored row, as its report does). A session's figures
+are defined once (:mod:`.day_sessions`), for every dataset that counts them.
+Each function returns the table and the day's totals (the numbers a
+materialization shows and the Dagster UI plots); none holds a name, only counts.
+
+Here, the day's one file of each: read once for every dataset, computed, and
+replaced until it is known to be computed from the inputs as they are
+(:func:`write_current_day`).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from hermes_assets.lib.basics import ids, schemas
+from hermes_assets.lib.analytics import activity, channels, day_sessions, skills, tools, top_sessions, usage
+from hermes_assets.lib.analytics.live_rows import DayFigures
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
-from hermes_assets.lib.warehouse.retention import source_deleted_mask
 
 log = get_logger()
 
-USAGE = "hermes_daily_usage"
-TOOLS = "hermes_daily_tools"
+USAGE, TOOLS, CHANNELS, SKILLS, ACTIVITY, TOP_SESSIONS = (
+    usage.USAGE,
+    tools.TOOLS,
+    channels.CHANNELS,
+    skills.SKILLS,
+    activity.ACTIVITY,
+    top_sessions.TOP_SESSIONS,
+)
 ANALYTICS = tuple(schemas.ANALYTICS)
 
-TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
-COSTS = ("estimated_cost_usd", "actual_cost_usd")
-#: costs are summed in floating point; a day's figures are rounded to the micro-dollar, as a
-#: person reads money (0.192284, not 0.19228399999999998)
-COST_DIGITS = 6
-
-#: the columns each asset reads (the IO manager reads nothing else)
-USAGE_INPUTS = {
-    SESSIONS: [
-        "host",
-        "store",
-        "store_label",
-        "id",
-        "generation",
-        "model",
-        "usage_by_model",
-        "api_call_count",
-        *TOKENS,
-        *COSTS,
-        "source_deleted",
-    ],
-    MESSAGES: ["host", "store", "session_id", "role", "source_deleted", "copy_of"],
-    GATEWAY: ["session_id", "part_type", "attributes"],
-}
-TOOLS_INPUTS = {
-    GATEWAY: ["session_id", "part_type", "tool_name", "content_text", "is_error", "attributes"],
+#: the columns each asset reads of each captured dataset (the IO manager reads nothing else)
+DATASET_INPUTS: dict[str, dict[str, list[str]]] = {
+    USAGE: usage.INPUTS,
+    TOOLS: tools.INPUTS,
+    CHANNELS: day_sessions.INPUTS,
+    SKILLS: skills.INPUTS,
+    ACTIVITY: day_sessions.INPUTS,
+    TOP_SESSIONS: day_sessions.INPUTS,
 }
 
-#: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
-#: ``agent/tool_result_classification.py``)
-_FILE_MUTATING_TOOLS = frozenset({"write_file", "patch"})
-
-
-@dataclass
-class DayFigures:
-    """One day of one analytics dataset: its rows and its totals."""
-
-    table: pa.Table
-    totals: dict[str, int | float] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------
-# hermes_daily_usage
-# --------------------------------------------------------------------------
-
-
-def _model(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _usage_entries(text: str | None) -> list[dict]:
-    """The session's ``usage_by_model`` entries (SPEC §3), or ``[]`` when it has none."""
-    if not text:
-        return []
-    try:
-        entries = json.loads(text)
-    except ValueError:
-        return []
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-
-
-def _int(value: object) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
-def _cost(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def live(table: pa.Table, dataset: str) -> pa.Table:
-    """The rows not flagged ``source_deleted`` (D13), each logical message once (no copies,
-    D20): what the store holds now."""
-    if table.num_rows == 0:
-        return table
-    drop = pc.or_(source_deleted_mask(dataset, table), copy_mask(dataset, table))
-    return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
-
-
-def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """Which rows are copies of an earlier generation of their logical message (D20): a raw
-    row's ``copy_of``, a canonical row's ``attributes.hermes.copy_of``; all false for a
-    dataset without them."""
-    if dataset == GATEWAY and "attributes" in table.column_names:
-        column = table.column("attributes")
-        text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
-        # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
-        return pc.fill_null(pc.match_substring(text, '"copy_of":'), False)
-    if "copy_of" in table.column_names:
-        return pc.is_valid(table.column("copy_of"))
-    return pa.repeat(pa.scalar(False), table.num_rows)
-
-
-def _count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
-    if table.num_rows == 0:
-        return {}
-    counts = table.group_by(keys).aggregate([([], "count_all")])
-    columns = [counts.column(k).to_pylist() for k in keys]
-    return {tuple(key): n for *key, n in zip(*columns, counts.column("count_all").to_pylist())}
-
-
-def daily_usage(day: str, sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> DayFigures:
-    """Per model: the day's sessions, messages, tool calls, API calls, tokens and costs.
-
-    * Tokens, API calls and costs come from each session's ``usage_by_model``
-      (the per-model truth, D12: a session that switched models, or spent
-      tokens on auxiliary tasks such as titles and compression, counts under
-      each model it used); a session without it counts its own totals under
-      its own ``model``.
-    * Messages (stored messages, rewound and compacted ones included; Hermes's
-      ``session_meta`` bookkeeping rows are not messages) and tool calls (the
-      canonical ``tool_call`` parts) count under the session's ``model``, each
-      logical message once (copies left out, D20).
-    * ``sessions``: the sessions that used the model (a ``usage_by_model``
-      entry) or have it as their own model; a session can count under several.
-    * ``total_tokens`` is Hermes's own total: input + cache read + cache write
-      + output (reasoning tokens are part of the output).
-    * Costs are as Hermes writes them, summed and rounded to the micro-dollar:
-      ``NULL`` only where no session of the row has any (hermes-agent 0.19 writes
-      ``0.0``, not NULL, into ``session_model_usage.actual_cost_usd`` when a
-      provider reported no cost, so a day's ``actual_cost_usd`` is usually 0.0).
-    """
-    # the gateway's tool calls, then those the store holds now (the same rows as the other way round)
-    calls = live(gateway.filter(pc.equal(gateway.column("part_type"), "tool_call")), GATEWAY)
-    sessions, messages = live(sessions, SESSIONS), live(messages, MESSAGES)
-    acc: dict[str | None, dict] = defaultdict(
-        lambda: {
-            "sessions": set(),
-            "messages": 0,
-            "tool_calls": 0,
-            "api_calls": 0,
-            **{t: 0 for t in TOKENS},
-            **{c: None for c in COSTS},
-        }
-    )
-    # a session is its host's store's (several hosts, one warehouse: SPEC §2)
-    own_model: dict[tuple[str, str, str], str | None] = {}
-    canonical: dict[str, tuple[str, str, str]] = {}
-    for s in sessions.to_pylist():
-        key = (s["host"], s["store"], s["id"])
-        own = own_model[key] = _model(s["model"])
-        canonical[ids.session_id(s["store_label"], s["id"], s["generation"] or 1)] = key
-        acc[own]["sessions"].add(key)
-        for source in _usage_entries(s["usage_by_model"]) or [s]:
-            row = acc[_model(source.get("model"))]
-            row["sessions"].add(key)
-            row["api_calls"] += _int(source.get("api_call_count"))
-            for name in TOKENS:
-                row[name] += _int(source.get(name))
-            for name in COSTS:
-                value = _cost(source.get(name))
-                if value is not None:
-                    row[name] = value if row[name] is None else row[name] + value
-    kept = messages.filter(pc.fill_null(pc.not_equal(messages.column("role"), "session_meta"), True))
-    for (host, store, sid), n in _count_by(kept, ["host", "store", "session_id"]).items():
-        if (host, store, sid) in own_model:
-            acc[own_model[(host, store, sid)]]["messages"] += n
-    for (session_id,), n in _count_by(calls, ["session_id"]).items():
-        if session_id in canonical:
-            acc[own_model[canonical[session_id]]]["tool_calls"] += n
-    rows = []
-    for model in sorted(acc, key=lambda m: (m is None, m or "")):
-        row = acc[model]
-        rows.append(
-            {
-                "day": day,
-                "model": model,
-                "sessions": len(row["sessions"]),
-                **{k: row[k] for k in ("messages", "tool_calls", "api_calls", *TOKENS)},
-                "total_tokens": row["input_tokens"]
-                + row["cache_read_tokens"]
-                + row["cache_write_tokens"]
-                + row["output_tokens"],
-                **{c: None if row[c] is None else round(row[c], COST_DIGITS) for c in COSTS},
-            }
-        )
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_USAGE)
-    totals: dict[str, int | float] = {"models": table.num_rows, "sessions": len(own_model)}
-    for name in ("messages", "tool_calls", "api_calls", *TOKENS, "total_tokens"):
-        totals[name] = sum(r[name] for r in rows)
-    for name in COSTS:
-        totals[name] = round(float(sum(r[name] or 0.0 for r in rows)), COST_DIGITS)
-    return DayFigures(table, totals)
-
-
-# --------------------------------------------------------------------------
-# hermes_daily_tools
-# --------------------------------------------------------------------------
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-
-
-def hermes_marks_error(tool_name: str | None, content: str | None) -> bool:
-    """Whether Hermes itself shows this tool result as a failure.
-
-    Hermes records no error flag with a tool result (``is_error`` is NULL in
-    every canonical row); its CLI decides from the result text, and this is
-    that rule (hermes-agent 0.19.0, ``agent/display.py``
-    ``_detect_tool_failure``), so the counts match what a Hermes user saw:
-
-    1. ``write_file``/``patch`` results that prove the write landed (JSON
-       without ``error``, with ``bytes_written`` / ``"success": true``): no error;
-    2. ``terminal``: an error exactly when the JSON result has a non-zero
-       ``exit_code`` (anything else, a cancellation note included, is not);
-    3. ``memory``: ``"success": false`` with "exceed the limit" in ``error``;
-    4. any JSON object with a truthy ``error`` (or ``message``) and either
-       ``"success": false`` or an ``error`` key;
-    5. else, text whose first 500 characters hold ``"error"`` or ``"failed"``
-       (quotes included, any case), or that starts with ``Error``.
-    """
-    if content is None:
-        return False
-    data = _json(content)
-    if tool_name in _FILE_MUTATING_TOOLS and isinstance(data, dict) and not data.get("error"):
-        if (tool_name == "write_file" and "bytes_written" in data) or (
-            tool_name == "patch" and data.get("success") is True
-        ):
-            return False
-    if tool_name == "terminal":
-        if isinstance(data, dict):
-            code = data.get("exit_code")
-            return code is not None and code != 0
-        return False
-    if isinstance(data, dict):
-        if tool_name == "memory" and data.get("success") is False and "exceed the limit" in str(data.get("error", "")):
-            return True
-        err = data.get("error") or data.get("message")
-        if err and (data.get("success") is False or "error" in data):
-            return True
-    lower = content[:500].lower()
-    return '"error"' in lower or '"failed"' in lower or content.startswith("Error")
-
-
-def is_error_result(is_error: bool | None, tool_name: str | None, content: str | None) -> bool:
-    """A tool result is an error when its row says so (``is_error``), or, when it says
-    nothing (Hermes's rows), when Hermes marks it as one (:func:`hermes_marks_error`)."""
-    return is_error if is_error is not None else hermes_marks_error(tool_name, content)
-
-
-#: text a tool result holds whenever :func:`hermes_marks_error` can call it an error: "error" or
-#: "failed" in any case, "exit_code", a ``\\u`` escape (a JSON key may spell a letter so); rule 4
-#: without "error" needs "message" and "success" (:func:`maybe_error`)
-_MAYBE_ERROR = r"(?i:error|failed)|exit_code|\\u"
-
-
-def maybe_error(content: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """Which results :func:`hermes_marks_error` may call errors: the others hold none of the text
-    each of its rules needs (a screen in Arrow, one pass; the rule itself decides for those it keeps)."""
-    either = pc.match_substring_regex(content, _MAYBE_ERROR)
-    both = pc.and_(pc.match_substring(content, "message"), pc.match_substring(content, "success"))
-    return pc.fill_null(pc.or_(either, both), False)
-
-
-def error_results(parts: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """Which tool parts are error results (:func:`is_error_result`): a row's own ``is_error``, else
-    Hermes's verdict, asked only of the results the screen (:func:`maybe_error`) keeps."""
-    results = pc.equal(parts.column("part_type"), "tool_result")
-    said = parts.column("is_error")
-    unsaid = pc.and_(results, pc.is_null(said))
-    ask = pc.replace_with_mask(  # the screen runs over the results that say nothing only
-        pa.repeat(pa.scalar(False), parts.num_rows),
-        unsaid.combine_chunks() if isinstance(unsaid, pa.ChunkedArray) else unsaid,
-        maybe_error(parts.column("content_text").filter(unsaid)).combine_chunks()
-        if parts.num_rows
-        else pa.array([], pa.bool_()),
-    )
-    asked = parts.filter(ask)
-    verdicts = [
-        hermes_marks_error(tool_name, content)
-        for tool_name, content in zip(asked.column("tool_name").to_pylist(), asked.column("content_text").to_pylist())
-    ]
-    found = pc.replace_with_mask(pa.repeat(pa.scalar(False), parts.num_rows), ask, pa.array(verdicts, pa.bool_()))
-    return pc.and_(results, pc.or_(pc.fill_null(said, False), found))
-
-
-def daily_tools(day: str, gateway: pa.Table) -> DayFigures:
-    """Per ``tool_name``: calls (``tool_call`` parts), results (``tool_result`` parts),
-    error results (:func:`is_error_result`) and the sessions that used the tool."""
-    # the tool parts, then those the store holds now (the same rows as the other way round, cheaper)
-    parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
-    parts = live(parts, GATEWAY)
-    calls = pc.equal(parts.column("part_type"), "tool_call")
-    counts = pa.table(
-        {
-            "tool_name": parts.column("tool_name"),
-            "session_id": parts.column("session_id"),
-            "calls": pc.cast(calls, pa.int64()),
-            "results": pc.cast(pc.invert(calls), pa.int64()),
-            "error_results": pc.cast(error_results(parts), pa.int64()),
-        }
-    )
-    grouped = counts.group_by("tool_name").aggregate(
-        [("calls", "sum"), ("results", "sum"), ("error_results", "sum"), ("session_id", "count_distinct")]
-    )
-    grouped = grouped.sort_by("tool_name")  # a NULL tool name last (Arrow's default)
-    n = grouped.num_rows
-    table = pa.table(
-        {
-            "day": pa.repeat(pa.scalar(day, pa.string()), n),
-            "tool_name": grouped.column("tool_name"),
-            "calls": grouped.column("calls_sum"),
-            "results": grouped.column("results_sum"),
-            "error_results": grouped.column("error_results_sum"),
-            "sessions": grouped.column("session_id_count_distinct"),
-        }
-    ).cast(schemas.HERMES_DAILY_TOOLS)
-    totals: dict[str, int | float] = {
-        "tools": n,
-        "tool_calls": _sum(table, "calls"),
-        "tool_results": _sum(table, "results"),
-        "error_results": _sum(table, "error_results"),
-        "sessions": pc.count_distinct(parts.column("session_id")).as_py() if parts.num_rows else 0,
-    }
-    totals["error_rate"] = round(totals["error_results"] / totals["tool_results"], 6) if totals["tool_results"] else 0.0
-    return DayFigures(table, totals)
-
-
-def _sum(table: pa.Table, column: str) -> int:
-    return int(pc.sum(table.column(column)).as_py() or 0)
-
-
-# --------------------------------------------------------------------------
-# one day, from the warehouse to the warehouse
-# --------------------------------------------------------------------------
-
-
-#: every column an analytics day reads, per captured dataset (both datasets of a day from one read)
+#: every column an analytics day reads, per captured dataset (every analytics dataset of a day from one read)
 INPUTS = {
-    name: sorted(set(USAGE_INPUTS.get(name, [])) | set(TOOLS_INPUTS.get(name, [])))
-    for name in (*USAGE_INPUTS, *TOOLS_INPUTS)
+    name: sorted({column for inputs in DATASET_INPUTS.values() for column in inputs.get(name, [])})
+    for name in (SESSIONS, MESSAGES, GATEWAY)
+}
+#: the datasets computed from the day's sessions (:func:`~hermes_assets.lib.analytics.day_sessions.day_sessions`)
+_OF_SESSIONS: dict[str, Callable[[str, list[day_sessions.Session]], DayFigures]] = {
+    USAGE: usage.per_model,
+    CHANNELS: channels.daily_channels,
+    ACTIVITY: activity.activity,
+    TOP_SESSIONS: top_sessions.top_sessions,
 }
 
 
 def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigures:
     """One analytics day from the day's tables of its inputs (``dataset name -> table``)."""
-    if dataset == USAGE:
-        return daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
-    if dataset == TOOLS:
-        return daily_tools(day, tables[GATEWAY])
-    raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
+    return compute_days([dataset], day, tables)[dataset]
+
+
+def compute_days(datasets: list[str], day: str, tables: dict[str, pa.Table]) -> dict[str, DayFigures]:
+    """Several analytics of one day from the same tables (``dataset name -> table``), the day's
+    sessions built once for every dataset that counts them."""
+    out: dict[str, DayFigures] = {}
+    found: list[day_sessions.Session] | None = None
+    for dataset in datasets:
+        if dataset == TOOLS:
+            out[dataset] = tools.daily_tools(day, tables[GATEWAY], tables[MESSAGES])
+        elif dataset == SKILLS:
+            out[dataset] = skills.daily_skills(day, tables[MESSAGES])
+        elif dataset in _OF_SESSIONS:
+            if found is None:
+                found = day_sessions.day_sessions(tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
+            out[dataset] = _OF_SESSIONS[dataset](day, found)
+        else:
+            raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")
+    return out
 
 
 #: how many times a day is computed again when its file or its inputs changed while it was
@@ -403,7 +119,7 @@ class DayInputs:
 
 def inputs_of(dataset: str) -> list[str]:
     """The captured datasets ``dataset`` is computed from."""
-    return [name for name in INPUTS if name in (USAGE_INPUTS if dataset == USAGE else TOOLS_INPUTS)]
+    return [name for name in INPUTS if name in DATASET_INPUTS[dataset]]
 
 
 def read_day(warehouse: Warehouse, day: str, read: Callable[[], dict[str, pa.Table]]) -> DayInputs:

@@ -192,40 +192,114 @@ DATASETS = _specs(
 
 I64, F64 = pa.int64(), pa.float64()
 
-HERMES_DAILY_USAGE = pa.schema(
-    [
-        pa.field("day", S, nullable=False),
-        pa.field("model", S),
-        pa.field("sessions", I64, nullable=False),
-        pa.field("messages", I64, nullable=False),
-        pa.field("tool_calls", I64, nullable=False),
-        pa.field("api_calls", I64, nullable=False),
-        pa.field("input_tokens", I64, nullable=False),
-        pa.field("output_tokens", I64, nullable=False),
-        pa.field("cache_read_tokens", I64, nullable=False),
-        pa.field("cache_write_tokens", I64, nullable=False),
-        pa.field("reasoning_tokens", I64, nullable=False),
-        pa.field("total_tokens", I64, nullable=False),
-        pa.field("estimated_cost_usd", F64),
-        pa.field("actual_cost_usd", F64),
-    ]
+
+def _columns(*fields: tuple[str, pa.DataType, bool]) -> pa.Schema:
+    """A derived dataset's schema from (name, type, may be NULL)."""
+    return pa.schema([pa.field(name, typ, nullable=nullable) for name, typ, nullable in fields])
+
+
+#: API calls and tokens, as every table of totals counts them
+_TOKEN_COUNTS = (
+    ("api_calls", I64, False),
+    ("input_tokens", I64, False),
+    ("output_tokens", I64, False),
+    ("cache_read_tokens", I64, False),
+    ("cache_write_tokens", I64, False),
+    ("reasoning_tokens", I64, False),
+    ("total_tokens", I64, False),
+)
+_COSTS = (("estimated_cost_usd", F64, True), ("actual_cost_usd", F64, True))
+
+HERMES_DAILY_USAGE = _columns(
+    ("day", S, False),
+    ("model", S, True),
+    ("sessions", I64, False),
+    ("messages", I64, False),
+    ("tool_calls", I64, False),
+    *_TOKEN_COUNTS,
+    *_COSTS,
+    # Hermes's own figures where they differ from ours (docs/contract.md §11), after ours
+    ("hermes_sessions", I64, False),
+    ("hermes_tool_calls", I64, False),
+    ("hermes_cost_usd", F64, False),
 )
 
-HERMES_DAILY_TOOLS = pa.schema(
-    [
-        pa.field("day", S, nullable=False),
-        pa.field("tool_name", S),
-        pa.field("calls", I64, nullable=False),
-        pa.field("results", I64, nullable=False),
-        pa.field("error_results", I64, nullable=False),
-        pa.field("sessions", I64, nullable=False),
-    ]
+HERMES_DAILY_TOOLS = _columns(
+    ("day", S, False),
+    ("tool_name", S, True),
+    ("calls", I64, False),
+    ("results", I64, False),
+    ("error_results", I64, False),
+    ("sessions", I64, False),
+    ("hermes_calls", I64, False),
+)
+
+HERMES_DAILY_CHANNELS = _columns(
+    ("day", S, False),
+    ("channel", S, True),
+    ("sessions", I64, False),
+    ("messages", I64, False),
+    ("hermes_messages", I64, False),
+    ("tool_calls", I64, False),
+    ("hermes_tool_calls", I64, False),
+    *_TOKEN_COUNTS,
+    ("hermes_total_tokens", I64, False),
+    *_COSTS,
+    ("hermes_cost_usd", F64, False),
+    ("ended_sessions", I64, False),
+    ("session_seconds", F64, False),
+)
+
+HERMES_DAILY_SKILLS = _columns(
+    ("day", S, False),
+    ("skill", S, False),
+    ("loads", I64, False),
+    ("edits", I64, False),
+    ("actions", I64, False),
+    ("sessions", I64, False),
+    ("last_used_at", TS, True),
+)
+
+HERMES_ACTIVITY = _columns(
+    ("day", S, False),
+    ("weekday", I32, False),
+    ("weekday_name", S, False),
+    ("hour", I32, False),
+    ("sessions", I64, False),
+    ("total_tokens", I64, False),
+)
+
+HERMES_TOP_SESSIONS = _columns(
+    ("day", S, False),
+    ("ranking", S, False),
+    ("rank", I32, False),
+    ("host", S, False),
+    ("store_label", S, False),
+    ("session_id", S, False),
+    ("title", S, True),
+    ("channel", S, True),
+    ("model", S, True),
+    ("started_at", TS, True),
+    ("ended_at", TS, True),
+    ("duration_seconds", F64, True),
+    ("messages", I64, False),
+    ("hermes_messages", I64, False),
+    ("tool_calls", I64, False),
+    ("hermes_tool_calls", I64, False),
+    ("total_tokens", I64, False),
+    ("hermes_tokens", I64, False),
+    ("estimated_cost_usd", F64, True),
+    ("hermes_cost_usd", F64, False),
 )
 
 #: the derived datasets, by name (like :data:`DATASETS`)
 ANALYTICS = _specs(
     DatasetSpec("hermes_daily_usage", HERMES_DAILY_USAGE, ("day", "model"), ("day", "model")),
     DatasetSpec("hermes_daily_tools", HERMES_DAILY_TOOLS, ("day", "tool_name"), ("day", "tool_name")),
+    DatasetSpec("hermes_daily_channels", HERMES_DAILY_CHANNELS, ("day", "channel"), ("day", "channel")),
+    DatasetSpec("hermes_daily_skills", HERMES_DAILY_SKILLS, ("day", "skill"), ("day", "skill")),
+    DatasetSpec("hermes_activity", HERMES_ACTIVITY, ("day", "hour"), ("day", "hour")),
+    DatasetSpec("hermes_top_sessions", HERMES_TOP_SESSIONS, ("day", "ranking", "rank"), ("day", "ranking", "rank")),
 )
 
 

@@ -131,6 +131,14 @@ _SQ = r"[^'\\\n]"
 _QV = r"""[^"'\\\n]"""
 _TOKEN = r"""[^\s'"\\]"""
 _IN_LINE = r"""[^\n\r\\"']"""
+#: a value's first character that can begin a secret (:func:`value_is_secret` refuses a reference, a
+#: percent-escape, a path: ``$%{<~/.``)
+_FIRST = r"""[^\s'"\\$%{<~/.]"""
+#: a quoted or unquoted value of :data:`MIN_ASSIGNED` characters (every secret value a form reads holds
+#: one: a form's ``find`` ends with it, so RE2 passes over a name whose value is too short in C)
+_VALUE8 = r"(?:" + _QUOTE + r"[^\\\n]{8}|" + _FIRST + _TOKEN + "{7})"
+#: the same of :data:`MIN_EXPLICIT` characters, unquoted
+_VALUE6 = _FIRST + _TOKEN + "{5}"
 #: a command's text up to an option, on one line (bounded)
 _ARGS = r"(?:[^\n\\;|&]|\\[^nr]){0,200}?"
 #: a form's value is read from this many bytes after the match's start (then followed by code, so
@@ -187,6 +195,8 @@ class Value:
 _NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 #: the longest name read
 _NAME_MAX = 120
+#: the candidates' texts a form remembers per text searched
+_SEEN_MAX = 4096
 
 
 def name_start(data: bytes, at: int) -> int:
@@ -233,17 +243,31 @@ class Form:
         find, extract = self._programs
         out: list[tuple[int, int]] = []
         at, size = 0, len(data)
+        # what a candidate's text (from the longest name before it to its window's end) gave: a cell
+        # repeating one near-match judges it once
+        seen: dict[tuple[int, bytes], tuple[int, int] | None] = {}
         while at <= size:
             found = search_spans(find, data, at)
             if found is None:
                 break
-            start, end = found[0]
-            groups = search_spans(extract, data, start, anchored=True, endpos=min(size, start + WINDOW))
-            span, read = self._secret(data, groups) if groups is not None else (None, 0)
+            start = found[0][0]
+            low = start - _NAME_MAX - 1 if start > _NAME_MAX else 0
+            key = (start - low, data[low : start + WINDOW + 1])
+            if key in seen:
+                known = seen[key]
+                span, read = (None if known is None else (start + known[0], start + known[1])), 0
+            else:
+                groups = search_spans(extract, data, start, anchored=True, endpos=min(size, start + WINDOW))
+                span, read = self._secret(data, groups) if groups is not None else (None, 0)
+                if not read and len(seen) < _SEEN_MAX:
+                    seen[key] = None if span is None else (span[0] - start, span[1] - start)
             if span is not None:
                 out.append(span)
-            # a value read past the window is read once: the candidates inside it are part of it
-            at = max(end, start + 1, span[1] if span is not None else 0, read)
+            # a value read past the window is read once: the candidates inside it are part of it (the
+            # search goes on from the next character: ``find`` reads a value, another name may begin in it)
+            at = start + 1
+            if span is not None or read:
+                at = max(at, span[1] if span is not None else 0, read)
         return out
 
     def _secret(self, data: bytes, groups: list[tuple[int, int]]) -> tuple[tuple[int, int] | None, int]:
@@ -277,7 +301,7 @@ class Form:
 FORMS: tuple[Form, ...] = (
     Form(
         "assignment",  # shell, .env, INI, kwargs, a URL's query: NAME=value, NAME = "value"
-        _SECRET_WORD + r"[A-Za-z0-9_.-]*\s{0,4}(?:=|%3[dD])",
+        _SECRET_WORD + r"[A-Za-z0-9_.-]*\s{0,4}(?:=|%3[dD])\s{0,4}" + _VALUE8,
         _NAME_ON + r"\s{0,4}(?:=|%3[dD])\s{0,4}"
         r"(?:\\{0,3}\"(" + _DQ + r"+)|\\{0,3}'(" + _SQ + r"+)|(" + _UNQUOTED + "+))",
         _SECRET_IN_NAME + r"\s{0,4}(?:=|%3[dD])\s{0,4}(?:" + _QUOTE + r"[^\\\n]{8}|" + _TOKEN + "{8})",
@@ -316,7 +340,7 @@ FORMS: tuple[Form, ...] = (
     ),
     Form(
         "netrc",  # machine host login user password value
-        r"login[ \t]+[^\s]{1,256}[ \t]+(?:password|passwd)[ \t]+",
+        r"login[ \t]+[^\s]{1,256}[ \t]+(?:password|passwd)[ \t]+" + _VALUE6,
         r"login[ \t]+[^\s]+[ \t]+(?:password|passwd)[ \t]+(" + _TOKEN + "+)",
         r"login[ \t]+[^\s]+[ \t]+pass",
         0,
@@ -325,7 +349,7 @@ FORMS: tuple[Form, ...] = (
     ),
     Form(
         "flag",  # a command's option whose name says secret: --password value, --api-key "value"
-        r"--[A-Za-z0-9_-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_-]{0,40}[ \t]+",
+        r"--[A-Za-z0-9_-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_-]{0,40}[ \t]+" + _VALUE8,
         r"--([A-Za-z0-9_-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_-]{0,40})[ \t]+(?:" + _QUOTE + r")?(" + _TOKEN + "+)",
         r"--" + _SECRET_IN_NAME + r"[ \t]+(?:" + _QUOTE + r")?[^\s'\"\\-]",
         1,
@@ -334,7 +358,10 @@ FORMS: tuple[Form, ...] = (
     ),
     Form(
         "user_password",  # curl -u user:password, --user, --proxy-user, wget/httpie --auth
-        r"(?:-u|-U|--user|--proxy-user|--auth|--basic-auth)(?:[ \t]+|=)(?:" + _QUOTE + r")?[^\s:'\"\\]{1,256}:",
+        r"(?:-u|-U|--user|--proxy-user|--auth|--basic-auth)(?:[ \t]+|=)(?:"
+        + _QUOTE
+        + r")?[^\s:'\"\\]{1,256}:"
+        + _VALUE6,
         r"(?:-u|-U|--user|--proxy-user|--auth|--basic-auth)(?:[ \t]+|=)(?:"
         + _QUOTE
         + r")?[^\s:'\"\\]+:("
@@ -349,13 +376,26 @@ FORMS: tuple[Form, ...] = (
         "client_password",  # a client's own password option: mysql -pSECRET, sshpass -p, redis-cli -a, docker login -p
         r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)"
         + _ARGS
-        + r"[ \t]-p"
-        + _TOKEN
-        + r"|sshpass[ \t]+-p|redis-cli"
+        + r"[ \t]-p(?:"
+        + _QUOTE
+        + r")?"
+        + _VALUE6
+        + r"|sshpass[ \t]+-p[ \t]*(?:"
+        + _QUOTE
+        + r")?"
+        + _VALUE6
+        + r"|redis-cli"
         + _ARGS
-        + r"[ \t]-a[ \t]|docker[ \t]+login"
+        + r"[ \t]-a[ \t]+(?:"
+        + _QUOTE
+        + r")?"
+        + _VALUE6
+        + r"|docker[ \t]+login"
         + _ARGS
-        + r"[ \t](?:-p|--password)[ \t]",
+        + r"[ \t](?:-p|--password)[ \t]+(?:"
+        + _QUOTE
+        + r")?"
+        + _VALUE6,
         r"(?:(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)" + _ARGS + r"[ \t]-p"
         r"|sshpass[ \t]+-p[ \t]*|redis-cli" + _ARGS + r"[ \t]-a[ \t]+"
         r"|docker[ \t]+login" + _ARGS + r"[ \t](?:-p|--password)[ \t]+)(?:" + _QUOTE + r")?(" + _TOKEN + "+)",

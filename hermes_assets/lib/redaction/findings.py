@@ -47,12 +47,17 @@ class Span:
     found_as: str
     prefix: str
     rank: int
-    #: how many decodings part the text it was found in from the text as written (0: found as written)
-    depth: int = 0
+    #: the decoded view it was found in (:attr:`.encodings.View.lineage`; ``()``: the text as written)
+    lineage: tuple[str, ...] = ()
     #: for a maintained rule's finding, how specific the rule is (its longest keyword the text holds)
     weight: int = 0
     #: for a maintained rule's finding, the rule's keywords (its :attr:`provider_prefix` is one)
     keywords: tuple[str, ...] = ()
+
+    @property
+    def depth(self) -> int:
+        """How many decodings part the text it was found in from the text as written."""
+        return len(self.lineage)
 
     @property
     def provider_prefix(self) -> str:
@@ -120,7 +125,7 @@ class CellFinder:
         out: list[Span] = []
         if candidates:
             for f in self.matcher.findings_in(data, candidates, resolve=False):
-                out.append(Span(f.start, f.end, f.secret, f.rule.kind, "", MAINTAINED, 0, f.weight, f.rule.keywords))
+                out.append(Span(f.start, f.end, f.secret, f.rule.kind, "", MAINTAINED, (), f.weight, f.rule.keywords))
         n_patterns, n_forms = len(PATTERNS), len(FORMS)
         for i in hits:
             if i < n_patterns:
@@ -183,7 +188,7 @@ def _written(view: encodings.View, decoded: list[Span]) -> list[Span]:
             s.found_as,
             s.prefix,
             s.rank,
-            view.depth,
+            view.lineage,
             s.weight,
             s.keywords,
         )
@@ -193,15 +198,23 @@ def _written(view: encodings.View, decoded: list[Span]) -> list[Span]:
 
 def _decoded_first(found: list[Span]) -> list[Span]:
     """A finding whose secret holds an escape (a rule's class that takes a backslash: a JWT run on
-    into an escaped newline; a PEM block's escaped newlines) gives way to what a more decoded view
-    found there."""
-    deepest = max(s.depth for s in found)
-    if not deepest:
+    into an escaped newline; a PEM block's escaped newlines) gives way to what a view that decodes its
+    own text further found there. Never to another decoding's: a JSON view still holds a URL's
+    percent-escapes, so a finding of the percent-decoded view (a rule's match run over escaped text
+    to a later key's header) stays, or what it covered there would be in no finding at all."""
+    lineages = {s.lineage for s in found}
+    if len(lineages) == 1:
         return found
-    deeper = {depth: _merged(sorted((d.start, d.end) for d in found if d.depth > depth)) for depth in range(deepest)}
-    return [
-        s for s in found if s.depth == deepest or "\\" not in s.secret or not _overlaps(deeper[s.depth], s.start, s.end)
-    ]
+    deeper = {
+        lineage: _merged(sorted((d.start, d.end) for d in found if _decodes_further(d.lineage, lineage)))
+        for lineage in lineages
+    }
+    return [s for s in found if "\\" not in s.secret or not _overlaps(deeper[s.lineage], s.start, s.end)]
+
+
+def _decodes_further(lineage: tuple[str, ...], than: tuple[str, ...]) -> bool:
+    """Whether a view of ``lineage`` decodes the text of a view of ``than`` further."""
+    return len(lineage) > len(than) and lineage[: len(than)] == than
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -194,3 +194,31 @@ def test_env_values_in_every_encoding_have_the_marker_of_the_value():
         out = r.text(cell)
         assert plain.group(0) in out, cell
         assert value not in out and once not in out and urllib.parse.quote(value, safe="") not in out
+
+
+def test_a_key_whose_header_an_earlier_unclosed_header_runs_into_is_redacted_in_a_percent_encoded_url():
+    """An unclosed private-key header (a service account's JSON cut short) runs the maintained rule's
+    match over the lines after it to the next key's header; in a tool call's URL, percent-encoded,
+    only the URL-decoded view finds that match, and an escape inside it (a Windows path) must not
+    make it give way to what the JSON views (escaped twice: another call's arguments) found inside
+    it (a token): the next key would be in no finding at all."""
+    # the rule's body takes any character (no run of base64 our own PEM finder would read as a body)
+    body = " ".join("-".join(chars(7) for _ in range(3)) for _ in range(4))
+    key = "-----BEGIN " + "PRIVATE KEY-----" + body + "KEY-----"
+    token = fake("github_token")
+    text = "".join(
+        f"- {line}\n"
+        for line in (
+            '{"private_key": "-----BEGIN ' + "RSA PRIVATE KEY-----" + chars(4) + "}",
+            "path C:\\Users\\ann\\" + chars(8),
+            f"x = {token}",
+            f"x = {key}",
+        )
+    )
+    url = "https://search.example/?q=" + urllib.parse.quote(text, safe="")
+    calls = [("write_file", {"path": "notes.md", "content": "notes\n"}), ("web_fetch", {"url": url})]
+    cell = json.dumps([{"function": {"name": name, "arguments": json.dumps(args)}} for name, args in calls])
+    out = redactor().text(cell)
+    args = json.loads(json.loads(out)[1]["function"]["arguments"])
+    assert key not in urllib.parse.unquote(args["url"]) and token not in out
+    only_markers_changed(cell, out)

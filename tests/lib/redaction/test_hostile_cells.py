@@ -57,6 +57,14 @@ UNITS = {
     "backslashes": "\\",
     "percent signs": "%25",
     "deeply escaped JSON": _deeply_escaped(),
+    # near-matches of a form of a name and its value, one candidate every few bytes (each judged once)
+    "percent-encoded values after &": "&password=%25aaaa",
+    "values too plain to be secrets": "&password=aaaaaaaa",
+    "curl -u with no password": "-u a:",
+    "flags with short values": "--password a ",
+    "mysql -p with short values": "mysql -pa ",
+    "netrc lines with short passwords": "login a password b ",
+    "percent-encoded assignments twice": "%26password%3D%2525aaaa",
 }
 
 

@@ -1,0 +1,316 @@
+"""Each session of a day as the analytics count it: what it used of each model, its messages, its tool calls.
+
+One definition of a session's figures, shared by every analytics dataset that
+counts sessions (per model, per channel, per hour, the top sessions), so that
+their totals agree with each other:
+
+* **what it used of each model** (:class:`Share`): one share per entry of its
+  ``usage_by_model`` (Hermes's ``session_model_usage`` rows: a session that
+  switched models, or spent tokens on auxiliary tasks, uses several), plus,
+  under the session's own ``model``, what its own counters hold beyond those
+  entries (each kind of token, API calls and costs, never below zero): a session
+  without entries counts its own totals. Hermes's report reconciles the two the
+  same way (``_compute_model_breakdown``), so tokens and API calls equal its own;
+* **messages**: its stored messages (rewound and compacted ones included; Hermes's
+  ``session_meta`` rows are not messages), each logical message once (copies, D20,
+  left out); **tool calls**: its canonical ``tool_call`` parts, each once;
+* **Hermes's own figures** beside them: its ``message_count`` and
+  ``tool_call_count`` counters, its token counters, and the cost Hermes's report
+  gives each share (:func:`hermes_cost`).
+
+Rows flagged ``source_deleted`` are left out: the sessions the store holds now.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hermes_assets.lib.analytics import hermes_prices
+from hermes_assets.lib.analytics.live_rows import count_by, live
+from hermes_assets.lib.basics import ids
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
+
+TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+COSTS = ("estimated_cost_usd", "actual_cost_usd")
+#: what a share counts: API calls and each kind of token
+COUNTS = ("api_calls", *TOKENS)
+#: the kinds of token Hermes's totals add up (reasoning tokens are part of the output)
+TOTAL_TOKENS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+#: costs are summed in floating point; a figure is rounded to the micro-dollar, as a person reads
+#: money (0.192284, not 0.19228399999999998)
+COST_DIGITS = 6
+
+#: the columns the sessions of a day are read from (the IO manager reads nothing else)
+INPUTS = {
+    SESSIONS: [
+        "host",
+        "store",
+        "store_label",
+        "id",
+        "generation",
+        "source",
+        "model",
+        "title",
+        "started_at",
+        "ended_at",
+        "message_count",
+        "tool_call_count",
+        "billing_provider",
+        "billing_base_url",
+        "cost_status",
+        "cost_source",
+        "usage_by_model",
+        "api_call_count",
+        *TOKENS,
+        *COSTS,
+        "source_deleted",
+    ],
+    MESSAGES: ["host", "store", "session_id", "role", "source_deleted", "copy_of"],
+    GATEWAY: ["session_id", "part_type", "attributes"],
+}
+
+
+@dataclass
+class Share:
+    """What one session used of one model."""
+
+    model: str | None
+    #: API calls and each kind of token (:data:`COUNTS`)
+    counts: dict[str, int]
+    estimated_cost_usd: float | None
+    actual_cost_usd: float | None
+    #: the cost Hermes's report gives it (:func:`hermes_cost`)
+    hermes_cost_usd: float
+    #: whether Hermes's report counts the session under this model (it does for each of the
+    #: session's usage rows, and for its own counters' remainder when that is not zero)
+    hermes_counted: bool
+
+
+@dataclass
+class Session:
+    """One session of the day and its figures."""
+
+    host: str
+    store: str
+    store_label: str
+    id: str
+    channel: str | None
+    model: str | None
+    title: str | None
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    shares: list[Share]
+    #: Hermes's own counters: ``message_count``, ``tool_call_count``, and its token counters
+    hermes_messages: int
+    hermes_tool_calls: int
+    counters: dict[str, int]
+    messages: int = 0
+    tool_calls: int = 0
+
+    def count(self, name: str) -> int:
+        """API calls or one kind of token, over every model the session used."""
+        return sum(share.counts[name] for share in self.shares)
+
+    @property
+    def total_tokens(self) -> int:
+        """Hermes's own total (input + cache read + cache write + output), over every model."""
+        return sum(self.count(name) for name in TOTAL_TOKENS)
+
+    def cost(self, name: str) -> float | None:
+        """One of :data:`COSTS` over every model; None when no share has one."""
+        return add_costs(
+            share.estimated_cost_usd if name == COSTS[0] else share.actual_cost_usd for share in self.shares
+        )
+
+    @property
+    def hermes_cost_usd(self) -> float:
+        return sum(share.hermes_cost_usd for share in self.shares)
+
+    @property
+    def hermes_total_tokens(self) -> int:
+        """The total of the session's own token counters, as Hermes's per-channel table adds them."""
+        return sum(self.counters[name] for name in TOTAL_TOKENS)
+
+    @property
+    def hermes_tokens(self) -> int:
+        """Input + output of the session's own counters: Hermes's "Most tokens"."""
+        return self.counters["input_tokens"] + self.counters["output_tokens"]
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """From its start to its end; None while it has not ended, or when its clock ran backwards."""
+        if self.started_at is None or self.ended_at is None or self.ended_at <= self.started_at:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()
+
+
+def add_costs(values: Iterable[float | None]) -> float | None:
+    """The sum of costs that may be missing (None when all are)."""
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def rounded(value: float | None) -> float | None:
+    """A cost to the micro-dollar."""
+    return None if value is None else round(value, COST_DIGITS)
+
+
+def model_name(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _cost(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def usage_entries(text: str | None) -> list[dict]:
+    """The session's ``usage_by_model`` entries (SPEC §3), or ``[]`` when it has none."""
+    if not text:
+        return []
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        return []
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def hermes_cost(entry: dict) -> float:
+    """The cost Hermes's report gives a usage row: its stored estimate when the row says how it was
+    costed (a ``cost_status`` or ``cost_source``), else Hermes's own price of its tokens
+    (:mod:`~hermes_assets.lib.analytics.hermes_prices`)."""
+    if entry.get("cost_status") or entry.get("cost_source"):
+        return _cost(entry.get("estimated_cost_usd")) or 0.0
+    tokens = {name: _int(entry.get(name)) for name in TOTAL_TOKENS}
+    return hermes_prices.row_cost(
+        entry.get("model"), entry.get("billing_provider"), entry.get("billing_base_url"), tokens
+    )
+
+
+def _entry_share(entry: dict) -> Share:
+    counts = {"api_calls": _int(entry.get("api_call_count")), **{name: _int(entry.get(name)) for name in TOKENS}}
+    return Share(
+        model_name(entry.get("model")),
+        counts,
+        _cost(entry.get("estimated_cost_usd")),
+        _cost(entry.get("actual_cost_usd")),
+        hermes_cost(entry),
+        True,
+    )
+
+
+def _remainder(own: float | None, used: float) -> float | None:
+    return None if own is None else max(0.0, own - used)
+
+
+def model_shares(session: dict) -> list[Share]:
+    """What a session (a ``hermes_sessions`` row) used of each model: its usage entries, and what its
+    own counters hold beyond them under its own model (all of them, for a session without entries)."""
+    shares = [_entry_share(e) for e in usage_entries(session["usage_by_model"])]
+    used = {name: sum(s.counts[name] for s in shares) for name in COUNTS}
+    own = {"api_calls": _int(session["api_call_count"]), **{name: _int(session[name]) for name in TOKENS}}
+    counts = {name: max(0, own[name] - used[name]) for name in COUNTS}
+    estimated = _remainder(_cost(session["estimated_cost_usd"]), sum(s.estimated_cost_usd or 0.0 for s in shares))
+    actual = _remainder(_cost(session["actual_cost_usd"]), sum(s.actual_cost_usd or 0.0 for s in shares))
+    # Hermes adds the remainder when any of it is not zero, reasoning tokens aside (it counts none)
+    hermes_counted = any(counts[n] for n in COUNTS if n != "reasoning_tokens") or bool(estimated) or bool(actual)
+    if hermes_counted or counts["reasoning_tokens"] or not shares:
+        shares.append(Share(model_name(session["model"]), counts, estimated, actual, estimated or 0.0, hermes_counted))
+    return shares
+
+
+def day_sessions(sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> list[Session]:
+    """The day's sessions the store holds now, each with its figures (see the module)."""
+    sessions, messages = live(sessions, SESSIONS), live(messages, MESSAGES)
+    calls = live(gateway.filter(pc.equal(gateway.column("part_type"), "tool_call")), GATEWAY)
+    found: dict[tuple[str, str, str], Session] = {}
+    canonical: dict[str, Session] = {}
+    for s in sessions.to_pylist():
+        session = Session(
+            s["host"],
+            s["store"],
+            s["store_label"],
+            s["id"],
+            s["source"],
+            model_name(s["model"]),
+            s["title"],
+            s["started_at"],
+            s["ended_at"],
+            model_shares(s),
+            _int(s["message_count"]),
+            _int(s["tool_call_count"]),
+            {name: _int(s[name]) for name in TOKENS},
+        )
+        # a session is its host's store's (several hosts, one warehouse: SPEC §2)
+        found[(s["host"], s["store"], s["id"])] = session
+        canonical[ids.session_id(s["store_label"], s["id"], s["generation"] or 1)] = session
+    kept = messages.filter(pc.fill_null(pc.not_equal(messages.column("role"), "session_meta"), True))
+    for key, n in count_by(kept, ["host", "store", "session_id"]).items():
+        if key in found:
+            found[key].messages += n
+    for (session_id,), n in count_by(calls, ["session_id"]).items():
+        if session_id in canonical:
+            canonical[session_id].tool_calls += n
+    return list(found.values())
+
+
+@dataclass
+class Totals:
+    """Figures added over sessions (a model's, a channel's, an hour's)."""
+
+    sessions: set = field(default_factory=set)
+    hermes_sessions: set = field(default_factory=set)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    costs: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(COSTS))
+    hermes_cost_usd: float = 0.0
+    messages: int = 0
+    tool_calls: int = 0
+    hermes_messages: int = 0
+    hermes_tool_calls: int = 0
+    hermes_total_tokens: int = 0
+    #: the sessions that ended (after they started), and their time from start to end
+    ended_sessions: int = 0
+    session_seconds: float = 0.0
+
+    def add_share(self, share: Share) -> None:
+        for name in COUNTS:
+            self.counts[name] += share.counts[name]
+        for name, value in zip(COSTS, (share.estimated_cost_usd, share.actual_cost_usd)):
+            self.costs[name] = add_costs([self.costs[name], value])
+        self.hermes_cost_usd += share.hermes_cost_usd
+
+    def add_session(self, session: Session) -> None:
+        """The whole session: each of its shares, its messages and tool calls, its own counters."""
+        self.sessions.add((session.host, session.store, session.id))
+        for share in session.shares:
+            self.add_share(share)
+        self.messages += session.messages
+        self.tool_calls += session.tool_calls
+        self.hermes_messages += session.hermes_messages
+        self.hermes_tool_calls += session.hermes_tool_calls
+        self.hermes_total_tokens += session.hermes_total_tokens
+        if session.duration_seconds is not None:
+            self.ended_sessions += 1
+            self.session_seconds += session.duration_seconds
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.counts[name] for name in TOTAL_TOKENS)
+
+    def figures(self) -> dict:
+        """The columns every table of totals shares: API calls, tokens, costs."""
+        return {
+            **self.counts,
+            "total_tokens": self.total_tokens,
+            **{name: rounded(value) for name, value in self.costs.items()},
+            "hermes_cost_usd": round(self.hermes_cost_usd, COST_DIGITS),
+        }

@@ -1,0 +1,68 @@
+"""The rows the analytics count, and what a day of one analytics dataset is.
+
+The captured datasets keep rows Hermes later deleted (flagged
+``source_deleted``, D13) and every generation of a message Hermes copied
+(``copy_of``, D20). The analytics describe what the store holds now: every
+one of them leaves the deleted rows out (:func:`in_store`), and most count
+each logical message once (:func:`live`); the figures that Hermes's own
+report counts over every stored row keep the copies (the skills, Hermes's
+tool counts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hermes_assets.lib.basics.schemas import GATEWAY
+from hermes_assets.lib.warehouse.retention import source_deleted_mask
+
+
+@dataclass
+class DayFigures:
+    """One day of one analytics dataset: its rows and its totals."""
+
+    table: pa.Table
+    totals: dict[str, int | float] = field(default_factory=dict)
+
+
+def live(table: pa.Table, dataset: str) -> pa.Table:
+    """The rows not flagged ``source_deleted`` (D13), each logical message once (no copies,
+    D20): what the store holds now."""
+    if table.num_rows == 0:
+        return table
+    drop = pc.or_(source_deleted_mask(dataset, table), copy_mask(dataset, table))
+    return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
+
+
+def in_store(table: pa.Table, dataset: str) -> pa.Table:
+    """The rows not flagged ``source_deleted`` (D13), copies included: every row the store holds now."""
+    if table.num_rows == 0:
+        return table
+    drop = source_deleted_mask(dataset, table)
+    return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
+
+
+def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """Which rows are copies of an earlier generation of their logical message (D20): a raw
+    row's ``copy_of``, a canonical row's ``attributes.hermes.copy_of``; all false for a
+    dataset without them."""
+    if dataset == GATEWAY and "attributes" in table.column_names:
+        column = table.column("attributes")
+        text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
+        # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
+        return pc.fill_null(pc.match_substring(text, '"copy_of":'), False)
+    if "copy_of" in table.column_names:
+        return pc.is_valid(table.column("copy_of"))
+    return pa.repeat(pa.scalar(False), table.num_rows)
+
+
+def count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
+    """How many rows hold each combination of ``keys``' values."""
+    if table.num_rows == 0:
+        return {}
+    counts = table.group_by(keys).aggregate([([], "count_all")])
+    columns = [counts.column(k).to_pylist() for k in keys]
+    return {tuple(key): n for *key, n in zip(*columns, counts.column("count_all").to_pylist())}
