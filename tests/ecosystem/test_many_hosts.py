@@ -194,7 +194,9 @@ def run_two_hosts(warehouse: str, base: Path, extra_env: dict[str, str], reader:
         tables = {name: DatasetDays(reader, name, [day], cols).read(day) for name, cols in daily.INPUTS.items()}
         usage = daily_usage(day, tables[SESSIONS], tables[MESSAGES], tables[GATEWAY]).table
         for dataset in daily.ANALYTICS:
-            assert reader.read(dataset, day) == daily.compute_day(dataset, day, tables).table, (dataset, day)
+            expected = daily.compute_day(dataset, day, tables).table
+            # a derived day without a row has no file (a day without a skill loaded, say)
+            assert reader.read(dataset, day) == (expected if expected.num_rows else None), (dataset, day)
         assert pc.sum(usage["sessions"]).as_py() >= 2 * (SESSIONS_PER_HOST // len(DAYS))
     return {
         "killed_after_writes": killed_after,
