@@ -334,8 +334,11 @@ def test_the_analytics_layer_and_loading_on_an_s3_warehouse(small, monkeypatch, 
     assert small.materialize(DAYS[0], DAYS[-1], select=everything).success
     assert_only_data_files(wh)
     for name in ANALYTICS:
-        assert wh.days(name) == DAYS
-        for day in DAYS:
+        # the days the local run wrote: a derived day without a row has no file (no skill loaded, say)
+        written = sorted(path.parent.name.removeprefix("day=") for path in (local / name).glob(f"day=*/{PART_FILE}"))
+        assert written and set(written) <= set(DAYS), name
+        assert wh.days(name) == written, name
+        for day in written:
             with wh.storage.fs.open_input_file(wh.path(name, day)) as f:
                 assert f.read() == (local / name / f"day={day}" / PART_FILE).read_bytes(), (name, day)
     defs = small.defs()
