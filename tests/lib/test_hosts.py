@@ -11,6 +11,8 @@ import functools
 import os
 import re
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -392,6 +394,34 @@ def test_two_unnamed_hosts_settling_at_once_never_both_keep_the_unscoped_ids(tmp
     assert wh["beta"].settle_ids() is False
     assert wh["alpha"].claims() == {"alpha": "scoped", "beta": "unscoped"}
     assert wh["alpha"].settle_ids() is True and wh["beta"].settle_ids() is False  # settled: kept
+
+
+def _open_vm(kind: str, root: Path, spool: Path) -> Warehouse:
+    return Warehouse(str(root), host="vm") if kind == "local" else Warehouse(root.as_uri(), spool=str(spool), host="vm")
+
+
+def _settle_at_once(kind: str, root: Path, spool: Path, runs: int) -> list[bool]:
+    """``runs`` runs of host ``vm`` (threads; each its own warehouse) adopting the warehouse at once."""
+    barrier = threading.Barrier(runs)
+
+    def start(_: int) -> bool:
+        wh = _open_vm(kind, root, spool)
+        barrier.wait()
+        return wh.adopt_legacy().ids_scoped
+
+    with ThreadPoolExecutor(runs) as pool:
+        return list(pool.map(start, range(runs)))
+
+
+@pytest.mark.parametrize("kind", ["local", "uri"])
+def test_runs_of_one_host_starting_at_once_settle_it_once(kind, tmp_path):
+    """The sensor's first runs on a new warehouse start together: one settles the host (its
+    claim on the ids), the others find it settled; none fails on another's claim write."""
+    for attempt in range(20):
+        root, spool = tmp_path / f"wh{attempt}", tmp_path / f"spool{attempt}"
+        # a host alone keeps the unscoped ids, settled once
+        assert _settle_at_once(kind, root, spool, 4) == [False] * 4, attempt
+        assert _open_vm(kind, root, spool).claims() == {"vm": "unscoped"}
 
 
 def test_a_named_host_scopes_its_ids_unless_it_moved_the_warehouse_from_before(two_hosts, tmp_path):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,7 +105,9 @@ class SensorDriver:
             busy_timeout_ms=busy_timeout_ms,
         )
         #: the warehouse a tick looks at before it requests runs (is this host refused there?)
-        self.warehouse = HermesWarehouse(root=tempfile.mkdtemp(prefix="hermes-sensor-warehouse-"))
+        root = tempfile.mkdtemp(prefix="hermes-sensor-warehouse-")
+        self.warehouse = HermesWarehouse(root=root)
+        weakref.finalize(self, shutil.rmtree, root, True)  # the tests' /tmp stays as it was
         self.cursor: str | None = None
         self.seen_run_keys: set[str] = set()
         self.ticks = 0

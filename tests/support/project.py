@@ -8,11 +8,13 @@ on the returned tables or on :func:`rows`, a decoded view of them.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,7 @@ class CopyReaders(ReaderFactory):
 def _test_key() -> str:
     """A fixed key (the goldens' markers do not change between runs), in a private file of this process."""
     folder = tempfile.mkdtemp(prefix="hermes-assets-tests-key-")
+    atexit.register(shutil.rmtree, folder, True)  # one per process; removed when it exits
     path = os.path.join(folder, "redaction.key")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:

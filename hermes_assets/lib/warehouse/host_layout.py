@@ -87,14 +87,26 @@ def adopt_legacy(wh: Warehouse) -> LayoutMove:
     host's file is written before the old one goes (a reader's glob of the hosts' files
     never sees both), and a host file already there wins. Checked once per host: a mark
     in the spool says the move is done."""
-    moved = LayoutMove()
     mark = _layout_mark(wh)
     recorded = _recorded_ids(mark)
-    if recorded is not None:
-        os.chmod(mark, wh.modes.file)  # private again, whatever an older umask left
-        unscoped_ids.fix_claim_modes(wh)
-        moved.ids_scoped = recorded
-        return moved
+    if recorded is None:
+        wh.storage.make_spool_dirs(os.path.dirname(mark))
+        # two runs of this host starting at once (the sensor's first runs on a new warehouse)
+        # must not both move and settle: one does, under this host's lock; the other then
+        # finds its mark (their writes of one claim would race: each removes the temp files
+        # it takes for a dead writer's of this host)
+        with local_files.locked(mark + ".lock", wh.modes.file):
+            recorded = _recorded_ids(mark)
+            if recorded is None:
+                return _adopt(wh, mark)
+    os.chmod(mark, wh.modes.file)  # private again, whatever an older umask left
+    unscoped_ids.fix_claim_modes(wh)
+    return LayoutMove(ids_scoped=recorded)
+
+
+def _adopt(wh: Warehouse, mark: str) -> LayoutMove:
+    """:func:`adopt_legacy`'s move and settling, once per host (its caller holds the lock)."""
+    moved = LayoutMove()
     _adopt_legacy_spool(wh)
     legacy = {dataset: sorted({d for d, h in wh.files(dataset) if h is None}) for dataset in CAPTURE_DATASETS}
     moved.ids_scoped = unscoped_ids.settle_ids(wh, legacy=any(legacy.values()))
