@@ -208,8 +208,7 @@ def session_row(item: SessionInput, out: RawColumns) -> None:
     out.derived["generation"].append(item.generation)
     out.derived["scope_path"].append(item.scope_path)
     out.derived["policy_class"].append(item.policy_class)
-    models = item.usage_by_model()
-    out.derived["usage_by_model"].append(dumps(models, normalized=True) if models else None)
+    out.derived["usage_by_model"].append(item.usage_by_model_json())
     out.derived["extra_columns"].append(extra_columns.encode(out.unknown, bundle.extras or ()))
     for table, column, _ in bundle.bad_cells:
         if table == "sessions":
