@@ -38,7 +38,8 @@ def _decoding(decoder: json.JSONDecoder) -> Callable[[str], Any]:
     (whitespace around the value, data after it, not JSON) goes through ``decode`` itself, so
     every value and every error is decode's. Saves decode's Python steps (two regex matches,
     ``raw_decode``) on each of the many small cells the projection reads."""
-    scan, decode = decoder.scan_once, decoder.decode
+    scan = decoder.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, untyped in typeshed
+    decode = decoder.decode
 
     def decoded(text: str) -> Any:
         try:
