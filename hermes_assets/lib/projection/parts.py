@@ -6,7 +6,8 @@ the content is a non-empty string). A message with no part uses no index. Only
 the last part of a message carries its usage and finish reason.
 
 This is the hot path of a capture: one tuple per row, built without a per-row
-dict; attributes that repeat are encoded once per session.
+dict; a message's attributes and status are worked out once per message (not
+per part), and attributes that repeat are encoded once per session.
 """
 
 from __future__ import annotations
