@@ -18,6 +18,13 @@ END_NUMBERS = ("end_reason", "estimated_cost_usd", "actual_cost_usd", "api_call_
 #: the session row's totals in the end row's ``attributes.usage`` (Hermes stores input net of cache)
 END_USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
+#: ``usage_by_model``'s stand-in while the end row's attributes are encoded; its JSON is then
+#: put in its place (:meth:`SessionInput.usage_by_model_json`, encoded once per session). The
+#: first ``"usage_by_model":`` of the text is the key itself: inside a JSON string the quotes
+#: are escaped, and no key before it has that name.
+_MODELS = 0
+_MODELS_MEMBER = '"usage_by_model":0'
+
 
 def end_row(
     item: SessionInput,
@@ -41,14 +48,17 @@ def end_row(
     for key in END_NUMBERS:
         if s.get(key) is not None:
             end_hermes[key] = normalize(s[key])
-    models = item.usage_by_model()
+    models = item.usage_by_model_json()
     if models:
-        end_hermes["usage_by_model"] = models
+        end_hermes["usage_by_model"] = _MODELS
     attrs = {
         **header.attrs,
         "hermes": {**end_hermes, **header.hermes},
         "usage": {k: normalize(s.get(k)) for k in END_USAGE},
     }
+    text = dumps(attrs, normalized=True)
+    if models:  # the session row's text of them, in the place of the stand-in
+        text = text.replace(_MODELS_MEMBER, '"usage_by_model":' + models, 1)
     message_id = ids.end_row_id(header.session_id)
     return (
         message_id,
@@ -67,6 +77,6 @@ def end_row(
         None,
         None,
         None,
-        dumps(attrs, normalized=True),
+        text,
         day_of(ended_ms),
     )

@@ -4,7 +4,7 @@
 (:mod:`.header`), its messages' parts (:mod:`.parts`) and its end row
 (:mod:`.end_row`) into :class:`GatewayColumns`: one tuple per row for the
 columns that vary, one per session for those constant over it, turned into an
-Arrow table without a per-row dict.
+Arrow table without a per-row dict (the row tuples converted by Arrow in one pass).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow as pa
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import DayNames
-from hermes_assets.lib.projection.arrays import arrow_array, repeated
+from hermes_assets.lib.projection.arrays import arrow_array, repeated, row_columns
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
 from hermes_assets.lib.projection.header import SessionInput, session_header
@@ -89,7 +89,7 @@ class GatewayColumns:
     def to_table(self) -> pa.Table:
         n = len(self.rows)
         schema = schemas.AI_GATEWAY_MESSAGES
-        row_cols = dict(zip(ROW_COLUMNS, zip(*self.rows))) if n else {c: () for c in ROW_COLUMNS}
+        row_cols = dict(zip(ROW_COLUMNS, row_columns(self.rows, [schema.field(c) for c in ROW_COLUMNS])))
         sess_cols = (
             dict(zip(SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in SESSION_COLUMNS}
         )
@@ -98,7 +98,7 @@ class GatewayColumns:
         for f in schema:
             name = f.name
             if name in row_cols:
-                array = arrow_array(row_cols[name], f.type)
+                array = row_cols[name]
             elif name in _DICTIONARY_COLUMNS:
                 array = _session_dictionary(sess_cols[name], session_of_row)
                 f = f.with_type(array.type)

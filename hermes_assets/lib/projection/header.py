@@ -10,6 +10,7 @@ hands it to the builders of the three datasets, with what it decided of it.
 from __future__ import annotations
 
 import enum
+import functools
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -113,12 +114,21 @@ class SessionInput:
     #: each content cell decoded once, for both datasets that hold its text (mid -> decoding)
     decoded: dict[int | None, Decoded] = field(default_factory=dict)
     _models: list[dict] | Literal[_Unset.UNSET] | None = field(default=_UNSET, init=False, repr=False)
+    _models_json: str | Literal[_Unset.UNSET] | None = field(default=_UNSET, init=False, repr=False)
 
     def usage_by_model(self) -> list[dict] | None:
         """:func:`usage_by_model` of the session, computed once for the end row and the session row."""
         if self._models is _UNSET:
             self._models = usage_by_model(self.bundle.usage)
         return self._models
+
+    def usage_by_model_json(self) -> str | None:
+        """:meth:`usage_by_model` as JSON, encoded once: the session row's cell, and the text
+        the end row's attributes hold (numbers and long URLs: the larger part of both)."""
+        if self._models_json is _UNSET:
+            models = self.usage_by_model()
+            self._models_json = dumps(models, normalized=True) if models else None
+        return self._models_json
 
 
 @dataclass(slots=True)
@@ -199,8 +209,9 @@ def session_header(item: SessionInput, ctx: ProjectionContext, tally: ErrorTally
     return SessionHeader(scoped, session_id, start_ms, hermes, attrs, dumps(attrs), columns)
 
 
+@functools.lru_cache(maxsize=1024)
 def normalize_provider(billing_base_url: object, billing_provider: object) -> str:
-    """SPEC §5.6 (D8)."""
+    """SPEC §5.6 (D8). Remembered: a store names a few providers, each session parses its URL."""
     billing_provider = billing_provider if isinstance(billing_provider, str) and billing_provider else None
     host = _url_host(billing_base_url)
     if host:
@@ -247,8 +258,13 @@ def usage_by_model(usage: list[dict]) -> list[dict] | None:
             for k in ("model", "billing_provider", "billing_base_url", "billing_mode", "task")
         )
 
-    rows = sorted(usage, key=lambda u: ((u.get("first_seen") is None, u.get("first_seen") or 0), key(u)))
-    return [{k: normalize(v) for k, v in u.items() if k != "session_id"} for u in rows]
+    rows = (  # most sessions use one model: nothing to order
+        usage
+        if len(usage) == 1
+        else sorted(usage, key=lambda u: ((u.get("first_seen") is None, u.get("first_seen") or 0), key(u)))
+    )
+    # SQLite cells: only a float can need normalizing
+    return [{k: normalize(v) if type(v) is float else v for k, v in u.items() if k != "session_id"} for u in rows]
 
 
 def bundle_start_ms(bundle: SessionBundle, now_s: float) -> int | None:

@@ -6,7 +6,8 @@ the content is a non-empty string). A message with no part uses no index. Only
 the last part of a message carries its usage and finish reason.
 
 This is the hot path of a capture: one tuple per row, built without a per-row
-dict; attributes that repeat are encoded once per session.
+dict; a message's attributes and status are worked out once per message (not
+per part), and attributes that repeat are encoded once per session.
 """
 
 from __future__ import annotations
@@ -130,6 +131,22 @@ def _finish_status(finish: str) -> str:
     return text
 
 
+def _attrs(flags: dict, token_count: object, plain: str, base: dict, hermes: dict, cache: dict[tuple, str]) -> str:
+    """A part's ``attributes`` with the message's flags and, on the part that carries it, its
+    usage (``token_count`` not None); ``plain`` when it has neither. Encoded once per session
+    and combination (``cache``)."""
+    if not flags and token_count is None:
+        return plain
+    key = (tuple(flags), token_count)
+    cached = cache.get(key)
+    if cached is None:
+        value = {**base, "hermes": {**hermes, **flags}}
+        if token_count is not None:
+            value["usage"] = {"total_tokens": token_count}
+        cached = cache[key] = dumps(value)
+    return cached
+
+
 def append_parts(
     item: SessionInput, header: SessionHeader, rows: list, day_of: DayNames, now_s: float, tally: ErrorTally
 ) -> tuple[int, str]:
@@ -185,8 +202,20 @@ def append_parts(
                 flags["compacted"] = True
             if observed:
                 flags["observed"] = True
+        # what the message's parts carry: the last one its usage and finish reason (a tool
+        # result its success), the others the message's flags alone; worked out once per message
         token_count = msg["token_count"]
         finish = msg["finish_reason"] if role == "assistant" else None
+        finish_status = _finish_status(finish) if finish and isinstance(finish, str) else None
+        attrs = _attrs(flags, None, plain_attrs, base_attrs, hermes_attrs, attrs_cache) if flags else plain_attrs
+        carrier_attrs = (
+            attrs
+            if token_count is None
+            else _attrs(flags, token_count, plain_attrs, base_attrs, hermes_attrs, attrs_cache)
+        )
+        if own:
+            attrs = display.with_fragment(attrs, own)
+            carrier_attrs = display.with_fragment(carrier_attrs, own)
         last = len(parts) - 1
         uuid = str(mid)
         stem = part_stem(prefix, mid, message_generations[mid] if message_generations else 1)
@@ -194,25 +223,6 @@ def append_parts(
         for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
             message_id = f"{stem}{k}"
             carrier = k == last
-            if ptype == "tool_result":
-                status = TOOL_SUCCESS
-            elif carrier and finish and isinstance(finish, str):
-                status = _finish_status(finish)
-            else:
-                status = None
-            attrs = plain_attrs
-            usage = carrier and token_count is not None
-            if flags or usage:
-                key = (tuple(flags), token_count if usage else None)
-                cached = attrs_cache.get(key)
-                if cached is None:
-                    value = {**base_attrs, "hermes": {**hermes_attrs, **flags}}
-                    if usage:
-                        value["usage"] = {"total_tokens": token_count}
-                    cached = attrs_cache[key] = dumps(value)
-                attrs = cached
-            if own:
-                attrs = display.with_fragment(attrs, own)
             append(
                 (
                     message_id,
@@ -230,8 +240,8 @@ def append_parts(
                     args,
                     result_for,
                     summary,
-                    status,
-                    attrs,
+                    TOOL_SUCCESS if ptype == "tool_result" else finish_status if carrier else None,
+                    carrier_attrs if carrier else attrs,
                     day,
                 )
             )

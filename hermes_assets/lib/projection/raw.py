@@ -20,7 +20,7 @@ from hermes_assets.lib.basics import errors, hermes_tables, schemas
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 from hermes_assets.lib.projection import copies, display, extra_columns
-from hermes_assets.lib.projection.arrays import arrow_array, repeated
+from hermes_assets.lib.projection.arrays import arrow_array, repeated, row_columns
 from hermes_assets.lib.projection.content import content_text
 from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.source.jsonutil import dumps
@@ -65,7 +65,8 @@ class RawColumns:
 
     def to_table(self) -> pa.Table:
         n = len(self.rows)
-        columns = dict(zip((name for name, _ in self.source), zip(*self.rows))) if n else {}
+        position = {name: i for i, (name, _) in enumerate(self.source)} if n else {}
+        converted = _converted(self.rows, self.source, self.now_s) if n else None
         counts = [count for _, _, count in self.runs]
         provenance: dict[str, list[str | None]] = {
             "store": [bundle.store.path for bundle, _, _ in self.runs],
@@ -77,8 +78,12 @@ class RawColumns:
         arrays = []
         ends: list[int] = []  # the end row of each run, for finding a row's session
         for f in self.schema:
-            if f.name in columns:
-                array, nulled = _raw_array(columns[f.name], f.type, self.now_s)
+            if f.name in position:
+                if converted is not None and f.name in converted:
+                    array, nulled = converted[f.name]
+                else:
+                    values = [row[position[f.name]] for row in self.rows]
+                    array, nulled = _raw_array(values, f.type, self.now_s)
                 if nulled and not ends:
                     ends = list(itertools.accumulate(count for _, _, count in self.runs))
                 for i in nulled:
@@ -101,6 +106,41 @@ class RawColumns:
         self.tally.add(kind, bundle.store.scoped(bundle.sid), mid, column)
 
 
+def _converted(
+    rows: list[tuple], source: list[tuple[str, pa.DataType]], now_s: float
+) -> dict[str, tuple[pa.Array, list[int]]] | None:
+    """:func:`_raw_array` of every column but the JSON ones (whose cells are each checked), from
+    one conversion of the rows by Arrow (times as their REAL seconds, JSON as text); None when
+    a cell does not fit its type: each column is then converted on its own, and only the cells
+    that do not fit become NULL."""
+    fields = [pa.field(name, pa.float64() if typ == schemas.TS else _CONVERTED.get(typ, typ)) for name, typ in source]
+    try:
+        arrays = row_columns(rows, fields)
+    except _CONVERSION_ERRORS:
+        return None
+    out = {}
+    for (name, typ), array in zip(source, arrays, strict=True):
+        if typ == schemas.TS:
+            out[name] = _sane_times(array, now_s)
+        elif typ != schemas.JSON:
+            out[name] = array, []
+    return out
+
+
+#: the types a row's cells are converted to at once, when not their own (a JSON cell is text)
+_CONVERTED = {schemas.JSON: pa.string()}
+_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
+
+
+def _sane_times(seconds: pa.Array, now_s: float) -> tuple[pa.Array, list[int]]:
+    """REAL seconds as times, and the indexes of the cells that became NULL (insane instants)."""
+    array = _timestamps(seconds, now_s)
+    if array.null_count == seconds.null_count:
+        return array, []
+    nulled = pc.and_(pc.is_valid(seconds), pc.is_null(array))
+    return array, pc.indices_nonzero(nulled).to_pylist()
+
+
 def _raw_array(values: Sequence[object], typ: pa.DataType, now_s: float) -> tuple[pa.Array, list[int]]:
     """Hermes cells as their v22 type, and the indexes of the cells that became NULL.
 
@@ -115,14 +155,9 @@ def _raw_array(values: Sequence[object], typ: pa.DataType, now_s: float) -> tupl
             nulled = [i for i, (v, c) in enumerate(zip(values, cells)) if v is not None and c is None]
             return arrow_array(cells, typ), nulled
         if typ == schemas.TS:
-            seconds = pa.array(values, pa.float64())
-            array = _timestamps(seconds, now_s)
-            if array.null_count == seconds.null_count:
-                return array, []
-            nulled = pc.and_(pc.is_valid(seconds), pc.is_null(array))
-            return array, pc.indices_nonzero(nulled).to_pylist()
+            return _sane_times(pa.array(values, pa.float64()), now_s)
         return pa.array(values, typ), []
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+    except _CONVERSION_ERRORS:
         coerced = [_cell(v, typ, now_s) for v in values]
         nulled = [i for i, (v, c) in enumerate(zip(values, coerced)) if v is not None and c is None]
         return pa.array(coerced, schemas.TS if typ == schemas.TS else typ), nulled
@@ -208,8 +243,7 @@ def session_row(item: SessionInput, out: RawColumns) -> None:
     out.derived["generation"].append(item.generation)
     out.derived["scope_path"].append(item.scope_path)
     out.derived["policy_class"].append(item.policy_class)
-    models = item.usage_by_model()
-    out.derived["usage_by_model"].append(dumps(models, normalized=True) if models else None)
+    out.derived["usage_by_model"].append(item.usage_by_model_json())
     out.derived["extra_columns"].append(extra_columns.encode(out.unknown, bundle.extras or ()))
     for table, column, _ in bundle.bad_cells:
         if table == "sessions":

@@ -9,6 +9,7 @@ otherwise the Hermes home's own store and one per profile.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -41,8 +42,9 @@ class Store:
         """This store with its host joining the scope of its ids (:func:`ids.host_scope`)."""
         return dataclasses.replace(self, label=ids.host_scope(self.host or None, self.label))
 
-    @property
+    @functools.cached_property
     def path_hash(self) -> str:
+        """Every canonical row's ``source_path_hash``: hashed once per store, not once per session."""
         return hashlib.sha256(self.path.encode("utf-8")).hexdigest()[:16]
 
     def exists(self) -> bool:

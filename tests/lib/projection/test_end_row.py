@@ -68,3 +68,27 @@ def test_an_insane_end_time_is_counted_and_falls_back_to_the_start():
     row = _end(bundle(message(1), ended_at="soon"), tally)
     assert row["message_created_at"] == int(T0 * 1000)
     assert tally.counts[errors.BAD_TIMESTAMP] == 1
+
+
+def test_the_per_model_usage_is_the_session_rows_text_in_its_place():
+    """The end row holds ``usage_by_model`` as the session row's cell has it (encoded once per
+    session, put in place of a stand-in), in its place among the members, even when a cell
+    before it spells the stand-in."""
+    b = bundle(message(1), ended_at=T0 + 60, end_reason='x","usage_by_model":0,"y', api_call_count=1)
+    b.usage = [
+        {"session_id": "s", "model": "m2", "first_seen": T0 + 5, "input_tokens": 4.0, "cost": 0.25},
+        {"session_id": "s", "model": "m1", "first_seen": T0, "input_tokens": 7, "cost": None},
+    ]
+    item = SessionInput(b)
+    header = session_header(item, CTX, ErrorTally())
+    row = dict(zip(ROW_COLUMNS, end_row(item, header, 1, "[]", DayNames(), NOW_S, ErrorTally())))
+    models = [
+        {"model": "m1", "first_seen": int(T0), "input_tokens": 7, "cost": None},  # integral floats as integers
+        {"model": "m2", "first_seen": int(T0) + 5, "input_tokens": 4, "cost": 0.25},
+    ]
+    attrs = json.loads(row["attributes"])
+    assert list(attrs["hermes"]) == ["session_end", "end_reason", "api_call_count", "usage_by_model", "source"]
+    assert attrs["hermes"]["end_reason"] == 'x","usage_by_model":0,"y'
+    assert attrs["hermes"]["usage_by_model"] == models
+    assert item.usage_by_model_json() == json.dumps(models, separators=(",", ":"))
+    assert '"usage_by_model":' + item.usage_by_model_json() + ',"source":"cli"}' in row["attributes"]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
-from hermes_assets.lib.basics import ids
+from hermes_assets.lib.basics import ids, schemas
 from hermes_assets.lib.basics.errors import ErrorTally
+from hermes_assets.lib.projection import arrays
+from hermes_assets.lib.projection.arrays import arrow_array, row_columns
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.gateway import GatewayColumns, project_session
 from hermes_assets.lib.projection.header import SessionInput
@@ -61,3 +64,30 @@ def test_a_session_with_no_sane_time_yields_no_row():
     out = GatewayColumns()
     assert project_session(SessionInput(b), out, CTX, ErrorTally()) == 0
     assert out.to_table().num_rows == 0 and out.sessions == []
+
+
+def test_rows_become_the_same_columns_as_column_lists(monkeypatch):
+    """:func:`row_columns` (one conversion of the row tuples by Arrow) builds exactly the arrays
+    :func:`arrow_array` makes of each column, JSON and time columns included; and so it does
+    when Arrow returns the rows in chunks (text past 2 GiB)."""
+    schema = schemas.AI_GATEWAY_MESSAGES
+    fields = [schema.field(c) for c in ("message_id", "message_index", "message_created_at", "tool_args")]
+    fields.append(schema.field("is_compact_summary"))
+    rows = [("a", 0, 1780304400000, '{"x":1}', True), ("b", 1, None, None, None), ("ç", 2, 0, "[]", None)]
+    want = [arrow_array(values, f.type) for values, f in zip(zip(*rows), fields)]
+
+    def same(got):
+        return [(a.type, a.to_pylist()) for a in got] == [(a.type, a.to_pylist()) for a in want] and all(
+            a.equals(b) for a, b in zip(got, want)
+        )
+
+    assert same(row_columns(rows, fields))
+    assert [len(a) for a in row_columns([], fields)] == [0] * len(fields)
+    convert = pa.array
+
+    def chunked(values, type=None):
+        array = convert(values, type=type)
+        return pa.chunked_array([array]) if pa.types.is_struct(array.type) else array
+
+    monkeypatch.setattr(arrays.pa, "array", chunked)
+    assert same(row_columns(rows, fields))
