@@ -22,7 +22,7 @@ from hermes_assets.defs.resources import CaptureRuntime, HermesWarehouse, UsageP
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.plan import policy
-from hermes_assets.lib.warehouse.host_layout import LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP
+from hermes_assets.lib.warehouse.host_layout import LAYOUT_LOCK, LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP
 from tests.conftest import suite_days
 from tests.defs.harness import (
     DATASETS,
@@ -138,10 +138,10 @@ def test_one_ranged_run_writes_every_day_of_the_three_datasets(small):
     assert _rows_total(small.warehouse, SESSIONS) == SMALL_SESSIONS
     assert _rows_total(small.warehouse, MESSAGES) == SMALL_MESSAGES
     # beside the datasets: the sightings of the secrets the fixture's sessions hold, the hosts'
-    # staging folders (each with its layout mark and redaction and sightings stamps,
-    # docs/redaction.md) and the hosts' claims on the ids
+    # staging folders (each with its layout mark and its lock, and redaction and sightings
+    # stamps, docs/redaction.md) and the hosts' claims on the ids
     assert {p.name for p in small.warehouse.iterdir()} - {".staging", ".hosts"} == {*DATASETS, SIGHTINGS}
-    stamps = (LAYOUT_MARK, REDACTION_STAMP, SIGHTINGS_STAMP)
+    stamps = (LAYOUT_MARK, LAYOUT_LOCK, REDACTION_STAMP, SIGHTINGS_STAMP)
     staged = [p for p in small.warehouse.glob(".staging/*/*") if p.name not in stamps]
     assert not staged, "staged files left behind"
 

@@ -30,6 +30,8 @@ STAGING = ".staging"
 #: in a host's staging: its files were moved to the hosts' layout, and whether its ids are
 #: scoped (:meth:`Warehouse.adopt_legacy`)
 LAYOUT_MARK = ".layout-hosts"
+#: in a host's staging: the lock under which one run of the host moves and settles it
+LAYOUT_LOCK = LAYOUT_MARK + ".lock"
 #: the mark's line that records the host's ids (``ids: scoped`` or ``ids: unscoped``)
 _IDS_LINE = "ids: "
 #: in a host's staging: the redaction version every capture file of that host has
@@ -88,6 +90,7 @@ def adopt_legacy(wh: Warehouse) -> LayoutMove:
     never sees both), and a host file already there wins. Checked once per host: a mark
     in the spool says the move is done."""
     mark = _layout_mark(wh)
+    lock = os.path.join(os.path.dirname(mark), LAYOUT_LOCK)
     recorded = _recorded_ids(mark)
     if recorded is None:
         wh.storage.make_spool_dirs(os.path.dirname(mark))
@@ -95,11 +98,13 @@ def adopt_legacy(wh: Warehouse) -> LayoutMove:
         # must not both move and settle: one does, under this host's lock; the other then
         # finds its mark (their writes of one claim would race: each removes the temp files
         # it takes for a dead writer's of this host)
-        with local_files.locked(mark + ".lock", wh.modes.file):
+        with local_files.locked(lock, wh.modes.file):
             recorded = _recorded_ids(mark)
             if recorded is None:
                 return _adopt(wh, mark)
-    os.chmod(mark, wh.modes.file)  # private again, whatever an older umask left
+    for private in (mark, lock):  # private again, whatever an older umask left
+        with contextlib.suppress(FileNotFoundError):  # no lock beside a mark from before it
+            os.chmod(private, wh.modes.file)
     unscoped_ids.fix_claim_modes(wh)
     return LayoutMove(ids_scoped=recorded)
 
