@@ -130,10 +130,12 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
             writer.msg(sid, "assistant", "two files: a and b", finish_reason="stop")
             writer.update_token_counts(sid, input_tokens=80, output_tokens=10, model="model-e2e", api_call_count=1)
             t1 = time.monotonic()
+            # the message and the token counts are two writes: a tick between them captures the
+            # message first, and the next tick the counts
             second = _wait_for(
                 dev,
-                "hermes_daily_usage to count the new message",
-                lambda: (u := _usage(installation.warehouse)) and u["messages"] == 4 and u,
+                "hermes_daily_usage to count the new message and its tokens",
+                lambda: (u := _usage(installation.warehouse)) and (u["messages"], u["input_tokens"]) == (4, 200) and u,
             )
             second_s = time.monotonic() - t1
             assert (second["input_tokens"], second["output_tokens"], second["api_calls"]) == (200, 40, 2), second

@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,21 @@ def test_an_identity_file_others_can_read_or_that_cannot_be_made_is_a_bad_settin
     blocked.write_text("")
     with pytest.raises(ConfigurationError, match=r"HERMES_ASSETS_HOST_IDENTITY=.* cannot be created"):
         settings.check({**env, "HERMES_ASSETS_HOST_IDENTITY": str(blocked / "id.json")})
+
+
+def test_runs_of_one_host_settling_its_identity_at_once_write_it_once(tmp_path):
+    """The sensor's first runs start together: each settles the identity's label; one writes
+    the file, the others read it (none fails on another's temp file)."""
+    for attempt in range(20):
+        path = str(tmp_path / f"home{attempt}" / host_identity.IDENTITY_FILE)
+        made = host_identity.load_or_make(path)
+        barrier = threading.Barrier(4)
+
+        def settle(_: int, path: str = path, made: host_identity.Identity = made, barrier=barrier):
+            barrier.wait()
+            return host_identity.settle(path, made, "vm", named=False)
+
+        with ThreadPoolExecutor(4) as pool:
+            settled = list(pool.map(settle, range(4)))
+        assert {(i.id, i.label) for i in settled} == {(made.id, "vm")}, attempt
+        assert host_identity.read(path) == settled[0]

@@ -109,8 +109,16 @@ def settle(path: str, identity: Identity, label: str, *, named: bool, modes: Fil
     identity whose label is settled keeps it)."""
     if identity.label is not None:
         return identity
-    settled = replace(identity, label=host_labels.check_label(label), named=named)
-    local_files.atomic_write(path, pa.py_buffer(settled.render()), modes.file)
+    folder, name = os.path.split(path)
+    # runs of this host starting at once (the sensor's first runs) settle it once, under a
+    # lock: their writes of one file would race (each removes this host's other temp files
+    # as a dead writer's); the others read what the first wrote
+    with local_files.locked(os.path.join(folder, f".{name}.lock"), modes.file):
+        found = read(path)
+        if found is not None and found.label is not None:
+            return found
+        settled = replace(identity, label=host_labels.check_label(label), named=named)
+        local_files.atomic_write(path, pa.py_buffer(settled.render()), modes.file)
     return settled
 
 
