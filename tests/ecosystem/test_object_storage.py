@@ -47,6 +47,7 @@ from tests.defs.harness import (
 )
 from tests.support.hermes_writer import HermesWriter
 from tests.support.hosts import HOST_DIR
+from tests.support.processes import dead_pid
 
 DATASETS = (GATEWAY, SESSIONS, MESSAGES)
 DAYS = SMALL_DAYS[2:6]
@@ -209,9 +210,10 @@ def test_a_temp_file_left_by_a_killed_writer_is_never_data_and_is_replaced(small
     day = DAYS[0]
     assert small.materialize(day).success
     folder = f"{wh.file_dir(GATEWAY, day)}"
-    dead = f"{folder}/.{PART_FILE}.{wh.host}.4242.0123abcd.tmp"  # this host's writer, killed
+    pid = dead_pid()
+    dead = f"{folder}/.{PART_FILE}.{wh.host}.{pid}.0123abcd.tmp"  # this host's writer, killed
     # another host's writer of the same name, alive (a shared folder): not ours to remove
-    other = f"{folder}/.{PART_FILE}.{wh.host}.b.4242.0123abcd.tmp"
+    other = f"{folder}/.{PART_FILE}.{wh.host}.b.{pid}.0123abcd.tmp"
     for path in (dead, other):
         with wh.storage.fs.open_output_stream(path) as out:
             out.write(b"half a parquet file")

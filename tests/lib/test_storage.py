@@ -10,16 +10,19 @@ from __future__ import annotations
 import os
 import pickle
 import stat
+import subprocess
+import sys
 import threading
 import time
 
 import pyarrow as pa
 import pytest
 
-from hermes_assets.lib.storage import arrow_storage, local_storage
+from hermes_assets.lib.storage import arrow_storage, local_files, local_storage
 from hermes_assets.lib.storage.arrow_storage import ArrowStorage, open_storage
 from hermes_assets.lib.storage.local_files import FileModes
 from hermes_assets.lib.storage.local_storage import LocalStorage
+from tests.support.processes import dead_pid, zombie
 
 KINDS = ("local", "file")
 
@@ -247,12 +250,51 @@ def test_two_hosts_replacing_one_file_of_a_shared_folder_never_share_a_temp_file
 
     names = {local_storage.local_files.temp_name(path, "alpha") for _ in range(3)}
     assert len(names) == 3 and all(".alpha." in n for n in names)
-    # a temp file of another host (alive, say) stays through this host's writes; its own dead ones go
-    others = [f"{folder}/.part-0.parquet.beta.7.0a.tmp", f"{folder}/.part-0.parquet.alpha.x.7.0a.tmp"]
-    dead = f"{folder}/.part-0.parquet.alpha.7.0a.tmp"
+    # a temp file of another host (its pid dead here, which says nothing of it) stays through this
+    # host's writes, and so does a live writer's of this host; its own dead writers' ones go
+    pid = dead_pid()
+    others = [
+        f"{folder}/.part-0.parquet.beta.{pid}.0a.tmp",
+        f"{folder}/.part-0.parquet.alpha.x.{pid}.0a.tmp",
+        f"{folder}/.part-0.parquet.alpha.{os.getppid()}.0a.tmp",
+    ]
+    dead = f"{folder}/.part-0.parquet.alpha.{pid}.0a.tmp"
     for leftover in (*others, dead):
         with open(leftover, "wb") as f:
             f.write(b"half")
     monkeypatch.undo()
     alpha.put(path, pa.py_buffer(second))
     assert all(os.path.exists(p) for p in others) and not os.path.exists(dead)
+
+
+@pytest.mark.slow
+def test_a_replace_removes_only_the_temp_files_of_this_hosts_dead_writers(tmp_path):
+    """``atomic_write`` needs no lock around it to be safe for another writer of the same host:
+    it removes a temp file of its target only when the pid in its name is no live process here
+    (reaped, or a zombie), so a writer still running (another process, another thread of this
+    one) keeps its temp file until its own rename."""
+    folder = tmp_path / "day"
+    folder.mkdir()
+    path = str(folder / "part-0.parquet")
+    child = zombie()
+    try:
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            temps = {
+                "reaped": f".part-0.parquet.alpha.{dead_pid()}.0a.tmp",
+                "zombie": f".part-0.parquet.alpha.{child.pid}.0b.tmp",
+                "live": f".part-0.parquet.alpha.{live.pid}.0c.tmp",
+                "this process": f".part-0.parquet.alpha.{os.getpid()}.0d.tmp",
+                "another file's": f".part-0.parquet.tmp.alpha.{dead_pid()}.0e.tmp",
+            }
+            for name in temps.values():
+                (folder / name).write_bytes(b"half")
+            local_files.atomic_write(path, pa.py_buffer(b"whole"), owner="alpha")
+            left = {what for what, name in temps.items() if (folder / name).exists()}
+            assert left == {"live", "this process", "another file's"}
+            assert (folder / "part-0.parquet").read_bytes() == b"whole"
+        finally:
+            live.kill()
+            live.wait()
+    finally:
+        child.wait()

@@ -171,8 +171,8 @@ class ArrowStorage:
         folder, _, name = path.rpartition("/")
         # An object store publishes an upload whole when it completes: write in place.
         # Elsewhere write a temp file and rename it. Its name is this writer's own (host,
-        # pid, random: hosts sharing a folder never write one temp file); this host's older
-        # temp files of the same target are dead writers' (we hold the day's lock): removed.
+        # pid, random: hosts sharing a folder never write one temp file); this host's temp
+        # files of the same target whose writers died before their rename are removed.
         atomic = fs.type_name in ATOMIC_UPLOAD
         tmp = path if atomic else local_files.temp_name(path, self.owner).replace(os.sep, "/")
         if self.local:  # file://: private folders first, so the file is never readable by others
@@ -230,7 +230,7 @@ class ArrowStorage:
     def _remove_stale_temps(self, folder: str, name: str) -> None:
         selector = pafs.FileSelector(folder, allow_not_found=True)
         for info in self.fs.get_file_info(selector):
-            if local_files.is_temp_of(info.base_name, name, self.owner):
+            if local_files.is_stale_temp_of(info.base_name, name, self.owner):
                 with contextlib.suppress(OSError):
                     self.fs.delete_file(info.path)
 

@@ -167,9 +167,9 @@ def atomic_write(path: str, data: pa.Buffer, mode: int = 0o600, *, fsync: bool =
     """Replace ``path`` by ``data``: temp file in the same folder (created with ``mode``),
     fsync, rename, fsync the folder.
 
-    Called under the day's lock, so any other temp file of ``owner`` (this host) in the
-    folder belongs to a writer that died (kill -9, power loss) before its rename: removed
-    here. Another host's temp files are its own (:func:`temp_name`), never touched.
+    A temp file of ``owner`` (this host) left for ``path`` by a writer that died (kill -9)
+    before its rename is removed here; a live writer's, and another host's, are never
+    touched (:func:`remove_stale_temps`).
     """
     folder, name = os.path.split(path)
     tmp = temp_name(path, owner)
@@ -235,11 +235,43 @@ def is_temp_of(entry: str, name: str, owner: str = "") -> bool:
     return re.fullmatch(rf"\.{re.escape(name)}\.{re.escape(owner)}\.[0-9]+\.[0-9a-f]+\.tmp", entry) is not None
 
 
+def is_stale_temp_of(entry: str, name: str, owner: str = "") -> bool:
+    """Whether ``entry`` is a temp file of ``owner``'s for ``name`` whose writer is dead: its
+    pid (in the name, :func:`temp_name`) is no process of this host, or a zombie. ``owner`` is
+    this host's label, so the pid is one of this host's; a writer still running (another
+    process, or another thread of this one) keeps its temp file, whether or not the caller
+    holds a lock. A pid reused by an unrelated process keeps a dead writer's temp file until
+    that process ends: a hidden file left a while, never a file removed under a live writer."""
+    if not is_temp_of(entry, name, owner):
+        return False
+    pid = int(entry[len(name) + len(owner) + 3 :].split(".", 1)[0])
+    return pid != os.getpid() and not process_alive(pid)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process of this host (a zombie, killed but not yet reaped,
+    is not; a process of another user is)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no /proc (macOS), or it ended meanwhile: os.kill said it was there
+        return True
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
 def remove_stale_temps(folder: str, name: str, owner: str = "") -> None:
-    """Remove the temp files ``owner`` left in ``folder`` for ``name`` (its writers are ordered
-    by the day's lock: any is a dead writer's); other hosts' temp files stay."""
+    """Remove the temp files ``owner`` (this host) left in ``folder`` for ``name`` whose writers
+    died before their rename (:func:`is_stale_temp_of`); live writers' and other hosts' stay."""
     for entry in os.listdir(folder):
-        if is_temp_of(entry, name, owner):
+        if is_stale_temp_of(entry, name, owner):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, entry))
 
