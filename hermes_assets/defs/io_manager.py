@@ -20,8 +20,11 @@ values ops hand each other inside the capture stay on Dagster's default IO
 manager, which persists them ("re-execute from failure" needs that).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import dagster as dg
-import pandas as pd
 import pyarrow as pa
 
 from hermes_assets.defs.resources import HermesWarehouse
@@ -29,6 +32,9 @@ from hermes_assets.defs.settings import Settings
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.loading import DatasetDays
+
+if TYPE_CHECKING:  # pandas is imported on the first load as pandas, not by every process loading the definitions
+    import pandas as pd
 
 #: the resource key of :class:`HermesDatasetsIOManager`
 DATASETS_IO_MANAGER = "hermes_datasets"

@@ -12,20 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
-#: Arrow types whose pandas default loses information (ints with a null become
-#: float64, bools object): mapped to pandas' nullable dtypes instead
-_PANDAS_TYPES = {
-    pa.int64(): pd.Int64Dtype(),
-    pa.int32(): pd.Int32Dtype(),
-    pa.bool_(): pd.BooleanDtype(),
-}
+if TYPE_CHECKING:  # pandas is imported on the first read as pandas, not by every process loading the definitions
+    import pandas as pd
+
+
+def _pandas_types() -> dict:
+    """Arrow types whose pandas default loses information (ints with a null become
+    float64, bools object), mapped to pandas' nullable dtypes instead."""
+    import pandas as pd
+
+    return {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype(), pa.bool_(): pd.BooleanDtype()}
 
 
 def select_columns(dataset: str, columns: Sequence[str] | None) -> list[str] | None:
@@ -109,4 +112,4 @@ def to_pandas(table: pa.Table) -> pd.DataFrame:
     pandas strings (JSON as its text), integers and bools are pandas' nullable
     ``Int64``/``Int32``/``boolean`` (a null never turns an id into a float).
     """
-    return json_as_text(table).to_pandas(types_mapper=_PANDAS_TYPES.get)
+    return json_as_text(table).to_pandas(types_mapper=_pandas_types().get)
