@@ -505,3 +505,21 @@ def test_the_analytics_follow_every_day_through_a_sensor_that_runs_from_the_star
     for config in (REPO / "dagster.yaml", REPO / "deploy" / "postgres" / "dagster.yaml"):
         settings = yaml.safe_load(config.read_text()).get("auto_materialize", {})
         assert settings.get("enabled", True) and settings.get("use_sensors", True), config
+
+
+def test_an_analytics_step_computes_the_others_only_for_steps_still_to_run_in_its_process():
+    """In process, the analytics of the run whose step has not started; with steps in processes of
+    their own (the multiprocess executor), none: nothing would take them."""
+    from types import SimpleNamespace
+
+    from hermes_assets.defs import precomputed
+
+    def context(run_id: str, executor: str):
+        run = SimpleNamespace(run_id=run_id, asset_selection={dg.AssetKey(n) for n in (*DATASETS, USAGE, TOOLS)})
+        return SimpleNamespace(run=run, job_def=SimpleNamespace(executor_def=SimpleNamespace(name=executor)))
+
+    here = context("run-in-process", dg.in_process_executor.name)
+    assert precomputed.still_to_run(here, TOOLS) == [USAGE]
+    assert precomputed.still_to_run(here, USAGE) == []  # the tools' step started already
+    apart = context("run-multiprocess", dg.multiprocess_executor.name)
+    assert precomputed.still_to_run(apart, TOOLS) == []
