@@ -17,7 +17,10 @@ the days it captures over all hosts' files: the last file written is computed
 from the final inputs (:func:`hermes_assets.lib.analytics.daily.write_current_day`).
 """
 
+import contextvars
 import functools
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
@@ -31,7 +34,7 @@ from hermes_assets.lib.analytics import columns, daily
 from hermes_assets.lib.analytics.daily import DayFigures
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
-from hermes_assets.lib.warehouse.datasets import WriteResult
+from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
 
 log = get_logger()
@@ -122,30 +125,71 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
+#: the days an analytics step writes at once: each file is fsynced, then its folder, on a thread of
+#: its own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them)
+WRITE_THREADS = 4
+
+
+def _write_day(
+    wh: Warehouse, dataset: str, inputs: dict[str, DatasetDays], others: list[str], day: str
+) -> tuple[WriteResult, DayFigures, str | None]:
+    """One day: computed (or taken from what this run computed already), its file replaced; who
+    computed the figures used (:data:`precomputed.CAPTURE`, :data:`precomputed.ANALYTICS_STEP`, or
+    None: this step, from the files). A day this step reads is read for ``others`` too (the run's
+    analytics still to run): computed with its own, kept for their steps."""
+    taken = precomputed.take(wh, dataset, day)  # computed by this run's capture (or analytics), if it could
+    known = None if taken is None else taken[:2]
+    if taken is None and others:
+        every = {name: DatasetDays(wh, name, [], columns) for name, columns in daily.INPUTS.items()}
+        first = daily.read_day(wh, day, functools.partial(daily.read_inputs, every, day))
+        figures = daily.compute_days([dataset, *others], day, first.tables)
+        precomputed.share(wh, day, first.stamps, {name: figures[name] for name in others})
+        known = (first.stamps, figures[dataset])
+    read = functools.partial(daily.read_inputs, inputs, day)
+    result, figures_used = daily.write_current_day(wh, dataset, day, read, known=known)
+    return result, figures_used, taken[2] if taken is not None and figures_used is taken[1] else None
+
+
 def _materialize(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str, inputs: dict[str, DatasetDays]
 ) -> dg.MaterializeResult:
-    """Each day of the run: compute, replace the day's file, attach the day's totals."""
+    """Each day of the run: compute, replace the day's file, attach the day's totals (days on
+    :data:`WRITE_THREADS` threads, their metadata in day order)."""
     wh = warehouse.open()
     refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
-    files_changed = rows = from_capture = 0
-    with run_progress.progress(context, dataset, len(context.partition_keys)) as progress:
-        for day in context.partition_keys:
-            known = precomputed.take(wh, dataset, day)  # computed by this run's capture, if it could
-            read = functools.partial(daily.read_inputs, inputs, day)
-            result, figures = daily.write_current_day(wh, dataset, day, read, known=known)
-            from_capture += known is not None and figures is known[1]
-            context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
-            files_changed += result.changed
-            rows += result.rows
-            progress.advance(result.rows)
+    days = context.partition_keys
+    others = precomputed.still_to_run(context, dataset)
+    files_changed = rows = 0
+    origins: Counter[str | None] = Counter()
+    with (
+        run_progress.progress(context, dataset, len(days)) as progress,
+        ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days)))) as threads,
+    ):
+        write = functools.partial(_write_day, wh, dataset, inputs, others)
+        # each day in a copy of this thread's context: its events reach the run's log (run_log.py)
+        written = [threads.submit(contextvars.copy_context().run, write, day) for day in days]
+        try:
+            for day, future in zip(days, written):
+                result, figures, origin = future.result()
+                origins[origin] += 1
+                context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
+                files_changed += result.changed
+                rows += result.rows
+                progress.advance(result.rows)
+        except BaseException:  # a day failed (a full disk): the days not started yet are not started
+            for future in written:
+                future.cancel()
+            raise
     log.info(
         "hermes.analytics.written",
         dataset=dataset,
-        days=len(context.partition_keys),
+        days=len(days),
         rows=rows,
         files_changed=files_changed,
-        days_from_capture=from_capture,  # computed by the capture from the tables it built, not read back
+        # computed by the capture from the tables it built, not read back
+        days_from_capture=origins[precomputed.CAPTURE],
+        # read and computed by another analytics step of the run, with its own
+        days_from_analytics=origins[precomputed.ANALYTICS_STEP],
     )
     return dg.MaterializeResult()
 

@@ -8,6 +8,13 @@ here, in the run's process, and each analytics asset takes its days' figures
 while the stamps of their input files still hold. Runs whose steps are other
 processes (the multiprocess executor), and any day not kept, read the files:
 the figures are the same either way.
+
+An analytics step that has to read a day's files (a day not kept: not a first
+capture, a run that captured nothing) reads every input column the analytics
+need once and computes the day's other analytics of the run with its own
+(:func:`share`): the run's next analytics steps in this process take them as
+they take the capture's, while the stamps of the files read still hold. A day
+is then read and its sessions built once per run, not once per analytics dataset.
 """
 
 from __future__ import annotations
@@ -28,8 +35,17 @@ from hermes_assets.lib.capture.steps import WrittenRun
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
 _lock = threading.Lock()
-#: (warehouse root, day) -> what the capture computed of the day, until each analytics took its own
-_kept: dict[tuple[str, str], tuple[KnownDay, set[str]]] = {}
+#: who computed kept figures: this run's capture (from the tables it built), or an analytics step
+#: of the run (from the files it read)
+CAPTURE, ANALYTICS_STEP = "capture", "analytics"
+#: (warehouse root, day) -> what the capture (or an analytics step) computed of the day, until each
+#: analytics took its own
+_kept: dict[tuple[str, str], tuple[KnownDay, set[str], str]] = {}
+#: the executors that run every step of a run in the run's process (Dagster's, and that of
+#: ``execute_in_process``)
+IN_PROCESS = frozenset({dg.in_process_executor.name, "execute_in_process_executor"})
+#: run id -> the analytics datasets whose step started in this process
+_started: dict[str, set[str]] = {}
 
 
 def day_figures(context: dg.AssetExecutionContext) -> Callable[[str, Mapping[str, pa.Table]], Any] | None:
@@ -65,18 +81,42 @@ def keep(warehouse: Warehouse, run_id: str, run: ProjectedRun, written: WrittenR
     days = captured_days.known_days(warehouse, computed, written.results)
     with _lock:
         for day, known in days.items():
-            _kept[(warehouse.root, day)] = (known, set(known.figures))
+            _kept[(warehouse.root, day)] = (known, set(known.figures), CAPTURE)
 
 
-def take(warehouse: Warehouse, dataset: str, day: str) -> tuple[dict[str, tuple], DayFigures] | None:
-    """The figures of ``dataset``'s ``day`` the capture computed, with the stamps they hold for
-    (once: forgotten when both analytics took theirs); None when it computed none."""
+def still_to_run(context: dg.AssetExecutionContext, dataset: str) -> list[str]:
+    """The analytics datasets of this run whose step has not started yet and will run in this process
+    (the in-process executor runs every step of a run in the run's process, one after the other):
+    those an analytics step computes with its own when it reads a day (:func:`share`). ``dataset``'s
+    step starts now."""
+    selected = context.run.asset_selection or set()
+    with _lock:
+        started = _started.setdefault(context.run.run_id, set())
+        started.add(dataset)
+        if context.job_def.executor_def.name not in IN_PROCESS:
+            return []
+        return [name for name in ANALYTICS if dg.AssetKey(name) in selected and name not in started]
+
+
+def share(warehouse: Warehouse, day: str, stamps: dict[str, tuple], figures: Mapping[str, DayFigures]) -> None:
+    """Figures of the day's other analytics that an analytics step computed with its own, from the
+    files it read (``stamps``: theirs before the read), kept for the run's next analytics steps; not
+    when the day has figures kept already."""
+    if figures:
+        with _lock:
+            _kept.setdefault((warehouse.root, day), (KnownDay(stamps, dict(figures)), set(figures), ANALYTICS_STEP))
+
+
+def take(warehouse: Warehouse, dataset: str, day: str) -> tuple[dict[str, tuple], DayFigures, str] | None:
+    """The figures of ``dataset``'s ``day`` the capture (or another analytics step) computed, with the
+    stamps they hold for and who computed them (once: forgotten when every analytics took its own);
+    None when none were kept."""
     with _lock:
         found = _kept.get((warehouse.root, day))
         if found is None or dataset not in found[1]:
             return None
-        known, left = found
+        known, left, origin = found
         left.discard(dataset)
         if not left:
             del _kept[(warehouse.root, day)]
-        return known.stamps, known.figures[dataset]
+        return known.stamps, known.figures[dataset], origin

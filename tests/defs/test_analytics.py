@@ -288,13 +288,49 @@ def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small
     before = small.files()
     with structlog.testing.capture_logs() as events:
         assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
-    again = {e["dataset"]: e["days_from_capture"] for e in events if e["event"] == "hermes.analytics.written"}
-    assert again == dict.fromkeys(ANALYTICS, 0) and small.files() == before
-    # a day captured again (its files exist) reads them back
+    again = {e["dataset"]: e for e in events if e["event"] == "hermes.analytics.written"}
+    assert {name: again[name]["days_from_capture"] for name in ANALYTICS} == dict.fromkeys(ANALYTICS, 0)
+    assert small.files() == before
+    # the files are read once per day for every analytics of the run: by the first analytics step,
+    # which computes the others with its own; they take theirs
+    shared = sorted(again[name]["days_from_analytics"] for name in ANALYTICS)
+    assert shared == [0] + [len(SMALL_DAYS)] * (len(ANALYTICS) - 1)
+    # a day captured again (its files exist) reads them back, once
     with structlog.testing.capture_logs() as events:
         materialize_everything(small, FIRST, instance=instance)
-    assert {e["days_from_capture"] for e in events if e["event"] == "hermes.analytics.written"} == {0}
+    written = [e for e in events if e["event"] == "hermes.analytics.written"]
+    assert {e["days_from_capture"] for e in written} == {0}
+    assert sorted(e["days_from_analytics"] for e in written) == [0] + [1] * (len(ANALYTICS) - 1)
     assert small.files() == before
+
+
+def test_figures_another_analytics_step_computed_count_only_while_their_inputs_hold(small_everything):
+    """Figures an analytics step kept for the run's next ones are used only while the input files
+    they were computed from are the same (their stamps): else the day is read again."""
+    from hermes_assets.defs import analytics_assets, precomputed
+    from hermes_assets.lib.analytics import daily
+    from hermes_assets.lib.warehouse.datasets import Warehouse
+    from hermes_assets.lib.warehouse.loading import DatasetDays
+
+    cap, _ = small_everything
+    wh = Warehouse(str(cap.warehouse))
+    inputs = {name: DatasetDays(wh, name, [], cols) for name, cols in daily.DATASET_INPUTS[USAGE].items()}
+    before = cap.files()
+    stamps = {name: wh.day_stamp(name, DAY1) for name in daily.INPUTS}
+    real = daily.compute_day(USAGE, DAY1, daily.read_inputs(inputs, DAY1))
+    fewer = daily.DayFigures(real.table.slice(1), real.totals)  # not what these files give
+    # stamps that no longer hold (a file written since): the day is read and computed again
+    precomputed.share(wh, DAY1, {**stamps, schemas.MESSAGES: ("another file",)}, {USAGE: fewer})
+    result, figures, origin = analytics_assets._write_day(wh, USAGE, inputs, [], DAY1)
+    assert origin is None and figures is not fewer and cap.files() == before and not result.changed
+    # stamps that hold: the kept figures are taken as the day's (so they must be computed from those files)
+    precomputed.share(wh, DAY1, stamps, {USAGE: fewer})
+    result, figures, origin = analytics_assets._write_day(wh, USAGE, inputs, [], DAY1)
+    assert origin == precomputed.ANALYTICS_STEP and figures is fewer and result.changed
+    assert result.rows == real.table.num_rows - 1
+    # nothing kept any more: read and computed from the files, as they were
+    result, _, origin = analytics_assets._write_day(wh, USAGE, inputs, [], DAY1)
+    assert origin is None and result.changed and cap.files() == before
 
 
 def test_analytics_load_through_the_io_manager_too(small_everything, instance):
@@ -469,3 +505,21 @@ def test_the_analytics_follow_every_day_through_a_sensor_that_runs_from_the_star
     for config in (REPO / "dagster.yaml", REPO / "deploy" / "postgres" / "dagster.yaml"):
         settings = yaml.safe_load(config.read_text()).get("auto_materialize", {})
         assert settings.get("enabled", True) and settings.get("use_sensors", True), config
+
+
+def test_an_analytics_step_computes_the_others_only_for_steps_still_to_run_in_its_process():
+    """In process, the analytics of the run whose step has not started; with steps in processes of
+    their own (the multiprocess executor), none: nothing would take them."""
+    from types import SimpleNamespace
+
+    from hermes_assets.defs import precomputed
+
+    def context(run_id: str, executor: str):
+        run = SimpleNamespace(run_id=run_id, asset_selection={dg.AssetKey(n) for n in (*DATASETS, USAGE, TOOLS)})
+        return SimpleNamespace(run=run, job_def=SimpleNamespace(executor_def=SimpleNamespace(name=executor)))
+
+    here = context("run-in-process", dg.in_process_executor.name)
+    assert precomputed.still_to_run(here, TOOLS) == [USAGE]
+    assert precomputed.still_to_run(here, USAGE) == []  # the tools' step started already
+    apart = context("run-multiprocess", dg.multiprocess_executor.name)
+    assert precomputed.still_to_run(apart, TOOLS) == []

@@ -24,6 +24,7 @@ Rows flagged ``source_deleted`` are left out: the sessions the store holds now.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -113,20 +114,32 @@ class Session:
     messages: int = 0
     tool_calls: int = 0
 
+    # the sums over its shares, each added once (every dataset that counts the session asks them):
+    # its shares are settled when it is built (only its messages and tool calls are added later)
+
+    @functools.cached_property
+    def _counts(self) -> dict[str, int]:
+        return {name: sum(share.counts[name] for share in self.shares) for name in COUNTS}
+
+    @functools.cached_property
+    def _costs(self) -> dict[str, float | None]:
+        return {
+            COSTS[0]: add_costs(share.estimated_cost_usd for share in self.shares),
+            COSTS[1]: add_costs(share.actual_cost_usd for share in self.shares),
+        }
+
     def count(self, name: str) -> int:
         """API calls or one kind of token, over every model the session used."""
-        return sum(share.counts[name] for share in self.shares)
+        return self._counts[name]
 
-    @property
+    @functools.cached_property
     def total_tokens(self) -> int:
         """Hermes's own total (input + cache read + cache write + output), over every model."""
-        return sum(self.count(name) for name in TOTAL_TOKENS)
+        return sum(self._counts[name] for name in TOTAL_TOKENS)
 
     def cost(self, name: str) -> float | None:
         """One of :data:`COSTS` over every model; None when no share has one."""
-        return add_costs(
-            share.estimated_cost_usd if name == COSTS[0] else share.actual_cost_usd for share in self.shares
-        )
+        return self._costs[name]
 
     @property
     def hermes_cost_usd(self) -> float:

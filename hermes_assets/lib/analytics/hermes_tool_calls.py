@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.analytics.live_rows import in_store
+from hermes_assets.lib.analytics.live_rows import count_by, in_store
 from hermes_assets.lib.basics.schemas import MESSAGES
 
 #: the columns of ``hermes_messages`` :func:`hermes_calls` reads
@@ -56,17 +56,13 @@ def hermes_calls(messages: pa.Table) -> dict[str | None, int]:
     """Per tool name, the calls Hermes's report counts in these messages (one day's, rows the store
     holds now, copies included)."""
     messages = in_store(messages, MESSAGES)
-    named: Counter[tuple] = Counter()
     called: Counter[tuple] = Counter()
     tools = messages.filter(
         pc.and_(
             pc.fill_null(pc.equal(messages.column("role"), "tool"), False), pc.is_valid(messages.column("tool_name"))
         )
     )
-    for host, store, sid, name in zip(
-        *(tools.column(c).to_pylist() for c in ("host", "store", "session_id", "tool_name"))
-    ):
-        named[(host, store, sid, name)] += 1
+    named = Counter(count_by(tools, ["host", "store", "session_id", "tool_name"]))  # counted in Arrow
     assistants = messages.filter(
         pc.and_(
             pc.fill_null(pc.equal(messages.column("role"), "assistant"), False),
