@@ -332,8 +332,7 @@ def test_bad_cells_and_messages_are_in_id_order_whatever_order_the_index_reads(h
     mids = [hermes_db.msg("s", "user", f"m{i}") for i in range(4)]
     for k, mid in enumerate(mids):  # times backwards, the second inactive: the index reads 4, 3, 1, 2
         hermes_db.raw_sql(
-            "UPDATE messages SET timestamp = timestamp - ?, active = ?, content = CAST(x'41ff42' AS TEXT) "
-            "WHERE id = ?",
+            "UPDATE messages SET timestamp = timestamp - ?, active = ?, content = CAST(x'41ff42' AS TEXT) WHERE id = ?",
             (k * 10.0, 0 if k == 1 else 1, mid),
         )
     with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
