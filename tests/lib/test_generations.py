@@ -72,3 +72,17 @@ def test_the_same_birth_keeps_its_generation_and_another_birth_gets_the_next_one
     session, by_mid = again.assign(births, restored)
     # the session was started at another time: generation 2; mid 1 too; mid 2 matches any (NULL birth)
     assert session == 2 and by_mid == {1: 2, 2: 2} and again.reborn == 2
+
+
+def test_a_day_without_a_file_counts_generations_without_recording_every_id():
+    """``record_ids=False`` (a day with no file: retention reads nothing of it): the same
+    generations and the same count of reused ids, no id kept."""
+    sessions, messages = birth_tables([(STORE, "s", 1, T0)], [(STORE, "s", 1, 1, "user", T0 + 1)])
+    births = Births.from_tables(sessions, messages, STORE)
+    restored = bundle("s", T0 + 3600, [(1, "assistant", T0 + 4000), (2, "user", T0 + 4001)])
+    recorded, counted = Generations(), Generations(record_ids=False)
+    assert recorded.assign(births, restored) == counted.assign(births, restored) == (2, {1: 2, 2: 1})
+    assert recorded.reborn == counted.reborn == 2
+    assert recorded.messages and not counted.messages and not counted.sessions
+    first = bundle("t", T0, [(5, "user", T0 + 1)])
+    assert Generations(record_ids=False).assign(Births(), first) == Generations().assign(Births(), first) == (1, None)

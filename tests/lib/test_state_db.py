@@ -324,6 +324,23 @@ def test_invalid_utf8_cell_is_read_with_replacement_and_counted(hermes_db):
     assert bad_cells(bundles.values()) == [("lab:s", "messages", "content", bad)]
 
 
+def test_bad_cells_and_messages_are_in_id_order_whatever_order_the_index_reads(hermes_db):
+    """The messages are fetched in the index's order (session, active, timestamp), not sorted
+    by id in SQLite: a session whose times run against its ids still lists its messages, and
+    its bad cells, by id."""
+    hermes_db.session("s", "cli")
+    mids = [hermes_db.msg("s", "user", f"m{i}") for i in range(4)]
+    for k, mid in enumerate(mids):  # times backwards, the second inactive: the index reads 4, 3, 1, 2
+        hermes_db.raw_sql(
+            "UPDATE messages SET timestamp = timestamp - ?, active = ?, content = CAST(x'41ff42' AS TEXT) WHERE id = ?",
+            (k * 10.0, 0 if k == 1 else 1, mid),
+        )
+    with StoreReader(Store(str(hermes_db.path)), now_s=NOW_S) as reader:
+        (b,) = read_days(reader)
+    assert [m["id"] for m in b.messages] == mids
+    assert bad_cells([b]) == [("s", "messages", "content", mid) for mid in mids]
+
+
 def test_utf8_encoded_lone_surrogate_bytes_are_replaced_and_counted(hermes_db):
     hermes_db.session("s", "cli")
     mid = hermes_db.msg("s", "user", "x")

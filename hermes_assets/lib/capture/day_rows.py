@@ -68,6 +68,7 @@ def project_day(
     *,
     births: dict[str, Births] | None = None,
     redaction: RedactionConfig | None = None,
+    record_ids: bool = True,
 ) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store), redact
     their cells and build the rows of all three datasets from that read.
@@ -75,10 +76,11 @@ def project_day(
     ``births``: per store, what the day's files already captured:
     a reused id with another birth gets the next generation (D15).
     ``redaction``: how secrets are redacted from each session's cells before its rows are
-    built (None: not at all).
+    built (None: not at all). ``record_ids``: whether the day's :class:`Generations` hold every
+    id's generation (what retention reads when the day has a file; False: their counts alone).
     """
     with _gc_paused():
-        return _project_day(plan, day, ctx, births or {}, redaction)
+        return _project_day(plan, day, ctx, births or {}, redaction, record_ids)
 
 
 @contextlib.contextmanager
@@ -101,6 +103,7 @@ def _project_day(
     ctx: ProjectionContext,
     births: dict[str, Births],
     redaction: RedactionConfig | None,
+    record_ids: bool = True,
 ) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
@@ -163,7 +166,7 @@ def _project_day(
         messages = raw.messages_columns(
             plan.read_at, tallies[MESSAGES], unknown.get("messages", []), grouped=read.grouped, names=selected
         )
-        gens, store_births = Generations(), births.get(sp.store.path) or Births()
+        gens, store_births = Generations(record_ids=record_ids), births.get(sp.store.path) or Births()
         for bundle in bundles:
             session_gen, message_gens = gens.assign(store_births, bundle)
             item = SessionInput(

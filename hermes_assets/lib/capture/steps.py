@@ -43,7 +43,7 @@ from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
 from hermes_assets.lib.capture.staged_run import DatasetDay, ProjectedRun, StagedDay
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
-from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births, Generations
+from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.redaction import stored_files, stored_markers
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
@@ -170,7 +170,12 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     """
     plan = job.plan
     old = {ds: _read_old(job, ds, day) for ds in (SESSIONS, MESSAGES)}
-    rows = project_day(plan, day, job.ctx, births=_births(job, day, old), redaction=job.redaction)
+    existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
+    # retention judges the rows of a file that exists: a new day's ids and their generations are
+    # not needed (for a long first backfill they would be every message id, held until the write)
+    rows = project_day(
+        plan, day, job.ctx, births=_births(job, day, old), redaction=job.redaction, record_ids=bool(existing)
+    )
     order = {sp.store.path: i for i, sp in enumerate(plan.stores)}
     datasets = {}
     for dataset, by_store in rows.tables.items():
@@ -206,17 +211,11 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         day not in job.any_host[ds] and len(by_store) <= 1 for ds, by_store in rows.tables.items()
     ):  # a first capture: its tables are the day's files to be
         figures = job.day_figures(day, {ds: rows.table(ds) for ds in CAPTURE_DATASETS})
-    existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
     pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
-    # retention judges the rows of a file that exists; a new day's generations are not needed
-    # (and for a long first backfill they would be every message id, held until the write)
-    generations = (
-        rows.generations if existing else {path: Generations(reborn=g.reborn) for path, g in rows.generations.items()}
-    )
     return StagedDay(
         day,
         datasets,
-        generations,
+        rows.generations,
         tuple(rows.failures),
         dict(rows.statements),
         existing,

@@ -79,19 +79,24 @@ class Generations:
     messages: dict[tuple[str, int], int] = field(default_factory=dict)
     #: stored messages and sessions whose id was captured before with another birth
     reborn: int = 0
+    #: whether :meth:`assign` records each id's generation (``sessions``, ``messages``): only
+    #: retention reads them, for a day that has a file; a day without one needs its counts alone
+    record_ids: bool = True
 
     def assign(self, births: Births, bundle: SessionBundle) -> tuple[int, dict[int, int] | None]:
         """The generations of ``bundle`` against what the day's files captured (``births``):
         ``(session generation, mid -> generation or None when every message is generation 1)``."""
         sid = bundle.sid
         session, reborn = _generation(births.sessions.get(sid), (epoch_ms(bundle.session.get("started_at")),))
-        self.sessions[sid] = session
         self.reborn += reborn
         by_mid: dict[int, int] = {}
-        record = self.messages
+        record = self.messages if self.record_ids else {}
+        if self.record_ids:
+            self.sessions[sid] = session
         if not births.messages:
-            for msg in bundle.messages:
-                record[(sid, msg["id"])] = 1
+            if self.record_ids:
+                for msg in bundle.messages:
+                    record[(sid, msg["id"])] = 1
             return session, None
         for msg in bundle.messages:
             mid = msg["id"]

@@ -238,7 +238,7 @@ def session_row(item: SessionInput, out: RawColumns) -> None:
     """The session's ``hermes_sessions`` row."""
     bundle = item.bundle
     session = bundle.session
-    out.rows.append(tuple(session.get(name) for name in _SESSION_NAMES))
+    out.rows.append(tuple(map(session.get, _SESSION_NAMES)))
     out.runs.append((bundle, bundle.day, 1))
     out.derived["generation"].append(item.generation)
     out.derived["scope_path"].append(item.scope_path)

@@ -11,10 +11,12 @@ opens readers with the run's busy budget.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from hermes_assets.lib.basics.hermes_tables import (
     MESSAGE_COLUMNS,
@@ -225,7 +227,7 @@ class StoreReader(StoreConnection):
         messages = self._query(
             f"SELECT {self._select_list('messages', MESSAGE_COLUMNS, extras=True, skip=V23_MESSAGE_COLUMNS)} "
             f"FROM messages "
-            f"WHERE session_id IN ({marks}) ORDER BY session_id, id",
+            f"WHERE session_id IN ({marks}) ORDER BY session_id",  # the index's order, no sort: see below
             raw_ids,
             what="messages_by_session",
         )
@@ -241,11 +243,22 @@ class StoreReader(StoreConnection):
         u_names = [c[0] for c in USAGE_COLUMNS]
         rows = {str(r[0]): dict(zip(s_names, r)) for r in sessions}  # zip stops before the unknown columns
         missing = self._resolve_prompts(list(rows.values()))
-        bad = bad_cells(sessions, messages, rows, self.selected, self._unknown) if bad_text_count() != before else {}
-        msgs_by_sid: dict[str, list[dict]] = defaultdict(list)
-        for row in messages:
-            msg = dict(zip(m_names, row))
-            msgs_by_sid[str(msg["session_id"])].append(msg)
+        bad = (
+            bad_cells(sessions, _in_id_order(messages), rows, self.selected, self._unknown)
+            if bad_text_count() != before
+            else {}
+        )
+        msgs_by_sid: dict[str, list[dict]] = {}
+        for raw_id, group in itertools.groupby(messages, key=itemgetter(1)):  # the rows come by session
+            if type(raw_id) is str:
+                msgs = [dict(zip(m_names, row)) for row in group]
+                if raw_id in msgs_by_sid:
+                    msgs_by_sid[raw_id] += msgs
+                else:
+                    msgs_by_sid[raw_id] = msgs
+            else:  # hostile ids (a number, a BLOB): those SQLite holds equal may differ as text
+                for row in group:
+                    msgs_by_sid.setdefault(str(row[1]), []).append(dict(zip(m_names, row)))
         usage_by_sid: dict[str, list[dict]] = defaultdict(list)
         for row in usage:
             u = dict(zip(u_names, row))
@@ -263,7 +276,7 @@ class StoreReader(StoreConnection):
                 continue
             session["id"] = sid
             msgs = msgs_by_sid.get(sid, [])
-            msgs.sort(key=_mid_key)
+            _sort_by_id(msgs)
             out.append(
                 SessionBundle(
                     self.store,
@@ -337,3 +350,30 @@ class ReaderFactory:
 def _mid_key(msg: dict) -> tuple[int, int | str]:
     mid = msg["id"]
     return (0, mid) if isinstance(mid, int) else (1, str(mid))
+
+
+def _sort_by_id(msgs: list[dict]) -> None:
+    """A session's messages in id order (:func:`_mid_key`): a rowid, an integer, compared as
+    itself; a store whose ids are not all integers (hostile data) the long way."""
+    if all(type(m["id"]) is int for m in msgs):
+        msgs.sort(key=_ID)
+    else:
+        msgs.sort(key=_mid_key)
+
+
+_ID = itemgetter("id")
+
+
+def _in_id_order(messages: list[tuple]) -> list[tuple]:
+    """Message rows (``id``, ``session_id`` first) in ``session_id, id`` order, from rows in
+    ``session_id`` order. The statement asks SQLite for the index's order alone: each session's
+    messages are sorted by id here anyway (:func:`_mid_key`), and sorting them there too would
+    copy every row, its content included, through a temporary b-tree. Only a chunk with a bad
+    cell needs its rows in the full order (its cells are listed in it)."""
+    keyed, run, previous = [], -1, object()
+    for row in messages:
+        if run < 0 or row[1] != previous:
+            run, previous = run + 1, row[1]
+        keyed.append(((run, *_mid_key({"id": row[0]})), row))
+    keyed.sort(key=lambda pair: pair[0])
+    return [row for _, row in keyed]
