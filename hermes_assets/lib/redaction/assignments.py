@@ -119,8 +119,9 @@ _SECRET_WORD = (
 )
 #: a name from the word that says secret on (where it begins is read by :func:`name_start`)
 _NAME_ON = r"(" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,40})"
-#: the same in a screen (what comes before the word is left out: a search finds the word without it)
-_SECRET_IN_NAME = _SECRET_WORD + r"[A-Za-z0-9_.-]*"
+#: the same in a screen (what comes before the word is left out: a search finds the word without it);
+#: the forms' screens that begin with it are one branch of the column screen (:mod:`.screen`)
+SECRET_IN_NAME = _SECRET_WORD + r"[A-Za-z0-9_.-]*"
 _QUOTE = r"""\\{0,3}["']"""
 #: a line's start: the text's, a newline, an escaped one (and for a header, a quote)
 _LINE = r"(?:^|[\n\r]|\\[nr])"
@@ -304,7 +305,7 @@ FORMS: tuple[Form, ...] = (
         _SECRET_WORD + r"[A-Za-z0-9_.-]*\s{0,4}(?:=|%3[dD])\s{0,4}" + _VALUE8,
         _NAME_ON + r"\s{0,4}(?:=|%3[dD])\s{0,4}"
         r"(?:\\{0,3}\"(" + _DQ + r"+)|\\{0,3}'(" + _SQ + r"+)|(" + _UNQUOTED + "+))",
-        _SECRET_IN_NAME + r"\s{0,4}(?:=|%3[dD])\s{0,4}(?:" + _QUOTE + r"[^\\\n]{8}|" + _TOKEN + "{8})",
+        SECRET_IN_NAME + r"\s{0,4}(?:=|%3[dD])\s{0,4}(?:" + _QUOTE + r"[^\\\n]{8}|" + _TOKEN + "{8})",
         1,
         (Value(2, _DQ), Value(3, _SQ), Value(4, _UNQUOTED, clean=_unquoted)),
     ),
@@ -312,7 +313,7 @@ FORMS: tuple[Form, ...] = (
         "quoted",  # JSON, Python, YAML inline, escaped JSON: "name": "value", name: 'value'
         _SECRET_WORD + r"[A-Za-z0-9_.-]*(?:" + _QUOTE + r")?\s{0,4}:\s{0,4}" + _QUOTE,
         _NAME_ON + r"(?:" + _QUOTE + r")?\s{0,4}:\s{0,4}" + _QUOTE + "(" + _QV + "+)",
-        _SECRET_IN_NAME + r"(?:" + _QUOTE + r")?\s{0,4}:\s{0,4}" + _QUOTE + _QV + "{8}",
+        SECRET_IN_NAME + r"(?:" + _QUOTE + r")?\s{0,4}:\s{0,4}" + _QUOTE + _QV + "{8}",
         1,
         (Value(2, _QV),),
     ),
@@ -321,7 +322,7 @@ FORMS: tuple[Form, ...] = (
         _LINE_OR_QUOTE + r"[ \t-]{0,40}[A-Za-z0-9_.-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,40}[ \t]{0,4}:",
         _LINE_OR_QUOTE + r"[ \t-]{0,40}([A-Za-z0-9_.-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_.-]{0,40})"
         r"[ \t]{0,4}:[ \t]{0,4}([^\s'\"#\\]" + _IN_LINE + "*)",
-        _SECRET_IN_NAME + r"[ \t]*:[ \t]*" + _TOKEN + "{8}",
+        SECRET_IN_NAME + r"[ \t]*:[ \t]*" + _TOKEN + "{8}",
         1,
         (Value(2, _IN_LINE, judge=_no_space, clean=_line_value),),
     ),
@@ -334,7 +335,7 @@ FORMS: tuple[Form, ...] = (
         + r"[A-Za-z0-9_.-]{0,40})[ \t]+("
         + _TOKEN
         + r"+)[ \t]*(?:$|\n|\r|\\n|\\r)",
-        _SECRET_IN_NAME + r"[ \t]+" + _TOKEN + "{8}",
+        SECRET_IN_NAME + r"[ \t]+" + _TOKEN + "{8}",
         1,
         (Value(2, _TOKEN, judge=credential_shaped),),
     ),
@@ -351,7 +352,7 @@ FORMS: tuple[Form, ...] = (
         "flag",  # a command's option whose name says secret: --password value, --api-key "value"
         r"--[A-Za-z0-9_-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_-]{0,40}[ \t]+" + _VALUE8,
         r"--([A-Za-z0-9_-]{0,40}" + _SECRET_WORD + r"[A-Za-z0-9_-]{0,40})[ \t]+(?:" + _QUOTE + r")?(" + _TOKEN + "+)",
-        r"--" + _SECRET_IN_NAME + r"[ \t]+(?:" + _QUOTE + r")?[^\s'\"\\-]",
+        r"--" + SECRET_IN_NAME + r"[ \t]+(?:" + _QUOTE + r")?[^\s'\"\\-]",
         1,
         (Value(2, _TOKEN, judge=_flag_value, clean=_unquoted),),
         before=_after_space,

@@ -123,8 +123,10 @@ class Redactor:
 
     @cached_property
     def _screen(self) -> Any:
-        """The column screen (:mod:`.screen`), compiled."""
-        return re2.compile(screen_pattern(self.rules, self.values).encode(), re2_options())
+        """The column screen (:mod:`.screen`), compiled (without groups: only where a match is counts)."""
+        options = re2_options()
+        options.never_capture = True
+        return re2.compile(screen_pattern(self.rules, self.values).encode(), options)
 
     def __reduce__(self):  # never pickled with its key and values
         raise TypeError("a Redactor is not pickled: send its RedactionConfig")

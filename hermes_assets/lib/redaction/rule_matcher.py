@@ -103,7 +103,7 @@ class RuleMatcher:
         self.rules: list[Rule] = list(rule_set.rules)
         #: each rule's program and allow list, compiled on first use (False: RE2 refused it)
         self._programs: list[tuple | bool | None] = [None] * len(self.rules)
-        self._global_allowed: list | None = None
+        self._global_allowed: tuple | None = None
         self.uncompiled: list[str] = []
         self.keywords: tuple[str, ...] = tuple(sorted({k for r in self.rules for k in r.keywords}))
         by_keyword: dict[str, list[int]] = {k: [] for k in self.keywords}
@@ -202,8 +202,8 @@ class RuleMatcher:
             options = re2_options()
             try:
                 regex = re2.compile(rule.regex, options)
-                # the rule's allowed values and the file's, as one search
-                allowed = _one_of([*rule.allow_regexes, *self._global()], options)
+                # the rule's own allowed values (the file's are one program for every rule: :meth:`_global`)
+                allowed = _one_of(list(rule.allow_regexes), options)
             except re2.error:
                 self.uncompiled.append(rule.id)
                 program = self._programs[i] = False
@@ -211,16 +211,22 @@ class RuleMatcher:
                 program = self._programs[i] = (regex, allowed)
         return program if isinstance(program, tuple) else None
 
-    def _global(self) -> list[str]:
-        """The rule file's allowed values that RE2 compiles."""
+    def _global(self) -> tuple:
+        """The rule file's allowed values that RE2 compiles, compiled once for every rule: one search
+        (each on its own if their alternation is too large)."""
         if self._global_allowed is None:
-            self._global_allowed = []
+            kept = []
             for p in self.rule_set.allow_regexes:
                 try:
-                    re2.compile(p, re2_options())
+                    kept.append(re2.compile(p, re2_options()))
                 except re2.error:
                     continue
-                self._global_allowed.append(p)
+            try:
+                joined = _one_of([k.pattern for k in kept], re2_options())
+            except re2.error:
+                self._global_allowed = tuple(kept)
+            else:
+                self._global_allowed = () if joined is None else (joined,)
         return self._global_allowed
 
     def _kept(self, rule: Rule, allowed: Any, secret: str) -> bool:
@@ -230,7 +236,9 @@ class RuleMatcher:
                 return False
         if any(s in secret for s in rule.allow_substrings) or any(s in secret for s in self.rule_set.allow_substrings):
             return False
-        return allowed is None or allowed.search(secret) is None
+        if allowed is not None and allowed.search(secret) is not None:
+            return False
+        return all(g.search(secret) is None for g in self._global())
 
 
 def _in_text(data: bytes, f: Finding) -> Finding:
