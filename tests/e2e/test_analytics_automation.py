@@ -139,6 +139,10 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
             )
             second_s = time.monotonic() - t1
             assert (second["input_tokens"], second["output_tokens"], second["api_calls"]) == (200, 40, 2), second
+            # the exposures computed after the second capture too, and every run finished, before the
+            # other analytics are read: the run that wrote the usage writes them in its later steps
+            _wait_for(dev, "the exposures after the last capture", lambda: _exposures_after_last_capture(installation))
+            _wait_for(dev, "every run to finish", lambda: all(r.is_finished for r in _runs(installation)))
             tools = _rows(installation.warehouse, "hermes_daily_tools")
             assert [(t["tool_name"], t["calls"], t["results"]) for t in tools] == [("terminal", 1, 1)]
             # every analytics asset of the day is as current as the usage: written by the capture's own run
@@ -148,10 +152,6 @@ def test_the_daemon_brings_daily_usage_up_to_date_after_a_sensor_capture(install
             assert (hour["sessions"], hour["total_tokens"]) == (1, 240), hour
             top = [r for r in _rows(installation.warehouse, "hermes_top_sessions") if r["ranking"] == "tokens"]
             assert [(r["rank"], r["total_tokens"]) for r in top] == [(1, 240)], top
-            # the exposures computed after the second capture too, and every run finished, before the
-            # instance is read
-            _wait_for(dev, "the exposures after the last capture", lambda: _exposures_after_last_capture(installation))
-            _wait_for(dev, "every run to finish", lambda: all(r.is_finished for r in _runs(installation)))
         finally:
             dev.stop()
     finally:
