@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from hermes_assets.lib.storage.local_files import process_state
+
 
 def dead_pid() -> int:
     """A pid no process of this host can have: above Linux's largest pid (``PID_MAX_LIMIT``,
@@ -20,9 +22,7 @@ def zombie() -> subprocess.Popen:
     child = subprocess.Popen([sys.executable, "-c", ""])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        with open(f"/proc/{child.pid}/stat", "rb") as f:
-            stat = f.read()
-        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z":
+        if process_state(child.pid) == "Z":
             return child
         time.sleep(0.01)
     os.kill(child.pid, 9)

@@ -229,10 +229,17 @@ def temp_name(path: str, owner: str = "") -> str:
     return os.path.join(folder, f".{name}.{owner}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
 
 
+def temp_writer(entry: str, name: str, owner: str = "") -> int | None:
+    """The pid of the writer of ``entry`` when it is a temp file of ``owner``'s for a file ``name``
+    (:func:`temp_name`; the pid and random fields after the owner make the match exact: ``a``
+    never matches ``a.b``'s); None when it is not one."""
+    found = re.fullmatch(rf"\.{re.escape(name)}\.{re.escape(owner)}\.([0-9]+)\.[0-9a-f]+\.tmp", entry)
+    return None if found is None else int(found[1])
+
+
 def is_temp_of(entry: str, name: str, owner: str = "") -> bool:
-    """Whether ``entry`` is a temp file of ``owner``'s for a file ``name`` (:func:`temp_name`;
-    the pid and random fields after the owner make the match exact: ``a`` never matches ``a.b``'s)."""
-    return re.fullmatch(rf"\.{re.escape(name)}\.{re.escape(owner)}\.[0-9]+\.[0-9a-f]+\.tmp", entry) is not None
+    """Whether ``entry`` is a temp file of ``owner``'s for a file ``name`` (:func:`temp_writer`)."""
+    return temp_writer(entry, name, owner) is not None
 
 
 def is_stale_temp_of(entry: str, name: str, owner: str = "") -> bool:
@@ -242,10 +249,8 @@ def is_stale_temp_of(entry: str, name: str, owner: str = "") -> bool:
     process, or another thread of this one) keeps its temp file, whether or not the caller
     holds a lock. A pid reused by an unrelated process keeps a dead writer's temp file until
     that process ends: a hidden file left a while, never a file removed under a live writer."""
-    if not is_temp_of(entry, name, owner):
-        return False
-    pid = int(entry[len(name) + len(owner) + 3 :].split(".", 1)[0])
-    return pid != os.getpid() and not process_alive(pid)
+    pid = temp_writer(entry, name, owner)
+    return pid is not None and pid != os.getpid() and not process_alive(pid)
 
 
 def process_alive(pid: int) -> bool:
@@ -259,12 +264,18 @@ def process_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return process_state(pid) not in ("Z", "X")  # None (no /proc, or it ended meanwhile): os.kill found it
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` in ``/proc/<pid>/stat`` (``Z``: a zombie); None without one."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-    except OSError:  # no /proc (macOS), or it ended meanwhile: os.kill said it was there
-        return True
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+    except OSError:
+        return None
+    end = stat.rfind(b")")  # the command's name, in parentheses, may hold anything
+    return stat[end + 2 : end + 3].decode("ascii", "replace") or None
 
 
 def remove_stale_temps(folder: str, name: str, owner: str = "") -> None:
