@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 
 from hermes_assets.lib.basics import errors
 from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.changes import wal_delta
 from hermes_assets.lib.changes.cursor import DayMark, FileIdentity, Rotation, StoreState
 from hermes_assets.lib.changes.fingerprint import Fingerprinter
 from hermes_assets.lib.source.state_db import ReaderFactory
@@ -107,6 +108,10 @@ class StoreScan:
     sessions: int = 0
     unplaced: int = 0
     tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
+    #: tier 1 of the days the pages written since the last tick hold only (``wal_delta``)
+    delta: bool = False
+    #: why tier 1 read every row (None: it did not, or the files did not change)
+    full_reason: str | None = None
     failure: errors.StoreFailure | None = None  # FAILED: its error_kind (SPEC §9) and what happened
 
 
@@ -165,7 +170,9 @@ def scan_store(
             with readers.open(store, now_s) as reader:
                 entry = _rotate(scan, old, rotation, Fingerprinter(reader))
         else:
-            entry = _read(scan, old, identity, rotation, readers, now_s)
+            files = wal_delta.TickFiles(store.path, old.files if old else None, _tier1_of(old))
+            with files:
+                entry = _read(scan, old, identity, rotation, readers, now_s, files)
     except (FileNotFoundError, errors.StoreAbsent):
         return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
     except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
@@ -173,7 +180,13 @@ def scan_store(
             raise  # our SQL is wrong: a bug, not a bad store
         return _failed(store, exc), None
     entry.files = _settled_identity(entry.files, file_identity(store.path))
+    if scan.status != ROTATED:
+        wal_delta.keep(store.path, files, entry.files, _tier1_of(entry) or {})
     return scan, entry
+
+
+def _tier1_of(state: StoreState | None) -> dict[str, str] | None:
+    return None if state is None else {d: m.tier1 for d, m in state.days.items()}
 
 
 def _read(
@@ -183,8 +196,13 @@ def _read(
     rotation: Rotation,
     readers: ReaderFactory,
     now_s: float | None,
+    files: wal_delta.TickFiles,
 ) -> StoreState:
-    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation."""
+    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation.
+
+    ``files`` (opened and its WAL read before this reads any row): tier 1 digests only the days
+    of the rows on the pages written since the last tick when it can tell them, else every row.
+    """
     store = scan.store
     old_days = {} if old is None else old.days
     with readers.open(store, now_s) as reader:
@@ -196,7 +214,12 @@ def _read(
         if since is not None and max_mid is not None and max_mid > since:
             new_by_sid = reader.sessions_with_messages_after(since)
         usage_sids, usage = fp.usage_changes(old.usage if old else None)
-        tier1 = fp.tier1()
+        tier1 = files.tier1(fp) if old is not None and not replaced else None
+        scan.delta = tier1 is not None
+        if tier1 is None:
+            scan.full_reason = files.doubt or ("replaced" if replaced else "new store")
+            tier1 = fp.tier1()
+            files.learn(fp, tier1)
         scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
         scan.new_messages = sum(new_by_sid.values())
         if old is None or replaced:
