@@ -178,14 +178,31 @@ def test_a_checkpoint_and_the_wal_restarted_after_it_keep_the_delta(hermes):
     assert _requested(plan) == [DAYS[1]]
 
 
-def test_a_checkpoint_then_a_restart_between_two_ticks_reads_every_row(hermes):
+def test_a_restart_between_two_ticks_reads_the_old_frames_left_after_the_position(hermes):
     w, db = hermes
     _checkpoint(db, "TRUNCATE")
-    w.set_session_title("s20", "a WAL with a header")
+    for k in range(6):  # a position well into the file
+        w.set_session_title("s20", f"a WAL with frames {k}")
+    t = Ticks(db)
+    w.set_session_title("s00", "copied, then the WAL restarted")
+    _checkpoint(db, "PASSIVE")
+    w.set_session_title("s10", "in the restarted WAL")
+    m = wal_delta._MAPS[str(db)]
+    # the restarted WAL wrote fewer frames than the position: the old ones after it are still there
+    plan = t.tick()
+    assert wal_delta._MAPS[str(db)].wal.seq == m.wal.seq + 1
+    assert _requested(plan) == [DAYS[0], DAYS[1]]
+
+
+def test_a_restart_that_wrote_over_the_old_frames_reads_every_row(hermes):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    w.set_session_title("s20", "a short WAL")
     t = Ticks(db)
     w.set_session_title("s00", "copied, then written over")
     _checkpoint(db, "PASSIVE")
-    w.set_session_title("s10", "in the restarted WAL")  # the frame naming s00's page is overwritten
+    for k in range(6):  # the restarted WAL goes past the position
+        w.set_session_title("s10", f"in the restarted WAL {k}")
     plan = t.tick(delta=False)
     assert plan.scans[0].full_reason == "the WAL's salts changed (a checkpoint reset it)"
     assert _requested(plan) == [DAYS[0], DAYS[1]]
@@ -194,15 +211,27 @@ def test_a_checkpoint_then_a_restart_between_two_ticks_reads_every_row(hermes):
 def test_a_wal_reset_falls_back_to_every_row(hermes):
     w, db = hermes
     _checkpoint(db, "TRUNCATE")
+    w.set_session_title("s20", "a WAL with a header")
     t = Ticks(db)
     w.set_session_title("s00", "lost to the reset")
     _checkpoint(db, "TRUNCATE")  # the frame naming s00's page is gone
     w.set_session_title("s30", "in the new WAL")
     plan = t.tick(delta=False)
-    assert plan.scans[0].full_reason == "the WAL's salts changed (a checkpoint reset it)"
+    assert plan.scans[0].full_reason.startswith("the WAL's salts changed")
     assert _requested(plan) == [DAYS[0], DAYS[3]]
     w.update_token_counts("s31", input_tokens=2)
     assert _requested(t.tick()) == [DAYS[3]]
+
+
+def test_writes_while_the_wal_was_gone_read_every_row(hermes):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    t = Ticks(db)  # learned with an empty WAL
+    w.set_session_title("s00", "checkpointed and truncated away")
+    _checkpoint(db, "TRUNCATE")
+    plan = t.tick(delta=False)
+    assert plan.scans[0].full_reason == "the db file changed while the WAL was empty"
+    assert _requested(plan) == [DAYS[0]]
 
 
 def test_a_replaced_store_is_read_whole(hermes, tmp_path):

@@ -76,6 +76,8 @@ class WalFrames:
     salts: tuple[int, int] | None  # None: an empty WAL (no header yet, or truncated)
     page_size: int
     seq: int = 0  # the header's checkpoint sequence number
+    size: int = 0  # the file's size when read
+    extent: int = 0  # frames of this generation, committed or not
     frames: int = 0  # committed frames read (the position of the next tick)
     latest: dict[int, int] = field(default_factory=dict)  # page -> file offset of its latest frame's page
 
@@ -95,12 +97,12 @@ def read_wal(fd: int, known: WalFrames | None) -> tuple[WalFrames, set[int]] | N
         return None
     salts = (salt1, salt2)
     wal = (
-        WalFrames(salts, page_size, seq, known.frames, dict(known.latest))
+        WalFrames(salts, page_size, seq, frames=known.frames, latest=dict(known.latest))
         if known is not None and known.salts == salts and known.page_size == page_size
         else WalFrames(salts, page_size, seq)
     )
     step = _FRAME_HEADER + page_size
-    size = os.fstat(fd).st_size
+    size = wal.size = os.fstat(fd).st_size
     new: set[int] = set()
     pending: list[tuple[int, int]] = []
     n = wal.frames
@@ -120,7 +122,48 @@ def read_wal(fd: int, known: WalFrames | None) -> tuple[WalFrames, set[int]] | N
                 new.add(p)
             wal.frames = n
             pending = []
+    wal.extent = n
     return wal, new
+
+
+def old_tail(fd: int, old: WalFrames, new: WalFrames) -> set[int] | None:
+    """The pages of ``old``'s frames committed after its position, read after the WAL restarted
+    (``new``, the next generation, written from the file's start). None when some may be lost:
+    the file was cut short since (a TRUNCATE checkpoint, a size limit), or the new generation
+    has reached the position (it wrote over them).
+
+    A restart follows a checkpoint that copied every frame into the db file (their pages are
+    there now); the new generation writes from the first frame on, so the old frames after the
+    position stay in the file until it reaches them.
+    """
+    if old.salts is None or new.page_size != old.page_size or new.salts is None:
+        return None
+    step = _FRAME_HEADER + old.page_size
+    if os.fstat(fd).st_size < old.size or new.extent > old.frames:
+        return None
+    pages: set[int] = set()
+    pending: list[int] = []
+    n = old.frames
+    while True:
+        frame = os.pread(fd, 16, _WAL_HEADER + n * step)
+        if len(frame) < 16:
+            break
+        page, commit, s1, s2 = struct.unpack(">4I", frame)
+        if (s1, s2) != old.salts:
+            break
+        pending.append(page)
+        n += 1
+        if commit:
+            pages.update(pending)
+            pending = []
+    # the new generation may have gone on writing while the headers were read
+    head = os.pread(fd, _WAL_HEADER, 0)
+    if len(head) < _WAL_HEADER or struct.unpack(">2I", head[16:24]) != new.salts:
+        return None
+    frame = os.pread(fd, 16, _WAL_HEADER + old.frames * step)
+    if len(frame) == 16 and struct.unpack(">2I", frame[8:16]) == new.salts:
+        return None
+    return pages
 
 
 @dataclass
@@ -261,8 +304,8 @@ class TickFiles:
             self.wal_fd = None
         if self.map is not None and (old_files != self.map.files or old_tier1 != self.map.tier1):
             self.map, self.doubt = None, "the cursor is not the one the map was left with"
-        elif self.map is not None and self.map.db[:2] != self.db[:2]:
-            self.map, self.doubt = None, "the db file's inode or size changed"
+        elif self.map is not None and self.map.db[0] != self.db[0]:
+            self.map, self.doubt = None, "the db file's inode changed"
         if self.wal_fd is None:  # no WAL: the db file holds every commit (as an empty WAL)
             read: tuple[WalFrames, set[int]] | None = (WalFrames(None, 0), set())
         else:
@@ -272,19 +315,34 @@ class TickFiles:
             return
         self.wal, self.new = read
         if self.map is not None:
-            old = self.map.wal
-            if self.wal.salts == old.salts and self.wal.page_size == old.page_size:
-                if self.wal_fd is not None and os.fstat(self.wal_fd).st_size < _WAL_HEADER + old.frames * (
-                    _FRAME_HEADER + old.page_size
-                ):
-                    self.map, self.doubt = None, "the WAL shrank"
-                elif self.wal.salts is None and self.map.db != self.db:
-                    self.map, self.doubt = None, "the db file changed while the WAL was empty"
-            elif not _next_generation(old, self.wal) or self.map.db != self.db:
-                # frames after the position may have been checkpointed, then written over
-                self.map, self.doubt = None, "the WAL's salts changed (a checkpoint reset it)"
+            self.doubt = self._check(self.map)
+            if self.doubt is not None:
+                self.map = None
         elif self.doubt is None:
             self.doubt = "no map of this store yet"
+
+    def _check(self, m: DeltaMap) -> str | None:
+        """Why the frames read do not name every page written since the map (None: they do).
+
+        The db file changes only by a checkpoint, which copies frames into it unchanged: its
+        size and time may move while the WAL holds every frame after the position.
+        """
+        old, wal = m.wal, self.wal
+        assert wal is not None and self.new is not None
+        if wal.salts is None or old.salts is None:
+            # no WAL, or an empty one, at either end: only an untouched db file tells that no
+            # frame was written, copied into it and dropped in between
+            return None if m.db == self.db else "the db file changed while the WAL was empty"
+        if wal.salts == old.salts and wal.page_size == old.page_size:
+            return "the WAL shrank" if wal.size < old.size else None
+        if not _next_generation(old, wal):
+            return "the WAL's salts changed (restarted more than once)"
+        assert self.wal_fd is not None
+        tail = old_tail(self.wal_fd, old, wal)
+        if tail is None:
+            return "the WAL's salts changed (a checkpoint reset it)"
+        self.new |= tail
+        return None
 
     def __enter__(self) -> TickFiles:
         return self
@@ -405,15 +463,8 @@ class TickFiles:
 
 
 def _next_generation(old: WalFrames, new: WalFrames) -> bool:
-    """Whether ``new`` is the WAL restarted once after ``old`` (or started after an empty WAL).
-
-    With the db file untouched since ``old`` was read (no checkpoint copied a frame into it), no
-    frame after the position was lost: the new generation's frames are every write since.
-    """
-    if new.salts is None:
-        return True  # truncated, nothing written since (the db file tells whether a checkpoint ran)
-    if old.salts is None:
-        return True
+    """Whether ``new`` is the WAL restarted once after ``old``."""
+    assert old.salts is not None and new.salts is not None
     return new.seq == (old.seq + 1) & 0xFFFFFFFF and new.salts[0] == (old.salts[0] + 1) & 0xFFFFFFFF
 
 
