@@ -267,3 +267,23 @@ def test_a_map_left_by_another_cursor_is_not_used(hermes):
     plan = t.tick(delta=False)
     assert plan.scans[0].full_reason == "the cursor is not the one the map was left with"
     assert _requested(plan) == [DAYS[0], DAYS[1]]
+
+
+def test_the_page_map_is_the_tree_sqlite_lists(hermes):
+    """The map read from the pages (interior, leaves, overflow chains and their rows) is the
+    ``sessions`` b-tree SQLite's own ``dbstat`` lists."""
+    w, db = hermes
+    for k in range(40):  # more rows: a tree of two levels at least
+        w.session(f"more{k}", "cli", system_prompt=LONG if k % 3 == 0 else "short")
+    Ticks(db)
+    tree = wal_delta._MAPS[str(db)].tree
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("SELECT pageno, pagetype FROM dbstat WHERE name = 'sessions'").fetchall()
+        long_rows = {r for (r,) in conn.execute("SELECT rowid FROM sessions WHERE length(system_prompt) > 4000")}
+    finally:
+        conn.close()
+    assert tree.interior and tree.interior == {p for p, kind in pages if kind == "internal"}
+    assert tree.leaves == {p for p, kind in pages if kind == "leaf"}
+    assert set(tree.overflow) == {p for p, kind in pages if kind == "overflow"}
+    assert set(tree.overflow.values()) == long_rows

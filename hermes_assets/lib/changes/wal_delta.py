@@ -174,6 +174,7 @@ class SessionsTree:
     interior: set[int] = field(default_factory=set)
     leaves: set[int] = field(default_factory=set)
     overflow: dict[int, int] = field(default_factory=dict)  # overflow page -> rowid
+    children: dict[int, list[int]] = field(default_factory=dict)  # interior page -> its children
 
 
 class Pages:
@@ -194,28 +195,41 @@ class Pages:
             raise Doubt(f"page {page} cut short")
         return data
 
-    def walk(self, tree: SessionsTree) -> None:
-        """Learn the tree's interior and leaf pages from its root."""
-        tree.interior, tree.leaves = set(), set()
-        stack = [tree.root]
-        while stack:
-            page = stack.pop()
-            data = self.read(page)
-            h = 100 if page == 1 else 0
-            kind = data[h]
-            if kind == _TABLE_LEAF:
-                tree.leaves.add(page)
-            elif kind == _TABLE_INTERIOR:
+    def walk(self, tree: SessionsTree, written: set[int] | None = None) -> None:
+        """Learn the tree's interior and leaf pages from its root, reading its interior pages only
+        (a b-tree's leaves are all at one depth: the first child tells what its siblings are).
+        ``written``: the pages written since the last walk; the others' children are known."""
+        known = {} if written is None else {p: c for p, c in tree.children.items() if p not in written}
+        tree.interior, tree.leaves, tree.children = set(), set(), {}
+        level = [tree.root]
+        while level:
+            if level[0] not in known:
+                kind = self.read(level[0], 101)[100 if level[0] == 1 else 0]
+                if kind == _TABLE_LEAF:
+                    tree.leaves.update(level)
+                    return
+                if kind != _TABLE_INTERIOR:
+                    raise Doubt(f"page {level[0]} of the sessions tree is of type {kind:#x}")
+            below: list[int] = []
+            for page in level:
                 if page in tree.interior or len(tree.interior) > 1 << 20:
                     raise Doubt("a cycle in the sessions tree")
                 tree.interior.add(page)
-                ncell = int.from_bytes(data[h + 3 : h + 5], "big")
-                stack.append(int.from_bytes(data[h + 8 : h + 12], "big"))
-                for k in range(ncell):
-                    ptr = int.from_bytes(data[h + 12 + 2 * k : h + 14 + 2 * k], "big")
-                    stack.append(int.from_bytes(data[ptr : ptr + 4], "big"))
-            else:
-                raise Doubt(f"page {page} of the sessions tree is of type {kind:#x}")
+                children = known.get(page)
+                if children is None:
+                    children = self._children(page)
+                tree.children[page] = children
+                below += children
+            level = below
+
+    def _children(self, page: int) -> list[int]:
+        data = self.read(page)
+        h = 100 if page == 1 else 0
+        if data[h] != _TABLE_INTERIOR:
+            raise Doubt(f"page {page} is not an interior page of the sessions tree")
+        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        ptrs = struct.unpack_from(f">{ncell}H", data, h + 12)
+        return [*(int.from_bytes(data[p : p + 4], "big") for p in ptrs), int.from_bytes(data[h + 8 : h + 12], "big")]
 
     def leaf_rows(self, page: int, tree: SessionsTree) -> list[int]:
         """The rowids on a leaf of the tree; maps the overflow pages of its cells."""
@@ -376,19 +390,23 @@ class TickFiles:
             return None
 
     def _delta(self, fp: Fingerprinter, m: DeltaMap, new: set[int]) -> Tier1:
+        pages = self._pages()
+        tree = m.tree
+        if new & tree.interior:
+            pages.walk(tree, new)
+        rows: set[int] = set()
+        for page in sorted(new & tree.leaves):
+            rows.update(pages.leaf_rows(page, tree))
+        rows.update(tree.overflow[p] for p in new if p in tree.overflow and p not in tree.leaves)
+        with fp.reader.snapshot():  # one state of the store for the statements below (the count's check)
+            return self._digest_days(fp, m, rows, new)
+
+    def _digest_days(self, fp: Fingerprinter, m: DeltaMap, rows: set[int], new: set[int]) -> Tier1:
         reader = fp.reader
         if _schema_version(fp) != m.schema_version:
             raise Doubt("the schema changed")
         if _prompts(fp) != m.prompts:
             raise Doubt("system_prompts changed")
-        pages = self._pages()
-        tree = m.tree
-        if new & tree.interior:
-            pages.walk(tree)
-        rows: set[int] = set()
-        for page in sorted(new & tree.leaves):
-            rows.update(pages.leaf_rows(page, tree))
-        rows.update(tree.overflow[p] for p in new if p in tree.overflow and p not in tree.leaves)
         inactive = _inactive(fp, sorted(m.inactive))
         rows.update(r for r, n in m.inactive.items() if inactive.get(r) != n)
         odd = fp.odd_sessions()
@@ -413,7 +431,7 @@ class TickFiles:
             self.db,
             self.wal if self.wal is not None else m.wal,
             m.schema_version,
-            tree,
+            m.tree,
             counts,
             odd,
             seldom,
