@@ -12,7 +12,11 @@ tiers:
 **Tier 1** (:meth:`Fingerprinter.tier1`), on every tick whose store files
 changed: ONE statement, one pass over ``sessions`` grouped by the day SQL
 computes for each row; Python receives one row per day, never one per
-session. Per day:
+session. The same statement over the rows of given days only (found through
+``idx_sessions_started``, read in rowid order as the pass reads them) gives
+those days' digests to the bit: what a tick runs when the ``-wal`` names the
+rows written since the last one (:mod:`hermes_assets.lib.changes.wal_delta`).
+Per day:
 
 - the table's columns and declared types (a Hermes upgrade adding a column
   changes every day);

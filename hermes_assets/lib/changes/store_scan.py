@@ -6,7 +6,11 @@ A tick, per store:
 2. Files changed: new messages by mid, tier 1 of every day, and the days whose
    tier 1 moved, that lost every session, or that hold a session with new
    messages are requested; each gets its tier 2 on this tick. The rotation
-   restarts for :data:`ROTATION_TICKS` ticks.
+   restarts for :data:`ROTATION_TICKS` ticks. Tier 1 is digested again only
+   for the days of the rows on the pages the commits since the last tick wrote
+   (read from the ``-wal`` frames, :mod:`hermes_assets.lib.changes.wal_delta`),
+   the other days keeping theirs, the same to the bit; on any doubt (no map
+   yet in this process, the WAL reset, a session deleted ...) every row is read.
 3. While the rotation runs (files changed or not), tier 2 of the ``share``
    days whose tier 2 is oldest, ``share = ceil(days / 16)`` (never lowered
    while the rotation runs); a day whose tier 2 moved is requested. A change
@@ -48,20 +52,25 @@ never rewound (no Hermes API)  live messages: tier 2                            
                                inserted that row (whose new mid is seen)
 =============================  ===============================================  =============
 
-Cost of a tick whose files changed: one pass over ``sessions`` (tier 1, one
-row per day to Python) plus the new messages (rowid range) plus one pass over
-the small rows of ``session_model_usage`` plus tier 2 of ``ceil(days / 16)``
-days and of the changed ones (their rows). The ``messages`` table is never
-scanned; the cost grows with the sessions table and not with the messages.
-On the 1.07M-message bench store (59k sessions, 330 days, 93k usage rows;
-``bench/sensor_bench.py``, 2 shared cores, load ~1.3): tier 1 ~125-140 ms, of
-which ~35-45 ms is SQLite reading the table's 46k pages (prompts inline,
-schema 22) and the rest the per-row work (the day, one weighted sum of ~17
-numbers, one joined text of the short columns, sorted by day: texts ~40 ms,
-numbers ~35 ms); tier 2 of 21 days ~55 ms (their rows ~37 ms, their usage
-rows ~15 ms); the usage marks ~11 ms. A tick whose files did not move costs
-~0.3 ms once the rotation is idle, ~55 ms while it runs. (Two connections
-on two threads are no faster: in one process they take turns inside SQLite.)
+Cost of a tick whose files changed: the WAL frames written since the last
+tick (their headers) and the ``sessions`` pages among them, tier 1 of the
+days their rows are on (their rows, through ``idx_sessions_started``), the
+inactive counts of the sessions tier 1 counts them for (rewound or without
+live messages: one index seek each), ``count(*)`` of ``sessions``, plus the new
+messages (rowid range) plus one pass over the small rows of
+``session_model_usage`` plus tier 2 of ``ceil(days / 16)`` days and of the
+changed ones (their rows). A tick that reads every row (the first of a
+process, or a doubt) adds one pass over ``sessions`` (tier 1, one row per
+day to Python) and learns the map of the table's pages (every leaf read once).
+The ``messages`` table is never scanned. On the 1.07M-message bench store
+(59k sessions, 330 days, 93k usage rows, 671 sessions rewound or without
+messages; ``bench/sensor_bench.py``, 2 shared cores, load ~2-3): a change
+tick ~70-80 ms, of which tier 2 of 21-23 days ~50-55 ms, the usage marks
+~12 ms, tier 1 through the WAL ~5-10 ms (the inactive counts ~4 ms); the pass
+over every row ~150-165 ms and learning the map ~250 ms (45,860 leaves read).
+A tick whose files did not move costs ~0.3 ms once the rotation is idle,
+~55 ms while it runs. (Two connections on two threads are no faster: in one
+process they take turns inside SQLite.)
 """
 
 from __future__ import annotations

@@ -376,6 +376,15 @@ class TickFiles:
             raise Doubt("the WAL's page size is not the db's")
         return Pages(self.db_fd, self.wal_fd, self.wal, page_size, page_size - head[20])
 
+    def _unmoved(self) -> None:
+        """After pages were read from the WAL's frames: the WAL was not restarted meanwhile (a
+        restart writes the new header before any frame), so no frame read was written over."""
+        if self.wal is None or self.wal.salts is None or self.wal_fd is None:
+            return
+        head = os.pread(self.wal_fd, _WAL_HEADER, 0)
+        if len(head) < _WAL_HEADER or struct.unpack(">2I", head[16:24]) != self.wal.salts:
+            raise Doubt("the WAL restarted while its pages were read")
+
     # -- a tick of a store whose map is known ----------------------------------------
 
     def tier1(self, fp: Fingerprinter) -> Tier1 | None:
@@ -398,6 +407,7 @@ class TickFiles:
         for page in sorted(new & tree.leaves):
             rows.update(pages.leaf_rows(page, tree))
         rows.update(tree.overflow[p] for p in new if p in tree.overflow and p not in tree.leaves)
+        self._unmoved()
         with fp.reader.snapshot():  # one state of the store for the statements below (the count's check)
             return self._digest_days(fp, m, rows, new)
 
@@ -461,6 +471,7 @@ class TickFiles:
             pages.walk(tree)
             for page in tree.leaves:
                 pages.leaf_rows(page, tree)
+            self._unmoved()
         except Doubt as exc:
             log.debug("hermes.sensor.wal_delta_unmapped", path=self.path, reason=str(exc))
             return
