@@ -287,3 +287,19 @@ def test_the_page_map_is_the_tree_sqlite_lists(hermes):
     assert tree.leaves == {p for p, kind in pages if kind == "leaf"}
     assert set(tree.overflow) == {p for p, kind in pages if kind == "overflow"}
     assert set(tree.overflow.values()) == long_rows
+
+
+def test_a_sessions_table_that_grows_a_level_is_walked_again(tmp_path):
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        w.session("first", "cli")
+        t = Ticks(db)
+        assert wal_delta._MAPS[str(db)].tree.interior == set()  # the root is the one leaf
+        w.at(START_S + DAY_S)
+        for k in range(12):  # long rows: the root page splits, its rows move to new leaves
+            w.session(f"grown{k}", "cli", system_prompt=LONG)
+        plan = t.tick()
+        assert _requested(plan) == [DAYS[1]]
+        assert wal_delta._MAPS[str(db)].tree.interior == {wal_delta._MAPS[str(db)].tree.root}
+        w.set_session_title("first", "found on its new leaf")
+        assert _requested(t.tick()) == [DAYS[0]]

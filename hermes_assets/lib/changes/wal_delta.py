@@ -401,7 +401,7 @@ class TickFiles:
     def _delta(self, fp: Fingerprinter, m: DeltaMap, new: set[int]) -> Tier1:
         pages = self._pages()
         tree = m.tree
-        if new & tree.interior:
+        if new & tree.interior or tree.root in new:  # a split, a merge, a root that grew a level
             pages.walk(tree, new)
         rows: set[int] = set()
         for page in sorted(new & tree.leaves):
