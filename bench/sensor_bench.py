@@ -147,10 +147,17 @@ def run(source: Path, work: Path, args) -> dict:
     def succeeded(run_keys):  # every run the bench "requests" succeeds (the daemon's runs do, mostly)
         return {key: attempts.SUCCEEDED for key in run_keys}
 
+    paths: dict[str, int] = {}  # how each tick whose files changed read tier 1 (wal_delta), by reason
+
     def tick(cursor):
         t0 = time.perf_counter()
         plan = watch.plan_tick([store], cursor, is_partition=lambda day: True, outcomes=succeeded)
-        return plan, (time.perf_counter() - t0) * 1000
+        ms = (time.perf_counter() - t0) * 1000
+        for scan in plan.scans:
+            if scan.status in (watch.READ, watch.REPLACED, watch.NEW):
+                key = "delta" if scan.delta else f"full: {scan.full_reason}"
+                paths[key] = paths.get(key, 0) + 1
+        return plan, ms
 
     def settle(cursor):
         """Tick through the rotation (16 ticks after the files last changed); returns the cursor."""
@@ -279,6 +286,7 @@ def run(source: Path, work: Path, args) -> dict:
         figures["breakdown_tier2_share_days"] = len(share)
         assert result is not None
     figures["per_1000_sessions_change_ms"] = figures["change_tick_p50_ms"] / figures["sessions"] * 1000
+    figures["tier1_paths"] = dict(sorted(paths.items()))
     figures["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     assert identity is not None
     return figures
@@ -412,6 +420,8 @@ def _report(figures: dict, as_json: bool) -> None:
     for name, ms, note in rows:
         print(f"  {name:<{width}}  {ms:>10.3f} ms  {note}")
     print(f"  {'cursor size':<{width}}  {figures['cursor_bytes']:>10,} B")
+    for path, n in figures["tier1_paths"].items():
+        print(f"  {'tier 1 of ticks whose files changed':<{width}}  {n:>10}  {path}")
     print(f"  {'rotation: ticks to see a prompt edit':<{width}}  {figures['rotation_bound_ticks']!s:>10}  bound 16")
     load = f"{figures['load_avg_1m_start']} / {figures['load_avg_1m_end']}"
     print(f"  {'load average (1 min), start / end':<{width}}  {load:>10}  (the machine is shared)")

@@ -12,7 +12,11 @@ tiers:
 **Tier 1** (:meth:`Fingerprinter.tier1`), on every tick whose store files
 changed: ONE statement, one pass over ``sessions`` grouped by the day SQL
 computes for each row; Python receives one row per day, never one per
-session. Per day:
+session. The same statement over the rows of given days only (found through
+``idx_sessions_started``, read in rowid order as the pass reads them) gives
+those days' digests to the bit: what a tick runs when the ``-wal`` names the
+rows written since the last one (:mod:`hermes_assets.lib.changes.wal_delta`).
+Per day:
 
 - the table's columns and declared types (a Hermes upgrade adding a column
   changes every day);
@@ -69,7 +73,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day, round_ms_sql
@@ -148,6 +152,10 @@ class Tier1:
     days: dict[str, str]  # day -> 16 hex
     sessions: int
     unplaced: int  # sessions with no sane time at all (no day)
+    #: day -> sessions SQL placed on it (the sessions placed one by one are not counted)
+    counts: dict[str, int] = field(default_factory=dict)
+    #: day -> rowids of the sessions whose inactive count tier 1 reads (rewound, or no live message)
+    seldom: dict[str, list[int]] = field(default_factory=dict)
 
 
 class Fingerprinter:
@@ -173,8 +181,12 @@ class Fingerprinter:
         if "active" in reader.columns.get("messages", ()) and "idx_messages_session_active" in indexes:
             inactive = "(SELECT count(*) FROM messages AS m WHERE m.session_id = s.id AND m.active = 0)"
         seldom = inactive
+        #: the sessions whose inactive count tier 1 reads: None, every one (or none: no ``active``)
+        self.seldom_where: str | None = None
+        self.inactive = inactive
         if inactive != "0" and {"rewind_count", "message_count"} <= present:
-            seldom = f"(CASE WHEN s.rewind_count > 0 OR s.message_count = 0 THEN {inactive} ELSE 0 END)"
+            self.seldom_where = "s.rewind_count > 0 OR s.message_count = 0"
+            seldom = f"(CASE WHEN {self.seldom_where} THEN {inactive} ELSE 0 END)"
 
         # the number columns in one float sum per row: a column Hermes may leave NULL gets
         # its own ifnull; those with a default (counts, totals, flags) are summed bare and
@@ -201,6 +213,11 @@ class Fingerprinter:
         texts = " || x'1e' || ".join(f"ifnull({_q(c)}, x'00')" for c in TIER1_TEXT if c in present) or "x'00'"
         self._row = f"{_WEIGHT} * ({' + '.join(terms)}) AS x, {texts} AS t"
         self._tier1_aggs = "count(*), total(x), group_concat(t, x'1f')"
+        # not digested: the rowids of the day's sessions whose inactive count is read (what the
+        # WAL delta of :mod:`hermes_assets.lib.changes.wal_delta` reads again on every tick)
+        marked = f"CASE WHEN {self.seldom_where} THEN s.rowid END" if self.seldom_where else "NULL"
+        self._tier1_rows = f"{self._row}, {marked} AS r"
+        self._tier1_marked = "group_concat(r)"
         # tier 2: every cell, and the prompt the hash resolves to (SPEC D19)
         resolved = "(SELECT p.prompt FROM system_prompts AS p WHERE p.hash = s.system_prompt_hash)"
         self._tier2_cells = ", ".join([inactive, *(_q(c) for c in names), *([resolved] if prompts else [])])
@@ -258,6 +275,24 @@ class Fingerprinter:
                 out[str(as_text(raw_id))] = self.odd_sessions().get(rowid, (None, None))[1]
         return out
 
+    def days_by_rowid(self, rowids: Iterable[int]) -> dict[int, str | None]:
+        """``rowid -> day`` of the given sessions (those still in the store)."""
+        out: dict[int, str | None] = {}
+        for rowid, day_number in self.rows_by_rowid(f"SELECT s.rowid, {self.day_sql} FROM sessions AS s", rowids):
+            out[rowid] = (
+                day_name(day_number) if day_number is not None else self.odd_sessions().get(rowid, ("", None))[1]
+            )
+        return out
+
+    def rows_by_rowid(self, select: str, rowids: Iterable[int]) -> Iterator[tuple]:
+        """The rows of ``select`` (over ``sessions AS s``) of the given rowids."""
+        return self._where_in(select, "s.rowid", sorted(set(rowids)))
+
+    @property
+    def by_started(self) -> bool:
+        """Whether the store has ``idx_sessions_started`` (a day's rows are found through it)."""
+        return self._by_started
+
     def _where_in(self, select: str, column: str, values: list) -> Iterator[tuple]:
         """The rows of ``select`` whose ``column`` is one of ``values``, a batch per statement."""
         for start in range(0, len(values), _BATCH):
@@ -267,25 +302,61 @@ class Fingerprinter:
 
     # -- the two tiers -------------------------------------------------------------
 
-    def tier1(self) -> Tier1:
-        """Every day's tier-1 digest: one pass over ``sessions``, one row per day back."""
-        rows = self.reader.fetch_raw(
-            f"SELECT d, {self._tier1_aggs} FROM (SELECT {self.day_sql} AS d, {self._row} "
-            "FROM sessions AS s NOT INDEXED LIMIT -1) GROUP BY d",
-            self.params,
-        )
-        odd = self.odd_sessions() if any(r[0] is None for r in rows) else {}
+    def tier1(self, only: Iterable[str] | None = None) -> Tier1:
+        """Every day's tier-1 digest: one pass over ``sessions``, one row per day back.
+
+        ``only``: the digests of those days alone, the same as the pass over every row gives
+        them (their rows, in rowid order as the pass reads them, found through
+        ``idx_sessions_started``); the other days are left out.
+        """
+        if only is None:
+            rows = self.reader.fetch_raw(
+                f"SELECT d, {self._tier1_aggs}, {self._tier1_marked} FROM (SELECT {self.day_sql} AS d, "
+                f"{self._tier1_rows} FROM sessions AS s NOT INDEXED LIMIT -1) GROUP BY d",
+                self.params,
+            )
+            wanted = None
+        else:
+            wanted = set(only)
+            started = _q("started_at", "i")  # the inner table's: an ``s.`` here would be the outer row's
+            rows = []
+            for start in range(0, len(wanted), _BATCH // 2):
+                chunk = sorted(wanted)[start : start + _BATCH // 2]
+                ranges, params = [], list(self.params)
+                for day in chunk:  # started_at within the day, a second either side (as tier 2)
+                    start_s = day_start_ms(day) // 1000
+                    ranges.append(
+                        f"SELECT i.rowid FROM sessions AS i WHERE {started} BETWEEN ?{len(params) + 1} "
+                        f"AND ?{len(params) + 2}"
+                    )
+                    params += [start_s - 1, start_s + 86400 + 1]
+                # rowid IN (...): the rows in rowid order, as the pass over every row reads them,
+                # so each day's sum and joined text come out the same
+                rows += self.reader.fetch_raw(
+                    f"SELECT d, {self._tier1_aggs}, {self._tier1_marked} FROM (SELECT {self.day_sql} AS d, "
+                    f"{self._tier1_rows} FROM sessions AS s WHERE s.rowid IN ({' UNION ALL '.join(ranges)}) "
+                    "LIMIT -1) GROUP BY d",
+                    params,
+                )
+            rows = [r for r in rows if r[0] is not None and day_name(r[0]) in wanted]
+        odd = self.odd_sessions() if wanted is not None or any(r[0] is None for r in rows) else {}
+        if wanted is not None:
+            odd = {rowid: v for rowid, v in odd.items() if v[1] in wanted}
         extra = self._per_row(odd)
         days: dict[str, str] = {}
-        for day_number, *aggs in rows:
+        counts: dict[str, int] = {}
+        seldom: dict[str, list[int]] = {}
+        for day_number, *aggs, marked in rows:
             if day_number is not None:
                 day = day_name(day_number)
                 days[day] = digest([(self.schema,), aggs, *extra.pop(day, [])])
+                counts[day] = aggs[0]
+                seldom[day] = [int(r) for r in as_text(marked).split(",")] if marked is not None else []
         unplaced = len(extra.pop(None, []))
         for other_day, per_row in extra.items():  # days with sessions only the per-row pass placed
             if other_day is not None:  # (popped above)
                 days[other_day] = digest([(self.schema,), (0,), *per_row])
-        return Tier1(days, sum(r[1] for r in rows), unplaced)
+        return Tier1(days, sum(r[1] for r in rows), unplaced, counts, seldom)
 
     def tier2(self, days: Iterable[str]) -> dict[str, str]:
         """The tier-2 digest of each given day: every cell of its sessions, the prompt each hash

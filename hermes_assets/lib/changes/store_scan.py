@@ -6,7 +6,11 @@ A tick, per store:
 2. Files changed: new messages by mid, tier 1 of every day, and the days whose
    tier 1 moved, that lost every session, or that hold a session with new
    messages are requested; each gets its tier 2 on this tick. The rotation
-   restarts for :data:`ROTATION_TICKS` ticks.
+   restarts for :data:`ROTATION_TICKS` ticks. Tier 1 is digested again only
+   for the days of the rows on the pages the commits since the last tick wrote
+   (read from the ``-wal`` frames, :mod:`hermes_assets.lib.changes.wal_delta`),
+   the other days keeping theirs, the same to the bit; on any doubt (no map
+   yet in this process, the WAL reset, a session deleted ...) every row is read.
 3. While the rotation runs (files changed or not), tier 2 of the ``share``
    days whose tier 2 is oldest, ``share = ceil(days / 16)`` (never lowered
    while the rotation runs); a day whose tier 2 moved is requested. A change
@@ -48,20 +52,25 @@ never rewound (no Hermes API)  live messages: tier 2                            
                                inserted that row (whose new mid is seen)
 =============================  ===============================================  =============
 
-Cost of a tick whose files changed: one pass over ``sessions`` (tier 1, one
-row per day to Python) plus the new messages (rowid range) plus one pass over
-the small rows of ``session_model_usage`` plus tier 2 of ``ceil(days / 16)``
-days and of the changed ones (their rows). The ``messages`` table is never
-scanned; the cost grows with the sessions table and not with the messages.
-On the 1.07M-message bench store (59k sessions, 330 days, 93k usage rows;
-``bench/sensor_bench.py``, 2 shared cores, load ~1.3): tier 1 ~125-140 ms, of
-which ~35-45 ms is SQLite reading the table's 46k pages (prompts inline,
-schema 22) and the rest the per-row work (the day, one weighted sum of ~17
-numbers, one joined text of the short columns, sorted by day: texts ~40 ms,
-numbers ~35 ms); tier 2 of 21 days ~55 ms (their rows ~37 ms, their usage
-rows ~15 ms); the usage marks ~11 ms. A tick whose files did not move costs
-~0.3 ms once the rotation is idle, ~55 ms while it runs. (Two connections
-on two threads are no faster: in one process they take turns inside SQLite.)
+Cost of a tick whose files changed: the WAL frames written since the last
+tick (their headers) and the ``sessions`` pages among them, tier 1 of the
+days their rows are on (their rows, through ``idx_sessions_started``), the
+inactive counts of the sessions tier 1 counts them for (rewound or without
+live messages: one index seek each), ``count(*)`` of ``sessions``, plus the new
+messages (rowid range) plus one pass over the small rows of
+``session_model_usage`` plus tier 2 of ``ceil(days / 16)`` days and of the
+changed ones (their rows). A tick that reads every row (the first of a
+process, or a doubt) adds one pass over ``sessions`` (tier 1, one row per
+day to Python) and learns the map of the table's pages (every leaf read once).
+The ``messages`` table is never scanned. On the 1.07M-message bench store
+(59k sessions, 330 days, 93k usage rows, 671 sessions rewound or without
+messages; ``bench/sensor_bench.py``, 2 shared cores, load ~2-3): a change
+tick ~70-80 ms, of which tier 2 of 21-23 days ~50-55 ms, the usage marks
+~12 ms, tier 1 through the WAL ~5-10 ms (the inactive counts ~4 ms); the pass
+over every row ~150-165 ms and learning the map ~250 ms (45,860 leaves read).
+A tick whose files did not move costs ~0.3 ms once the rotation is idle,
+~55 ms while it runs. (Two connections on two threads are no faster: in one
+process they take turns inside SQLite.)
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ from dataclasses import dataclass, field
 
 from hermes_assets.lib.basics import errors
 from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.changes import wal_delta
 from hermes_assets.lib.changes.cursor import DayMark, FileIdentity, Rotation, StoreState
 from hermes_assets.lib.changes.fingerprint import Fingerprinter
 from hermes_assets.lib.source.state_db import ReaderFactory
@@ -107,6 +117,10 @@ class StoreScan:
     sessions: int = 0
     unplaced: int = 0
     tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
+    #: tier 1 of the days the pages written since the last tick hold only (``wal_delta``)
+    delta: bool = False
+    #: why tier 1 read every row (None: it did not, or the files did not change)
+    full_reason: str | None = None
     failure: errors.StoreFailure | None = None  # FAILED: its error_kind (SPEC §9) and what happened
 
 
@@ -165,7 +179,9 @@ def scan_store(
             with readers.open(store, now_s) as reader:
                 entry = _rotate(scan, old, rotation, Fingerprinter(reader))
         else:
-            entry = _read(scan, old, identity, rotation, readers, now_s)
+            files = wal_delta.TickFiles(store.path, old.files if old else None, _tier1_of(old))
+            with files:
+                entry = _read(scan, old, identity, rotation, readers, now_s, files)
     except (FileNotFoundError, errors.StoreAbsent):
         return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
     except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
@@ -173,7 +189,13 @@ def scan_store(
             raise  # our SQL is wrong: a bug, not a bad store
         return _failed(store, exc), None
     entry.files = _settled_identity(entry.files, file_identity(store.path))
+    if scan.status != ROTATED:
+        wal_delta.keep(store.path, files, entry.files, _tier1_of(entry) or {})
     return scan, entry
+
+
+def _tier1_of(state: StoreState | None) -> dict[str, str] | None:
+    return None if state is None else {d: m.tier1 for d, m in state.days.items()}
 
 
 def _read(
@@ -183,8 +205,13 @@ def _read(
     rotation: Rotation,
     readers: ReaderFactory,
     now_s: float | None,
+    files: wal_delta.TickFiles,
 ) -> StoreState:
-    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation."""
+    """Files changed: marks, new messages, usage marks, tier 1 of every day, then the rotation.
+
+    ``files`` (opened and its WAL read before this reads any row): tier 1 digests only the days
+    of the rows on the pages written since the last tick when it can tell them, else every row.
+    """
     store = scan.store
     old_days = {} if old is None else old.days
     with readers.open(store, now_s) as reader:
@@ -196,7 +223,12 @@ def _read(
         if since is not None and max_mid is not None and max_mid > since:
             new_by_sid = reader.sessions_with_messages_after(since)
         usage_sids, usage = fp.usage_changes(old.usage if old else None)
-        tier1 = fp.tier1()
+        tier1 = files.tier1(fp) if old is not None and not replaced else None
+        scan.delta = tier1 is not None
+        if tier1 is None:
+            scan.full_reason = files.doubt or ("replaced" if replaced else "new store")
+            tier1 = fp.tier1()
+            files.learn(fp, tier1)
         scan.sessions, scan.unplaced = tier1.sessions, tier1.unplaced
         scan.new_messages = sum(new_by_sid.values())
         if old is None or replaced:

@@ -1,0 +1,305 @@
+"""Tier 1 from the WAL's written pages (``hermes_assets.lib.changes.wal_delta``), on stores written by
+Hermes's own ``SessionDB`` kept open across ticks, as a running Hermes keeps it.
+
+Each write of the table in ``store_scan``'s docstring is made, then the tick is evaluated twice
+from the same cursor: once through the delta (the map the last tick left) and once reading every
+row (the map forgotten). The delta must be the path taken where it can be, request the day the
+write is on, and give the same fingerprints and requests as the full pass, to the bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from hermes_assets.lib.changes import wal_delta, watch
+from hermes_assets.lib.source.stores import Store
+from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
+
+DAYS = ["2026-06-01", "2026-06-02", "2026-06-03", "2026-06-04"]
+LONG = "You are Hermes. " * 700  # ~11 KB: the row's later columns sit on overflow pages
+
+
+def _all_days(day: str) -> bool:
+    return True
+
+
+class Ticks:
+    """Ticks of one store, each evaluated through the delta and through the full pass."""
+
+    def __init__(self, db: Path):
+        self.store = Store(str(db))
+        self.path = str(db)
+        wal_delta.forget()
+        first = watch.plan_tick([self.store], None, is_partition=_all_days)
+        assert first.scans[0].status == watch.NEW
+        self.cursor = first.cursor_json
+        assert self.path in wal_delta._MAPS, "the first tick learned no map"
+
+    def tick(self, *, delta: bool | None = True) -> watch.TickPlan:
+        maps = copy.deepcopy(wal_delta._MAPS)
+        wal_delta.forget()
+        full = watch.plan_tick([self.store], self.cursor, is_partition=_all_days)
+        wal_delta._MAPS.clear()
+        wal_delta._MAPS.update(maps)
+        plan = watch.plan_tick([self.store], self.cursor, is_partition=_all_days)
+        scan = plan.scans[0]
+        assert delta is None or scan.delta is delta, scan.full_reason
+        assert not full.scans[0].delta
+        # the same fingerprints, the same requests as the pass over every row
+        assert scan.changed == full.scans[0].changed
+        days = plan.cursor.stores[self.path].days
+        assert {d: m.tier1 for d, m in days.items()} == {
+            d: m.tier1 for d, m in full.cursor.stores[self.path].days.items()
+        }
+        assert _requested(plan) == _requested(full)
+        self.cursor = plan.cursor_json
+        return plan
+
+
+def _store(tmp_path: Path) -> tuple[HermesWriter, Path]:
+    db = tmp_path / "home" / "state.db"
+    w = HermesWriter(db, home=tmp_path / "home")
+    for i in range(len(DAYS)):
+        w.at(START_S + i * DAY_S)
+        for k in range(6):
+            sid = w.session(f"s{i}{k}", "cli", system_prompt=LONG if k % 2 else "short", model="m1")
+            w.msg(sid, "user", f"hello {i} {k}")
+            w.msg(sid, "assistant", "hi")
+    return w, db
+
+
+def _requested(plan: watch.TickPlan) -> list[str]:
+    return sorted(d for d, _ in plan.requests)
+
+
+@pytest.fixture
+def hermes(tmp_path):
+    w, db = _store(tmp_path)
+    try:
+        yield w, db
+    finally:
+        w.close()
+
+
+def test_every_write_is_requested_on_the_next_tick_through_the_delta(hermes):
+    w, db = hermes
+    t = Ticks(db)
+    w.at(START_S + 5 * DAY_S)
+    steps = [
+        ("update_token_counts (same size, long prompt)", DAYS[0], lambda: w.update_token_counts("s01", input_tokens=1)),
+        ("update_token_counts again", DAYS[0], lambda: w.update_token_counts("s01", input_tokens=1)),
+        ("update_token_counts, short prompt", DAYS[1], lambda: w.update_token_counts("s10", output_tokens=7)),
+        ("set_session_title", DAYS[2], lambda: w.set_session_title("s23", "first title")),
+        ("set_session_title, same length", DAYS[2], lambda: w.set_session_title("s23", "first titlf")),
+        ("end_session", DAYS[3], lambda: w.end_session("s31", "cli_close")),
+        ("reopen_session", DAYS[3], lambda: w.reopen_session("s31")),
+        ("set_session_archived", DAYS[1], lambda: w.set_session_archived("s13", True)),
+        ("append_message", DAYS[0], lambda: w.append_message("s03", "user", "more")),
+        ("record_auxiliary_usage", DAYS[2], lambda: w.record_auxiliary_usage("s21", "title", input_tokens=3)),
+        ("update_session_model", DAYS[1], lambda: w.update_session_model("s11", "m2")),
+        ("a new session", DAYS[3], lambda: (w.at(START_S + 3 * DAY_S + 600), w.create_session("s3new", "cli"))),
+    ]
+    for name, day, write in steps:
+        write()
+        plan = t.tick()
+        assert day in _requested(plan), name
+
+
+def test_a_rewind_and_its_undo_are_requested(hermes):
+    w, db = hermes
+    mids = w.mids("s21")
+    t = Ticks(db)
+    w.rewind_to_message("s21", mids[0])
+    assert DAYS[2] in _requested(t.tick())
+    # the undo flips messages.active back and writes no sessions cell: the inactive count tells
+    w.restore_rewound("s21", mids[0])
+    assert w.query("SELECT count(*) FROM messages WHERE session_id = 's21' AND active = 0") == [(0,)]
+    assert _requested(t.tick()) == [DAYS[2]]
+
+
+def test_compaction_replace_and_clear_are_requested(hermes):
+    w, db = hermes
+    t = Ticks(db)
+    w.archive_and_compact("s12", [{"role": "user", "content": "summary"}])
+    assert DAYS[1] in _requested(t.tick())
+    w.replace_messages("s33", [{"role": "user", "content": "new"}])
+    assert DAYS[3] in _requested(t.tick())
+    w.clear_messages("s02")
+    assert DAYS[0] in _requested(t.tick())
+
+
+def test_a_deleted_session_is_requested(hermes):
+    w, db = hermes
+    lone = "2026-06-08"
+    w.at(START_S + 7 * DAY_S)
+    w.session("lone", "cli")
+    t = Ticks(db)
+    # its leaf's other rows are on its day: the delta digests the day again
+    w.delete_session("s22")
+    assert _requested(t.tick(delta=None)) == [DAYS[2]]
+    # alone on its day: no row left on a written page names the day; the count of sessions tells
+    w.delete_session("lone")
+    plan = t.tick(delta=False)
+    assert "deleted" in plan.scans[0].full_reason
+    assert _requested(plan) == [lone]
+    w.set_session_title("s20", "after the delete")
+    assert _requested(t.tick()) == [DAYS[2]]  # and the next tick is a delta again
+
+
+def _checkpoint(db: Path, mode: str) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(f"PRAGMA wal_checkpoint({mode})")
+    finally:
+        conn.close()
+
+
+def test_a_checkpoint_and_the_wal_restarted_after_it_keep_the_delta(hermes):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")  # the db file holds every page: the next checkpoint does not grow it
+    w.set_session_title("s20", "a WAL with a header")
+    t = Ticks(db)
+    w.set_session_title("s00", "before the checkpoint")
+    _checkpoint(db, "PASSIVE")
+    assert os.stat(db).st_size == wal_delta._MAPS[str(db)].db[1]
+    # the pages copied into the db file are the WAL's: the frames after the position still name them
+    assert _requested(t.tick()) == [DAYS[0]]
+    # every frame was copied: the next write starts the WAL again (new salts), the db file untouched
+    salts = wal_delta._MAPS[str(db)].wal.salts
+    w.set_session_title("s10", "in the restarted WAL")
+    plan = t.tick()
+    assert wal_delta._MAPS[str(db)].wal.salts != salts
+    assert _requested(plan) == [DAYS[1]]
+
+
+def test_a_restart_between_two_ticks_reads_the_old_frames_left_after_the_position(hermes):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    w.set_session_title("s23", "title 0")
+    for k in range(6):  # a position well into the file
+        w.set_session_title("s20", f"a WAL with frames {k}")
+    t = Ticks(db)
+    # the same length on a long prompt's row: SQLite rewrites one overflow page, nothing else of the table
+    w.set_session_title("s23", "title 1")
+    _checkpoint(db, "PASSIVE")
+    w.set_session_title("s10", "in the restarted WAL")
+    m = wal_delta._MAPS[str(db)]
+    # the restarted WAL wrote fewer frames than the position: the old ones after it are still there
+    plan = t.tick()
+    assert wal_delta._MAPS[str(db)].wal.seq == m.wal.seq + 1
+    assert _requested(plan) == [DAYS[1], DAYS[2]]
+
+
+def test_a_restart_that_wrote_over_the_old_frames_reads_every_row(hermes):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    w.set_session_title("s20", "a short WAL")
+    t = Ticks(db)
+    w.set_session_title("s00", "copied, then written over")
+    _checkpoint(db, "PASSIVE")
+    for k in range(6):  # the restarted WAL goes past the position
+        w.set_session_title("s10", f"in the restarted WAL {k}")
+    plan = t.tick(delta=False)
+    assert plan.scans[0].full_reason == "the WAL's salts changed (a checkpoint reset it)"
+    assert _requested(plan) == [DAYS[0], DAYS[1]]
+
+
+def test_a_wal_reset_falls_back_to_every_row(hermes):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    w.set_session_title("s20", "a WAL with a header")
+    t = Ticks(db)
+    w.set_session_title("s00", "lost to the reset")
+    _checkpoint(db, "TRUNCATE")  # the frame naming s00's page is gone
+    w.set_session_title("s30", "in the new WAL")
+    plan = t.tick(delta=False)
+    assert plan.scans[0].full_reason.startswith("the WAL's salts changed")
+    assert _requested(plan) == [DAYS[0], DAYS[3]]
+    w.update_token_counts("s31", input_tokens=2)
+    assert _requested(t.tick()) == [DAYS[3]]
+
+
+def test_writes_while_the_wal_was_gone_read_every_row(hermes):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    t = Ticks(db)  # learned with an empty WAL
+    w.set_session_title("s00", "checkpointed and truncated away")
+    _checkpoint(db, "TRUNCATE")
+    plan = t.tick(delta=False)
+    assert plan.scans[0].full_reason == "the db file changed while the WAL was empty"
+    assert _requested(plan) == [DAYS[0]]
+
+
+def test_a_replaced_store_is_read_whole(hermes, tmp_path):
+    w, db = hermes
+    t = Ticks(db)
+    w.set_session_title("s00", "in the copy")
+    copy_db = tmp_path / "copy.db"
+    src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    out = sqlite3.connect(copy_db)
+    src.backup(out)
+    src.close()
+    out.close()
+    w.close()
+    for suffix in ("-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    shutil.move(copy_db, db)  # a new inode
+    plan = t.tick(delta=False)
+    assert plan.scans[0].status == watch.REPLACED
+    assert _requested(plan) == DAYS
+
+
+def test_a_map_left_by_another_cursor_is_not_used(hermes):
+    w, db = hermes
+    t = Ticks(db)
+    stale = t.cursor
+    w.set_session_title("s00", "one")
+    t.tick()
+    w.set_session_title("s10", "two")
+    # a cursor this process did not leave last (e.g. an older one): every row is read
+    t.cursor = stale
+    plan = t.tick(delta=False)
+    assert plan.scans[0].full_reason == "the cursor is not the one the map was left with"
+    assert _requested(plan) == [DAYS[0], DAYS[1]]
+
+
+def test_the_page_map_is_the_tree_sqlite_lists(hermes):
+    """The map read from the pages (interior, leaves, overflow chains and their rows) is the
+    ``sessions`` b-tree SQLite's own ``dbstat`` lists."""
+    w, db = hermes
+    for k in range(40):  # more rows: a tree of two levels at least
+        w.session(f"more{k}", "cli", system_prompt=LONG if k % 3 == 0 else "short")
+    Ticks(db)
+    tree = wal_delta._MAPS[str(db)].tree
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("SELECT pageno, pagetype FROM dbstat WHERE name = 'sessions'").fetchall()
+        long_rows = {r for (r,) in conn.execute("SELECT rowid FROM sessions WHERE length(system_prompt) > 4000")}
+    finally:
+        conn.close()
+    assert tree.interior and tree.interior == {p for p, kind in pages if kind == "internal"}
+    assert tree.leaves == {p for p, kind in pages if kind == "leaf"}
+    assert set(tree.overflow) == {p for p, kind in pages if kind == "overflow"}
+    assert set(tree.overflow.values()) == long_rows
+
+
+def test_a_sessions_table_that_grows_a_level_is_walked_again(tmp_path):
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        w.session("first", "cli")
+        t = Ticks(db)
+        assert wal_delta._MAPS[str(db)].tree.interior == set()  # the root is the one leaf
+        w.at(START_S + DAY_S)
+        for k in range(12):  # long rows: the root page splits, its rows move to new leaves
+            w.session(f"grown{k}", "cli", system_prompt=LONG)
+        plan = t.tick()
+        assert _requested(plan) == [DAYS[1]]
+        assert wal_delta._MAPS[str(db)].tree.interior == {wal_delta._MAPS[str(db)].tree.root}
+        w.set_session_title("first", "found on its new leaf")
+        assert _requested(t.tick()) == [DAYS[0]]
