@@ -1,0 +1,253 @@
+"""The column screen's first pass in Hyperscan: the cells :func:`.screen.flagged` finds, found faster.
+
+RE2 searches a day's text at about 2 ns a byte, plus the states its search builds the first time
+in each process. Hyperscan (where its wheel installs: x86-64 and macOS) searches the same
+alternatives several times faster, with SIMD; it reports the end of every match of every
+alternative, and RE2 then decides, cell by cell, among the few cells those ends fall in. So
+:meth:`ColumnScreen.flagged` returns exactly what :func:`.screen.flagged` returns, in either engine.
+
+**Why Hyperscan's ends hold every cell RE2 finds.** Hyperscan reads the alternatives as bytes
+(its UTF-8 mode takes seconds to compile them), RE2 as characters of UTF-8. On the same text
+they differ in two ways only, and each is covered:
+
+* a case-insensitive ``k`` or ``s`` (in RE2, also the Kelvin sign and the long s): a cell
+  holding either is always searched by RE2 (the two characters are alternatives of their own);
+* an atom that may match a character other than ASCII (``.``, a negated class, ``\\S`` ...) read
+  a bounded number of times (once, ``?``, ``{n}``, ``{m,n}``): one character of RE2 may be up to
+  four bytes of Hyperscan. Where nothing follows it in its alternative, Hyperscan's match of its
+  first bytes ends in the same cell, so nothing is lost; an alternative where something does follow
+  (:func:`byte_safe` says which) is searched by RE2 itself in the cells that hold a byte that is not
+  ASCII (and by Hyperscan in the others, where the two read alike).
+
+Every other construct the screen uses (ASCII classes, literals, ``\\w``, ``\\s``, unbounded
+repeats) reads a character of RE2 as the same bytes in Hyperscan, or more (``\\s`` holds ``\\v``
+there); an alternative with an anchor or a construct :func:`byte_safe` does not know leaves the
+whole screen to RE2.
+
+The alternatives without a ``.env`` value (no secret in them) are compiled once per machine (about
+0.3 s) and kept beside the rule set's copy (``redaction-rules/screen-<digest>.hs``, 0600); the
+``.env`` values' forms are compiled in each process (literals: a few ms) and never written.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+import re
+import threading
+from typing import Any
+
+import pyarrow as pa
+import re2  # type: ignore[import-untyped]
+
+from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.redaction.rule_matcher import re2_options, search_spans
+from hermes_assets.lib.redaction.rule_set import keep_private
+from hermes_assets.lib.redaction.screen import flagged
+
+hyperscan: Any
+try:
+    import hyperscan
+except ImportError:  # no wheel for this machine (Linux on ARM): RE2 alone screens
+    hyperscan = None
+
+log = get_logger()
+
+#: the characters other than ASCII a case-insensitive RE2 matches for an ASCII letter (K: Kelvin
+#: sign, for k; long s, for s), as Hyperscan searches them
+_FOLDED = ("\\xE2\\x84\\xAA", "\\xC5\\xBF")
+
+
+class ColumnScreen:
+    """The column screen (``program``, compiled by RE2) of the alternatives ``parts``
+    (:func:`.screen.hyperscan_parts`) and the ``.env`` forms ``literals``: :meth:`flagged` as
+    :func:`.screen.flagged`, with Hyperscan first where it installs and can read every alternative
+    (:attr:`engine` says which)."""
+
+    def __init__(
+        self, program: Any, parts: list[tuple[str, int | None]], literals: list[str], cache_dir: str | None = None
+    ) -> None:
+        self.program = program
+        self._databases: list[Any] = []
+        self._local = threading.local()  # a scratch space per thread and database
+        if hyperscan is None:
+            return
+        expressions = [for_bytes(p) for p, _ in parts]
+        if None in expressions:
+            log.warning("hermes.redaction.screen_engine", engine="re2", reason="an alternative Hyperscan cannot read")
+            return
+        try:
+            databases = [_parts_database([e for e in expressions if e is not None], cache_dir)]
+            if literals:
+                db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                db.compile(expressions=[f.encode() for f in literals], flags=0, literal=True)
+                databases.append(db)
+        except hyperscan.error as exc:
+            log.warning("hermes.redaction.screen_engine", engine="re2", reason=str(exc))
+            return
+        self._databases = databases
+        #: per database, each expression's length (a literal's) or its own program (compiled when needed)
+        self._lengths: list[list[int | None]] = [
+            [n for _, n in parts] + [None] * len(_FOLDED),
+            [len(f.encode()) for f in literals],
+        ]
+        self._parts = [p for p, _ in parts]
+        self._programs: dict[int, Any] = {}
+
+    @property
+    def engine(self) -> str:
+        return "hyperscan" if self._databases else "re2"
+
+    def flagged(self, array: pa.LargeStringArray) -> list[int]:
+        """The indexes of the cells of ``array`` the screen finds: those :func:`.screen.flagged` finds."""
+        if not self._databases or len(array) == 0 or array.null_count == len(array):
+            return flagged(self.program, array)
+        _, offsets_buffer, data_buffer = array.buffers()
+        if data_buffer is None:
+            return []
+        offsets = memoryview(offsets_buffer).cast("q")[array.offset : array.offset + len(array) + 1]
+        first = offsets[0]
+        data = memoryview(data_buffer)
+        out: set[int] = set()
+        todo: dict[int, set[tuple[int, int]]] = {}  # cell -> (database, expression) whose match ended in it
+        for d, (db, scratch) in enumerate(zip(self._databases, self._scratches(), strict=True)):
+            ends: list[tuple[int, int]] = []
+            db.scan(data[first : offsets[len(array)]], match_event_handler=_on_match, context=ends, scratch=scratch)
+            lengths = self._lengths[d]
+            for e, stop in ends:
+                i = bisect.bisect_right(offsets, first + stop - 1) - 1
+                if i in out:
+                    continue
+                n = lengths[e]
+                if n is not None and first + stop - n >= offsets[i]:  # a literal, whole in the cell
+                    out.add(i)
+                    todo.pop(i, None)
+                else:
+                    todo.setdefault(i, set()).add((d, e))
+        for i, found in todo.items():
+            if any(
+                search_spans(self._program(d, e), data, offsets[i], endpos=offsets[i + 1]) is not None for d, e in found
+            ):
+                out.add(i)
+        return sorted(out)
+
+    def _program(self, database: int, expression: int) -> Any:
+        """What decides a cell where expression ``expression`` of database ``database`` ended a match:
+        its own program (a part: its states are few), else the whole screen's."""
+        if database != 0 or expression >= len(self._parts) or self._lengths[0][expression] is not None:
+            return self.program
+        found = self._programs.get(expression)
+        if found is None:
+            found = self._programs[expression] = _compile(self._parts[expression])
+        return found
+
+    def _scratches(self) -> list[Any]:
+        found = getattr(self._local, "scratches", None)
+        if found is None:
+            found = self._local.scratches = [hyperscan.Scratch(db) for db in self._databases]
+        return found
+
+
+def _compile(pattern: str) -> Any:
+    options = re2_options()
+    options.never_capture = True
+    return re2.compile(pattern.encode(), options)
+
+
+def _on_match(expression: int, _start: int, end: int, _flags: int, ends: list[tuple[int, int]]) -> None:
+    ends.append((expression, end))
+
+
+def _parts_database(parts: list[str], cache_dir: str | None) -> Any:
+    """The Hyperscan database of ``parts`` and :data:`_FOLDED`: this process's, else the one kept
+    in ``cache_dir``, else compiled (and kept there)."""
+    expressions = [p.encode() for p in [*parts, *_FOLDED]]
+    digest = hashlib.sha256(b"\0".join([hyperscan.__version__.encode(), *expressions])).hexdigest()[:16]
+    found = _compiled.get(digest)
+    if found is not None:
+        return found
+    path = os.path.join(cache_dir, "redaction-rules", f"screen-{digest}.hs") if cache_dir else None
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                found = hyperscan.loadb(f.read(), hyperscan.HS_MODE_BLOCK)
+        except (OSError, hyperscan.error):
+            found = None  # compiled again
+    if found is None:
+        found = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        found.compile(expressions=expressions, flags=0)
+        if path is not None:
+            keep_private(path, hyperscan.dumpb(found))
+    _compiled[digest] = found
+    return found
+
+
+_compiled: dict[str, Any] = {}
+
+
+# -- each alternative as Hyperscan reads bytes ----------------------------------------------
+
+_TOKEN = re.compile(
+    r"""(?P<flags>\(\?[imsU-]+\))
+      | (?P<open>\((?:\?(?:[imsU-]*:|P?<\w+>))?)
+      | (?P<close>\))
+      | (?P<alt>\|)
+      | (?P<quant>[*+?]\??|\{\d+(?:,\d*)?\}\??)
+      | (?P<class>\[\^?\]?(?:\[:\^?[a-z]+:\]|\\.|[^\]\\])*\])
+      | (?P<escape>\\(?:x\{[0-9A-Fa-f]+\}|x[0-9A-Fa-f]{2}|[pP](?:\{\w+\}|\w)|.))
+      | (?P<anchor>[\^$])
+      | (?P<char>.)""",
+    re.VERBOSE | re.DOTALL,
+)
+_BOUNDED = re.compile(r"\{(\d+)(?:(,)(\d*))?\}(\??)")
+#: the most bytes one character of UTF-8 takes
+_UTF8_MAX = 4
+
+
+def for_bytes(pattern: str) -> str | None:
+    """``pattern`` as Hyperscan, reading bytes, finds a match end in every cell where RE2, reading
+    characters, finds one: each atom that may match a character other than ASCII (``.``, a negated
+    class, ``\\S`` ...), read a bounded number of times, may read up to four bytes a character
+    (``.{0,20}`` -> ``.{0,80}``, ``[^x]`` -> ``[^x]{1,4}``); an unbounded repeat already reads
+    as many bytes as it takes, and every other atom reads the same bytes in both. None: not read
+    here (an anchor, a mode switched for the rest of the pattern, a construct not known)."""
+    out = []
+    at = 0
+    tokens = []
+    while at < len(pattern):
+        m = _TOKEN.match(pattern, at)
+        if m is None or m.lastgroup in ("anchor", "flags"):
+            return None
+        tokens.append((m.lastgroup, m.group()))
+        at = m.end()
+    i = 0
+    while i < len(tokens):
+        kind, text = tokens[i]
+        out.append(text)
+        i += 1
+        if not _wide_atom(kind, text):
+            continue
+        quant = tokens[i][1] if i < len(tokens) and tokens[i][0] == "quant" else ""
+        if quant:
+            i += 1
+        bounded = _BOUNDED.fullmatch(quant)
+        if quant.rstrip("?") in ("*", "+") or (bounded and bounded.group(2) and not bounded.group(3)):
+            out.append(quant)  # unbounded: as many bytes as it takes
+        elif bounded:
+            low, high = bounded.group(1), bounded.group(3) if bounded.group(2) else bounded.group(1)
+            out.append(f"{{{low},{int(high) * _UTF8_MAX}}}{bounded.group(4)}")
+        else:  # once, or "?" (and its lazy form)
+            out.append(f"{{{0 if quant.startswith('?') else 1},{_UTF8_MAX}}}")
+    return "".join(out)
+
+
+def _wide_atom(kind: str | None, text: str) -> bool:
+    """Whether one step of this atom may match a character that is not ASCII (several bytes)."""
+    if kind == "char":
+        return text == "." or not text.isascii()
+    if kind == "escape":
+        return text[1] in "SWDpPC" or (text.startswith("\\x") and int(text.strip("\\x{}"), 16) > 0x7F)
+    if kind == "class":
+        return text.startswith("[^") or bool(re.search(r"\\[SWDpP]|\\x\{?[89A-Fa-f][0-9A-Fa-f]|[^\x00-\x7f]", text))
+    return False
