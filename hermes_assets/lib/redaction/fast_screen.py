@@ -100,37 +100,46 @@ class ColumnScreen:
         return "hyperscan" if self._databases else "re2"
 
     def flagged(self, array: pa.LargeStringArray) -> list[int]:
-        """The indexes of the cells of ``array`` the screen finds: those :func:`.screen.flagged` finds."""
+        """The indexes of the cells of ``array`` the screen finds: those :func:`.screen.flagged` finds.
+
+        Each database's search reports the first match that ends in each cell (the cell is then
+        decided: a literal whole in the cell is a match of RE2's too; else RE2 searches the cell,
+        with the alternative's own program, then the whole screen's). A cell where many matches end
+        (a hostile one) stops the search, which resumes at the next cell: no match within a later
+        cell is lost, since all of it lies in what is searched next."""
         if not self._databases or len(array) == 0 or array.null_count == len(array):
             return flagged(self.program, array)
         _, offsets_buffer, data_buffer = array.buffers()
         if data_buffer is None:
             return []
         offsets = memoryview(offsets_buffer).cast("q")[array.offset : array.offset + len(array) + 1]
-        first = offsets[0]
         data = memoryview(data_buffer)
+        end = offsets[len(array)]
         out: set[int] = set()
-        todo: dict[int, set[tuple[int, int]]] = {}  # cell -> (database, expression) whose match ended in it
         for d, (db, scratch) in enumerate(zip(self._databases, self._scratches(), strict=True)):
-            ends: list[tuple[int, int]] = []
-            db.scan(data[first : offsets[len(array)]], match_event_handler=_on_match, context=ends, scratch=scratch)
-            lengths = self._lengths[d]
-            for e, stop in ends:
-                i = bisect.bisect_right(offsets, first + stop - 1) - 1
-                if i in out:
-                    continue
-                n = lengths[e]
-                if n is not None and first + stop - n >= offsets[i]:  # a literal, whole in the cell
-                    out.add(i)
-                    todo.pop(i, None)
-                else:
-                    todo.setdefault(i, set()).add((d, e))
-        for i, found in todo.items():
-            if any(
-                search_spans(self._program(d, e), data, offsets[i], endpos=offsets[i + 1]) is not None for d, e in found
-            ):
-                out.add(i)
+            pos = offsets[0]
+            while pos < end:
+                ends = _Ends(offsets, pos)
+                try:
+                    db.scan(data[pos:end], match_event_handler=ends.match, scratch=scratch)
+                    pos = end
+                except hyperscan.ScanTerminated:
+                    pos = offsets[ends.cells[-1][0] + 1]
+                for i, expression, stop in ends.cells:
+                    if i not in out and self._decides(d, expression, data, offsets[i], offsets[i + 1], stop):
+                        out.add(i)
         return sorted(out)
+
+    def _decides(self, database: int, expression: int, data: memoryview, start: int, end: int, stop: int) -> bool:
+        """Whether the cell ``data[start:end]``, where ``expression`` of ``database`` ended a match at
+        ``stop``, is one RE2's screen finds."""
+        n = self._lengths[database][expression]
+        if n is not None and stop - n >= start:  # a literal, whole in the cell
+            return True
+        own = self._program(database, expression)
+        if own is not self.program and search_spans(own, data, start, endpos=end) is not None:
+            return True
+        return search_spans(self.program, data, start, endpos=end) is not None
 
     def _program(self, database: int, expression: int) -> Any:
         """What decides a cell where expression ``expression`` of database ``database`` ended a match:
@@ -155,8 +164,31 @@ def _compile(pattern: str) -> Any:
     return re2.compile(pattern.encode(), options)
 
 
-def _on_match(expression: int, _start: int, end: int, _flags: int, ends: list[tuple[int, int]]) -> None:
-    ends.append((expression, end))
+class _Ends:
+    """The first match a search reports in each cell, as ``(cell, expression, end)``: a search over
+    ``offsets``' cells from ``start``, stopped after :data:`_MATCHES_IN_A_CELL` more in one cell."""
+
+    def __init__(self, offsets: memoryview, start: int) -> None:
+        self.offsets = offsets
+        self.start = start
+        self.cells: list[tuple[int, int, int]] = []
+        self.bound = -1  # the end of the last cell recorded (from the search's start)
+        self.more = 0
+
+    def match(self, expression: int, _start: int, end: int, _flags: int, _context: object) -> bool | None:
+        if end <= self.bound:
+            self.more += 1
+            return self.more > _MATCHES_IN_A_CELL or None  # True: the search stops
+        stop = self.start + end
+        i = bisect.bisect_right(self.offsets, stop - 1) - 1
+        self.cells.append((i, expression, stop))
+        self.bound = self.offsets[i + 1] - self.start
+        self.more = 0
+        return None
+
+
+#: matches in one cell after its first before a search stops there (and resumes at the next cell)
+_MATCHES_IN_A_CELL = 64
 
 
 def _parts_database(parts: list[str], cache_dir: str | None) -> Any:

@@ -11,9 +11,11 @@ unreadable or corrupt copy is compiled again; without Hyperscan, RE2 screens alo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import stat
+import time
 import types
 
 import pyarrow as pa
@@ -137,9 +139,12 @@ def test_a_relaxed_alternative_matches_wherever_re2_does(pattern, middle):
         return
     db = fast_screen.hyperscan.Database()
     db.compile(expressions=[fast_screen.for_bytes(pattern).encode()], flags=0)
-    ends: list = []
-    db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=fast_screen._on_match, context=ends)
-    assert ends, (pattern, text)
+    data = text.encode("utf-8", "surrogatepass")
+    one_cell = memoryview(pa.array([0, len(data)], pa.int64()).buffers()[1]).cast("q")
+    ends = fast_screen._Ends(one_cell, 0)
+    with contextlib.suppress(fast_screen.hyperscan.ScanTerminated):
+        db.scan(data, match_event_handler=ends.match)
+    assert ends.cells, (pattern, text)
 
 
 def _fresh(monkeypatch, cache_dir, values=()) -> fast_screen.ColumnScreen:
@@ -197,3 +202,15 @@ def test_without_hyperscan_re2_screens_alone(tmp_path, monkeypatch):
     column = pa.array(["token = " + "Qq7" * 6, "hello", None], pa.large_string())
     assert alone.flagged(column) == screen.flagged(alone.program, column) == [0]
     assert not (tmp_path / "redaction-rules").exists()
+
+
+@needs_hyperscan
+@pytest.mark.parametrize("unit", ["sk-", "token ", "curl ", "api_key=", "-----BEGIN PRIVATE KEY-----", "é scaleway "])
+def test_a_hostile_cell_of_near_matches_is_screened_in_under_a_second(unit):
+    """5 MB of one keyword or name again and again: the search stops in the cell and resumes after it."""
+    cell = unit * (5_000_000 // len(unit.encode()))
+    column = pa.array(["before", cell, "after " + unit], pa.large_string())
+    started = time.process_time()
+    found = REDACTOR._column_screen.flagged(column)
+    assert time.process_time() - started < 1.0
+    assert found == screen.flagged(REDACTOR._screen, column)
