@@ -2,27 +2,25 @@
 
 RE2 searches a day's text at about 2 ns a byte, plus the states its search builds the first time
 in each process. Hyperscan (where its wheel installs: x86-64 and macOS) searches the same
-alternatives several times faster, with SIMD; it reports the end of every match of every
-alternative, and RE2 then decides, cell by cell, among the few cells those ends fall in. So
-:meth:`ColumnScreen.flagged` returns exactly what :func:`.screen.flagged` returns, in either engine.
+alternatives with SIMD, about three times faster here; each search reports the first match that
+ends in each cell, and RE2 decides that cell. So :meth:`ColumnScreen.flagged` returns exactly what
+:func:`.screen.flagged` returns, in either engine.
 
-**Why Hyperscan's ends hold every cell RE2 finds.** Hyperscan reads the alternatives as bytes
-(its UTF-8 mode takes seconds to compile them), RE2 as characters of UTF-8. On the same text
-they differ in two ways only, and each is covered:
+**Why every cell RE2 finds holds the end of one of Hyperscan's matches.** Hyperscan reads each
+alternative as bytes (its UTF-8 mode takes seconds to compile them), RE2 as characters of UTF-8.
+On the same text they differ in two ways only, and each is covered:
 
-* a case-insensitive ``k`` or ``s`` (in RE2, also the Kelvin sign and the long s): a cell
-  holding either is always searched by RE2 (the two characters are alternatives of their own);
-* an atom that may match a character other than ASCII (``.``, a negated class, ``\\S`` ...) read
-  a bounded number of times (once, ``?``, ``{n}``, ``{m,n}``): one character of RE2 may be up to
-  four bytes of Hyperscan. Where nothing follows it in its alternative, Hyperscan's match of its
-  first bytes ends in the same cell, so nothing is lost; an alternative where something does follow
-  (:func:`byte_safe` says which) is searched by RE2 itself in the cells that hold a byte that is not
-  ASCII (and by Hyperscan in the others, where the two read alike).
+* a case-insensitive ``k`` or ``s`` also matches, in RE2, the Kelvin sign and the long s: a cell
+  holding either is always decided by RE2 (the two characters are alternatives of their own);
+* an atom that may match a character other than ASCII (``.``, a negated class, ``\\S`` ...), read
+  a bounded number of times (once, ``?``, ``{n}``, ``{m,n}``), reads one to four bytes per
+  character in Hyperscan (:func:`for_bytes`: ``.{0,20}`` is searched as ``.{0,80}``).
 
 Every other construct the screen uses (ASCII classes, literals, ``\\w``, ``\\s``, unbounded
 repeats) reads a character of RE2 as the same bytes in Hyperscan, or more (``\\s`` holds ``\\v``
-there); an alternative with an anchor or a construct :func:`byte_safe` does not know leaves the
-whole screen to RE2.
+there); an alternative with an anchor or a construct :func:`for_bytes` does not know leaves the
+whole screen to RE2. A match Hyperscan finds that RE2 would not (across two cells, or only as
+relaxed) is dropped when RE2 decides its cell.
 
 The alternatives without a ``.env`` value (no secret in them) are compiled once per machine (about
 0.3 s) and kept beside the rule set's copy (``redaction-rules/screen-<digest>.hs``, 0600); the
