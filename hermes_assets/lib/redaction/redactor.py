@@ -38,11 +38,12 @@ import pyarrow as pa
 import re2  # type: ignore[import-untyped]
 
 from hermes_assets.lib.redaction import json_paths
+from hermes_assets.lib.redaction.fast_screen import ColumnScreen
 from hermes_assets.lib.redaction.findings import CellFinder, Span
 from hermes_assets.lib.redaction.rule_matcher import RuleMatcher, re2_options
 from hermes_assets.lib.redaction.rule_set import load_rule_set
 from hermes_assets.lib.redaction.rules import MARKER_PREFIX
-from hermes_assets.lib.redaction.screen import flagged, screen_pattern
+from hermes_assets.lib.redaction.screen import env_literals, hyperscan_parts, screen_pattern
 from hermes_assets.lib.redaction.sightings import Sighting, Sightings, Where
 from hermes_assets.lib.redaction.sources import env_values, load_key
 from hermes_assets.lib.redaction.version import VERSION_PARTS, env_fingerprint, redaction_version, what_changed
@@ -86,8 +87,10 @@ class RedactionConfig:
     env_files: tuple[str, ...] = ()
 
     def redactor(self) -> Redactor:
-        matcher = rule_matcher(os.path.dirname(os.path.abspath(self.key_path)))
-        return Redactor(load_key(self.key_path), env_values(self.env_files), rules=matcher)
+        cache_dir = os.path.dirname(os.path.abspath(self.key_path))
+        return Redactor(
+            load_key(self.key_path), env_values(self.env_files), rules=rule_matcher(cache_dir), cache_dir=cache_dir
+        )
 
 
 @dataclass
@@ -103,6 +106,8 @@ class Redactor:
     sightings: Sightings = field(default_factory=Sightings)
     #: the maintained rules (:mod:`.rule_set`), compiled
     rules: RuleMatcher = field(default_factory=rule_matcher, repr=False)
+    #: where what the rules compile to is kept between processes (the key's folder; None: nowhere)
+    cache_dir: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._digests: dict[str, str] = {}
@@ -128,6 +133,11 @@ class Redactor:
         options.never_capture = True
         return re2.compile(screen_pattern(self.rules, self.values).encode(), options)
 
+    @cached_property
+    def _column_screen(self) -> ColumnScreen:
+        """The column screen with its first pass (:class:`.fast_screen.ColumnScreen`: Hyperscan where it installs)."""
+        return ColumnScreen(self._screen, hyperscan_parts(self.rules), env_literals(self.values), self.cache_dir)
+
     def __reduce__(self):  # never pickled with its key and values
         raise TypeError("a Redactor is not pickled: send its RedactionConfig")
 
@@ -146,7 +156,7 @@ class Redactor:
                 if isinstance(v, (str, bytes))
                 and self.screen(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
             ]
-        return flagged(self._screen, array)
+        return self._column_screen.flagged(array)
 
     def redact_column(self, values: list, where: Callable[[int], Where] | None = None) -> list[tuple[int, str]]:
         """``(index, redacted cell)`` of the cells of ``values`` that held a secret. ``where``: the

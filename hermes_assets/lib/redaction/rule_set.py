@@ -140,7 +140,7 @@ def load_rule_set(cache_dir: str | None = None) -> RuleSet:
     if rule_set is None:
         rule_set = parse_rule_file(_rule_file(binary, f"{stem}.toml", cache_dir), upstream_version())
         if parsed is not None:
-            _keep(parsed, json.dumps(dataclasses.asdict(rule_set), sort_keys=True))
+            keep_private(parsed, json.dumps(dataclasses.asdict(rule_set), sort_keys=True))
     _loaded[stem] = rule_set
     return rule_set
 
@@ -194,18 +194,19 @@ def _rule_file(binary: str, name: str, cache_dir: str | None) -> str:
     if done.returncode != 0 or "[[rules]]" not in done.stdout:
         raise RuleSetUnavailable(f"{binary} {' '.join(_SHOW)} printed no rules (exit {done.returncode})")
     if cached is not None:
-        _keep(cached, done.stdout)
+        keep_private(cached, done.stdout)
     return done.stdout
 
 
-def _keep(path: str, text: str) -> None:
-    """A private copy of the rule file (0600 in a 0700 folder); never fatal."""
+def keep_private(path: str, data: str | bytes) -> None:
+    """A private copy of what the rule set gives (the rule file, the rules parsed, the screen
+    compiled: 0600 in a 0700 folder); never fatal."""
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except OSError:
         pass

@@ -41,19 +41,45 @@ _ASSIGNED = r"""[ \t\w.\\-]*[\s'"\\]*(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)[\x60'"\s=\\
 _VALUE = r"[A-Za-z0-9_+/.:=%~\\-]{8}"
 
 
+def screen_parts(matcher: RuleMatcher) -> list[str]:
+    """The screen's alternatives that are not ``.env`` values (no secret is in them), each once: the
+    keywords (one alternative), the context rules' names and values, our formats and the forms."""
+    return list(dict.fromkeys(whole for whole, _ in _alternatives(matcher)))
+
+
+def hyperscan_parts(matcher: RuleMatcher) -> list[tuple[str, int | None]]:
+    """:func:`screen_parts` as Hyperscan compiles them, each with the length in bytes of every match
+    (None: it varies): each keyword alone (its match, a literal, is as long as it), and the context
+    rules' alternative one per name (as one, it is larger than Hyperscan compiles)."""
+    return list(dict.fromkeys(p for _, split in _alternatives(matcher) for p in split))
+
+
+def _alternatives(matcher: RuleMatcher) -> list[tuple[str, list[tuple[str, int | None]]]]:
+    """Each alternative of :func:`screen_parts`, and the same language in parts (:func:`hyperscan_parts`)."""
+    keywords = sorted({f for r in matcher.rules if r.context is None for k in r.keywords for f in keyword_forms(k)})
+    out: list[tuple[str, list[tuple[str, int | None]]]] = [
+        (
+            "(?i:" + "|".join(re2_literal(k) for k in keywords) + ")",
+            [(f"(?i:{re2_literal(k)})", len(k.encode())) for k in keywords],
+        )
+    ]
+    contexts = sorted({r.context for r in matcher.rules if r.context})
+    if contexts:
+        whole = "(?i:" + "|".join(contexts) + ")" + _ASSIGNED + _VALUE
+        out.append((whole, [(f"(?i:{c}){_ASSIGNED}{_VALUE}", None) for c in contexts]))
+    out += [(p.screen, [(p.screen, None)]) for p in PATTERNS]
+    out += [(f, [(f, None)]) for f in _shared_name([f.screen for f in FORMS])]
+    return out
+
+
+def env_literals(values: list[str] | tuple[str, ...]) -> list[str]:
+    """Every form of every ``.env`` value (:func:`.encodings.literal_forms`), the longest first."""
+    return sorted({f for v in values for f in encodings.literal_forms(v)}, key=lambda f: (-len(f), f))
+
+
 def screen_pattern(matcher: RuleMatcher, values: list[str] | tuple[str, ...] = ()) -> str:
     """The column screen of ``matcher``'s rules, our formats and forms, and the ``.env`` ``values``."""
-    by_context = [r for r in matcher.rules if r.context is not None]
-    contexts = sorted({r.context for r in by_context if r.context})
-    named = {id(r) for r in by_context}
-    keywords = sorted({f for r in matcher.rules if id(r) not in named for k in r.keywords for f in keyword_forms(k)})
-    parts = ["(?i:" + "|".join(re2_literal(k) for k in keywords) + ")"]
-    if contexts:
-        parts.append("(?i:" + "|".join(contexts) + ")" + _ASSIGNED + _VALUE)
-    parts += [p.screen for p in PATTERNS]
-    parts += _shared_name([f.screen for f in FORMS])
-    literals = sorted({f for v in values for f in encodings.literal_forms(v)}, key=lambda f: (-len(f), f))
-    parts += [re2_literal(f) for f in literals]
+    parts = screen_parts(matcher) + [re2_literal(f) for f in env_literals(values)]
     return "|".join(f"(?:{p})" for p in dict.fromkeys(parts))  # each alternative once
 
 
