@@ -5,10 +5,11 @@ of :mod:`hermes_assets.lib.changes.fingerprint` digests every row on a tick whos
 The store's own pages do say it: in WAL mode every commit appends the pages it wrote to the
 ``-wal`` file, as frames (SQLite's documented WAL format: a 32-byte header with the page size
 and two salts, then per frame a 24-byte header, page number, database size after the commit
-for a commit frame, the salts, checksums, and the page). While the WAL's salts, the db file's
-inode and size stay the same, the committed frames after the last one a tick read name every
-page written since. This module maps those pages to the ``sessions`` rows on them, so that a
-tick digests only the days those rows are on (:meth:`Fingerprinter.tier1` of those days).
+for a commit frame, the salts, checksums, and the page). While the WAL's salts and the db file's
+inode stay the same, the committed frames after the last one a tick read name every page written
+since (a checkpoint copies frames into the db file unchanged: its size and time may move). This
+module maps those pages to the ``sessions`` rows on them, so that a tick digests only the days
+those rows are on (:meth:`Fingerprinter.tier1` of those days).
 
 The map, per store, kept in this process between ticks (:data:`_MAPS`) and learned on a tick
 that read every row (a full tier 1): the ``sessions`` b-tree's interior pages, its leaf pages,
@@ -33,7 +34,7 @@ and no ``sessions`` cell), read again by rowid on every tick; the sessions no da
 Any doubt falls back to the full tier 1 (and learns the map again): no map yet (a new
 process), a cursor this process did not write, no ``-wal``, the salts changed (a checkpoint
 that reset or restarted the WAL), the WAL shorter than the position read, the db file's inode
-or size changed, another schema cookie, ``auto_vacuum`` on (pages move), a page of the tree
+changed (or the file itself while the WAL was empty or gone), another schema cookie, ``auto_vacuum`` on (pages move), a page of the tree
 that is not an interior or leaf page of a table, a cell that does not parse.
 """
 
