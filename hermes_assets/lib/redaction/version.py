@@ -22,6 +22,7 @@ OWN_RULES = (
     "encodings",
     "findings",
     "screen",
+    "fast_screen",
     "json_paths",
     "go_regex",
     "redactor",
