@@ -11,6 +11,7 @@ tool counts).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +38,13 @@ def live(table: pa.Table, dataset: str) -> pa.Table:
     return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
 
 
+def tool_parts(gateway: pa.Table) -> pa.Table:
+    """The canonical tool parts (``tool_call`` and ``tool_result``) the store holds now, each logical
+    part once (:func:`live`): what the tools and the sessions' tool calls count, found once a day."""
+    parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
+    return live(parts, GATEWAY)  # the tool parts, then those the store holds now: the same rows, cheaper
+
+
 def in_store(table: pa.Table, dataset: str) -> pa.Table:
     """The rows not flagged ``source_deleted`` (D13), copies included: every row the store holds now."""
     if table.num_rows == 0:
@@ -53,10 +61,16 @@ def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
         column = table.column("attributes")
         text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
         # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
-        return pc.fill_null(pc.match_substring(text, '"copy_of":'), False)
+        return pc.fill_null(holds(text, '"copy_of":'), False)
     if "copy_of" in table.column_names:
         return pc.is_valid(table.column("copy_of"))
     return pa.repeat(pa.scalar(False), table.num_rows)
+
+
+def holds(text: pa.ChunkedArray | pa.Array, literal: str) -> pa.ChunkedArray | pa.Array:
+    """Which cells hold ``literal`` (null for a null cell): Arrow's ``match_substring``, searched by
+    RE2 (its literal search skips ahead to the first byte: several times Arrow's plain matcher)."""
+    return pc.match_substring_regex(text, re.escape(literal))
 
 
 def count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:

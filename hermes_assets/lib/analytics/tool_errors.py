@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hermes_assets.lib.analytics.live_rows import holds
+
 #: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
 #: ``agent/tool_result_classification.py``)
 _FILE_MUTATING_TOOLS = frozenset({"write_file", "patch"})
@@ -83,7 +85,7 @@ def maybe_error(content: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Arr
     """Which results :func:`hermes_marks_error` may call errors: the others hold none of the text
     each of its rules needs (a screen in Arrow, one pass; the rule itself decides for those it keeps)."""
     either = pc.match_substring_regex(content, _MAYBE_ERROR)
-    both = pc.and_(pc.match_substring(content, "message"), pc.match_substring(content, "success"))
+    both = pc.and_(holds(content, "message"), holds(content, "success"))
     return pc.fill_null(pc.or_(either, both), False)
 
 
