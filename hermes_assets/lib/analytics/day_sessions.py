@@ -24,7 +24,6 @@ Rows flagged ``source_deleted`` are left out: the sessions the store holds now.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import zoneinfo
 from collections.abc import Iterable, Iterator
@@ -34,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.analytics import hermes_prices
-from hermes_assets.lib.analytics.live_rows import count_by, live, tool_parts
+from hermes_assets.lib.analytics.live_rows import count_by, live, only, tool_parts
 from hermes_assets.lib.basics import ids
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 
@@ -114,29 +113,24 @@ class Session:
     counters: dict[str, int]
     messages: int = 0
     tool_calls: int = 0
+    #: Hermes's own total (input + cache read + cache write + output), over every model
+    total_tokens: int = field(init=False, repr=False, compare=False)
+    # the sums over its shares, each added once when it is built (every dataset that counts the
+    # session asks them): its shares are settled then (only its messages and tool calls are added later)
+    _counts: dict[str, int] = field(init=False, repr=False, compare=False)
+    _costs: dict[str, float | None] = field(init=False, repr=False, compare=False)
 
-    # the sums over its shares, each added once (every dataset that counts the session asks them):
-    # its shares are settled when it is built (only its messages and tool calls are added later)
-
-    @functools.cached_property
-    def _counts(self) -> dict[str, int]:
-        return {name: sum(share.counts[name] for share in self.shares) for name in COUNTS}
-
-    @functools.cached_property
-    def _costs(self) -> dict[str, float | None]:
-        return {
+    def __post_init__(self) -> None:
+        self._counts = {name: sum(share.counts[name] for share in self.shares) for name in COUNTS}
+        self._costs = {
             COSTS[0]: add_costs(share.estimated_cost_usd for share in self.shares),
             COSTS[1]: add_costs(share.actual_cost_usd for share in self.shares),
         }
+        self.total_tokens = sum(self._counts[name] for name in TOTAL_TOKENS)
 
     def count(self, name: str) -> int:
         """API calls or one kind of token, over every model the session used."""
         return self._counts[name]
-
-    @functools.cached_property
-    def total_tokens(self) -> int:
-        """Hermes's own total (input + cache read + cache write + output), over every model."""
-        return sum(self._counts[name] for name in TOTAL_TOKENS)
 
     def cost(self, name: str) -> float | None:
         """One of :data:`COSTS` over every model; None when no share has one."""
@@ -253,8 +247,10 @@ def day_sessions(sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> l
 
 def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list[Session]:
     """:func:`day_sessions` of the day's tool parts (:func:`~hermes_assets.lib.analytics.live_rows.tool_parts`)."""
-    sessions, messages = live(sessions, SESSIONS), live(messages, MESSAGES)
-    calls = parts.filter(pc.equal(parts.column("part_type"), "tool_call"))
+    sessions = live(only(sessions, INPUTS[SESSIONS]), SESSIONS)
+    messages = live(only(messages, INPUTS[MESSAGES]), MESSAGES)
+    calls = only(parts, ["session_id", "part_type"])
+    calls = calls.filter(pc.equal(calls.column("part_type"), "tool_call"))
     found: dict[tuple[str, str, str], Session] = {}
     canonical: dict[str, Session] = {}
     for s in _rows(sessions):

@@ -73,10 +73,18 @@ def holds(text: pa.ChunkedArray | pa.Array, literal: str) -> pa.ChunkedArray | p
     return pc.match_substring_regex(text, re.escape(literal))
 
 
+def only(table: pa.Table, columns: list[str]) -> pa.Table:
+    """The table's ``columns`` it has (a filter copies every column it keeps: the others, left out first)."""
+    return table.select([c for c in columns if c in table.column_names])
+
+
 def count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
     """How many rows hold each combination of ``keys``' values."""
     if table.num_rows == 0:
         return {}
-    counts = table.group_by(keys).aggregate([([], "count_all")])
+    if len(keys) == 1:  # one key: Arrow's hash count, without a query plan
+        counts = pc.value_counts(table.column(keys[0])).flatten()
+        return {(key,): n for key, n in zip(counts[0].to_pylist(), counts[1].to_pylist())}
+    counts = table.group_by(keys, use_threads=False).aggregate([([], "count_all")])
     columns = [counts.column(k).to_pylist() for k in keys]
     return {tuple(key): n for *key, n in zip(*columns, counts.column("count_all").to_pylist())}

@@ -46,7 +46,7 @@ def tools_of(day: str, parts: pa.Table, messages: pa.Table) -> DayFigures:
             "error_results": pc.cast(error_results(parts), pa.int64()),
         }
     )
-    grouped = counts.group_by("tool_name").aggregate(
+    grouped = counts.group_by("tool_name", use_threads=False).aggregate(
         [("calls", "sum"), ("results", "sum"), ("error_results", "sum"), ("session_id", "count_distinct")]
     )
     by_name = {
