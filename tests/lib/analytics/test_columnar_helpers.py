@@ -7,7 +7,9 @@ a column of UTC times built from its integers
 (:func:`~hermes_assets.lib.analytics.day_sessions.as_pylist`) against ``to_pylist``,
 the counts of one key by Arrow's hash count
 (:func:`~hermes_assets.lib.analytics.live_rows.count_by`) against the rows counted
-in Python.
+in Python, the error screen a word at a time
+(:func:`~hermes_assets.lib.analytics.tool_errors.maybe_error`) against the screen in
+one pass, which never clears a result Hermes calls an error.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hypothesis import strategies as st
 
 from hermes_assets.lib.analytics.day_sessions import as_pylist
 from hermes_assets.lib.analytics.live_rows import count_by, holds
+from hermes_assets.lib.analytics.tool_errors import hermes_marks_error, maybe_error
 
 #: text that often holds the literals searched, their pieces, and characters special to a regex
 _PIECES = ['"copy_of":', "message", "success", "skill_", "mess", "age", ".", "*", "\\", "(", "é", "\n", " "]
@@ -75,3 +78,45 @@ def test_count_by_one_key_counts_each_value(values, chunks):
 def test_count_by_several_keys_counts_each_combination():
     table = pa.table({"host": ["a", "a", "b", None, None], "sid": ["x", "x", "x", None, "y"]})
     assert count_by(table, ["host", "sid"]) == {("a", "x"): 2, ("b", "x"): 1, (None, None): 1, (None, "y"): 1}
+
+
+#: tool results made of what Hermes's rule looks at, in any case, as JSON or as text
+_RESULT_PIECES = [
+    '{"error": "x"}',
+    '{"success": false, "message": "m"}',
+    '{"exit_code": 1}',
+    '{"exit_code": 0}',
+    '{"\\u0065rror": "x"}',
+    "Error: ",
+    "ERROR",
+    "Failed",
+    '"failed"',
+    "message",
+    "success",
+    "exit_code",
+    "\\u",
+    "İ",
+    "ſ",
+    "K",
+    "plain",
+]
+_RESULT = st.lists(st.sampled_from(_RESULT_PIECES) | st.text(max_size=3), max_size=4).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    cells=st.lists(st.none() | _RESULT, max_size=10),
+    tool=st.sampled_from(["terminal", "memory", "write_file", "patch", "read_file", None]),
+)
+def test_error_screen_is_the_one_pass_screen_and_keeps_every_error(cells, tool):
+    column = pa.chunked_array([pa.array(cells, pa.string())])
+    got = maybe_error(column)
+    # the screen as one regex and two substring searches: the same rows
+    one_pass = pc.or_(
+        pc.match_substring_regex(column, r"(?i:error|failed)|exit_code|\\u"),
+        pc.and_(pc.match_substring(column, "message"), pc.match_substring(column, "success")),
+    )
+    assert got.equals(pc.fill_null(one_pass, False))
+    # and it never clears a result Hermes calls an error
+    for kept, content in zip(got.to_pylist(), cells):
+        assert kept or not hermes_marks_error(tool, content)
