@@ -69,12 +69,13 @@ def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
 
 def holds(text: pa.ChunkedArray | pa.Array, literal: str) -> pa.ChunkedArray | pa.Array:
     """Which cells hold ``literal`` (null for a null cell): Arrow's ``match_substring``, searched by
-    RE2 (its literal search skips ahead to the first byte: several times Arrow's plain matcher)."""
+    RE2, whose literal search is faster than Arrow's plain matcher (for a word, several times)."""
     return pc.match_substring_regex(text, re.escape(literal))
 
 
 def only(table: pa.Table, columns: list[str]) -> pa.Table:
-    """The table's ``columns`` it has (a filter copies every column it keeps: the others, left out first)."""
+    """Those of ``columns`` the table has (a filter copies every column it keeps: the others are
+    left out first)."""
     present = set(table.column_names)
     return table.select([c for c in columns if c in present])
 
