@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from hermes_assets.lib.analytics import activity, channels, day_sessions, skills, tools, top_sessions, usage
-from hermes_assets.lib.analytics.live_rows import DayFigures
+from hermes_assets.lib.analytics.live_rows import DayFigures, tool_parts
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
@@ -89,14 +89,18 @@ def compute_days(datasets: list[str], day: str, tables: dict[str, pa.Table]) -> 
     sessions built once for every dataset that counts them."""
     out: dict[str, DayFigures] = {}
     found: list[day_sessions.Session] | None = None
+    parts: pa.Table | None = None  # the day's tool parts, for the tools and the sessions' tool calls
     for dataset in datasets:
-        if dataset == TOOLS:
-            out[dataset] = tools.daily_tools(day, tables[GATEWAY], tables[MESSAGES])
-        elif dataset == SKILLS:
+        if dataset == SKILLS:
             out[dataset] = skills.daily_skills(day, tables[MESSAGES])
+            continue
+        if dataset in (TOOLS, *_OF_SESSIONS) and parts is None:
+            parts = tool_parts(tables[GATEWAY])
+        if dataset == TOOLS:
+            out[dataset] = tools.tools_of(day, parts, tables[MESSAGES])
         elif dataset in _OF_SESSIONS:
             if found is None:
-                found = day_sessions.day_sessions(tables[SESSIONS], tables[MESSAGES], tables[GATEWAY])
+                found = day_sessions.sessions_of(tables[SESSIONS], tables[MESSAGES], parts)
             out[dataset] = _OF_SESSIONS[dataset](day, found)
         else:
             raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")

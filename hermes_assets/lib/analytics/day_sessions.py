@@ -24,16 +24,16 @@ Rows flagged ``source_deleted`` are left out: the sessions the store holds now.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
-from collections.abc import Iterable
+import zoneinfo
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.analytics import hermes_prices
-from hermes_assets.lib.analytics.live_rows import count_by, live
+from hermes_assets.lib.analytics.live_rows import count_by, live, only, tool_parts
 from hermes_assets.lib.basics import ids
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 
@@ -113,29 +113,24 @@ class Session:
     counters: dict[str, int]
     messages: int = 0
     tool_calls: int = 0
+    #: Hermes's own total (input + cache read + cache write + output), over every model
+    total_tokens: int = field(init=False, repr=False, compare=False)
+    # the sums over its shares, each added once when it is built (every dataset that counts the
+    # session asks them): its shares are settled then (only its messages and tool calls are added later)
+    _counts: dict[str, int] = field(init=False, repr=False, compare=False)
+    _costs: dict[str, float | None] = field(init=False, repr=False, compare=False)
 
-    # the sums over its shares, each added once (every dataset that counts the session asks them):
-    # its shares are settled when it is built (only its messages and tool calls are added later)
-
-    @functools.cached_property
-    def _counts(self) -> dict[str, int]:
-        return {name: sum(share.counts[name] for share in self.shares) for name in COUNTS}
-
-    @functools.cached_property
-    def _costs(self) -> dict[str, float | None]:
-        return {
+    def __post_init__(self) -> None:
+        self._counts = {name: sum(share.counts[name] for share in self.shares) for name in COUNTS}
+        self._costs = {
             COSTS[0]: add_costs(share.estimated_cost_usd for share in self.shares),
             COSTS[1]: add_costs(share.actual_cost_usd for share in self.shares),
         }
+        self.total_tokens = sum(self._counts[name] for name in TOTAL_TOKENS)
 
     def count(self, name: str) -> int:
         """API calls or one kind of token, over every model the session used."""
         return self._counts[name]
-
-    @functools.cached_property
-    def total_tokens(self) -> int:
-        """Hermes's own total (input + cache read + cache write + output), over every model."""
-        return sum(self._counts[name] for name in TOTAL_TOKENS)
 
     def cost(self, name: str) -> float | None:
         """One of :data:`COSTS` over every model; None when no share has one."""
@@ -179,10 +174,14 @@ def model_name(value: object) -> str | None:
 
 
 def _int(value: object) -> int:
+    if type(value) is int:  # most values: as they are (the rest: a float's whole part, anything else 0)
+        return value
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 def _cost(value: object) -> float | None:
+    if type(value) is float:  # most values: as they are
+        return value
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -243,11 +242,18 @@ def model_shares(session: dict) -> list[Share]:
 
 def day_sessions(sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> list[Session]:
     """The day's sessions the store holds now, each with its figures (see the module)."""
-    sessions, messages = live(sessions, SESSIONS), live(messages, MESSAGES)
-    calls = live(gateway.filter(pc.equal(gateway.column("part_type"), "tool_call")), GATEWAY)
+    return sessions_of(sessions, messages, tool_parts(gateway))
+
+
+def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list[Session]:
+    """:func:`day_sessions` of the day's tool parts (:func:`~hermes_assets.lib.analytics.live_rows.tool_parts`)."""
+    sessions = live(only(sessions, INPUTS[SESSIONS]), SESSIONS)
+    messages = live(only(messages, INPUTS[MESSAGES]), MESSAGES)
+    calls = only(parts, ["session_id", "part_type"])
+    calls = calls.filter(pc.equal(calls.column("part_type"), "tool_call"))
     found: dict[tuple[str, str, str], Session] = {}
     canonical: dict[str, Session] = {}
-    for s in sessions.to_pylist():
+    for s in _rows(sessions):
         session = Session(
             s["host"],
             s["store"],
@@ -274,6 +280,31 @@ def day_sessions(sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> l
         if session_id in canonical:
             canonical[session_id].tool_calls += n
     return list(found.values())
+
+
+#: what :meth:`pyarrow.Array.to_pylist` makes of a UTC time: an aware datetime in ``ZoneInfo("UTC")``
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=zoneinfo.ZoneInfo("UTC"))
+_MICROSECONDS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def as_pylist(column: pa.ChunkedArray) -> list:
+    """``column.to_pylist()``; a column of UTC times (to the microsecond) built from its integers:
+    Arrow's own conversion looks the zone up for each value, several times slower."""
+    kind = column.type
+    if not (pa.types.is_timestamp(kind) and kind.tz == "UTC" and kind.unit in _MICROSECONDS):
+        return column.to_pylist()
+    factor = _MICROSECONDS[kind.unit]
+    return [
+        None if v is None else _EPOCH + dt.timedelta(microseconds=v * factor)
+        for v in column.cast(pa.int64()).to_pylist()
+    ]
+
+
+def _rows(sessions: pa.Table) -> Iterator[dict]:
+    """The sessions' rows, as ``to_pylist`` gives them, converted a column at a time."""
+    columns = [as_pylist(column) for column in sessions.columns]
+    names = sessions.column_names
+    return (dict(zip(names, values)) for values in zip(*columns))
 
 
 @dataclass

@@ -32,6 +32,7 @@ Hermes adds costs as floats; so does :func:`row_cost` (from exact decimals).
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal
 from urllib.parse import urlsplit
@@ -113,11 +114,18 @@ def rates(provider: str, model: str) -> dict[str, Decimal | None] | None:
     return dict(zip(FIELDS, values + [None] * (len(FIELDS) - len(values))))
 
 
+@functools.lru_cache(maxsize=4096)
+def _route_rates(model: str | None, provider: str | None, base_url: str | None) -> dict[str, Decimal | None] | None:
+    """The table's row a usage row is priced by (:func:`route`, :func:`rates`), found once per route:
+    a day's rows name a few routes, each many times (read only: the same dict for every row)."""
+    found = route(model, provider, base_url)
+    return None if found is None else rates(*found)
+
+
 def row_cost(model: str | None, provider: str | None, base_url: str | None, tokens: dict[str, int]) -> float:
     """What Hermes's report counts for a usage row it prices itself (the module's rules); 0.0 when
     it knows no price. ``tokens``: the row's input, output, cache read and cache write tokens."""
-    found = route(model, provider, base_url)
-    row = None if found is None else rates(*found)
+    row = _route_rates(model or None, provider or None, base_url or None)  # (an empty name is none)
     if row is None:
         return 0.0
     prompt = tokens["input_tokens"] + tokens["cache_read_tokens"] + tokens["cache_write_tokens"]

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.analytics.live_rows import count_by, in_store
+from hermes_assets.lib.analytics.live_rows import count_by, in_store, only
 from hermes_assets.lib.basics.schemas import MESSAGES
 
 #: the columns of ``hermes_messages`` :func:`hermes_calls` reads
@@ -55,7 +55,7 @@ def functions(tool_calls: str | None) -> Iterator[dict]:
 def hermes_calls(messages: pa.Table) -> dict[str | None, int]:
     """Per tool name, the calls Hermes's report counts in these messages (one day's, rows the store
     holds now, copies included)."""
-    messages = in_store(messages, MESSAGES)
+    messages = in_store(only(messages, INPUTS), MESSAGES)
     called: Counter[tuple] = Counter()
     tools = messages.filter(
         pc.and_(

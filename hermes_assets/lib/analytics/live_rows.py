@@ -11,6 +11,7 @@ tool counts).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +38,13 @@ def live(table: pa.Table, dataset: str) -> pa.Table:
     return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
 
 
+def tool_parts(gateway: pa.Table) -> pa.Table:
+    """The canonical tool parts (``tool_call`` and ``tool_result``) the store holds now, each logical
+    part once (:func:`live`): what the tools and the sessions' tool calls count, found once a day."""
+    parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
+    return live(parts, GATEWAY)  # the tool parts, then those the store holds now: the same rows, cheaper
+
+
 def in_store(table: pa.Table, dataset: str) -> pa.Table:
     """The rows not flagged ``source_deleted`` (D13), copies included: every row the store holds now."""
     if table.num_rows == 0:
@@ -53,16 +61,32 @@ def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
         column = table.column("attributes")
         text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
         # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
-        return pc.fill_null(pc.match_substring(text, '"copy_of":'), False)
+        return pc.fill_null(holds(text, '"copy_of":'), False)
     if "copy_of" in table.column_names:
         return pc.is_valid(table.column("copy_of"))
     return pa.repeat(pa.scalar(False), table.num_rows)
+
+
+def holds(text: pa.ChunkedArray | pa.Array, literal: str) -> pa.ChunkedArray | pa.Array:
+    """Which cells hold ``literal`` (null for a null cell): Arrow's ``match_substring``, searched by
+    RE2, whose literal search is faster than Arrow's plain matcher (for a word, several times)."""
+    return pc.match_substring_regex(text, re.escape(literal))
+
+
+def only(table: pa.Table, columns: list[str]) -> pa.Table:
+    """Those of ``columns`` the table has (a filter copies every column it keeps: the others are
+    left out first)."""
+    present = set(table.column_names)
+    return table.select([c for c in columns if c in present])
 
 
 def count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
     """How many rows hold each combination of ``keys``' values."""
     if table.num_rows == 0:
         return {}
-    counts = table.group_by(keys).aggregate([([], "count_all")])
+    if len(keys) == 1:  # one key: Arrow's hash count, without a query plan
+        counts = pc.value_counts(table.column(keys[0])).flatten()
+        return {(key,): n for key, n in zip(counts[0].to_pylist(), counts[1].to_pylist())}
+    counts = table.group_by(keys, use_threads=False).aggregate([([], "count_all")])
     columns = [counts.column(k).to_pylist() for k in keys]
     return {tuple(key): n for *key, n in zip(*columns, counts.column("count_all").to_pylist())}

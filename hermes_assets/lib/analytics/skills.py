@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.analytics.hermes_tool_calls import functions, parse
-from hermes_assets.lib.analytics.live_rows import DayFigures, in_store
+from hermes_assets.lib.analytics.live_rows import DayFigures, holds, in_store, only
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.schemas import MESSAGES
 
@@ -45,11 +45,11 @@ def skill_calls(tool_calls: str | None) -> list[tuple[str, str]]:
 
 def daily_skills(day: str, messages: pa.Table) -> DayFigures:
     """Per skill: loads, edits, actions (both), the sessions that used it, its last use."""
-    messages = in_store(messages, MESSAGES)
+    messages = in_store(only(messages, INPUTS[MESSAGES]), MESSAGES)
     assistants = messages.filter(
         pc.and_(
             pc.fill_null(pc.equal(messages.column("role"), "assistant"), False),
-            pc.fill_null(pc.match_substring(messages.column("tool_calls"), "skill_"), False),
+            pc.fill_null(holds(messages.column("tool_calls"), "skill_"), False),
         )
     )
     acc: dict[str, dict] = defaultdict(lambda: {"loads": 0, "edits": 0, "sessions": set(), "last_used_at": None})

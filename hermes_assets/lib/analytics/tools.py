@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.analytics import hermes_tool_calls
-from hermes_assets.lib.analytics.live_rows import DayFigures, live
+from hermes_assets.lib.analytics.live_rows import DayFigures, tool_parts
 from hermes_assets.lib.analytics.tool_errors import error_results
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES
@@ -31,9 +31,11 @@ def daily_tools(day: str, gateway: pa.Table, messages: pa.Table) -> DayFigures:
     error results (:func:`~hermes_assets.lib.analytics.tool_errors.is_error_result`) and the sessions that used the tool; beside them,
     the calls Hermes's own report counts (:func:`~hermes_assets.lib.analytics.hermes_tool_calls.hermes_calls`,
     from the stored messages)."""
-    # the tool parts, then those the store holds now (the same rows as the other way round, cheaper)
-    parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
-    parts = live(parts, GATEWAY)
+    return tools_of(day, tool_parts(gateway), messages)
+
+
+def tools_of(day: str, parts: pa.Table, messages: pa.Table) -> DayFigures:
+    """:func:`daily_tools` of the day's tool parts (:func:`~hermes_assets.lib.analytics.live_rows.tool_parts`)."""
     calls = pc.equal(parts.column("part_type"), "tool_call")
     counts = pa.table(
         {
@@ -44,7 +46,7 @@ def daily_tools(day: str, gateway: pa.Table, messages: pa.Table) -> DayFigures:
             "error_results": pc.cast(error_results(parts), pa.int64()),
         }
     )
-    grouped = counts.group_by("tool_name").aggregate(
+    grouped = counts.group_by("tool_name", use_threads=False).aggregate(
         [("calls", "sum"), ("results", "sum"), ("error_results", "sum"), ("session_id", "count_distinct")]
     )
     by_name = {
