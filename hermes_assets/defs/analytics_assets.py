@@ -1,9 +1,12 @@
 """The analytics layer (SPEC §11): ``hermes_daily_usage``, ``hermes_daily_tools``, and what Hermes's own
 report answers besides (``hermes_daily_channels``, ``hermes_daily_skills``, ``hermes_activity``,
-``hermes_top_sessions``), one asset each.
+``hermes_top_sessions``): one asset each, all computed by one step, ``hermes_analytics`` (a
+multi-asset that runs any subset of them: the UI, the sensors and a backfill request any), which
+reads each day once for every dataset selected (or takes what the run's capture computed of it:
+:mod:`hermes_assets.defs.precomputed`) and writes their files.
 
 Built on the captured datasets through the ``hermes_datasets`` IO manager
-(inputs read one day at a time, only the columns they need), on the same
+(inputs read one day at a time, only the columns the selected datasets need), on the same
 daily partitions. The sensor's capture runs compute their days' analytics in the same run,
 right after the capture (``defs/sensors.py``): a captured day's analytics are current when its
 run ends. An ``eager()``-like condition (:func:`automation_condition`) keeps them current after
