@@ -24,9 +24,8 @@ import contextvars
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import dagster as dg
 
@@ -132,8 +131,8 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
-#: the days the analytics step writes at once: each day's files are fsynced, then their folders, on
-#: a thread of its own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them)
+#: the files the analytics step writes at once: each file is fsynced, then its folder, on a thread of
+#: its own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them)
 WRITE_THREADS = 4
 
 
@@ -148,83 +147,88 @@ def read_columns(datasets: Iterable[str]) -> dict[str, list[str]]:
     }
 
 
-@dataclass
-class DayWritten:
-    """What the step did of one day: each selected dataset's write and figures, or why it failed;
-    whether the figures came from this run's capture (:mod:`hermes_assets.defs.precomputed`)."""
-
-    written: dict[str, tuple[WriteResult, DayFigures] | Exception]
-    from_capture: bool
+def _prepare_day(wh: Warehouse, datasets: list[str], inputs: dict[str, DatasetDays], day: str) -> tuple[KnownDay, bool]:
+    """The figures of ``datasets``' ``day``, computed once for them all: those this run's capture
+    kept, while the stamps of the day's files still hold, else from the day's files read once; and
+    whether they came from the capture."""
+    known = precomputed.take(wh, day)  # computed by this run's capture, if it could
+    if known is not None and precomputed.holds(wh, day, known, datasets):
+        return known, True
+    first = daily.read_day(wh, day, functools.partial(daily.read_inputs, inputs, day))
+    return KnownDay(first.stamps, daily.compute_days(datasets, day, first.tables)), False
 
 
 def _write_day(
-    wh: Warehouse, datasets: list[str], inputs: dict[str, DatasetDays], skip: Collection[str], day: str
-) -> DayWritten:
-    """One day of each of ``datasets`` (but those in ``skip``: they failed on another day): computed
-    once for them all, from the figures this run's capture kept while the stamps of the day's files
-    still hold, else from the day's files read once; each dataset's file replaced
-    (:func:`~hermes_assets.lib.analytics.daily.write_current_day`, which computes a dataset again
-    from the files if they move meanwhile). A dataset that fails is told, the others still written."""
-    todo = [dataset for dataset in datasets if dataset not in skip]
-    known = precomputed.take(wh, day)  # computed by this run's capture, if it could
-    from_capture = known is not None and precomputed.holds(wh, day, known, todo)
+    wh: Warehouse, inputs: dict[str, DatasetDays], known: KnownDay, dataset: str, day: str
+) -> tuple[WriteResult, DayFigures]:
+    """``dataset``'s ``day`` replaced by its figures in ``known``
+    (:func:`~hermes_assets.lib.analytics.daily.write_current_day`, which computes it again from the
+    files if they moved since those figures were computed)."""
     read = functools.partial(daily.read_inputs, inputs, day)
-    if not from_capture and todo:
-        first = daily.read_day(wh, day, read)
-        known = KnownDay(first.stamps, daily.compute_days(todo, day, first.tables))
-    written: dict[str, tuple[WriteResult, DayFigures] | Exception] = {}
-    for dataset in todo:
-        assert known is not None  # computed above when the capture's did not hold
-        try:
-            written[dataset] = daily.write_current_day(
-                wh, dataset, day, read, known=(known.stamps, known.figures[dataset])
-            )
-        except Exception as exc:  # a full disk, a folder that cannot be made: this dataset fails, not the others
-            written[dataset] = exc
-    return DayWritten(written, from_capture)
+    return daily.write_current_day(wh, dataset, day, read, known=(known.stamps, known.figures[dataset]))
+
+
+def _write_when_prepared(
+    wh: Warehouse, inputs: dict[str, DatasetDays], prepared: Future, dataset: str, day: str
+) -> tuple[WriteResult, DayFigures]:
+    return _write_day(wh, inputs, prepared.result()[0], dataset, day)
+
+
+def _succeeded(future: Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _materialize(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, inputs: dict[str, DatasetDays]
 ) -> Iterator[dg.MaterializeResult]:
-    """Each day of the run, every selected dataset: compute, replace the day's files, attach each
-    dataset's day its totals (days on :data:`WRITE_THREADS` threads, their metadata in day order);
-    a materialization of each dataset whose every day was written. A dataset that failed on a day
-    is not started on the days after it, and fails the step once the others are materialized."""
+    """Every day of the run computed once for the selected datasets, then each dataset's days written
+    in turn (on :data:`WRITE_THREADS` threads, the days of the next dataset while Dagster records
+    those of the last), each with its day's totals; a materialization of each dataset as soon as
+    every day of it is written. A dataset that fails on a day is not started on the days after
+    it, and fails the step once the others are materialized."""
     wh = warehouse.open()
     refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
     datasets = [dataset for dataset in daily.ANALYTICS if dg.AssetKey(dataset) in context.selected_asset_keys]
     read = {name: dataclasses.replace(inputs[name], columns=cols) for name, cols in read_columns(datasets).items()}
     days = context.partition_keys
     failed: dict[str, tuple[str, Exception]] = {}  # dataset -> its first failed day, and why
-    metadata: dict[str, list[tuple[str, dict]]] = {dataset: [] for dataset in datasets}
     files_changed: Counter[str] = Counter()
     rows: Counter[str] = Counter()
-    from_capture = 0
-    with (
-        run_progress.progress(context, STEP, len(days)) as progress,
-        ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days)))) as threads,
-    ):
-        write = functools.partial(_write_day, wh, datasets, read, failed.keys())
-        # each day in a copy of this thread's context: its events reach the run's log (run_log.py)
-        started = [threads.submit(contextvars.copy_context().run, write, day) for day in days]
+
+    def submit(fn: Callable, *args: object) -> Future:
+        # each task in a copy of this thread's context: its events reach the run's log (run_log.py)
+        return threads.submit(contextvars.copy_context().run, fn, *args)
+
+    with ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days) * len(datasets)))) as threads:
+        prepared = {day: submit(_prepare_day, wh, datasets, read, day) for day in days}
+        writes = {
+            dataset: [submit(_write_when_prepared, wh, read, prepared[day], dataset, day) for day in days]
+            for dataset in datasets
+        }
         try:
-            for day, future in zip(days, started):
-                done = future.result()
-                from_capture += done.from_capture
-                day_rows = 0
-                for dataset, outcome in done.written.items():
-                    if isinstance(outcome, Exception):
-                        failed.setdefault(dataset, (day, outcome))
-                        continue
-                    result, figures = outcome
-                    metadata[dataset].append((day, day_metadata(result, figures)))
-                    files_changed[dataset] += result.changed
-                    rows[dataset] += result.rows
-                    day_rows += result.rows
-                progress.advance(day_rows)
+            for dataset in datasets:
+                metadata = []
+                with run_progress.progress(context, dataset, len(days)) as progress:
+                    for day, future in zip(days, writes[dataset]):
+                        try:
+                            result, figures = future.result()
+                        except (
+                            Exception
+                        ) as exc:  # a full disk, a folder that cannot be made: the days after it are not started
+                            failed[dataset] = (day, exc)
+                            for later in writes[dataset]:
+                                later.cancel()
+                            break
+                        metadata.append((day, day_metadata(result, figures)))
+                        files_changed[dataset] += result.changed
+                        rows[dataset] += result.rows
+                        progress.advance(result.rows)
+                if dataset not in failed:
+                    for day, values in metadata:
+                        context.add_asset_metadata(values, asset_key=dataset, partition_key=day)
+                    yield dg.MaterializeResult(asset_key=dataset)
         except BaseException:  # the run was canceled: the days not started yet are not started
-            for future in started:
+            for future in [*prepared.values(), *(f for per_day in writes.values() for f in per_day)]:
                 future.cancel()
             raise
     log.info(
@@ -234,13 +238,8 @@ def _materialize(
         rows=dict(rows),
         files_changed=dict(files_changed),
         # computed by the capture from the tables it built, not read back
-        days_from_capture=from_capture,
+        days_from_capture=sum(f.result()[1] for f in prepared.values() if _succeeded(f)),
     )
-    for dataset in datasets:
-        if dataset not in failed:
-            for day, values in metadata[dataset]:
-                context.add_asset_metadata(values, asset_key=dataset, partition_key=day)
-            yield dg.MaterializeResult(asset_key=dataset)
     if failed:
         dataset, (day, exc) = next(iter(failed.items()))
         raise dg.Failure(

@@ -330,9 +330,9 @@ def test_figures_the_capture_kept_count_only_while_their_inputs_hold(small_every
     fewer = daily.DayFigures(real.table.slice(1), real.totals)  # not what these files give
 
     def write_usage():
-        done = analytics_assets._write_day(wh, [USAGE], inputs, (), DAY1)
-        result, figures = done.written[USAGE]
-        return result, figures, done.from_capture
+        known, from_capture = analytics_assets._prepare_day(wh, [USAGE], inputs, DAY1)
+        result, figures = analytics_assets._write_day(wh, inputs, known, USAGE, DAY1)
+        return result, figures, from_capture
 
     # stamps that no longer hold (a file written since): the day is read and computed again
     precomputed.remember(wh, DAY1, KnownDay({**stamps, schemas.MESSAGES: ("another file",)}, {USAGE: fewer}))

@@ -114,7 +114,7 @@ def test_dg_launch_on_a_terminal_draws_a_progress_bar_then_the_runs_line(install
     shown = run(["script", "-qec", shlex.join(launch), str(typed)], env, timeout=600)
     assert shown.returncode == 0, typed.read_text(errors="replace")[-3000:]
     screen = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", typed.read_text(errors="replace"))
-    for step in ("project_rows", "write_partitions", "hermes_analytics"):
+    for step in ("project_rows", "write_partitions", "hermes_daily_usage"):
         assert re.search(rf"{step} .*{len(SMALL_DAYS)}/{len(SMALL_DAYS)} days · [\d,]+ rows", screen), screen[-3000:]
     assert "hermes.run.done" in screen and "status=success" in screen
     plain = run(launch, env, timeout=600)  # no terminal: the run's line, no bar
