@@ -241,11 +241,11 @@ def _materialize(
         days_from_capture=sum(f.result()[1] for f in prepared.values() if _succeeded(f)),
     )
     if failed:
-        dataset, (day, exc) = next(iter(failed.items()))
+        dataset, (day, error) = next(iter(failed.items()))
         raise dg.Failure(
-            description=f"{dataset} {day}: {exc}",
+            description=f"{dataset} {day}: {error}",
             metadata={"datasets_failed": {name: first_day for name, (first_day, _) in failed.items()}},
-        ) from exc
+        ) from error
 
 
 _HERMES = "Beside our own figures, the columns named `hermes_*` give Hermes's own report's (`hermes insights`)"
