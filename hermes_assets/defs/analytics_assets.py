@@ -131,8 +131,9 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
-#: the files the analytics step writes at once: each file is fsynced, then its folder, on a thread of
-#: its own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them)
+#: the days the analytics step computes, and the files it writes, at once: each file is fsynced, then
+#: its folder, on a thread of its own, so the disk's waits overlap (and Parquet's encoding, outside
+#: the GIL, with them)
 WRITE_THREADS = 4
 
 
@@ -212,9 +213,8 @@ def _materialize(
                     for day, future in zip(days, writes[dataset]):
                         try:
                             result, figures = future.result()
-                        except (
-                            Exception
-                        ) as exc:  # a full disk, a folder that cannot be made: the days after it are not started
+                        # a full disk, a folder that cannot be made: the dataset's days after it are not started
+                        except Exception as exc:
                             failed[dataset] = (day, exc)
                             for later in writes[dataset]:
                                 later.cancel()
