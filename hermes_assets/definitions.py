@@ -75,7 +75,7 @@ def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
             assets=[
                 store_checks.STATE,
                 capture_assets.capture_asset(days),
-                *analytics_assets.analytics_assets(days),
+                analytics_assets.analytics_assets(days),
                 exposures_asset.exposures_asset(),
             ],
             asset_checks=[store_checks.state_checks(days)],

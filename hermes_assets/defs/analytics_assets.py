@@ -1,9 +1,12 @@
 """The analytics layer (SPEC §11): ``hermes_daily_usage``, ``hermes_daily_tools``, and what Hermes's own
 report answers besides (``hermes_daily_channels``, ``hermes_daily_skills``, ``hermes_activity``,
-``hermes_top_sessions``), one asset each.
+``hermes_top_sessions``): one asset each, all computed by one step, ``hermes_analytics`` (a
+multi-asset that runs any subset of them: the UI, the sensors and a backfill request any), which
+reads each day once for every dataset selected (or takes what the run's capture computed of it:
+:mod:`hermes_assets.defs.precomputed`) and writes their files.
 
 Built on the captured datasets through the ``hermes_datasets`` IO manager
-(inputs read one day at a time, only the columns they need), on the same
+(inputs read one day at a time, only the columns the selected datasets need), on the same
 daily partitions. The sensor's capture runs compute their days' analytics in the same run,
 right after the capture (``defs/sensors.py``): a captured day's analytics are current when its
 run ends. An ``eager()``-like condition (:func:`automation_condition`) keeps them current after
@@ -18,9 +21,11 @@ from the final inputs (:func:`hermes_assets.lib.analytics.daily.write_current_da
 """
 
 import contextvars
+import dataclasses
 import functools
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import dagster as dg
 
@@ -31,6 +36,7 @@ from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import HermesWarehouse
 from hermes_assets.defs.tags import TRIGGER_TAG
 from hermes_assets.lib.analytics import columns, daily
+from hermes_assets.lib.analytics.captured_days import KnownDay
 from hermes_assets.lib.analytics.daily import DayFigures
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
@@ -125,73 +131,121 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
-#: the days an analytics step writes at once: each file is fsynced, then its folder, on a thread of
-#: its own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them)
+#: the days the analytics step computes, and the files it writes, at once: each file is fsynced, then
+#: its folder, on a thread of its own, so the disk's waits overlap (and Parquet's encoding, outside
+#: the GIL, with them)
 WRITE_THREADS = 4
 
 
+def read_columns(datasets: Iterable[str]) -> dict[str, list[str]]:
+    """The columns the analytics ``datasets`` read of each captured dataset (those they read at all):
+    a day is read once for all of them."""
+    wanted = [daily.DATASET_INPUTS[dataset] for dataset in datasets]
+    return {
+        name: sorted({column for inputs in wanted for column in inputs.get(name, [])})
+        for name in daily.INPUTS
+        if any(name in inputs for inputs in wanted)
+    }
+
+
+def _prepare_day(wh: Warehouse, datasets: list[str], inputs: dict[str, DatasetDays], day: str) -> tuple[KnownDay, bool]:
+    """The figures of ``datasets``' ``day``, computed once for them all: those this run's capture
+    kept, while the stamps of the day's files still hold, else from the day's files read once; and
+    whether they came from the capture."""
+    known = precomputed.take(wh, day)  # computed by this run's capture, if it could
+    if known is not None and precomputed.holds(wh, day, known, datasets):
+        return known, True
+    first = daily.read_day(wh, day, functools.partial(daily.read_inputs, inputs, day))
+    return KnownDay(first.stamps, daily.compute_days(datasets, day, first.tables)), False
+
+
 def _write_day(
-    wh: Warehouse, dataset: str, inputs: dict[str, DatasetDays], others: list[str], day: str
-) -> tuple[WriteResult, DayFigures, str | None]:
-    """One day: computed (or taken from what this run computed already), its file replaced; who
-    computed the figures used (:data:`precomputed.CAPTURE`, :data:`precomputed.ANALYTICS_STEP`, or
-    None: this step, from the files). A day this step reads is read for ``others`` too (the run's
-    analytics still to run): computed with its own, kept for their steps."""
-    taken = precomputed.take(wh, dataset, day)  # computed by this run's capture (or analytics), if it could
-    known = None if taken is None else taken[:2]
-    if taken is None and others:
-        every = {name: DatasetDays(wh, name, [], columns) for name, columns in daily.INPUTS.items()}
-        first = daily.read_day(wh, day, functools.partial(daily.read_inputs, every, day))
-        figures = daily.compute_days([dataset, *others], day, first.tables)
-        precomputed.share(wh, day, first.stamps, {name: figures[name] for name in others})
-        known = (first.stamps, figures[dataset])
+    wh: Warehouse, inputs: dict[str, DatasetDays], known: KnownDay, dataset: str, day: str
+) -> tuple[WriteResult, DayFigures]:
+    """``dataset``'s ``day`` replaced by its figures in ``known``
+    (:func:`~hermes_assets.lib.analytics.daily.write_current_day`, which computes it again from the
+    files if they moved since those figures were computed)."""
     read = functools.partial(daily.read_inputs, inputs, day)
-    result, figures_used = daily.write_current_day(wh, dataset, day, read, known=known)
-    return result, figures_used, taken[2] if taken is not None and figures_used is taken[1] else None
+    return daily.write_current_day(wh, dataset, day, read, known=(known.stamps, known.figures[dataset]))
+
+
+def _write_when_prepared(
+    wh: Warehouse, inputs: dict[str, DatasetDays], prepared: Future, dataset: str, day: str
+) -> tuple[WriteResult, DayFigures]:
+    return _write_day(wh, inputs, prepared.result()[0], dataset, day)
+
+
+def _succeeded(future: Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _materialize(
-    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, dataset: str, inputs: dict[str, DatasetDays]
-) -> dg.MaterializeResult:
-    """Each day of the run: compute, replace the day's file, attach the day's totals (days on
-    :data:`WRITE_THREADS` threads, their metadata in day order)."""
+    context: dg.AssetExecutionContext, warehouse: HermesWarehouse, inputs: dict[str, DatasetDays]
+) -> Iterator[dg.MaterializeResult]:
+    """Every day of the run computed once for the selected datasets, then each dataset's days written
+    in turn (on :data:`WRITE_THREADS` threads, the days of the next dataset while Dagster records
+    those of the last), each with its day's totals; a materialization of each dataset as soon as
+    every day of it is written. A dataset that fails on a day is not started on the days after
+    it, and fails the step once the others are materialized."""
     wh = warehouse.open()
     refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
+    datasets = [dataset for dataset in daily.ANALYTICS if dg.AssetKey(dataset) in context.selected_asset_keys]
+    read = {name: dataclasses.replace(inputs[name], columns=cols) for name, cols in read_columns(datasets).items()}
     days = context.partition_keys
-    others = precomputed.still_to_run(context, dataset)
-    files_changed = rows = 0
-    origins: Counter[str | None] = Counter()
-    with (
-        run_progress.progress(context, dataset, len(days)) as progress,
-        ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days)))) as threads,
-    ):
-        write = functools.partial(_write_day, wh, dataset, inputs, others)
-        # each day in a copy of this thread's context: its events reach the run's log (run_log.py)
-        written = [threads.submit(contextvars.copy_context().run, write, day) for day in days]
+    failed: dict[str, tuple[str, Exception]] = {}  # dataset -> its first failed day, and why
+    files_changed: Counter[str] = Counter()
+    rows: Counter[str] = Counter()
+
+    def submit(fn: Callable, *args: object) -> Future:
+        # each task in a copy of this thread's context: its events reach the run's log (run_log.py)
+        return threads.submit(contextvars.copy_context().run, fn, *args)
+
+    with ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days) * len(datasets)))) as threads:
+        prepared = {day: submit(_prepare_day, wh, datasets, read, day) for day in days}
+        writes = {
+            dataset: [submit(_write_when_prepared, wh, read, prepared[day], dataset, day) for day in days]
+            for dataset in datasets
+        }
         try:
-            for day, future in zip(days, written):
-                result, figures, origin = future.result()
-                origins[origin] += 1
-                context.add_asset_metadata(day_metadata(result, figures), partition_key=day)
-                files_changed += result.changed
-                rows += result.rows
-                progress.advance(result.rows)
-        except BaseException:  # a day failed (a full disk): the days not started yet are not started
-            for future in written:
+            for dataset in datasets:
+                metadata = []
+                with run_progress.progress(context, dataset, len(days)) as progress:
+                    for day, future in zip(days, writes[dataset]):
+                        try:
+                            result, figures = future.result()
+                        # a full disk, a folder that cannot be made: the dataset's days after it are not started
+                        except Exception as exc:
+                            failed[dataset] = (day, exc)
+                            for later in writes[dataset]:
+                                later.cancel()
+                            break
+                        metadata.append((day, day_metadata(result, figures)))
+                        files_changed[dataset] += result.changed
+                        rows[dataset] += result.rows
+                        progress.advance(result.rows)
+                if dataset not in failed:
+                    for day, values in metadata:
+                        context.add_asset_metadata(values, asset_key=dataset, partition_key=day)
+                    yield dg.MaterializeResult(asset_key=dataset)
+        except BaseException:  # the run was canceled: the days not started yet are not started
+            for future in [*prepared.values(), *(f for per_day in writes.values() for f in per_day)]:
                 future.cancel()
             raise
     log.info(
         "hermes.analytics.written",
-        dataset=dataset,
+        datasets=[dataset for dataset in datasets if dataset not in failed],
         days=len(days),
-        rows=rows,
-        files_changed=files_changed,
+        rows=dict(rows),
+        files_changed=dict(files_changed),
         # computed by the capture from the tables it built, not read back
-        days_from_capture=origins[precomputed.CAPTURE],
-        # read and computed by another analytics step of the run, with its own
-        days_from_analytics=origins[precomputed.ANALYTICS_STEP],
+        days_from_capture=sum(f.result()[1] for f in prepared.values() if _succeeded(f)),
     )
-    return dg.MaterializeResult()
+    if failed:
+        dataset, (day, error) = next(iter(failed.items()))
+        raise dg.Failure(
+            description=f"{dataset} {day}: {error}",
+            metadata={"datasets_failed": {name: first_day for name, (first_day, _) in failed.items()}},
+        ) from error
 
 
 _HERMES = "Beside our own figures, the columns named `hermes_*` give Hermes's own report's (`hermes insights`)"
@@ -239,40 +293,57 @@ DESCRIPTIONS = {
 }
 
 
-#: what each input of an analytics asset is loaded as: its days, read one at a time (the IO manager
-#: goes by the input's type, and the asset's inputs are keyword arguments without annotations)
+#: what each input of the analytics step is loaded as: its days, read one at a time (the IO manager
+#: goes by the input's type, and the step's inputs are keyword arguments without annotations)
 DAYS_TYPE = dg.PythonObjectDagsterType(DatasetDays, name="DatasetDays")
 
+#: the analytics' one step (their op): every selected analytics dataset of the run's days at once
+STEP = "hermes_analytics"
 
-def analytics_asset(dataset: str, days: Days) -> dg.AssetsDefinition:
-    """One analytics dataset as an asset on the partitions ``days``: downstream of the captured
-    datasets it reads (the columns it reads of each), computed a day at a time."""
-    inputs = daily.DATASET_INPUTS[dataset]
 
-    @dg.asset(
-        name=dataset,
+def analytics_spec(dataset: str) -> dg.AssetSpec:
+    """One analytics dataset as the UI shows it (its inputs, the captured datasets it reads, are
+    the step's: :func:`analytics_assets`)."""
+    return dg.AssetSpec(
+        dataset,
         description=DESCRIPTIONS[dataset],
-        ins={
-            name: dg.AssetIn(name, metadata={"columns": cols}, dagster_type=DAYS_TYPE) for name, cols in inputs.items()
-        },
         group_name=GROUP,
-        partitions_def=days.partitions,
-        backfill_policy=dg.BackfillPolicy.single_run(),
         automation_condition=AUTOMATION,
-        io_manager_key=DATASETS_IO_MANAGER,
         kinds={"parquet", "python"},
         owners=["team:hermes-assets"],
         metadata={"dagster/column_schema": column_schema(dataset)},
     )
-    def _asset(
-        context: dg.AssetExecutionContext, warehouse: HermesWarehouse, **datasets: DatasetDays
-    ) -> dg.MaterializeResult:
-        return _materialize(context, warehouse, dataset, {d.dataset: d for d in datasets.values()})
-
-    return _asset
 
 
-def analytics_assets(days: Days) -> list[dg.AssetsDefinition]:
+def analytics_assets(days: Days) -> dg.AssetsDefinition:
     """Every analytics dataset (``hermes_daily_usage``, ``hermes_daily_tools``, the channels, skills,
-    activity and top sessions) as an asset on the partitions ``days``."""
-    return [analytics_asset(dataset, days) for dataset in daily.ANALYTICS]
+    activity and top sessions) on the partitions ``days``: six assets, each downstream of the captured
+    datasets it reads, and one step (:data:`STEP`), which computes each day once for the datasets
+    selected (any subset of them: ``can_subset``) and writes their files. Each is read through the
+    ``hermes_datasets`` IO manager, as the captured datasets are."""
+
+    @dg.multi_asset(
+        name=STEP,
+        outs={
+            dataset: dg.AssetOut.from_spec(
+                analytics_spec(dataset), is_required=False, io_manager_key=DATASETS_IO_MANAGER
+            )
+            for dataset in daily.ANALYTICS
+        },
+        ins={
+            name: dg.AssetIn(name, metadata={"columns": cols}, dagster_type=DAYS_TYPE)
+            for name, cols in daily.INPUTS.items()
+        },
+        internal_asset_deps={
+            dataset: {dg.AssetKey(name) for name in daily.DATASET_INPUTS[dataset]} for dataset in daily.ANALYTICS
+        },
+        can_subset=True,
+        partitions_def=days.partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    def _step(
+        context: dg.AssetExecutionContext, warehouse: HermesWarehouse, **datasets: DatasetDays
+    ) -> Iterator[dg.MaterializeResult]:
+        yield from _materialize(context, warehouse, {d.dataset: d for d in datasets.values()})
+
+    return _step

@@ -4,24 +4,19 @@ A run of every asset (a history import) builds each day's tables, then
 computes the day's analytics. When the capture's workers held a first
 capture's final tables, they computed its analytics there
 (:mod:`hermes_assets.lib.analytics.captured_days`); the write step keeps them
-here, in the run's process, and each analytics asset takes its days' figures
-while the stamps of their input files still hold. Runs whose steps are other
-processes (the multiprocess executor), and any day not kept, read the files:
-the figures are the same either way.
-
-An analytics step that has to read a day's files (a day not kept: not a first
-capture, a run that captured nothing) reads every input column the analytics
-need once and computes the day's other analytics of the run with its own
-(:func:`share`): the run's next analytics steps in this process take them as
-they take the capture's, while the stamps of the files read still hold. A day
-is then read and its sessions built once per run, not once per analytics dataset.
+here, in the run's process, and the analytics step takes each day's figures
+while the stamps of their input files still hold. Only runs whose steps all run
+in the run's process (the in-process executor, the default) hand them over:
+with steps in processes of their own (the multiprocess executor), the capture
+computes none, and the analytics step reads the files. The figures are the
+same either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import dagster as dg
@@ -29,29 +24,25 @@ import pyarrow as pa
 
 from hermes_assets.lib.analytics import captured_days
 from hermes_assets.lib.analytics.captured_days import KnownDay
-from hermes_assets.lib.analytics.daily import ANALYTICS, DayFigures
+from hermes_assets.lib.analytics.daily import ANALYTICS, inputs_of
 from hermes_assets.lib.capture.staged_run import ProjectedRun
 from hermes_assets.lib.capture.steps import WrittenRun
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
 _lock = threading.Lock()
-#: who computed kept figures: this run's capture (from the tables it built), or an analytics step
-#: of the run (from the files it read)
-CAPTURE, ANALYTICS_STEP = "capture", "analytics"
-#: (warehouse root, day) -> what the capture (or an analytics step) computed of the day, until each
-#: analytics took its own
-_kept: dict[tuple[str, str], tuple[KnownDay, set[str], str]] = {}
+#: (warehouse root, day) -> what the capture computed of the day, until the analytics step takes it
+_kept: dict[tuple[str, str], KnownDay] = {}
 #: the executors that run every step of a run in the run's process (Dagster's, and that of
 #: ``execute_in_process``)
 IN_PROCESS = frozenset({dg.in_process_executor.name, "execute_in_process_executor"})
-#: run id -> the analytics datasets whose step started in this process
-_started: dict[str, set[str]] = {}
 
 
 def day_figures(context: dg.AssetExecutionContext) -> Callable[[str, Mapping[str, pa.Table]], Any] | None:
     """What the capture makes of a first capture's tables: the day's analytics, when the run
-    computes them too; else nothing."""
+    computes them too, in this process; else nothing."""
     selected = context.run.asset_selection or set()
+    if context.job_def.executor_def.name not in IN_PROCESS:
+        return None  # the analytics step runs in another process: nothing would take them
     return captured_days.figures_of if any(dg.AssetKey(name) in selected for name in ANALYTICS) else None
 
 
@@ -78,45 +69,28 @@ def keep(warehouse: Warehouse, run_id: str, run: ProjectedRun, written: WrittenR
     if written.failures or not held:
         return
     computed = [(s.day, {ds: d.rows for ds, d in s.datasets.items()}, held[s.day]) for s in run.days if s.day in held]
-    days = captured_days.known_days(warehouse, computed, written.results)
+    for day, known in captured_days.known_days(warehouse, computed, written.results).items():
+        remember(warehouse, day, known)
+
+
+def remember(warehouse: Warehouse, day: str, known: KnownDay) -> None:
+    """Keep ``known``, the figures of ``day`` computed from its input files with the stamps it
+    holds, for the run's analytics step (:func:`take`)."""
     with _lock:
-        for day, known in days.items():
-            _kept[(warehouse.root, day)] = (known, set(known.figures), CAPTURE)
+        _kept[(warehouse.root, day)] = known
 
 
-def still_to_run(context: dg.AssetExecutionContext, dataset: str) -> list[str]:
-    """The analytics datasets of this run whose step has not started yet and will run in this process
-    (the in-process executor runs every step of a run in the run's process, one after the other):
-    those an analytics step computes with its own when it reads a day (:func:`share`). ``dataset``'s
-    step starts now."""
-    selected = context.run.asset_selection or set()
+def take(warehouse: Warehouse, day: str) -> KnownDay | None:
+    """The figures of ``day`` the capture computed, with the stamps they hold for (once: forgotten
+    when taken); None when none were kept."""
     with _lock:
-        started = _started.setdefault(context.run.run_id, set())
-        started.add(dataset)
-        if context.job_def.executor_def.name not in IN_PROCESS:
-            return []
-        return [name for name in ANALYTICS if dg.AssetKey(name) in selected and name not in started]
+        return _kept.pop((warehouse.root, day), None)
 
 
-def share(warehouse: Warehouse, day: str, stamps: dict[str, tuple], figures: Mapping[str, DayFigures]) -> None:
-    """Figures of the day's other analytics that an analytics step computed with its own, from the
-    files it read (``stamps``: theirs before the read), kept for the run's next analytics steps; not
-    when the day has figures kept already."""
-    if figures:
-        with _lock:
-            _kept.setdefault((warehouse.root, day), (KnownDay(stamps, dict(figures)), set(figures), ANALYTICS_STEP))
-
-
-def take(warehouse: Warehouse, dataset: str, day: str) -> tuple[dict[str, tuple], DayFigures, str] | None:
-    """The figures of ``dataset``'s ``day`` the capture (or another analytics step) computed, with the
-    stamps they hold for and who computed them (once: forgotten when every analytics took its own);
-    None when none were kept."""
-    with _lock:
-        found = _kept.get((warehouse.root, day))
-        if found is None or dataset not in found[1]:
-            return None
-        known, left, origin = found
-        left.discard(dataset)
-        if not left:
-            del _kept[(warehouse.root, day)]
-        return known.stamps, known.figures[dataset], origin
+def holds(warehouse: Warehouse, day: str, known: KnownDay, datasets: Collection[str]) -> bool:
+    """Whether ``known`` has the figures of each of ``datasets`` and the day's input files they
+    read are still those it was computed from (their stamps)."""
+    names = {name for dataset in datasets for name in inputs_of(dataset)}
+    return all(dataset in known.figures for dataset in datasets) and all(
+        warehouse.day_stamp(name, day) == known.stamps.get(name) for name in names
+    )

@@ -1,8 +1,8 @@
 """A long capture's progress where people look: the run's log and page in the UI, a terminal.
 
 The capture's long steps count their days on a :class:`~hermes_assets.lib.capture.progress.Progress`
-(``project_rows``: each day read and projected; ``write_partitions``: each day put in place; each
-analytics asset: each day computed).
+(``project_rows``: each day read and projected; ``write_partitions``: each day put in place; the
+analytics' one step, ``hermes_analytics``: each day computed for every dataset selected).
 :func:`progress` gives the step one that tells:
 
 - the run's log: a ``hermes.capture.progress`` event at most every two seconds (days done of

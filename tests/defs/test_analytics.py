@@ -274,41 +274,50 @@ def test_analytics_files_follow_the_dataset_file_rules(small_everything, instanc
     assert changed  # the run did run
 
 
-def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small, instance):
+def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small, instance, monkeypatch):
     """A first capture's analytics come from the tables the capture built (on its worker processes),
     not from its files read back; the files are the ones computed from the files (the analytics
-    again, alone: unchanged)."""
+    again, alone: unchanged), each day read once for every analytics dataset of the run."""
     from hermes_assets.defs.resources import CaptureRuntime
+    from hermes_assets.lib.analytics import daily
 
+    reads: list[str] = []
+    read_day = daily.read_day
+
+    def counted(warehouse, day, read):
+        reads.append(day)
+        return read_day(warehouse, day, read)
+
+    monkeypatch.setattr(daily, "read_day", counted)
     parallel = small.defs(capture_runtime=CaptureRuntime(workers=2, parallel_min_sessions=0))
     with structlog.testing.capture_logs() as events:
         assert small.materialize(FIRST, LAST, instance=instance, defs=parallel, select=EVERYTHING).success
-    written = {e["dataset"]: e for e in events if e["event"] == "hermes.analytics.written"}
-    assert {name: written[name]["days_from_capture"] for name in ANALYTICS} == dict.fromkeys(ANALYTICS, len(SMALL_DAYS))
+    (written,) = [e for e in events if e["event"] == "hermes.analytics.written"]  # one step for them all
+    assert written["datasets"] == list(ANALYTICS) and written["days_from_capture"] == len(SMALL_DAYS)
+    assert reads == []
     before = small.files()
     with structlog.testing.capture_logs() as events:
         assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
-    again = {e["dataset"]: e for e in events if e["event"] == "hermes.analytics.written"}
-    assert {name: again[name]["days_from_capture"] for name in ANALYTICS} == dict.fromkeys(ANALYTICS, 0)
+    (again,) = [e for e in events if e["event"] == "hermes.analytics.written"]
+    assert again["days_from_capture"] == 0 and again["files_changed"] == dict.fromkeys(ANALYTICS, 0)
     assert small.files() == before
-    # the files are read once per day for every analytics of the run: by the first analytics step,
-    # which computes the others with its own; they take theirs
-    shared = sorted(again[name]["days_from_analytics"] for name in ANALYTICS)
-    assert shared == [0] + [len(SMALL_DAYS)] * (len(ANALYTICS) - 1)
+    # the files are read once per day for every analytics of the run
+    assert sorted(reads) == SMALL_DAYS
     # a day captured again (its files exist) reads them back, once
+    reads.clear()
     with structlog.testing.capture_logs() as events:
         materialize_everything(small, FIRST, instance=instance)
-    written = [e for e in events if e["event"] == "hermes.analytics.written"]
-    assert {e["days_from_capture"] for e in written} == {0}
-    assert sorted(e["days_from_analytics"] for e in written) == [0] + [1] * (len(ANALYTICS) - 1)
+    (written,) = [e for e in events if e["event"] == "hermes.analytics.written"]
+    assert written["days_from_capture"] == 0 and reads == [FIRST]
     assert small.files() == before
 
 
-def test_figures_another_analytics_step_computed_count_only_while_their_inputs_hold(small_everything):
-    """Figures an analytics step kept for the run's next ones are used only while the input files
-    they were computed from are the same (their stamps): else the day is read again."""
+def test_figures_the_capture_kept_count_only_while_their_inputs_hold(small_everything):
+    """Figures the capture kept for the run's analytics are used only while the input files they
+    were computed from are the same (their stamps): else the day is read again."""
     from hermes_assets.defs import analytics_assets, precomputed
     from hermes_assets.lib.analytics import daily
+    from hermes_assets.lib.analytics.captured_days import KnownDay
     from hermes_assets.lib.warehouse.datasets import Warehouse
     from hermes_assets.lib.warehouse.loading import DatasetDays
 
@@ -319,18 +328,47 @@ def test_figures_another_analytics_step_computed_count_only_while_their_inputs_h
     stamps = {name: wh.day_stamp(name, DAY1) for name in daily.INPUTS}
     real = daily.compute_day(USAGE, DAY1, daily.read_inputs(inputs, DAY1))
     fewer = daily.DayFigures(real.table.slice(1), real.totals)  # not what these files give
+
+    def write_usage():
+        known, from_capture = analytics_assets._prepare_day(wh, [USAGE], inputs, DAY1)
+        result, figures = analytics_assets._write_day(wh, inputs, known, USAGE, DAY1)
+        return result, figures, from_capture
+
     # stamps that no longer hold (a file written since): the day is read and computed again
-    precomputed.share(wh, DAY1, {**stamps, schemas.MESSAGES: ("another file",)}, {USAGE: fewer})
-    result, figures, origin = analytics_assets._write_day(wh, USAGE, inputs, [], DAY1)
-    assert origin is None and figures is not fewer and cap.files() == before and not result.changed
+    precomputed.remember(wh, DAY1, KnownDay({**stamps, schemas.MESSAGES: ("another file",)}, {USAGE: fewer}))
+    result, figures, from_capture = write_usage()
+    assert not from_capture and figures is not fewer and cap.files() == before and not result.changed
+    # figures of other datasets only: the day is read
+    precomputed.remember(wh, DAY1, KnownDay(stamps, {TOOLS: fewer}))
+    result, figures, from_capture = write_usage()
+    assert not from_capture and figures is not fewer and not result.changed
     # stamps that hold: the kept figures are taken as the day's (so they must be computed from those files)
-    precomputed.share(wh, DAY1, stamps, {USAGE: fewer})
-    result, figures, origin = analytics_assets._write_day(wh, USAGE, inputs, [], DAY1)
-    assert origin == precomputed.ANALYTICS_STEP and figures is fewer and result.changed
+    precomputed.remember(wh, DAY1, KnownDay(stamps, {USAGE: fewer}))
+    result, figures, from_capture = write_usage()
+    assert from_capture and figures is fewer and result.changed
     assert result.rows == real.table.num_rows - 1
     # nothing kept any more: read and computed from the files, as they were
-    result, _, origin = analytics_assets._write_day(wh, USAGE, inputs, [], DAY1)
-    assert origin is None and result.changed and cap.files() == before
+    result, _, from_capture = write_usage()
+    assert not from_capture and result.changed and cap.files() == before
+
+
+def test_a_run_of_some_analytics_writes_and_materializes_those_alone(small_everything, instance):
+    """The six datasets are one step that can run any subset of them: the others' files and
+    materializations are left as they were."""
+    cap, _ = small_everything
+    for dataset in (USAGE, TOOLS):
+        for day in days_on_disk(cap.warehouse, dataset):
+            day_path(cap.warehouse, dataset, day).unlink()
+    before = cap.files()
+    result = cap.materialize(FIRST, LAST, instance=instance, select=[TOOLS])
+    assert result.success
+    md = partition_metadata(result)
+    assert {asset for asset, _ in md} == {TOOLS} and {day for _, day in md} == set(SMALL_DAYS)
+    after = cap.files()
+    written = {path for path in after if path not in before}
+    assert written and written == {path for path in after if path.startswith(f"{TOOLS}/")}
+    assert before.items() <= after.items()
+    assert days_on_disk(cap.warehouse, USAGE) == []
 
 
 def test_analytics_load_through_the_io_manager_too(small_everything, instance):
@@ -507,19 +545,18 @@ def test_the_analytics_follow_every_day_through_a_sensor_that_runs_from_the_star
         assert settings.get("enabled", True) and settings.get("use_sensors", True), config
 
 
-def test_an_analytics_step_computes_the_others_only_for_steps_still_to_run_in_its_process():
-    """In process, the analytics of the run whose step has not started; with steps in processes of
-    their own (the multiprocess executor), none: nothing would take them."""
+def test_the_capture_computes_the_analytics_only_for_a_run_that_computes_them_in_its_process():
+    """The capture's workers compute a day's analytics when the run computes them too and its steps
+    run in its process (the analytics step takes them there); not with steps in processes of their
+    own (the multiprocess executor): nothing would take them."""
     from types import SimpleNamespace
 
     from hermes_assets.defs import precomputed
 
-    def context(run_id: str, executor: str):
-        run = SimpleNamespace(run_id=run_id, asset_selection={dg.AssetKey(n) for n in (*DATASETS, USAGE, TOOLS)})
+    def context(executor: str, *assets: str):
+        run = SimpleNamespace(run_id="a-run", asset_selection={dg.AssetKey(n) for n in assets})
         return SimpleNamespace(run=run, job_def=SimpleNamespace(executor_def=SimpleNamespace(name=executor)))
 
-    here = context("run-in-process", dg.in_process_executor.name)
-    assert precomputed.still_to_run(here, TOOLS) == [USAGE]
-    assert precomputed.still_to_run(here, USAGE) == []  # the tools' step started already
-    apart = context("run-multiprocess", dg.multiprocess_executor.name)
-    assert precomputed.still_to_run(apart, TOOLS) == []
+    assert precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS, TOOLS)) is not None
+    assert precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS)) is None
+    assert precomputed.day_figures(context(dg.multiprocess_executor.name, *DATASETS, TOOLS)) is None
