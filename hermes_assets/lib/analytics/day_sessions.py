@@ -24,6 +24,7 @@ Rows flagged ``source_deleted`` are left out: the sessions the store holds now.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import zoneinfo
 from collections.abc import Iterable, Iterator
@@ -282,9 +283,14 @@ def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list
     return list(found.values())
 
 
-#: what :meth:`pyarrow.Array.to_pylist` makes of a UTC time: an aware datetime in ``ZoneInfo("UTC")``
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=zoneinfo.ZoneInfo("UTC"))
 _MICROSECONDS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+@functools.cache
+def _epoch() -> dt.datetime:
+    """What :meth:`pyarrow.Array.to_pylist` makes of a UTC time: an aware datetime in ``ZoneInfo("UTC")``
+    (made on first use: importing the module reads no file)."""
+    return dt.datetime(1970, 1, 1, tzinfo=zoneinfo.ZoneInfo("UTC"))
 
 
 def as_pylist(column: pa.ChunkedArray) -> list:
@@ -293,9 +299,9 @@ def as_pylist(column: pa.ChunkedArray) -> list:
     kind = column.type
     if not (pa.types.is_timestamp(kind) and kind.tz == "UTC" and kind.unit in _MICROSECONDS):
         return column.to_pylist()
-    factor = _MICROSECONDS[kind.unit]
+    factor, epoch = _MICROSECONDS[kind.unit], _epoch()
     return [
-        None if v is None else _EPOCH + dt.timedelta(microseconds=v * factor)
+        None if v is None else epoch + dt.timedelta(microseconds=v * factor)
         for v in column.cast(pa.int64()).to_pylist()
     ]
 
