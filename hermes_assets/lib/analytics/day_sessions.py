@@ -204,9 +204,9 @@ def hermes_cost(entry: dict) -> float:
     if entry.get("cost_status") or entry.get("cost_source"):
         return _cost(entry.get("estimated_cost_usd")) or 0.0
     tokens = {name: _int(entry.get(name)) for name in TOTAL_TOKENS}
-    return hermes_prices.row_cost(
-        entry.get("model"), entry.get("billing_provider"), entry.get("billing_base_url"), tokens
-    )
+    # a name that is not text (a list, a dict: not Hermes's writing) routes nowhere: no price, not a failed day
+    route = (model_name(entry.get(name)) for name in ("model", "billing_provider", "billing_base_url"))
+    return hermes_prices.row_cost(*route, tokens)
 
 
 def _entry_share(entry: dict) -> Share:

@@ -14,7 +14,7 @@ import json
 import pyarrow as pa
 
 from hermes_assets.lib.analytics import activity, hermes_prices, hermes_tool_calls, skills, top_sessions
-from hermes_assets.lib.analytics.day_sessions import Session, Share, model_shares
+from hermes_assets.lib.analytics.day_sessions import Session, Share, hermes_cost, model_shares
 
 DAY = "2026-06-03"  # a Wednesday
 T0 = dt.datetime(2026, 6, 3, 9, 30, tzinfo=dt.UTC)
@@ -150,6 +150,26 @@ def test_a_sessions_own_counters_beyond_its_usage_rows_count_under_its_own_model
         2,
         0.0,
     )
+
+
+def test_a_usage_row_whose_names_are_not_text_is_priced_at_nothing_not_a_failed_day():
+    tokens = {"input_tokens": 1_000_000, "output_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0}
+    priced = {"model": "claude-sonnet-4-6", "billing_provider": "anthropic", **tokens}
+    assert hermes_cost(priced) == 3.0
+    for name, odd in (("model", ["claude-sonnet-4-6"]), ("billing_provider", {"a": 1}), ("billing_base_url", [1])):
+        row = {**priced, name: odd}
+        assert hermes_cost(row) == (3.0 if name == "billing_base_url" else 0.0), name
+    session = {
+        "model": "own",
+        "usage_by_model": json.dumps([{**priced, "model": {"id": "claude"}, "api_call_count": 1}]),
+        "api_call_count": 1,
+        **tokens,
+        "reasoning_tokens": 0,
+        "estimated_cost_usd": None,
+        "actual_cost_usd": None,
+    }
+    (share,) = model_shares(session)
+    assert (share.model, share.counts["input_tokens"], share.hermes_cost_usd) == (None, 1_000_000, 0.0)
 
 
 def test_hermes_prices_routes():
