@@ -474,3 +474,23 @@ def test_store_mid_creation_is_not_ready_rather_than_foreign(tmp_path):
     conn.close()
     with pytest.raises(errors.StoreAbsent):
         StoreReader(Store(str(path))).open()
+
+
+def test_messages_come_in_id_order_when_some_ids_of_a_chunk_are_not_integers(tmp_path):
+    """A store whose message ids are not all rowids (hostile: a text id, a real): each session's
+    messages in id order all the same, integers first by value, then the rest as text, in every
+    session of the statement (one session's odd id does not change how another's are sorted)."""
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL)")
+    conn.execute("CREATE TABLE messages (id, session_id TEXT, role TEXT, content TEXT, timestamp REAL)")
+    t = START_S + 3600
+    conn.executemany("INSERT INTO sessions VALUES (?, 'cli', ?)", [("plain", t), ("odd", t + 1)])
+    rows = [(12, "plain"), (3, "plain"), (7, "plain"), ("b", "odd"), (9, "odd"), (2.5, "odd"), ("a", "odd"), (4, "odd")]
+    conn.executemany("INSERT INTO messages VALUES (?, ?, 'user', 'x', ?)", [(mid, sid, t + 5) for mid, sid in rows])
+    conn.commit()
+    conn.close()
+    with StoreReader(Store(str(path)), now_s=NOW_S) as reader:
+        bundles = {b.sid: b for b in read_days(reader)}
+    assert [m["id"] for m in bundles["plain"].messages] == [3, 7, 12]
+    assert [m["id"] for m in bundles["odd"].messages] == [4, 9, 2.5, "a", "b"]

@@ -16,7 +16,7 @@ from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
 from hermes_assets.lib.projection import display
-from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary
+from hermes_assets.lib.projection.content import ENVELOPE, OVERSIZED_CHARS, Decoded, content_text, is_compact_summary
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
 from hermes_assets.lib.source.jsonutil import dumps, loads, quote
 
@@ -99,7 +99,14 @@ def message_parts(
                     call_names[call_id] = name
     content = msg["content"]
     if role == "tool":
-        text, _ = content_text(content, tally, scoped, msg["id"], decoded)
+        text: str | None
+        # a plain text cell is its own text (content_text's answer, without its two calls)
+        if type(content) is str and not (
+            content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS
+        ):
+            text = content
+        else:
+            text, _ = content_text(content, tally, scoped, msg["id"], decoded)
         call_id = nonempty(msg["tool_call_id"])
         name = call_names.get(call_id) if call_id else None
         parts.append(
@@ -114,7 +121,10 @@ def message_parts(
             )
         )
     elif content and isinstance(content, str):
-        content, _ = content_text(content, tally, scoped, msg["id"], decoded)
+        if type(content) is not str or (
+            content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS
+        ):
+            content, _ = content_text(content, tally, scoped, msg["id"], decoded)
         parts.append(("text", "text", content, None, None, None, None))
     return parts
 

@@ -21,7 +21,7 @@ from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 from hermes_assets.lib.projection import copies, display, extra_columns
 from hermes_assets.lib.projection.arrays import arrow_array, repeated, row_columns
-from hermes_assets.lib.projection.content import content_text
+from hermes_assets.lib.projection.content import ENVELOPE, OVERSIZED_CHARS, content_text
 from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.source.jsonutil import dumps
 from hermes_assets.lib.source.state_db import SessionBundle
@@ -258,7 +258,6 @@ def message_rows(item: SessionInput, out: RawColumns) -> None:
     bundle, generations, decoded = item.bundle, item.message_generations, item.decoded
     texts, decoded_json = out.derived["content_text"], out.derived["content_json"]
     gens = out.derived["generation"]
-    append = out.rows.append
     scoped = bundle.store.scoped(bundle.sid)
     n = len(bundle.messages)
     if generations is None:
@@ -275,9 +274,19 @@ def message_rows(item: SessionInput, out: RawColumns) -> None:
         ]
     else:
         out.derived["extra_columns"] += [None] * n
+    out.rows += map(tuple, map(dict.values, bundle.messages))
     for msg in bundle.messages:
-        append(tuple(msg.values()))
-        text, envelope = content_text(msg["content"], out.tally, scoped, msg["id"], decoded)
+        content = msg["content"]
+        # a plain text cell is its own text, with no envelope, and no cell has none (content_text's
+        # answers, without its calls); any other cell is decoded by it
+        if content is None or (
+            type(content) is str
+            and not (content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS)
+        ):
+            texts.append(content)
+            decoded_json.append(None)
+            continue
+        text, envelope = content_text(content, out.tally, scoped, msg["id"], decoded)
         texts.append(text)
         decoded_json.append(dumps(envelope, normalized=True) if envelope is not None else None)
     if bundle.messages:

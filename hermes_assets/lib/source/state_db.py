@@ -269,6 +269,9 @@ class StoreReader(StoreConnection):
             m_extras = defaultdict(dict)
             for row in messages:
                 m_extras[str(row[1])][row[0]] = row[len(m_names) :]
+        # whether every message id of the chunk is an integer (a rowid), seen once for the chunk
+        # rather than per session: then each session's messages sort by their ids as they are
+        int_ids = set(map(type, map(itemgetter(0), messages))) <= {int}
         out = []
         for sid in sids:
             session = rows.get(sid)
@@ -276,7 +279,10 @@ class StoreReader(StoreConnection):
                 continue
             session["id"] = sid
             msgs = msgs_by_sid.get(sid, [])
-            _sort_by_id(msgs)
+            if int_ids:
+                msgs.sort(key=_ID)
+            else:
+                _sort_by_id(msgs)
             out.append(
                 SessionBundle(
                     self.store,
