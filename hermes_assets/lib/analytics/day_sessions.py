@@ -205,8 +205,12 @@ def hermes_cost(entry: dict) -> float:
         return _cost(entry.get("estimated_cost_usd")) or 0.0
     tokens = {name: _int(entry.get(name)) for name in TOTAL_TOKENS}
     # a name that is not text (a list, a dict: not Hermes's writing) routes nowhere: no price, not a failed day
-    route = (model_name(entry.get(name)) for name in ("model", "billing_provider", "billing_base_url"))
-    return hermes_prices.row_cost(*route, tokens)
+    return hermes_prices.row_cost(
+        model_name(entry.get("model")),
+        model_name(entry.get("billing_provider")),
+        model_name(entry.get("billing_base_url")),
+        tokens,
+    )
 
 
 def _entry_share(entry: dict) -> Share:
