@@ -318,16 +318,17 @@ def write_partitions(
         write = functools.partial(_current_day, warehouse)
     _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
     sightings = run_sightings.Writer(run, warehouse, failed)
+    day_task = functools.partial(_day_and_sightings, write, sightings)
     with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
-        futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
+        futures = [threads.submit(contextvars.copy_context().run, day_task, staged) for staged in run.days]
         if progress is not None:
             for future in as_completed(futures):
-                progress.advance(sum(r.rows for r in future.result().values()))
-        for staged, per_dataset in zip(run.days, (f.result() for f in futures)):
+                progress.advance(sum(r.rows for r in future.result()[0].values()))
+        for per_dataset, sighted in (f.result() for f in futures):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
-            sightings.day(staged)  # after the day's files: the stored sightings are read from them
+            sightings.written_day(sighted)
     stored = sightings.finish()
     shutil.rmtree(run.staging, ignore_errors=True)
     written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed), stored)
@@ -354,6 +355,15 @@ def write_partitions(
             **{f"{ds}_rows_replaced": n for ds, n in replaced.items()},
         )
     return written
+
+
+def _day_and_sightings(
+    write: Callable[[StagedDay], dict[str, WriteResult]], sightings: run_sightings.Writer, staged: StagedDay
+) -> tuple[dict[str, WriteResult], WriteResult | None]:
+    """One day's files, then its sightings (after the day's files: the stored sightings are read
+    from them), on the day's thread."""
+    written = write(staged)
+    return written, sightings.day(staged)
 
 
 def _current_day(warehouse: Warehouse, staged: StagedDay) -> dict[str, WriteResult]:
