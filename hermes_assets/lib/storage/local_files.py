@@ -44,9 +44,17 @@ PRIVATE = FileModes()
 FILE_MODES = {"private": PRIVATE, "group": FileModes(0o750, 0o640)}
 
 
-def make_dirs(folder: str, modes: FileModes, top: str | None = None) -> None:
+def make_dirs(folder: str, modes: FileModes, top: str | None = None, done: set[tuple] | None = None) -> None:
     """Create ``folder`` (and parents); give the folder mode to every folder created
-    and to every folder below ``top`` (exclusive) down to ``folder``, whatever the umask."""
+    and to every folder below ``top`` (exclusive) down to ``folder``, whatever the umask.
+
+    ``done``: what this process already did, by ``(folder, top, modes)``, kept by the caller (a
+    storage, for the warehouse it writes): a folder given its modes once, and still there, is
+    not given them again (the day's lock, the write and the modes of one file each asked
+    for the same folders, a few times per file)."""
+    key = (folder, top, modes)
+    if done is not None and key in done and os.path.isdir(folder):
+        return
     folder = os.path.abspath(folder)
     created, current = [], folder
     while not os.path.isdir(current) and current != os.path.dirname(current):
@@ -61,6 +69,8 @@ def make_dirs(folder: str, modes: FileModes, top: str | None = None) -> None:
             current = os.path.dirname(current)
     for path in dict.fromkeys(created + below_top):
         chmod_dir(path, modes)
+    if done is not None:
+        done.add(key)
 
 
 def chmod_dir(folder: str, modes: FileModes) -> None:
