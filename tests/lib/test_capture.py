@@ -173,3 +173,27 @@ def test_each_days_sightings_follow_its_files_on_its_thread_and_come_back_in_day
     assert seen[-1][0] == days[0]  # written when its own files were, not in the run's order
     assert all(in_place for _, _, in_place in seen)
     assert all(thread != threading.main_thread().name for _, thread, _ in seen)
+
+
+def test_the_write_step_syncs_each_folder_of_its_files_once_before_it_returns(fixture_copy, tmp_path, monkeypatch):
+    """Each file is put in place whole (its bytes synced first); the folders of the run's files are
+    synced together once every day is written, before the step returns (and reports them)."""
+    small = fixture_copy("small")
+    wh = Warehouse(str(tmp_path / "wh"))
+    run = stage([small], wh, run_id="syncs")
+    synced: list[str] = []
+    monkeypatch.setattr(local_files, "_fsync_dir_now", synced.append)
+    day_task, synced_by_then = steps._day_and_sightings, []
+
+    def day_and_sightings(*args):  # each day's files in place, none of their folders synced yet
+        out = day_task(*args)
+        synced_by_then.append(len(synced))
+        return out
+
+    monkeypatch.setattr(steps, "_day_and_sightings", day_and_sightings)
+    written = steps.write_partitions(run, wh, workers=3)
+    assert len(synced_by_then) == len(run.days) and set(synced_by_then) == {0}
+    folders = {os.path.dirname(r.path) for results in written.results.values() for r in results if r.changed}
+    folders |= {os.path.dirname(r.path) for r in written.sightings if r.changed}
+    assert len(folders) > 3
+    assert folders <= set(synced) and len(synced) == len(set(synced)), "a folder synced more than once"

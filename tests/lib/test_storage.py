@@ -354,3 +354,34 @@ def test_files_under_lists_only_the_files_named(kind, tmp_path):
     assert {f.path for f in named} == {"day=1/host=a/part-0.parquet", "day=2/part-0.parquet"}
     assert all(f.size == 1 and f.mtime_ns for f in named)
     assert st.files_under(base, depth=2, name="part-0.parquet")[0].path == "day=2/part-0.parquet"
+
+
+def test_folders_synced_together_once_each_when_the_block_flushes(tmp_path, monkeypatch):
+    """A block that writes many files: each file's bytes synced before its rename (whole or not at
+    all, as always), their folders synced once each when the block flushes or ends, on the
+    threads that run with the block's syncs too; outside a block, at once."""
+    synced: list[str] = []
+    files_synced: list[int] = []
+    monkeypatch.setattr(local_files, "_fsync_dir_now", synced.append)
+    fsync = os.fsync
+    monkeypatch.setattr(local_files.os, "fsync", lambda fd: (files_synced.append(fd), fsync(fd)))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    with local_files.folder_syncs_deferred() as syncs:
+        local_files.atomic_write(str(a / "1"), pa.py_buffer(b"1"))
+        local_files.atomic_write(str(a / "2"), pa.py_buffer(b"2"))
+        assert local_files.create_exclusive(str(b / "1"), pa.py_buffer(b"3"))
+        worker = threading.Thread(target=local_files.deferring_to, args=(syncs, local_files.delete, str(a / "2")))
+        worker.start()
+        worker.join()
+        assert (a / "1").read_bytes() == b"1" and (b / "1").read_bytes() == b"3" and not (a / "2").exists()
+        assert synced == [] and len(files_synced) == 3  # every file's bytes: at once
+        assert syncs.flush() == 2 and synced == [str(a), str(b)]
+        local_files.atomic_write(str(b / "2"), pa.py_buffer(b"4"))
+        other = threading.Thread(target=local_files.fsync_dir, args=(str(a),))  # not the block's: at once
+        other.start()
+        other.join()
+        assert synced == [str(a), str(b), str(a)]
+    assert synced == [str(a), str(b), str(a), str(b)]  # the rest when the block ends
+    local_files.fsync_dir(str(a))
+    assert synced[-1] == str(a) and len(synced) == 5
