@@ -319,9 +319,11 @@ def test_a_storage_gives_a_folder_its_modes_once_while_it_is_there(tmp_path, mon
             assert st.put_if(path, pa.py_buffer(b"x" * (i + 1)), None if read is None else read[1])
             st.fix_modes(day)
     assert st.read_bytes(path).to_pybytes() == b"xxx" and mode(path) == 0o600
-    # once below the root (the lock's folders), once below its parent (the write's and the modes'),
-    # not once per write
-    assert (chmods.count(day), chmods.count(os.path.dirname(day)), chmods.count(st.root)) == (2, 2, 2)
+    # once each (the day's, the dataset's and the root), not for each way a write asks, nor per write
+    assert (chmods.count(day), chmods.count(os.path.dirname(day)), chmods.count(st.root)) == (1, 1, 1)
+    with st.lock("ds/day=2026-06-02"):  # another day: its own folder, not those above it again
+        pass
+    assert chmods[-1] == os.path.join(st.root, "ds", "day=2026-06-02") and chmods.count(st.root) == 1
     os.chmod(day, 0o755)
     os.unlink(os.path.join(day, "part-0.parquet"))
     os.unlink(os.path.join(day, local_storage.LOCK_FILE))

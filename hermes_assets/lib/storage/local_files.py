@@ -54,19 +54,17 @@ def make_dirs(folder: str, modes: FileModes, top: str | None = None, done: set[t
     """Create ``folder`` (and parents); give the folder mode to every folder created
     and to every folder below ``top`` (exclusive) down to ``folder``, whatever the umask.
 
-    ``done``: what this process already did, by ``(folder, top, modes)``, kept by the caller (a
-    storage, for the warehouse it writes): a folder given its modes once, and still there, is
-    not given them again (the day's lock, the write and the modes of one file each asked
-    for the same folders, a few times per file)."""
-    key = (folder, top, modes)
-    if done is not None and key in done and os.path.isdir(folder):
-        return
+    ``done``: the folders this process gave their modes already, kept by the caller (a storage,
+    for the warehouse it writes: the day's lock, the write and the modes of each file ask for
+    the same folders, the root and the dataset's folder for every file): a folder that was there
+    already is not given them again; one created here always is."""
     folder = os.path.abspath(folder)
     created, current = [], folder
     while not os.path.isdir(current) and current != os.path.dirname(current):
         created.append(current)
         current = os.path.dirname(current)
-    os.makedirs(folder, exist_ok=True)
+    if created:
+        os.makedirs(folder, exist_ok=True)
     below_top = []
     if top is not None:
         top, current = os.path.abspath(top), folder
@@ -74,9 +72,11 @@ def make_dirs(folder: str, modes: FileModes, top: str | None = None, done: set[t
             below_top.append(current)
             current = os.path.dirname(current)
     for path in dict.fromkeys(created + below_top):
+        if done is not None:
+            if (path, modes) in done and path not in created:
+                continue
+            done.add((path, modes))
         chmod_dir(path, modes)
-    if done is not None:
-        done.add(key)
 
 
 def chmod_dir(folder: str, modes: FileModes) -> None:

@@ -27,8 +27,8 @@ class LocalStorage:
         self.modes = modes
         self.owner = owner
         self.fs = pafs.LocalFileSystem()
-        #: the folders this storage gave their modes, not given them again while they are there
-        #: (:func:`local_files.make_dirs`)
+        #: the folders this storage gave their modes (a storage per step): not given them again
+        #: unless made again (:func:`local_files.make_dirs`)
         self.folders_done: set[tuple] = set()
 
     @property
