@@ -20,6 +20,7 @@ the days it captures over all hosts' files: the last file written is computed
 from the final inputs (:func:`hermes_assets.lib.analytics.daily.write_current_day`).
 """
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -40,6 +41,7 @@ from hermes_assets.lib.analytics.captured_days import KnownDay
 from hermes_assets.lib.analytics.daily import DayFigures
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from hermes_assets.lib.warehouse.loading import DatasetDays
 
@@ -131,9 +133,10 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
-#: the days the analytics step computes, and the files it writes, at once: each file is fsynced, then
-#: its folder, on a thread of its own, so the disk's waits overlap (and Parquet's encoding, outside
-#: the GIL, with them)
+#: the days the analytics step computes, and the files it writes, at once: each file is fsynced on a
+#: thread of its own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with
+#: them); their folders are synced together, those of a dataset's days before it is reported
+#: (:func:`~hermes_assets.lib.storage.local_files.folder_syncs_deferred`)
 WRITE_THREADS = 4
 
 
@@ -196,11 +199,16 @@ def _materialize(
     files_changed: Counter[str] = Counter()
     rows: Counter[str] = Counter()
 
+    # the folders of the files written synced together: those of a dataset's days before it is reported
+    folder_syncs = local_files.FolderSyncs()
+
     def submit(fn: Callable, *args: object) -> Future:
         # each task in a copy of this thread's context: its events reach the run's log (run_log.py)
-        return threads.submit(contextvars.copy_context().run, fn, *args)
+        return threads.submit(contextvars.copy_context().run, local_files.deferring_to, folder_syncs, fn, *args)
 
-    with ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days) * len(datasets)))) as threads:
+    with contextlib.ExitStack() as stack:
+        stack.callback(folder_syncs.flush)  # whatever happens: the files in place are made durable
+        threads = stack.enter_context(ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days) * len(datasets)))))
         prepared = {day: submit(_prepare_day, wh, datasets, read, day) for day in days}
         writes = {
             dataset: [submit(_write_when_prepared, wh, read, prepared[day], dataset, day) for day in days]
@@ -224,6 +232,7 @@ def _materialize(
                         rows[dataset] += result.rows
                         progress.advance(result.rows)
                 if dataset not in failed:
+                    folder_syncs.flush()  # its days' files durable before they are reported
                     for day, values in metadata:
                         context.add_asset_metadata(values, asset_key=dataset, partition_key=day)
                     yield dg.MaterializeResult(asset_key=dataset)

@@ -3,16 +3,22 @@
 Each captured dataset has one asset check, ``day_valid``, partitioned by day
 like its asset. The capture's write step evaluates it on every day of the run,
 right after it put the day in place: no step of its own, each written file read
-once (:func:`written_figures`), one evaluation per dataset and day
-(:func:`day_evaluations`), naming the materialization of that day it judged.
+once, as it is on disk (:func:`written_figures`), one evaluation per dataset and
+day (:func:`day_evaluations`), naming the materialization of that day it judged.
+What is read of a file is what the rules need: its footer (the file must be whole:
+one cut short fails the step) and the columns below; the gateway's null counts of
+its required columns are those of the footer, the writer's statistics of each row
+group (a column the footer does not count, or that the file lacks, is read).
 Its metadata carries each rule's figures:
 
 * ``key_unique`` (every dataset): the dataset's key identifies one row
-  (``duplicate_rows``);
+  (``duplicate_rows``; the key's columns read);
 * ``required_columns_not_null`` (the gateway dataset): the required columns of
-  ``ai_gateway_messages`` (SPEC §5.1) are never null (``null_counts``);
+  ``ai_gateway_messages`` (SPEC §5.1) are never null (``null_counts``; from the
+  footer, and the columns with nulls read for the rows they name);
 * ``date_matches_message_created_at`` (the gateway dataset): every row's
-  ``date`` is the UTC day of its ``message_created_at`` (``mismatched_rows``).
+  ``date`` is the UTC day of its ``message_created_at`` (``mismatched_rows``;
+  both read).
 
 A day passes when every rule holds; a failing day lists the rules it breaks
 (``rules_failed``) and names the rows that break them (``rows``: per rule,
@@ -24,6 +30,7 @@ least a day of the UI shows. The checks about the stores and the run are on the
 ``hermes_state`` asset (:mod:`hermes_assets.defs.store_checks`).
 """
 
+import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,12 +39,14 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 
 DAY_VALID = "day_valid"
@@ -111,8 +120,11 @@ class DayFigures:
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def day_figures(dataset: str, table: pa.Table) -> DayFigures:
-    """The check's figures of one day's table (the columns :func:`_columns` names)."""
+def day_figures(dataset: str, table: pa.Table, nulls: Mapping[str, int] | None = None) -> DayFigures:
+    """The check's figures of one day's table (the columns :func:`_columns` names). ``nulls``: the
+    gateway's null counts of its required columns, known already (from the file's footer,
+    :func:`_read_figures`; then ``table`` holds the key, ``date``, ``message_created_at`` and the
+    columns that have nulls, for their samples); None: counted here, in ``table``."""
     keys = _keys(dataset)
     groups = table.select(keys).group_by(keys).aggregate([([], "count_all")])
     figures = DayFigures(rows=table.num_rows, duplicates=table.num_rows - groups.num_rows)
@@ -122,13 +134,10 @@ def day_figures(dataset: str, table: pa.Table) -> DayFigures:
             {**{k: row[k] for k in keys}, "copies": row["count_all"]} for row in repeated.to_pylist()
         ]
     if dataset == GATEWAY:
-        figures.nulls = {
-            name: table.column(name).null_count
-            for name in schemas.REQUIRED_GATEWAY_COLUMNS
-            if table.column(name).null_count
-        }
-        days = pc.strftime(table.column("message_created_at"), format="%Y-%m-%d")
-        mismatched = pc.fill_null(pc.not_equal(days, table.column("date")), False)
+        if nulls is None:
+            nulls = {name: table.column(name).null_count for name in schemas.REQUIRED_GATEWAY_COLUMNS}
+        figures.nulls = {name: count for name, count in nulls.items() if count}
+        mismatched = mismatched_dates(table.column("date"), table.column("message_created_at"))
         figures.mismatched = pc.sum(mismatched).as_py() or 0
         if figures.nulls:
             figures.samples[REQUIRED_NOT_NULL] = _null_rows(table, keys, list(figures.nulls))
@@ -141,6 +150,35 @@ def day_figures(dataset: str, table: pa.Table) -> DayFigures:
     return figures
 
 
+#: what a ``date`` that is no day in the canonical form (``YYYY-MM-DD``) stands for: no UTC day equals it
+_NOT_A_DAY = 1 << 40
+
+
+def mismatched_dates(dates: pa.ChunkedArray, times: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Per row, whether ``date`` is not the UTC day of ``message_created_at`` written ``YYYY-MM-DD``
+    (false where either is NULL): the day of each time by one cast, each distinct ``date`` text
+    parsed once (a file holds a few), rather than every time formatted as text."""
+    texts = pc.unique(dates)
+    days: list[int | None] = []
+    for text in texts.to_pylist():
+        if text is None:
+            days.append(None)
+            continue
+        try:
+            day = dt.date.fromisoformat(text)
+        except ValueError:
+            days.append(_NOT_A_DAY)
+            continue
+        # fromisoformat reads other ISO forms too (20260601): only the form strftime writes matches
+        days.append((day - _EPOCH).days if day.isoformat() == text else _NOT_A_DAY)
+    given = pc.take(pa.array(days, pa.int64()), pc.index_in(dates, value_set=texts))
+    actual = pc.cast(pc.cast(times, pa.date32()), pa.int32()).cast(pa.int64())
+    return pc.fill_null(pc.not_equal(actual, given), False)
+
+
+_EPOCH = dt.date(1970, 1, 1)
+
+
 def _null_rows(table: pa.Table, keys: list[str], columns: list[str]) -> list[dict[str, Any]]:
     """The first rows with a null required column: their key and which columns are null."""
     mask = pc.is_null(table.column(columns[0]))
@@ -151,16 +189,73 @@ def _null_rows(table: pa.Table, keys: list[str], columns: list[str]) -> list[dic
 
 
 def _columns(dataset: str) -> list[str]:
+    """The columns of a day's file the rules read (the gateway's other required columns: their
+    null counts in the footer, :func:`footer_nulls`)."""
     if dataset == GATEWAY:
-        return list(schemas.REQUIRED_GATEWAY_COLUMNS)  # the key, `date` and `message_created_at` among them
+        return [*_keys(dataset), "date", "message_created_at"]
     return _keys(dataset)
 
 
+def footer_nulls(metadata: pq.FileMetaData, columns: Iterable[str]) -> dict[str, int | None]:
+    """Each of ``columns``' nulls in a Parquet file, as its footer counts them (the writer's
+    statistics of each row group); None for a column the footer does not count (no statistics,
+    or no such column: its cells must be read)."""
+    paths = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    return {name: _footer_count(metadata, paths.get(name)) for name in columns}
+
+
+def _footer_count(metadata: pq.FileMetaData, index: int | None) -> int | None:
+    if index is None:
+        return None
+    total = 0
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        total += stats.null_count
+    return total
+
+
 def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures:
-    columns = _columns(dataset)
-    # `store` repeats one long path per row: keep it dictionary-encoded
-    table = warehouse.read_own(dataset, day, columns=columns, read_dictionary=["store"] if "store" in columns else None)
-    return DayFigures() if table is None else day_figures(dataset, table)
+    """The figures of this host's file of the day, as it is on disk (no file: empty figures): its
+    footer, and only the columns the rules read (`store` kept dictionary-encoded: it repeats one
+    long path per row). The gateway's null counts of its required columns are the footer's
+    (the writer's statistics of every row group); a column the footer does not count is read."""
+    try:
+        with warehouse.storage.open_input(warehouse.path(dataset, day)) as f:
+            file = pq.ParquetFile(f, read_dictionary=["store"] if dataset != GATEWAY else None)
+            columns = _columns(dataset)
+            counted = footer_nulls(file.metadata, schemas.REQUIRED_GATEWAY_COLUMNS) if dataset == GATEWAY else {}
+            # the columns the footer does not count, and those with nulls (their rows are named): read
+            columns += [name for name, count in counted.items() if count != 0 and name not in columns]
+            table = _conform(dataset, file, columns)
+    except FileNotFoundError:
+        return DayFigures()
+    if dataset != GATEWAY:
+        return day_figures(dataset, table)
+    nulls = {name: table.column(name).null_count if count is None else count for name, count in counted.items()}
+    return day_figures(dataset, table, nulls)
+
+
+def _conform(dataset: str, file: pq.ParquetFile, columns: list[str]) -> pa.Table:
+    """``columns`` of ``file`` in the dataset's types (dictionary-encoded as read); a column the
+    file lacks reads as its default (:data:`schemas.ADDED_COLUMNS`) or NULL, as a partition file's
+    rows always read (:func:`~hermes_assets.lib.warehouse.partition_file.read`)."""
+    schema = schemas.schema_of(dataset)
+    present = set(file.schema_arrow.names)
+    read = file.read(columns=[c for c in columns if c in present], use_threads=False)
+    arrays, fields = [], []
+    for name in columns:
+        field = schema.field(name)
+        if name in present:
+            column = read.column(name)
+            if isinstance(column.type, pa.DictionaryType):
+                field = field.with_type(pa.dictionary(column.type.index_type, field.type))
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        else:
+            arrays.append(pa.nulls(read.num_rows, field.type))
+        fields.append(field)
+    return partition_file.fill_added_columns(pa.table(arrays, schema=pa.schema(fields)))
 
 
 def written_figures(

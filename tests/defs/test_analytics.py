@@ -560,3 +560,29 @@ def test_the_capture_computes_the_analytics_only_for_a_run_that_computes_them_in
     assert precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS, TOOLS)) is not None
     assert precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS)) is None
     assert precomputed.day_figures(context(dg.multiprocess_executor.name, *DATASETS, TOOLS)) is None
+
+
+def test_each_analytics_datasets_files_are_synced_before_it_is_reported(small, instance, monkeypatch):
+    """Each file is put in place whole (its bytes synced first); the folders of a dataset's files
+    are synced, once each, before the step reports the dataset's days (their metadata, then its
+    materialization)."""
+    from hermes_assets.lib.storage import local_files
+
+    assert small.materialize(FIRST, LAST, instance=instance, select=DATASETS).success
+    synced: list[str] = []
+    monkeypatch.setattr(local_files, "_fsync_dir_now", synced.append)
+    reported: dict[tuple[str, str], set[str]] = {}
+    add = dg.AssetExecutionContext.add_asset_metadata
+
+    def add_asset_metadata(self, metadata, asset_key=None, partition_key=None):
+        reported[(dg.AssetKey.from_coercible(asset_key).to_user_string(), partition_key)] = set(synced)
+        return add(self, metadata, asset_key=asset_key, partition_key=partition_key)
+
+    monkeypatch.setattr(dg.AssetExecutionContext, "add_asset_metadata", add_asset_metadata)
+    assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
+    for dataset in ANALYTICS:
+        days = days_on_disk(small.warehouse, dataset)
+        assert days, dataset
+        for day in days:
+            assert str(day_path(small.warehouse, dataset, day).parent) in reported[(dataset, day)], (dataset, day)
+    assert len(synced) == len(set(synced)), "a folder synced more than once"

@@ -6,14 +6,16 @@ import collections
 import dataclasses
 import os
 import shutil
+import threading
+import time
 
 import pyarrow.compute as pc
 import pytest
 
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
-from hermes_assets.lib.capture import steps
+from hermes_assets.lib.capture import run_sightings, steps
 from hermes_assets.lib.storage import local_files, local_storage
-from hermes_assets.lib.warehouse.datasets import Warehouse
+from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from tests.support.capture_run import capture_days, files, stage
 from tests.support.hermes_writer import START_S, HermesWriter
 
@@ -138,3 +140,60 @@ def test_days_staged_on_workers_write_the_bytes_one_process_writes(fixture_copy,
     run, _ = capture_days([small], two, workers=2)
     assert files(tmp_path / "one") == files(tmp_path / "two")
     assert [d.day for d in run.days] == run.plan.days
+
+
+def test_each_days_sightings_follow_its_files_on_its_thread_and_come_back_in_day_order(
+    fixture_copy, tmp_path, monkeypatch
+):
+    """The write step writes a day's sightings on the thread that put its files in place, right
+    after them (they are read from those files); days finish in any order, the run's results of
+    the sightings are in the run's order of days."""
+    small = fixture_copy("small")
+    wh = Warehouse(str(tmp_path / "wh"))
+    run = stage([small], wh, run_id="sightings")
+    days = [staged.day for staged in run.days]
+    assert len(days) > 2
+    seen: list[tuple[str, str, bool]] = []
+    write_day = steps._write_day
+
+    def slow_first_day(run, warehouse, failed, staged):  # the first day finishes last
+        if staged.day == days[0]:
+            time.sleep(0.3)
+        return write_day(run, warehouse, failed, staged)
+
+    def sighted(writer, day, staged):
+        in_place = all(os.path.exists(wh.path(ds, day)) for ds, d in staged.datasets.items() if d.rows)
+        seen.append((day, threading.current_thread().name, in_place))
+        return WriteResult(SIGHTINGS, day, wh.location(SIGHTINGS, day), 1, 0, 0, 1, True)
+
+    monkeypatch.setattr(steps, "_write_day", slow_first_day)
+    monkeypatch.setattr(run_sightings.Writer, "_write", sighted)
+    written = steps.write_partitions(run, wh, workers=3)
+    assert [r.day for r in written.sightings] == days
+    assert seen[-1][0] == days[0]  # written when its own files were, not in the run's order
+    assert all(in_place for _, _, in_place in seen)
+    assert all(thread != threading.main_thread().name for _, thread, _ in seen)
+
+
+def test_the_write_step_syncs_each_folder_of_its_files_once_before_it_returns(fixture_copy, tmp_path, monkeypatch):
+    """Each file is put in place whole (its bytes synced first); the folders of the run's files are
+    synced together once every day is written, before the step returns (and reports them)."""
+    small = fixture_copy("small")
+    wh = Warehouse(str(tmp_path / "wh"))
+    run = stage([small], wh, run_id="syncs")
+    synced: list[str] = []
+    monkeypatch.setattr(local_files, "_fsync_dir_now", synced.append)
+    day_task, synced_by_then = steps._day_and_sightings, []
+
+    def day_and_sightings(*args):  # each day's files in place, none of their folders synced yet
+        out = day_task(*args)
+        synced_by_then.append(len(synced))
+        return out
+
+    monkeypatch.setattr(steps, "_day_and_sightings", day_and_sightings)
+    written = steps.write_partitions(run, wh, workers=3)
+    assert len(synced_by_then) == len(run.days) and set(synced_by_then) == {0}
+    folders = {os.path.dirname(r.path) for results in written.results.values() for r in results if r.changed}
+    folders |= {os.path.dirname(r.path) for r in written.sightings if r.changed}
+    assert len(folders) > 3
+    assert folders <= set(synced) and len(synced) == len(set(synced)), "a folder synced more than once"

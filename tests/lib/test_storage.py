@@ -298,3 +298,92 @@ def test_a_replace_removes_only_the_temp_files_of_this_hosts_dead_writers(tmp_pa
             live.wait()
     finally:
         child.wait()
+
+
+def test_a_storage_gives_a_folder_its_modes_once_while_it_is_there(tmp_path, monkeypatch):
+    """The day's lock, the write and the modes of one file each ask for the day's folders: a local
+    storage gives a folder its modes the first time, not again while it is there; a folder made
+    again (removed meanwhile) gets them again; and the next storage (the next step) gives every
+    folder its modes once more, closing what was opened since."""
+    st = make("local", tmp_path)
+    day = os.path.join(st.root, "ds", "day=2026-06-01")
+    chmods: list[str] = []
+    chmod_dir = local_files.chmod_dir
+    monkeypatch.setattr(
+        local_files, "chmod_dir", lambda folder, modes: (chmods.append(folder), chmod_dir(folder, modes))
+    )
+    path = os.path.join(day, "part-0.parquet")
+    for i in range(3):
+        with st.lock("ds/day=2026-06-01"):
+            read = st.read_versioned(path)
+            assert st.put_if(path, pa.py_buffer(b"x" * (i + 1)), None if read is None else read[1])
+            st.fix_modes(day)
+    assert st.read_bytes(path).to_pybytes() == b"xxx" and mode(path) == 0o600
+    # once each (the day's, the dataset's and the root), not for each way a write asks, nor per write
+    assert (chmods.count(day), chmods.count(os.path.dirname(day)), chmods.count(st.root)) == (1, 1, 1)
+    with st.lock("ds/day=2026-06-02"):  # another day: its own folder, not those above it again
+        pass
+    assert chmods[-1] == os.path.join(st.root, "ds", "day=2026-06-02") and chmods.count(st.root) == 1
+    os.chmod(day, 0o755)
+    os.unlink(os.path.join(day, "part-0.parquet"))
+    os.unlink(os.path.join(day, local_storage.LOCK_FILE))
+    os.rmdir(day)
+    chmods.clear()
+    with st.lock("ds/day=2026-06-01"):  # made again: given its modes again
+        pass
+    assert day in chmods and mode(day) == 0o700
+    os.chmod(day, 0o755)
+    with st.lock("ds/day=2026-06-01"):  # still there: left as it is by this storage
+        pass
+    assert mode(day) == 0o755
+    with make("local", tmp_path).lock("ds/day=2026-06-01"):  # the next step's storage closes it
+        pass
+    assert mode(day) == 0o700
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_files_under_lists_only_the_files_named(kind, tmp_path):
+    st = make(kind, tmp_path)
+    base = st.join(st.root, "ds")
+    for rel in ("day=1/host=a/part-0.parquet", "day=1/host=a/.read_at", "day=1/.lock", "day=2/part-0.parquet"):
+        path = st.join(base, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(b"x")
+    everything = {f.path for f in st.files_under(base, depth=3)}
+    assert everything == {"day=1/host=a/part-0.parquet", "day=1/host=a/.read_at", "day=1/.lock", "day=2/part-0.parquet"}
+    named = st.files_under(base, depth=3, name="part-0.parquet")
+    assert {f.path for f in named} == {"day=1/host=a/part-0.parquet", "day=2/part-0.parquet"}
+    assert all(f.size == 1 and f.mtime_ns for f in named)
+    assert st.files_under(base, depth=2, name="part-0.parquet")[0].path == "day=2/part-0.parquet"
+
+
+def test_folders_synced_together_once_each_when_the_block_flushes(tmp_path, monkeypatch):
+    """A block that writes many files: each file's bytes synced before its rename (whole or not at
+    all, as always), their folders synced once each when the block flushes or ends, on the
+    threads that run with the block's syncs too; outside a block, at once."""
+    synced: list[str] = []
+    files_synced: list[int] = []
+    monkeypatch.setattr(local_files, "_fsync_dir_now", synced.append)
+    fsync = os.fsync
+    monkeypatch.setattr(local_files.os, "fsync", lambda fd: (files_synced.append(fd), fsync(fd)))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    with local_files.folder_syncs_deferred() as syncs:
+        local_files.atomic_write(str(a / "1"), pa.py_buffer(b"1"))
+        local_files.atomic_write(str(a / "2"), pa.py_buffer(b"2"))
+        assert local_files.create_exclusive(str(b / "1"), pa.py_buffer(b"3"))
+        worker = threading.Thread(target=local_files.deferring_to, args=(syncs, local_files.delete, str(a / "2")))
+        worker.start()
+        worker.join()
+        assert (a / "1").read_bytes() == b"1" and (b / "1").read_bytes() == b"3" and not (a / "2").exists()
+        assert synced == [] and len(files_synced) == 3  # every file's bytes: at once
+        assert syncs.flush() == 2 and synced == [str(a), str(b)]
+        local_files.atomic_write(str(b / "2"), pa.py_buffer(b"4"))
+        other = threading.Thread(target=local_files.fsync_dir, args=(str(a),))  # not the block's: at once
+        other.start()
+        other.join()
+        assert synced == [str(a), str(b), str(a)]
+    assert synced == [str(a), str(b), str(a), str(b)]  # the rest when the block ends
+    local_files.fsync_dir(str(a))
+    assert synced[-1] == str(a) and len(synced) == 5

@@ -38,8 +38,9 @@ def staged_rows(rows: DayRows, host: str, stores: dict[str, str]) -> pa.Table:
 
 
 class Writer:
-    """Writes the run's sightings, day by day (:meth:`day`), then those of the days only seen in
-    stored files (:meth:`finish`)."""
+    """Writes the run's sightings, day by day (:meth:`day`, on the thread that put the day's files in
+    place: days on several threads at once), then those of the days only seen in stored files
+    (:meth:`finish`)."""
 
     def __init__(self, run: ProjectedRun, warehouse: Warehouse, failed: set[str]):
         self.run, self.warehouse, self.failed = run, warehouse, failed
@@ -53,22 +54,29 @@ class Writer:
         self.written: list[WriteResult] = []
         self.stores = run.plan.labels()
 
-    def day(self, staged: StagedDay) -> None:
-        """The staged day's sightings (after its files are in place)."""
-        self._write(staged.day, staged)
+    def day(self, staged: StagedDay) -> WriteResult | None:
+        """The staged day's sightings (after its files are in place): what was written, None when
+        the day has none to write. Days may be written at once, each on its own thread; the caller
+        hands the results back in the run's order (:meth:`written_day`)."""
+        return self._write(staged.day, staged)
+
+    def written_day(self, result: WriteResult | None) -> None:
+        """A day's result of :meth:`day`, in the run's order of days."""
+        if result is not None:
+            self.written.append(result)
 
     def finish(self) -> list[WriteResult]:
         for day in sorted(set(self.stored) - {staged.day for staged in self.run.days}):
-            self._write(day, None)
+            self.written_day(self._write(day, None))
         if self.run.stored_markers is not None:  # this host's sightings hold its stored files' markers now
             stored_markers.stamp(self.warehouse)
         return self.written
 
-    def _write(self, day: str, staged: StagedDay | None) -> None:
+    def _write(self, day: str, staged: StagedDay | None) -> WriteResult | None:
         stored = self.stored.get(day, [])
         new = staged.sighting_rows if staged is not None else None
         if self.run.redaction_version is None or not (stored or day in self.have or (new is not None and new.num_rows)):
-            return
+            return None
         facts = self.run.plan.facts(day, staged.generations, skip=self.failed) if staged is not None else []
         read_at = self.run.plan.read_at if staged is not None else None
-        self.written.append(sighting_files.write_day(self.warehouse, day, new, stored, facts, read_at, self.stores))
+        return sighting_files.write_day(self.warehouse, day, new, stored, facts, read_at, self.stores)

@@ -306,7 +306,9 @@ def write_partitions(
     """Put each staged day in its three partition files, atomically, under each
     day's lock, on ``workers`` threads. Stores that failed anywhere in the run keep
     their rows untouched on every day. The staging folder is removed once every day
-    is in place; if a write fails it stays, so the step can be re-executed.
+    is in place; if a write fails it stays, so the step can be re-executed. Each file is in
+    place whole as it is written; the folders' syncs of the run's files are made together,
+    before this returns (:func:`~hermes_assets.lib.storage.local_files.folder_syncs_deferred`).
     ``progress`` counts each day as it is in place, with its rows (told from this thread)."""
     failures = run.failures()
     failed = {f.path for f in failures}
@@ -318,17 +320,19 @@ def write_partitions(
         write = functools.partial(_current_day, warehouse)
     _ = warehouse.storage.fs  # one client for every thread, opened here (a bad URI fails before any thread starts)
     sightings = run_sightings.Writer(run, warehouse, failed)
-    with ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
+    day_task = functools.partial(_day_and_sightings, write, sightings)
+    # the folders of the files written synced together, before this returns (what the step reports)
+    with local_files.folder_syncs_deferred(), ThreadPoolExecutor(max(1, min(workers, len(run.days)))) as threads:
         # each day in a copy of the caller's context: its log fields (the run and step) follow it
-        futures = [threads.submit(contextvars.copy_context().run, write, staged) for staged in run.days]
+        futures = [threads.submit(contextvars.copy_context().run, day_task, staged) for staged in run.days]
         if progress is not None:
             for future in as_completed(futures):
-                progress.advance(sum(r.rows for r in future.result().values()))
-        for staged, per_dataset in zip(run.days, (f.result() for f in futures)):
+                progress.advance(sum(r.rows for r in future.result()[0].values()))
+        for per_dataset, sighted in (f.result() for f in futures):
             for dataset, result in per_dataset.items():
                 results[dataset].append(result)
-            sightings.day(staged)  # after the day's files: the stored sightings are read from them
-    stored = sightings.finish()
+            sightings.written_day(sighted)
+        stored = sightings.finish()
     shutil.rmtree(run.staging, ignore_errors=True)
     written = WrittenRun(results, failures, sum(1 for sp in run.plan.readable() if sp.store.path not in failed), stored)
     for dataset in CAPTURE_DATASETS:
@@ -354,6 +358,15 @@ def write_partitions(
             **{f"{ds}_rows_replaced": n for ds, n in replaced.items()},
         )
     return written
+
+
+def _day_and_sightings(
+    write: Callable[[StagedDay], dict[str, WriteResult]], sightings: run_sightings.Writer, staged: StagedDay
+) -> tuple[dict[str, WriteResult], WriteResult | None]:
+    """One day's files, then its sightings (after the day's files: the stored sightings are read
+    from them), on the day's thread."""
+    written = write(staged)
+    return written, sightings.day(staged)
 
 
 def _current_day(warehouse: Warehouse, staged: StagedDay) -> dict[str, WriteResult]:

@@ -125,20 +125,20 @@ class ArrowStorage:
                 found.add(folder.rpartition("/")[2])
         return sorted(found)
 
-    def files_under(self, base: str, depth: int) -> list[FileStamp]:
+    def files_under(self, base: str, depth: int, name: str | None = None) -> list[FileStamp]:
         if self.local:
-            return local_files_under(base, depth)
+            return local_files_under(base, depth, name)
         if self.objects is not None:  # one listing, each object with its version
             return [
                 FileStamp(o.path, o.size, o.mtime_ns, 0, o.version)
                 for o in self.objects.list_under(base)
-                if o.path.count("/") < depth
+                if o.path.count("/") < depth and (name is None or o.path.rpartition("/")[2] == name)
             ]
         selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
         out = []
         for info in self.fs.get_file_info(selector):
             rel = info.path[len(base) :].lstrip("/")
-            if info.type == pafs.FileType.File and rel.count("/") < depth:
+            if info.type == pafs.FileType.File and rel.count("/") < depth and (name is None or info.base_name == name):
                 out.append(FileStamp(rel, info.size or 0, info.mtime_ns or 0))
         return out
 

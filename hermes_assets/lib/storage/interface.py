@@ -100,10 +100,10 @@ class Storage(Protocol):
         """The names of the folders under ``base`` that hold a file ``name``."""
         ...
 
-    def files_under(self, base: str, depth: int) -> list[FileStamp]:
-        """The files under ``base`` at most ``depth`` folders down: ``/``-joined paths relative
-        to it, with their size and time (one listing on an object store; none when ``base``
-        does not exist)."""
+    def files_under(self, base: str, depth: int, name: str | None = None) -> list[FileStamp]:
+        """The files under ``base`` at most ``depth`` folders down (``name``: only those so named):
+        ``/``-joined paths relative to it, with their size and time (one listing on an object
+        store; none when ``base`` does not exist)."""
         ...
 
     def open_input(self, path: str) -> pa.NativeFile:

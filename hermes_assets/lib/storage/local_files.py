@@ -4,12 +4,15 @@ What the project creates locally (partition files of a local warehouse, staged
 days, the spool of a URI warehouse) gets the modes of :class:`FileModes`
 whatever the umask: folders ``0700``, files ``0600`` by default. A file is
 replaced whole or not at all (temp file in the same folder, fsync, rename,
-fsync the folder), so a reader or a crash never sees half a file.
+fsync the folder), so a reader or a crash never sees half a file. A step that
+writes many files syncs their folders together, before it reports them
+(:func:`folder_syncs_deferred`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import fcntl
 import hashlib
@@ -17,11 +20,14 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,15 +50,21 @@ PRIVATE = FileModes()
 FILE_MODES = {"private": PRIVATE, "group": FileModes(0o750, 0o640)}
 
 
-def make_dirs(folder: str, modes: FileModes, top: str | None = None) -> None:
+def make_dirs(folder: str, modes: FileModes, top: str | None = None, done: set[tuple] | None = None) -> None:
     """Create ``folder`` (and parents); give the folder mode to every folder created
-    and to every folder below ``top`` (exclusive) down to ``folder``, whatever the umask."""
+    and to every folder below ``top`` (exclusive) down to ``folder``, whatever the umask.
+
+    ``done``: the folders this process gave their modes already, kept by the caller (a storage,
+    for the warehouse it writes: the day's lock, the write and the modes of each file ask for
+    the same folders, the root and the dataset's folder for every file): a folder that was there
+    already is not given them again; one created here always is."""
     folder = os.path.abspath(folder)
     created, current = [], folder
     while not os.path.isdir(current) and current != os.path.dirname(current):
         created.append(current)
         current = os.path.dirname(current)
-    os.makedirs(folder, exist_ok=True)
+    if created:
+        os.makedirs(folder, exist_ok=True)
     below_top = []
     if top is not None:
         top, current = os.path.abspath(top), folder
@@ -60,6 +72,10 @@ def make_dirs(folder: str, modes: FileModes, top: str | None = None) -> None:
             below_top.append(current)
             current = os.path.dirname(current)
     for path in dict.fromkeys(created + below_top):
+        if done is not None:
+            if (path, modes) in done and path not in created:
+                continue
+            done.add((path, modes))
         chmod_dir(path, modes)
 
 
@@ -288,11 +304,79 @@ def remove_stale_temps(folder: str, name: str, owner: str = "") -> None:
 
 
 def fsync_dir(folder: str) -> None:
+    """Make the names in ``folder`` durable (a file just renamed or linked there, or removed): at
+    once, or, inside :func:`folder_syncs_deferred`, when that block flushes them."""
+    syncs = _deferred.get()
+    if syncs is not None:
+        syncs.add(folder)
+        return
+    _fsync_dir_now(folder)
+
+
+def _fsync_dir_now(folder: str) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class FolderSyncs:
+    """The folders whose new names are not durable yet, synced together (:meth:`flush`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[str] = set()
+
+    def add(self, folder: str) -> None:
+        with self._lock:
+            self._pending.add(folder)
+
+    def flush(self) -> int:
+        """Sync every folder added since the last flush, once each; how many."""
+        with self._lock:
+            folders, self._pending = self._pending, set()
+        for folder in sorted(folders):
+            with contextlib.suppress(FileNotFoundError):  # removed since (an emptied day): nothing to keep
+                _fsync_dir_now(folder)
+        return len(folders)
+
+
+#: the folder syncs deferred by the block this context runs in (:func:`folder_syncs_deferred`)
+_deferred: contextvars.ContextVar[FolderSyncs | None] = contextvars.ContextVar(
+    "hermes_assets_folder_syncs", default=None
+)
+
+
+def deferring_to(syncs: FolderSyncs, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with its folders' syncs deferred to ``syncs`` (for a task run on a thread of
+    a generator's, which cannot hold :func:`folder_syncs_deferred` open across its yields)."""
+    token = _deferred.set(syncs)
+    try:
+        return fn(*args)
+    finally:
+        _deferred.reset(token)
+
+
+@contextlib.contextmanager
+def folder_syncs_deferred() -> Iterator[FolderSyncs]:
+    """A block that writes many files (a step's days), each in place whole (its bytes synced
+    before its rename or link, as always), whose folders are synced together: once each, when the
+    block calls :meth:`FolderSyncs.flush` and when it ends (an error too), instead of once per
+    file. A file is durable when the block has flushed it: a step flushes before it reports
+    what it wrote (its materializations), so what the instance records as written is on disk, as
+    before; a crash before the flush loses at most the new names of the files not reported yet
+    (the old file, or none, stays: never half a file). On a journaling filesystem the first
+    sync commits every name the block made, and the others find nothing left to commit: one
+    wait for many files. Threads started with a copy of the block's context
+    (``contextvars.copy_context``) defer theirs too; others sync at once."""
+    syncs = FolderSyncs()
+    token = _deferred.set(syncs)
+    try:
+        yield syncs
+    finally:
+        _deferred.reset(token)
+        syncs.flush()
 
 
 @contextlib.contextmanager

@@ -27,6 +27,9 @@ class LocalStorage:
         self.modes = modes
         self.owner = owner
         self.fs = pafs.LocalFileSystem()
+        #: the folders this storage gave their modes (a storage per step): not given them again
+        #: unless made again (:func:`local_files.make_dirs`)
+        self.folders_done: set[tuple] = set()
 
     @property
     def spool(self) -> str:
@@ -49,8 +52,8 @@ class LocalStorage:
             return []
         return [d for d in os.listdir(base) if os.path.exists(os.path.join(base, d, name))]
 
-    def files_under(self, base: str, depth: int) -> list[FileStamp]:
-        return local_files_under(base, depth)
+    def files_under(self, base: str, depth: int, name: str | None = None) -> list[FileStamp]:
+        return local_files_under(base, depth, name)
 
     def open_input(self, path: str) -> pa.NativeFile:
         return pa.OSFile(path)
@@ -67,7 +70,7 @@ class LocalStorage:
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         folder = os.path.join(self.root, key)
-        local_files.make_dirs(folder, self.modes, self.root)
+        local_files.make_dirs(folder, self.modes, self.root, self.folders_done)
         with local_files.locked(os.path.join(folder, LOCK_FILE), self.modes.file):
             yield
 
@@ -81,16 +84,18 @@ class LocalStorage:
         return local_files.read_versioned(path)
 
     def put_if(self, path: str, data: pa.Buffer, expected: str | None) -> bool:
-        return put_if_locally(path, data, expected, self.modes, self.root, self.owner)
+        return put_if_locally(path, data, expected, self.modes, self.root, self.owner, self.folders_done)
 
     def delete(self, path: str) -> None:
         local_files.delete(path)
 
     def fix_modes(self, folder: str) -> None:
-        fix_local_modes(folder, self.root, self.modes)
+        fix_local_modes(folder, self.root, self.modes, self.folders_done)
 
 
-def local_files_under(base: str, depth: int) -> list[FileStamp]:
+def local_files_under(base: str, depth: int, name: str | None = None) -> list[FileStamp]:
+    """:meth:`Storage.files_under` on this machine's disk: a listing of each folder, and a stat of
+    each file found (``name``: of those so named only)."""
     out: list[FileStamp] = []
 
     def walk(folder: str, prefix: str, left: int) -> None:
@@ -102,7 +107,7 @@ def local_files_under(base: str, depth: int) -> list[FileStamp]:
             if entry.is_dir(follow_symlinks=False):
                 if left > 1:
                     walk(entry.path, f"{prefix}{entry.name}/", left - 1)
-            elif entry.is_file(follow_symlinks=False):
+            elif (name is None or entry.name == name) and entry.is_file(follow_symlinks=False):
                 try:
                     info = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:  # replaced meanwhile
@@ -113,16 +118,27 @@ def local_files_under(base: str, depth: int) -> list[FileStamp]:
     return out
 
 
-def fix_local_modes(folder: str, root: str, modes: FileModes) -> None:
+def fix_local_modes(folder: str, root: str, modes: FileModes, done: set[tuple] | None = None) -> None:
+    """The modes of ``folder``, of the folders above it up to ``root`` (included), and of its files
+    (``done``: the folders given their modes already, :func:`local_files.make_dirs`)."""
     if not os.path.isdir(folder):
         return
-    local_files.make_dirs(folder, modes, os.path.dirname(root))
+    local_files.make_dirs(folder, modes, os.path.dirname(root), done)
     local_files.chmod_files(folder, modes)
 
 
-def put_if_locally(path: str, data: pa.Buffer, expected: str | None, modes: FileModes, root: str, owner: str) -> bool:
-    """:meth:`Storage.put_if` on this machine's disk (the caller holds the file's lock for a replace)."""
-    local_files.make_dirs(os.path.dirname(path), modes, os.path.dirname(root))
+def put_if_locally(
+    path: str,
+    data: pa.Buffer,
+    expected: str | None,
+    modes: FileModes,
+    root: str,
+    owner: str,
+    done: set[tuple] | None = None,
+) -> bool:
+    """:meth:`Storage.put_if` on this machine's disk (the caller holds the file's lock for a replace;
+    ``done``: the folders given their modes already, :func:`local_files.make_dirs`)."""
+    local_files.make_dirs(os.path.dirname(path), modes, os.path.dirname(root), done)
     if expected is None:
         return local_files.create_exclusive(path, data, modes.file, owner=owner)
     current = local_files.read_versioned(path)

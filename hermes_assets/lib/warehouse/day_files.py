@@ -112,7 +112,7 @@ class DayFiles:
         """``(day, host)`` of every partition file of ``dataset`` (host None: a derived
         dataset's file, or a captured day not yet moved to its host's folder)."""
         out: list[tuple[str, str | None]] = []
-        for found in self.storage.files_under(self.storage.join(self.root, dataset), depth=3):
+        for found in self.storage.files_under(self.storage.join(self.root, dataset), depth=3, name=PART_FILE):
             parts = found.path.split("/")
             if parts[-1] != PART_FILE or not parts[0].startswith("day="):
                 continue
@@ -134,7 +134,7 @@ class DayFiles:
 
     def hosts(self, dataset: str, day: str) -> list[str]:
         """The hosts with a file of a captured dataset's day."""
-        found = self.storage.files_under(self.day_dir(dataset, day), depth=2)
+        found = self.storage.files_under(self.day_dir(dataset, day), depth=2, name=PART_FILE)
         return sorted(
             h
             for f in found
@@ -147,12 +147,12 @@ class DayFiles:
         so a file replaced within the same second by one of the same size differs. A derived
         day computed from a stamp that still holds after it was written was computed from the
         files as they are."""
-        found = self.storage.files_under(self.day_dir(dataset, day), depth=2)
+        found = self.storage.files_under(self.day_dir(dataset, day), depth=2, name=PART_FILE)
         return tuple(sorted(f for f in found if f.path.rpartition("/")[2] == PART_FILE))
 
     def dataset_stamp(self, dataset: str) -> tuple:
         """:meth:`day_stamp` of every day of ``dataset`` at once (a table computed over all of them)."""
-        found = self.storage.files_under(self.storage.join(self.root, dataset), depth=3)
+        found = self.storage.files_under(self.storage.join(self.root, dataset), depth=3, name=PART_FILE)
         return tuple(sorted(f for f in found if f.path.rpartition("/")[2] == PART_FILE))
 
     def existing(self, dataset: str, days: Iterable[str], *, own: bool = True) -> set[str]:
