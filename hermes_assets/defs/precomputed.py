@@ -38,12 +38,13 @@ IN_PROCESS = frozenset({dg.in_process_executor.name, "execute_in_process_executo
 
 
 def day_figures(context: dg.AssetExecutionContext) -> Callable[[str, Mapping[str, pa.Table]], Any] | None:
-    """What the capture makes of a first capture's tables: the day's analytics, when the run
-    computes them too, in this process; else nothing."""
+    """What the capture makes of a first capture's tables: the day's analytics the run computes too
+    (those alone), in this process; else nothing."""
     selected = context.run.asset_selection or set()
     if context.job_def.executor_def.name not in IN_PROCESS:
         return None  # the analytics step runs in another process: nothing would take them
-    return captured_days.figures_of if any(dg.AssetKey(name) in selected for name in ANALYTICS) else None
+    wanted = [name for name in ANALYTICS if dg.AssetKey(name) in selected]
+    return captured_days.figures_for(wanted) if wanted else None
 
 
 #: run id -> day -> the figures its capture computed, held in the process between its two steps

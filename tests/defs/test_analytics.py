@@ -32,7 +32,7 @@ from tests.support.hermes_writer import DAY_S, START_S, openai_call
 #: slow: every test but one materializes through Dagster; the last evaluates the sensors after captures
 pytestmark = pytest.mark.slow
 
-USAGE, TOOLS = ANALYTICS[:2]
+USAGE, TOOLS, _, SKILLS = ANALYTICS[:4]
 EVERYTHING = (*DATASETS, *ANALYTICS)
 FIRST, LAST = SMALL_DAYS[0], SMALL_DAYS[-1]
 DAY1 = "2026-06-01"  # the writer's clock starts 2026-06-01T09:00Z
@@ -557,8 +557,14 @@ def test_the_capture_computes_the_analytics_only_for_a_run_that_computes_them_in
         run = SimpleNamespace(run_id="a-run", asset_selection={dg.AssetKey(n) for n in assets})
         return SimpleNamespace(run=run, job_def=SimpleNamespace(executor_def=SimpleNamespace(name=executor)))
 
-    assert precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS, TOOLS)) is not None
+    figures = precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS, TOOLS, SKILLS))
+    assert figures is not None
     assert precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS)) is None
+    # only the analytics the run computes (an empty day of the three datasets, as a worker holds it)
+    empty = {name: schemas.schema_of(name).empty_table() for name in DATASETS}
+    assert set(figures(DAY1, empty)) == {TOOLS, SKILLS}
+    everything = precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS, *ANALYTICS))
+    assert everything is not None and set(everything(DAY1, empty)) == set(ANALYTICS)
     assert precomputed.day_figures(context(dg.multiprocess_executor.name, *DATASETS, TOOLS)) is None
 
 

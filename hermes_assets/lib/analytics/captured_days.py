@@ -19,12 +19,13 @@ retained, dropped, replaced or merged).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hermes_assets.lib.analytics.daily import ANALYTICS, INPUTS, DayFigures, compute_days
+from hermes_assets.lib.analytics.daily import ANALYTICS, INPUTS, DayFigures, compute_days, inputs_for
 from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
@@ -41,12 +42,22 @@ class KnownDay:
     figures: dict[str, DayFigures]
 
 
-def figures_of(day: str, tables: Mapping[str, pa.Table]) -> dict[str, DayFigures]:
-    """Every analytics dataset of ``day`` from the day's whole tables of the three datasets: the columns
-    the analytics read, in the order of the files (:func:`~hermes_assets.lib.warehouse.partition_file.encode`
-    sorts them), as :func:`~hermes_assets.lib.analytics.daily.read_inputs` gives them."""
-    inputs = {name: _as_in_file(name, tables[name], columns) for name, columns in INPUTS.items()}
-    return compute_days(list(ANALYTICS), day, inputs)
+def figures_of(
+    day: str, tables: Mapping[str, pa.Table], datasets: Collection[str] = ANALYTICS
+) -> dict[str, DayFigures]:
+    """The analytics ``datasets`` (every one by default) of ``day`` from the day's whole tables of the
+    three datasets: the columns they read, in the order of the files
+    (:func:`~hermes_assets.lib.warehouse.partition_file.encode` sorts them), as
+    :func:`~hermes_assets.lib.analytics.daily.read_inputs` gives them. A run that computes some of the
+    analytics has its capture compute only those (:func:`figures_for`)."""
+    wanted = [dataset for dataset in ANALYTICS if dataset in datasets]
+    inputs = {name: _as_in_file(name, tables[name], columns) for name, columns in inputs_for(wanted).items()}
+    return compute_days(wanted, day, inputs)
+
+
+def figures_for(datasets: Collection[str]) -> Callable[[str, Mapping[str, pa.Table]], dict[str, DayFigures]]:
+    """:func:`figures_of` of ``datasets`` alone (a picklable function, sent to the capture's workers)."""
+    return functools.partial(figures_of, datasets=tuple(dataset for dataset in ANALYTICS if dataset in datasets))
 
 
 def _as_in_file(dataset: str, table: pa.Table, columns: list[str]) -> pa.Table:

@@ -30,7 +30,7 @@ replaced until it is known to be computed from the inputs as they are
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -70,6 +70,19 @@ INPUTS = {
     name: sorted({column for inputs in DATASET_INPUTS.values() for column in inputs.get(name, [])})
     for name in (SESSIONS, MESSAGES, GATEWAY)
 }
+
+
+def inputs_for(datasets: Iterable[str]) -> dict[str, list[str]]:
+    """The columns the analytics ``datasets`` read of each captured dataset (those they read at all),
+    sorted as in :data:`INPUTS`: a day is read once for all of them."""
+    wanted = [DATASET_INPUTS[dataset] for dataset in datasets]
+    return {
+        name: sorted({column for inputs in wanted for column in inputs.get(name, [])})
+        for name in INPUTS
+        if any(name in inputs for inputs in wanted)
+    }
+
+
 #: the datasets computed from the day's sessions (:func:`~hermes_assets.lib.analytics.day_sessions.day_sessions`)
 _OF_SESSIONS: dict[str, Callable[[str, list[day_sessions.Session]], DayFigures]] = {
     USAGE: usage.per_model,

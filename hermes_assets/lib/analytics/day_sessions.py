@@ -122,7 +122,7 @@ class Session:
     _costs: dict[str, float | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._counts = {name: sum(share.counts[name] for share in self.shares) for name in COUNTS}
+        self._counts = count_sums(self.shares)
         self._costs = {
             COSTS[0]: add_costs(share.estimated_cost_usd for share in self.shares),
             COSTS[1]: add_costs(share.actual_cost_usd for share in self.shares),
@@ -163,6 +163,24 @@ def add_costs(values: Iterable[float | None]) -> float | None:
     """The sum of costs that may be missing (None when all are)."""
     present = [v for v in values if v is not None]
     return sum(present) if present else None
+
+
+def add_cost(total: float | None, value: float | None) -> float | None:
+    """``add_costs([total, value])`` without building the list (a total adds each share's cost): the
+    same sum, from 0 as :func:`sum` adds."""
+    if value is None:
+        return None if total is None else 0 + total
+    return 0 + value if total is None else 0 + total + value
+
+
+def count_sums(shares: list[Share]) -> dict[str, int]:
+    """Each of :data:`COUNTS` added over ``shares`` (whole numbers: the same sums in any order)."""
+    out = dict.fromkeys(COUNTS, 0)
+    for share in shares:
+        counts = share.counts
+        for name in COUNTS:
+            out[name] += counts[name]
+    return out
 
 
 def rounded(value: float | None) -> float | None:
@@ -214,7 +232,15 @@ def hermes_cost(entry: dict) -> float:
 
 
 def _entry_share(entry: dict) -> Share:
-    counts = {"api_calls": _int(entry.get("api_call_count")), **{name: _int(entry.get(name)) for name in TOKENS}}
+    get = entry.get  # each of COUNTS, spelt out: a day builds a share per usage row
+    counts = {
+        "api_calls": _int(get("api_call_count")),
+        "input_tokens": _int(get("input_tokens")),
+        "output_tokens": _int(get("output_tokens")),
+        "cache_read_tokens": _int(get("cache_read_tokens")),
+        "cache_write_tokens": _int(get("cache_write_tokens")),
+        "reasoning_tokens": _int(get("reasoning_tokens")),
+    }
     return Share(
         model_name(entry.get("model")),
         counts,
@@ -233,7 +259,7 @@ def model_shares(session: dict) -> list[Share]:
     """What a session (a ``hermes_sessions`` row) used of each model: its usage entries, and what its
     own counters hold beyond them under its own model (all of them, for a session without entries)."""
     shares = [_entry_share(e) for e in usage_entries(session["usage_by_model"])]
-    used = {name: sum(s.counts[name] for s in shares) for name in COUNTS}
+    used = count_sums(shares)
     own = {"api_calls": _int(session["api_call_count"]), **{name: _int(session[name]) for name in TOKENS}}
     counts = {name: max(0, own[name] - used[name]) for name in COUNTS}
     estimated = _remainder(_cost(session["estimated_cost_usd"]), sum(s.estimated_cost_usd or 0.0 for s in shares))
@@ -336,10 +362,12 @@ class Totals:
     session_seconds: float = 0.0
 
     def add_share(self, share: Share) -> None:
+        counts, theirs = self.counts, share.counts
         for name in COUNTS:
-            self.counts[name] += share.counts[name]
-        for name, value in zip(COSTS, (share.estimated_cost_usd, share.actual_cost_usd)):
-            self.costs[name] = add_costs([self.costs[name], value])
+            counts[name] += theirs[name]
+        costs = self.costs
+        costs[COSTS[0]] = add_cost(costs[COSTS[0]], share.estimated_cost_usd)
+        costs[COSTS[1]] = add_cost(costs[COSTS[1]], share.actual_cost_usd)
         self.hermes_cost_usd += share.hermes_cost_usd
 
     def add_session(self, session: Session) -> None:
