@@ -210,7 +210,7 @@ def usage_entries(text: str | None) -> list[dict]:
         return []
     try:
         entries = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # bad JSON, or nested deeper than the parser goes
         return []
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 

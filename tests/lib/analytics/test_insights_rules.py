@@ -14,7 +14,7 @@ import json
 import pyarrow as pa
 
 from hermes_assets.lib.analytics import activity, hermes_prices, hermes_tool_calls, skills, top_sessions
-from hermes_assets.lib.analytics.day_sessions import Session, Share, hermes_cost, model_shares
+from hermes_assets.lib.analytics.day_sessions import Session, Share, hermes_cost, model_shares, usage_entries
 
 DAY = "2026-06-03"  # a Wednesday
 T0 = dt.datetime(2026, 6, 3, 9, 30, tzinfo=dt.UTC)
@@ -170,6 +170,13 @@ def test_a_usage_row_whose_names_are_not_text_is_priced_at_nothing_not_a_failed_
     }
     (share,) = model_shares(session)
     assert (share.model, share.counts["input_tokens"], share.hermes_cost_usd) == (None, 1_000_000, 0.0)
+
+
+def test_usage_rows_nested_deeper_than_json_reads_are_none_not_a_failed_day():
+    deep = "[" * 100_000 + "]" * 100_000  # json.loads: RecursionError, not ValueError
+    assert usage_entries(deep) == []
+    assert usage_entries("[{") == []
+    assert usage_entries('[{"model": "m"}, 3]') == [{"model": "m"}]
 
 
 def test_hermes_prices_routes():
