@@ -25,7 +25,7 @@ import contextvars
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import dagster as dg
@@ -140,17 +140,6 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
 WRITE_THREADS = 4
 
 
-def read_columns(datasets: Iterable[str]) -> dict[str, list[str]]:
-    """The columns the analytics ``datasets`` read of each captured dataset (those they read at all):
-    a day is read once for all of them."""
-    wanted = [daily.DATASET_INPUTS[dataset] for dataset in datasets]
-    return {
-        name: sorted({column for inputs in wanted for column in inputs.get(name, [])})
-        for name in daily.INPUTS
-        if any(name in inputs for inputs in wanted)
-    }
-
-
 def _prepare_day(wh: Warehouse, datasets: list[str], inputs: dict[str, DatasetDays], day: str) -> tuple[KnownDay, bool]:
     """The figures of ``datasets``' ``day``, computed once for them all: those this run's capture
     kept, while the stamps of the day's files still hold, else from the day's files read once; and
@@ -193,7 +182,7 @@ def _materialize(
     wh = warehouse.open()
     refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
     datasets = [dataset for dataset in daily.ANALYTICS if dg.AssetKey(dataset) in context.selected_asset_keys]
-    read = {name: dataclasses.replace(inputs[name], columns=cols) for name, cols in read_columns(datasets).items()}
+    read = {name: dataclasses.replace(inputs[name], columns=cols) for name, cols in daily.inputs_for(datasets).items()}
     days = context.partition_keys
     failed: dict[str, tuple[str, Exception]] = {}  # dataset -> its first failed day, and why
     files_changed: Counter[str] = Counter()
