@@ -71,8 +71,9 @@ def _decode(content: str) -> Decoded:
     return text, decoded, problems
 
 
-def _needs_decoding(content: str) -> bool:
-    """Whether a content cell's text differs from the cell, or the cell is a problem."""
+def needs_decoding(content: str) -> bool:
+    """Whether a content cell's text differs from the cell, or the cell is a problem (any other
+    text cell is its own text: the builders take it as it is, without :func:`content_text`)."""
     return content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS
 
 
@@ -80,7 +81,7 @@ def content_text(
     content: object, tally: ErrorTally, scoped_sid: str, mid: int, cache: dict[int | None, Decoded] | None = None
 ) -> tuple[str | None, Any]:
     """:func:`decode_content` for the cells that need it; any other text is its own."""
-    if isinstance(content, str) and _needs_decoding(content):
+    if isinstance(content, str) and needs_decoding(content):
         return decode_content(content, tally, scoped_sid, mid, cache)
     return (content if isinstance(content, str) else None), None
 

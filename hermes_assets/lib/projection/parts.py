@@ -16,7 +16,7 @@ from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
 from hermes_assets.lib.projection import display
-from hermes_assets.lib.projection.content import ENVELOPE, OVERSIZED_CHARS, Decoded, content_text, is_compact_summary
+from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
 from hermes_assets.lib.source.jsonutil import dumps, loads, quote
 
@@ -101,9 +101,7 @@ def message_parts(
     if role == "tool":
         text: str | None
         # a plain text cell is its own text (content_text's answer, without its two calls)
-        if type(content) is str and not (
-            content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS
-        ):
+        if type(content) is str and not needs_decoding(content):
             text = content
         else:
             text, _ = content_text(content, tally, scoped, msg["id"], decoded)
@@ -121,9 +119,7 @@ def message_parts(
             )
         )
     elif content and isinstance(content, str):
-        if type(content) is not str or (
-            content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS
-        ):
+        if type(content) is not str or needs_decoding(content):
             content, _ = content_text(content, tally, scoped, msg["id"], decoded)
         parts.append(("text", "text", content, None, None, None, None))
     return parts

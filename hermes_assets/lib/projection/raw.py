@@ -21,7 +21,7 @@ from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 from hermes_assets.lib.projection import copies, display, extra_columns
 from hermes_assets.lib.projection.arrays import arrow_array, repeated, row_columns
-from hermes_assets.lib.projection.content import ENVELOPE, OVERSIZED_CHARS, content_text
+from hermes_assets.lib.projection.content import content_text, needs_decoding
 from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.source.jsonutil import dumps
 from hermes_assets.lib.source.state_db import SessionBundle
@@ -279,10 +279,7 @@ def message_rows(item: SessionInput, out: RawColumns) -> None:
         content = msg["content"]
         # a plain text cell is its own text, with no envelope, and no cell has none (content_text's
         # answers, without its calls); any other cell is decoded by it
-        if content is None or (
-            type(content) is str
-            and not (content.startswith(ENVELOPE) or "data:" in content or len(content) > OVERSIZED_CHARS)
-        ):
+        if content is None or (type(content) is str and not needs_decoding(content)):
             texts.append(content)
             decoded_json.append(None)
             continue
