@@ -152,6 +152,8 @@ def day_figures(dataset: str, table: pa.Table, nulls: Mapping[str, int] | None =
 
 #: what a ``date`` that is no day in the canonical form (``YYYY-MM-DD``) stands for: no UTC day equals it
 _NOT_A_DAY = 1 << 40
+#: day 0 of Arrow's date32 (days since the Unix epoch)
+_EPOCH = dt.date(1970, 1, 1)
 
 
 def mismatched_dates(dates: pa.ChunkedArray, times: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -174,9 +176,6 @@ def mismatched_dates(dates: pa.ChunkedArray, times: pa.ChunkedArray) -> pa.Chunk
     given = pc.take(pa.array(days, pa.int64()), pc.index_in(dates, value_set=texts))
     actual = pc.cast(pc.cast(times, pa.date32()), pa.int32()).cast(pa.int64())
     return pc.fill_null(pc.not_equal(actual, given), False)
-
-
-_EPOCH = dt.date(1970, 1, 1)
 
 
 def _null_rows(table: pa.Table, keys: list[str], columns: list[str]) -> list[dict[str, Any]]:
