@@ -141,6 +141,14 @@ class Workers(Generic[S, R]):
         self._spawning = threading.Thread(target=self._spawn, args=(first,), name="hermes-assets-workers", daemon=True)
         self._spawning.start()
 
+    def wait_started(self, timeout: float | None = None) -> bool:
+        """Whether the worker processes have started (each with its first days to take once it has
+        the state), waiting at most ``timeout`` seconds; True with no worker process."""
+        if self._spawning is not None:
+            self._spawning.join(timeout)
+            return not self._spawning.is_alive() and self._spawn_error is None
+        return True
+
     def _ahead(self) -> int:
         return 2 * (self.count - 1)  # every worker one day ahead
 
