@@ -103,10 +103,9 @@ def test_workers_start_before_the_state_exists_and_take_it_when_it_is_sent(metho
 def test_a_run_that_fails_before_its_state_is_ready_stops_its_workers():
     """The workers wait for a state that never comes: they stop with the run (no wait for ever)."""
     started = time.monotonic()
-    with pytest.raises(ValueError, match="no rule set"):
-        with pool.started(where, ["a", "b", "c"], 2) as workers:
-            assert workers.wait_started(timeout=120)
-            raise ValueError("no rule set")
+    with pytest.raises(ValueError, match="no rule set"), pool.started(where, ["a", "b", "c"], 2) as workers:
+        assert workers.wait_started(timeout=120)
+        raise ValueError("no rule set")
     assert time.monotonic() - started < 120
 
 
