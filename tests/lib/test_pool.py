@@ -83,6 +83,32 @@ def test_days_come_back_in_order_from_fresh_workers_never_forks_of_the_caller(me
     assert len(unpickled) == len(set(unpickled)) <= 2 and {str(s["pid"]) for s in workers} <= set(unpickled)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("method", pool.START_METHODS)
+def test_workers_start_before_the_state_exists_and_take_it_when_it_is_sent(method, tmp_path):
+    """A run's workers boot while the run sets itself up (its redaction, on a first run a command's
+    output): they start first, the state reaches each of them once, after."""
+    days = [f"d{i}" for i in range(6)]
+    log = tmp_path / "unpickled"
+    with pool.started(where, days, 2, start_method=method) as workers:
+        assert workers.wait_started(timeout=120), "the worker did not start"
+        assert not log.exists()  # started, the state not made yet
+        seen = list(workers.map(Job(str(log))))
+    assert [s["day"] for s in seen] == days
+    in_workers = {s["pid"] for s in seen if s["pid"] != os.getpid()}
+    assert in_workers and log.read_text().split() == [str(pid) for pid in in_workers]
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_before_its_state_is_ready_stops_its_workers():
+    """The workers wait for a state that never comes: they stop with the run (no wait for ever)."""
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="no rule set"), pool.started(where, ["a", "b", "c"], 2) as workers:
+        assert workers.wait_started(timeout=120)
+        raise ValueError("no rule set")
+    assert time.monotonic() - started < 120
+
+
 def test_one_worker_runs_every_day_in_the_caller(tmp_path):
     seen = list(pool.map_days(where, Job(str(tmp_path / "log")), ["a", "b"], workers=1))
     assert {s["pid"] for s in seen} == {os.getpid()} and not (tmp_path / "log").exists()

@@ -47,6 +47,7 @@ from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BI
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.redaction import stored_files, stored_markers
 from hermes_assets.lib.redaction.redactor import RedactionConfig, redactor_for
+from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.storage import local_files
 from hermes_assets.lib.warehouse import staging
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
@@ -109,37 +110,28 @@ def project_rows(
     module-level function: the run's analytics, for one).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
-    files_redacted = markers = None
-    if redaction is not None:
-        redactor = redactor_for(redaction)
-        warehouse.redaction_version = redactor.version
-        # the markers stored files hold already, once per host (before the pass below adds its own)
-        markers = None if stored_markers.stamped(warehouse) else stored_markers.scan(warehouse)
-        # files written before redaction (or under other rules) first, so the days merge with redacted rows
-        files_redacted = stored_files.redact_files(warehouse, redactor)
-    else:
-        warehouse.redaction_version = None
-        stored_files.forget_stamp(warehouse)
-    job = DayJob(
-        plan,
-        replace(ctx, now_s=plan.read_at),  # one clock for the sanity window of the whole run
-        warehouse,
-        staging,
-        {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
-        redaction,
-        day_figures,
-        {ds: warehouse.existing(ds, plan.days, own=False) for ds in CAPTURE_DATASETS} if day_figures else {},
-    )
     if plan.sessions_in_range() < parallel_min_sessions:
         workers = 1
     try:
-        on_done = None if progress is None else (lambda staged: progress.advance(staged.rows))
-        days = list(
-            pool.map_days(
-                stage_day, job, plan.days, workers, log_format=log_format, start_method=start_method, on_done=on_done
+        # the worker processes boot while this one sets the redaction up (the rule set, on a first run,
+        # is printed by a command) and looks at the warehouse
+        with pool.started(
+            stage_day, plan.days, workers, log_format=log_format, start_method=start_method
+        ) as day_workers:
+            files_redacted, markers = _redaction_pass(warehouse, redaction)
+            job = DayJob(
+                plan,
+                replace(ctx, now_s=plan.read_at),  # one clock for the sanity window of the whole run
+                warehouse,
+                staging,
+                {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
+                redaction,
+                day_figures,
+                {ds: warehouse.existing(ds, plan.days, own=False) for ds in CAPTURE_DATASETS} if day_figures else {},
             )
-        )
-    except BaseException:
+            on_done = None if progress is None else (lambda staged: progress.advance(staged.rows))
+            days = list(day_workers.map(job, on_done))
+    except BaseException:  # once the workers have stopped: none writes to it any more
         shutil.rmtree(staging, ignore_errors=True)
         raise
     run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted, markers)
@@ -158,6 +150,23 @@ def project_rows(
         by_kind={ds: dict(sorted(c.items())) for ds, c in found.items() if c},
     )
     return run
+
+
+def _redaction_pass(
+    warehouse: Warehouse, redaction: RedactionConfig | None
+) -> tuple[stored_files.FilesRedacted | None, dict[str, list[Sighting]] | None]:
+    """The warehouse set for ``redaction`` (None: none): the redaction version its files get, the
+    markers its files hold already, its files written before redaction (or under other rules)
+    redacted first, so the days merge with redacted rows."""
+    if redaction is None:
+        warehouse.redaction_version = None
+        stored_files.forget_stamp(warehouse)
+        return None, None
+    redactor = redactor_for(redaction)
+    warehouse.redaction_version = redactor.version
+    # the markers stored files hold already, once per host (before the pass below adds its own)
+    markers = None if stored_markers.stamped(warehouse) else stored_markers.scan(warehouse)
+    return stored_files.redact_files(warehouse, redactor), markers
 
 
 def stage_day(job: DayJob, day: str) -> StagedDay:
