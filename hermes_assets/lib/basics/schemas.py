@@ -383,3 +383,11 @@ def schema_of(dataset: str) -> pa.Schema:
 def sort_of(dataset: str) -> tuple[str, ...]:
     """The columns a dataset's partition file is ordered by."""
     return spec(dataset).sort_keys
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """``schema.empty_table()`` (one empty chunk per column), built from typed empty arrays:
+    pyarrow's own converts an empty Python list, and its first conversion of Python values in a
+    process imports pandas when it is installed (a third of a second), which a run of days without
+    any session has no other reason to do."""
+    return pa.table([pa.nulls(0, field.type) for field in schema], schema=schema)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS, SIGHTINGS
+from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS, SIGHTINGS, empty_table
 from hermes_assets.lib.redaction import sighting_files, stored_markers
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def staged_rows(rows: DayRows, host: str, stores: dict[str, str]) -> pa.Table:
     """The day's sightings as rows of the dataset (``stores``: store label -> path)."""
     if not rows.sightings:
-        return sighting_files.SCHEMA.empty_table()
+        return empty_table(sighting_files.SCHEMA)
     sessions = rows.table(SESSIONS).select(sighting_files.SESSION_COLUMNS)
     messages = rows.table(MESSAGES).select(sighting_files.MESSAGE_COLUMNS)
     return sighting_files.rows(rows.day, host, rows.sightings, sessions, messages, stores)
