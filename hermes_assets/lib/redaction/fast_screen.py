@@ -16,9 +16,12 @@ On the same text they differ in two ways only, and each is covered:
   a bounded number of times (once, ``?``, ``{n}``, ``{m,n}``), reads one to four bytes per
   character in Hyperscan (:func:`for_bytes`: ``.{0,20}`` is searched as ``.{0,80}``).
 
-Every other construct the screen uses (ASCII classes, literals, ``\\w``, ``\\s``, unbounded
-repeats) reads a character of RE2 as the same bytes in Hyperscan, or more (``\\s`` holds ``\\v``
-there); an alternative with an anchor or a construct :func:`for_bytes` does not know leaves the
+* RE2's ``\\s`` is ``[\\t\\n\\f\\r ]``, Hyperscan's holds ``\\v`` too, so Hyperscan's ``\\S``
+  (and ``[^\\s]``) would miss a vertical tab RE2's matches: :func:`for_bytes` writes out RE2's
+  set (:func:`_re2_spaces`).
+
+Every other construct the screen uses (ASCII classes, literals, ``\\w``, unbounded repeats) reads
+a character of RE2 as the same bytes in Hyperscan, or more; an alternative with an anchor or a construct :func:`for_bytes` does not know leaves the
 whole screen to RE2. A match Hyperscan finds that RE2 would not (across two cells, or only as
 relaxed) is dropped when RE2 decides its cell.
 
@@ -249,7 +252,7 @@ def for_bytes(pattern: str) -> str | None:
         m = _TOKEN.match(pattern, at)
         if m is None or m.lastgroup in ("anchor", "flags"):
             return None
-        tokens.append((m.lastgroup, m.group()))
+        tokens.append(_re2_spaces(m.lastgroup, m.group()))
         at = m.end()
     i = 0
     while i < len(tokens):
@@ -270,6 +273,25 @@ def for_bytes(pattern: str) -> str | None:
         else:  # once, or "?" (and its lazy form)
             out.append(f"{{{0 if quant.startswith('?') else 1},{_UTF8_MAX}}}")
     return "".join(out)
+
+
+#: RE2's ``\\s``, written out (Hyperscan's ``\\s`` also holds ``\\v``)
+_RE2_SPACES = "\\t\\n\\f\\r "
+_CLASS_ESCAPE = re.compile(r"\\(?:x\{[0-9A-Fa-f]+\}|x[0-9A-Fa-f]{2}|[pP](?:\{\w+\}|\w)|.)|.", re.DOTALL)
+
+
+def _re2_spaces(kind: str | None, text: str) -> tuple[str | None, str]:
+    """A token whose ``\\s`` or ``\\S`` Hyperscan would read otherwise than RE2, as RE2 reads it:
+    ``\\s`` as RE2's set, ``\\S`` as the class of all else; in a class, ``\\s`` as the set's
+    characters and ``\\S`` with ``\\v`` beside it (Hyperscan's ``\\S`` lacks only that one)."""
+    if kind == "escape" and text in ("\\s", "\\S"):
+        return "class", ("[^" if text == "\\S" else "[") + _RE2_SPACES + "]"
+    if kind == "class" and ("\\s" in text or "\\S" in text):
+        head = "[^" if text.startswith("[^") else "["
+        body = text[len(head) : -1]
+        parts = [_RE2_SPACES if e == "\\s" else "\\S\\v" if e == "\\S" else e for e in _CLASS_ESCAPE.findall(body)]
+        return kind, head + "".join(parts) + "]"
+    return kind, text
 
 
 def _wide_atom(kind: str | None, text: str) -> bool:

@@ -21,7 +21,7 @@ import types
 import pyarrow as pa
 import pytest
 import re2
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hermes_assets.lib.redaction import fast_screen, screen
@@ -107,6 +107,18 @@ def test_the_kelvin_sign_and_the_long_s_are_read_as_re2_reads_them():
     assert REDACTOR._column_screen.flagged(pa.array(column, pa.large_string())) == [0]
 
 
+@needs_hyperscan
+def test_a_vertical_tab_in_a_secret_is_read_as_re2_reads_it():
+    """RE2's ``\\s`` does not hold the vertical tab (Hyperscan's does): a URL's password with one in
+    it is a match of ``[^\\s/@]+`` for RE2, so the Hyperscan pass flags its cell too."""
+    password = "".join(random.Random(11).choice("abcdefghjkmnpqrstuvwxyz") for _ in range(6))
+    url = "postgres:" + "//" + "svc" + ":" + password[:3] + "\x0b" + password[3:] + "@" + "db.internal:5432/x"
+    column = pa.array(["connect to " + url, "plain text"], pa.large_string())
+    assert screen.flagged(REDACTOR._screen, column) == [0], "RE2 reads the password as one"
+    assert REDACTOR._column_screen.engine == "hyperscan"
+    assert REDACTOR._column_screen.flagged(column) == [0]
+
+
 @pytest.mark.parametrize(
     ("pattern", "expected"),
     [
@@ -114,7 +126,11 @@ def test_the_kelvin_sign_and_the_long_s_are_read_as_re2_reads_them():
         ("a[^x]{8}", "a[^x]{8,32}"),
         ("a.{0,20}?b", "a.{0,80}?b"),
         ("a[^x]?b", "a[^x]{0,4}b"),
-        ("a\\S{3,}b", "a\\S{3,}b"),
+        ("a\\S{3,}b", "a[^\\t\\n\\f\\r ]{3,}b"),
+        ("a\\s+b", "a[\\t\\n\\f\\r ]+b"),
+        ("x[^\\s]y", "x[^\\t\\n\\f\\r ]{1,4}y"),
+        ("x[a\\S]{3}y", "x[a\\S\\v]{3,12}y"),
+        ("x[\\\\s]y", "x[\\\\s]y"),
         ("x[^y]+z", "x[^y]+z"),
         ("[A-Z]{8}b", "[A-Z]{8}b"),
         ("\\x{24}ab[\\x{80}-\\x{ff}]", "\\x{24}ab[\\x{80}-\\x{ff}]{1,4}"),
@@ -127,9 +143,13 @@ def test_an_alternative_reads_as_many_bytes_as_re2_reads_characters(pattern, exp
 
 
 @needs_hyperscan
-@pytest.mark.parametrize("pattern", ["a.b", "a[^x]{3}b", "k.{0,4}?z", "q\\S{2}r"])
+@pytest.mark.parametrize(
+    "pattern", ["a.b", "a[^x]{3}b", "k.{0,4}?z", "q\\S{2}r", "q[^\\s]{2}r", "q[\\Sz]{2}r", "q\\s\\sr"]
+)
 @settings(max_examples=40, deadline=None)
 @given(middle=st.text(min_size=0, max_size=6))
+@example(middle="0\x0b")  # RE2's \S holds the vertical tab, Hyperscan's does not
+@example(middle="\x0b\x0b")
 def test_a_relaxed_alternative_matches_wherever_re2_does(pattern, middle):
     """Whatever characters sit in a gap, Hyperscan's reading of the alternative still matches the
     text RE2 matches."""
