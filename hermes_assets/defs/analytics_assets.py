@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dagster as dg
 
-from hermes_assets.defs import precomputed, run_progress
+from hermes_assets.defs import precomputed, ranged_metadata, run_progress
 from hermes_assets.defs.capture_assets import refuse_host_conflicts
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
@@ -222,8 +222,7 @@ def _materialize(
                         progress.advance(result.rows)
                 if dataset not in failed:
                     folder_syncs.flush()  # its days' files durable before they are reported
-                    for day, values in metadata:
-                        context.add_asset_metadata(values, asset_key=dataset, partition_key=day)
+                    ranged_metadata.add_days_metadata(context, dataset, metadata)
                     yield dg.MaterializeResult(asset_key=dataset)
         except BaseException:  # the run was canceled: the days not started yet are not started
             for future in [*prepared.values(), *(f for per_day in writes.values() for f in per_day)]:

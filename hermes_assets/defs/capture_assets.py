@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 
 import dagster as dg
 
-from hermes_assets.defs import check_events, checks, precomputed, run_progress, store_checks
+from hermes_assets.defs import check_events, checks, precomputed, ranged_metadata, run_progress, store_checks
 from hermes_assets.defs.io_manager import DATASETS_IO_MANAGER
 from hermes_assets.defs.partitions import Days
 from hermes_assets.defs.resources import CaptureRuntime, HermesStores, HermesWarehouse, UsagePolicy
@@ -226,10 +226,11 @@ def write_partitions(
     staging.sweep(wh.staging_root, lambda run_id: needs_staging(context.instance, run_id), keep=context.run.run_id)
     projected = {staged.day: staged.datasets for staged in run.days}
     for dataset in CAPTURE_DATASETS:
-        for result in written.results[dataset]:
-            context.add_asset_metadata(
-                day_metadata(result, projected[result.day][dataset]), asset_key=dataset, partition_key=result.day
-            )
+        ranged_metadata.add_days_metadata(
+            context,
+            dataset,
+            [(r.day, day_metadata(r, projected[r.day][dataset])) for r in written.results[dataset]],
+        )
         # the run's totals are in its log (hermes.capture.write), not repeated on each of its days
         yield dg.MaterializeResult(asset_key=dataset)
     yield from day_checks(context, wh, written.results, workers=max(2, capture_runtime.workers))

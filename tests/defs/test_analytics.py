@@ -572,20 +572,33 @@ def test_each_analytics_datasets_files_are_synced_before_it_is_reported(small, i
     """Each file is put in place whole (its bytes synced first); the folders of a dataset's files
     are synced, once each, before the step reports the dataset's days (their metadata, then its
     materialization)."""
+    from dagster._core.execution.context.metadata_logging import OutputMetadataAccumulator
+
+    from hermes_assets.defs import ranged_metadata
     from hermes_assets.lib.storage import local_files
 
     assert small.materialize(FIRST, LAST, instance=instance, select=DATASETS).success
     synced: list[str] = []
     monkeypatch.setattr(local_files, "_fsync_dir_now", synced.append)
     reported: dict[tuple[str, str], set[str]] = {}
-    add = dg.AssetExecutionContext.add_asset_metadata
+    add = ranged_metadata.add_days_metadata
 
-    def add_asset_metadata(self, metadata, asset_key=None, partition_key=None):
-        reported[(dg.AssetKey.from_coercible(asset_key).to_user_string(), partition_key)] = set(synced)
-        return add(self, metadata, asset_key=asset_key, partition_key=partition_key)
+    def add_days_metadata(context, asset_key, days):
+        for day, _ in days:
+            reported[(asset_key, day)] = set(synced)
+        return add(context, asset_key, days)
 
-    monkeypatch.setattr(dg.AssetExecutionContext, "add_asset_metadata", add_asset_metadata)
+    monkeypatch.setattr(ranged_metadata, "add_days_metadata", add_days_metadata)
+    # each day's metadata added without copying Dagster's accumulator once per day (quadratic in the days)
+    copies = []
+    accumulate = OutputMetadataAccumulator.with_additional_asset_metadata
+    monkeypatch.setattr(
+        OutputMetadataAccumulator,
+        "with_additional_asset_metadata",
+        lambda self, *a, **k: copies.append(1) or accumulate(self, *a, **k),
+    )
     assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
+    assert not copies
     for dataset in ANALYTICS:
         days = days_on_disk(small.warehouse, dataset)
         assert days, dataset

