@@ -27,6 +27,7 @@ from tests.defs.harness import (
     partition_metadata,
     step_output_metadata,
 )
+from tests.support import accumulator
 from tests.support.hermes_writer import DAY_S, START_S, openai_call
 
 #: slow: every test but one materializes through Dagster; the last evaluates the sensors after captures
@@ -572,7 +573,6 @@ def test_each_analytics_datasets_files_are_synced_before_it_is_reported(small, i
     """Each file is put in place whole (its bytes synced first); the folders of a dataset's files
     are synced, once each, before the step reports the dataset's days (their metadata, then its
     materialization)."""
-    from dagster._core.execution.context.metadata_logging import OutputMetadataAccumulator
 
     from hermes_assets.defs import ranged_metadata
     from hermes_assets.lib.storage import local_files
@@ -590,13 +590,7 @@ def test_each_analytics_datasets_files_are_synced_before_it_is_reported(small, i
 
     monkeypatch.setattr(ranged_metadata, "add_days_metadata", add_days_metadata)
     # each day's metadata added without copying Dagster's accumulator once per day (quadratic in the days)
-    copies = []
-    accumulate = OutputMetadataAccumulator.with_additional_asset_metadata
-    monkeypatch.setattr(
-        OutputMetadataAccumulator,
-        "with_additional_asset_metadata",
-        lambda self, *a, **k: copies.append(1) or accumulate(self, *a, **k),
-    )
+    copies = accumulator.count_copies(monkeypatch)
     assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
     assert not copies
     for dataset in ANALYTICS:

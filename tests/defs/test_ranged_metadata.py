@@ -4,9 +4,9 @@
 
 import dagster as dg
 import pytest
-from dagster._core.execution.context.metadata_logging import OutputMetadataAccumulator
 
 from hermes_assets.defs import ranged_metadata
+from tests.support import accumulator
 
 #: slow: each test runs small Dagster runs (in process)
 pytestmark = pytest.mark.slow
@@ -58,13 +58,7 @@ def test_the_days_metadata_reach_their_materializations_as_added_day_by_day(monk
     want = _metadata(_run(_per_day))
     assert set(want) == {(asset, day) for asset in "ab" for day in IN_RANGE}
     assert want[("b", "2026-06-04")] == {"rows": 5, "path": "/wh/b/day=2026-06-04", "day": "2026-06-04"}
-    copies = []
-    accumulate = OutputMetadataAccumulator.with_additional_asset_metadata
-    monkeypatch.setattr(
-        OutputMetadataAccumulator,
-        "with_additional_asset_metadata",
-        lambda self, *a, **k: copies.append(1) or accumulate(self, *a, **k),
-    )
+    copies = accumulator.count_copies(monkeypatch)
     result = _run(ranged_metadata.add_days_metadata)
     assert result.success and _metadata(result) == want
     assert not copies  # Dagster's accumulator is not copied once per day
