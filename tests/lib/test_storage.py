@@ -396,6 +396,26 @@ def test_a_flush_of_many_folders_syncs_them_several_at_a_time(tmp_path, monkeypa
     assert sorted(f for f, _ in seen) == sorted(str(f) for f in folders if str(f) != failing)
 
 
+def test_a_flush_of_few_folders_tries_each_before_raising(tmp_path, monkeypatch):
+    """Fewer folders than :data:`SYNC_THREADS`, synced one after the other: a failed sync is raised
+    once the others were synced, as with many."""
+    seen: list[str] = []
+    folders = [str(tmp_path / name) for name in ("a", "b", "c")]
+
+    def failed(folder: str) -> None:
+        if folder == folders[0]:
+            raise PermissionError(folder)
+        seen.append(folder)
+
+    monkeypatch.setattr(local_files, "_fsync_dir_now", failed)
+    syncs = local_files.FolderSyncs()
+    for folder in folders:
+        syncs.add(folder)
+    with pytest.raises(PermissionError):
+        syncs.flush()
+    assert seen == folders[1:]
+
+
 def test_folders_synced_together_once_each_when_the_block_flushes(tmp_path, monkeypatch):
     """A block that writes many files: each file's bytes synced before its rename (whole or not at
     all, as always), their folders synced once each when the block flushes or ends, on the

@@ -322,9 +322,15 @@ def _fsync_dir_now(folder: str) -> None:
         os.close(fd)
 
 
-def _fsync_dir_if_there(folder: str) -> None:
-    with contextlib.suppress(FileNotFoundError):  # removed since (an emptied day): nothing to keep
+def _sync_error(folder: str) -> OSError | None:
+    """Sync ``folder`` (removed since, an emptied day: nothing to keep); the error it raised, if any."""
+    try:
         _fsync_dir_now(folder)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return exc
+    return None
 
 
 #: how many folders a flush syncs at once: each sync waits on the disk, and syncs made together
@@ -350,14 +356,15 @@ class FolderSyncs:
         with self._lock:
             folders, self._pending = self._pending, set()
         ordered = sorted(folders)
+        errors: list[BaseException | None]
         if len(ordered) < SYNC_THREADS:
-            for folder in ordered:
-                _fsync_dir_if_there(folder)
+            errors = [_sync_error(folder) for folder in ordered]
         else:
             with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="folder-sync") as threads:
-                tried = [threads.submit(_fsync_dir_if_there, folder) for folder in ordered]
-            for future in tried:
-                future.result()
+                errors = list(threads.map(_sync_error, ordered))
+        first = next((error for error in errors if error is not None), None)
+        if first is not None:
+            raise first
         return len(folders)
 
 
