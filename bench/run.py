@@ -475,9 +475,7 @@ def rounds(args, store: Path, facts: dict, work: Path, warehouse_uri) -> dict:
         loads.append(os.getloadavg()[0])
         here = work / f"round{i}"
         warehouse = warehouse_uri(here)
-        env = dagster_env(here / "dagster_home", store, warehouse, facts["first_day"])
-        if args.workers:
-            env["HERMES_ASSETS_WORKERS"] = str(args.workers)
+        env = _workers(dagster_env(here / "dagster_home", store, warehouse, facts["first_day"]), args)
         r = launch({**env, "HERMES_ASSETS_START_DATE": EMPTY_DAY}, "--partition", EMPTY_DAY)
         _record(r, "empty", times, cpu, pss)
         # the same through the dagster CLI: its own instance and warehouse
@@ -605,9 +603,7 @@ def main() -> None:
         figures["redaction_share"] = (best["on"]["cpu"] - best["off"]["cpu"]) / best["off"]["cpu"]
 
         # one warehouse and instance for the runs that follow a backfill
-        env = dagster_env(work / "dagster_home", store, warehouse_uri(work), facts["first_day"])
-        if args.workers:
-            env["HERMES_ASSETS_WORKERS"] = str(args.workers)
+        env = _workers(dagster_env(work / "dagster_home", store, warehouse_uri(work), facts["first_day"]), args)
         day_range = f"{facts['first_day']}...{facts['last_day']}"
         launch(env, "--partition-range", day_range)
         if "rerun" in extra:

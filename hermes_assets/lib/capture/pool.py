@@ -273,8 +273,7 @@ def map_days(
     on_done: Callable[[R], None] | None = None,
 ) -> Iterator[R]:
     """``fn(state, day)`` for every day, in day order, on ``workers`` processes: this one
-    and ``workers - 1`` started ones (:func:`started`, :meth:`Workers.map`)."""
-    if start_method not in START_METHODS:
-        raise ValueError(f"start method {start_method!r} is not one of {', '.join(START_METHODS)}")
+    and ``workers - 1`` started ones (:func:`started`, :meth:`Workers.map`; an unknown start method
+    is refused there)."""
     with started(fn, days, workers, log_format=log_format, start_method=start_method) as pool:
         yield from pool.map(state, on_done)
