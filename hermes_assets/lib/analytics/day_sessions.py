@@ -281,7 +281,8 @@ def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list
     sessions = live(only(sessions, INPUTS[SESSIONS]), SESSIONS)
     messages = live(only(messages, INPUTS[MESSAGES]), MESSAGES)
     calls = only(parts, ["session_id", "part_type"])
-    calls = calls.filter(pc.equal(calls.column("part_type"), "tool_call"))
+    if calls.num_rows:  # none: no scalar to convert (pyarrow's first conversion imports pandas)
+        calls = calls.filter(pc.equal(calls.column("part_type"), "tool_call"))
     found: dict[tuple[str, str, str], Session] = {}
     canonical: dict[str, Session] = {}
     for s in _rows(sessions):
@@ -303,6 +304,8 @@ def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list
         # a session is its host's store's (several hosts, one warehouse: SPEC §2)
         found[(s["host"], s["store"], s["id"])] = session
         canonical[ids.session_id(s["store_label"], s["id"], s["generation"] or 1)] = session
+    if not found:  # no session to count for (and no scalar converted: pyarrow's first conversion imports pandas)
+        return []
     kept = messages.filter(pc.fill_null(pc.not_equal(messages.column("role"), "session_meta"), True))
     for key, n in count_by(kept, ["host", "store", "session_id"]).items():
         if key in found:
