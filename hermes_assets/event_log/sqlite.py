@@ -120,12 +120,13 @@ class BatchedSqliteEventLogStorage(GroupedWrites, SqliteEventLogStorage):
         return cls(config_value.get("base_dir"), inst_data=inst_data)
 
     @contextmanager
-    def _connect(self, shard: str) -> Iterator[db.engine.Connection]:
+    def _connect(self, shard: str, *args: Any, **kwargs: Any) -> Iterator[db.engine.Connection]:
         """Dagster's connection to one database (a new one per write, in a transaction, closed after
         it: the close of the last one checkpoints the WAL, which the UI's live view watches), made by
-        an engine kept for the next writes (Dagster builds one per write and disposes of it)."""
+        an engine kept for the next writes (Dagster builds one per write and disposes of it).
+        Dagster's own, whatever it is called with, when the storage fell back to Dagster's."""
         if self.fallback is not None:
-            with super()._connect(shard) as conn:
+            with super()._connect(shard, *args, **kwargs) as conn:
                 yield conn
             return
         with self._db_lock:
