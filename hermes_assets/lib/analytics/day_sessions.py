@@ -78,7 +78,7 @@ INPUTS = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Share:
     """What one session used of one model."""
 
@@ -94,7 +94,7 @@ class Share:
     hermes_counted: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class Session:
     """One session of the day and its figures."""
 
@@ -374,7 +374,7 @@ def as_pylist(column: pa.ChunkedArray) -> list:
     ]
 
 
-@dataclass
+@dataclass(slots=True)
 class Totals:
     """Figures added over sessions (a model's, a channel's, an hour's)."""
 

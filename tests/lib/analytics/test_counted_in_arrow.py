@@ -91,6 +91,9 @@ def _outcome(read, text: str):
 @given(text=_JSON_TEXT | _ODD_TEXT | st.text(max_size=12))
 def test_python_loads_is_json_loads(text):
     assert _outcome(python_loads, text) == _outcome(json.loads, text)
+    assert _outcome(python_loads, text.encode("utf-8", "surrogatepass")) == _outcome(
+        json.loads, text.encode("utf-8", "surrogatepass")
+    )
 
 
 # -- hermes_calls: Hermes's reading, row by row ---------------------------------------------------
