@@ -219,9 +219,13 @@ def hermes_cost(entry: dict) -> float:
     """The cost Hermes's report gives a usage row: its stored estimate when the row says how it was
     costed (a ``cost_status`` or ``cost_source``), else Hermes's own price of its tokens
     (:mod:`~hermes_assets.lib.analytics.hermes_prices`)."""
+    return _hermes_cost(entry, {name: _int(entry.get(name)) for name in TOTAL_TOKENS})
+
+
+def _hermes_cost(entry: dict, tokens: dict[str, int]) -> float:
+    """:func:`hermes_cost` of a usage row whose tokens (:data:`TOTAL_TOKENS`, at least) are read already."""
     if entry.get("cost_status") or entry.get("cost_source"):
         return _cost(entry.get("estimated_cost_usd")) or 0.0
-    tokens = {name: _int(entry.get(name)) for name in TOTAL_TOKENS}
     # a name that is not text (a list, a dict: not Hermes's writing) routes nowhere: no price, not a failed day
     return hermes_prices.row_cost(
         model_name(entry.get("model")),
@@ -242,11 +246,11 @@ def _entry_share(entry: dict) -> Share:
         "reasoning_tokens": _int(get("reasoning_tokens")),
     }
     return Share(
-        model_name(entry.get("model")),
+        model_name(get("model")),
         counts,
-        _cost(entry.get("estimated_cost_usd")),
-        _cost(entry.get("actual_cost_usd")),
-        hermes_cost(entry),
+        _cost(get("estimated_cost_usd")),
+        _cost(get("actual_cost_usd")),
+        _hermes_cost(entry, counts),  # its tokens are among the counts
         True,
     )
 

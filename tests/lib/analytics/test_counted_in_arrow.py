@@ -345,3 +345,23 @@ def test_tool_calls_that_name_no_call_count_none(text):
         }
     ]
     assert hermes_tool_calls.hermes_calls(pa.Table.from_pylist(rows, schema=_MESSAGES)) == {}
+
+
+_PRICED_ENTRY = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(["gpt-5", "claude-sonnet-4", "anthropic/claude-sonnet-4.6", "", None, 5]),
+        "billing_provider": st.sampled_from(["openrouter", "anthropic", "", None, ["x"]]),
+        "billing_base_url": st.sampled_from(["https://openrouter.ai/api/v1", "", None]),
+        "cost_status": st.sampled_from(["", "estimated", None]),
+        "cost_source": st.sampled_from(["", "provider", None]),
+        "estimated_cost_usd": _COST | st.just(True),
+        **{name: _COUNT | st.just(True) | st.floats(0, 10**6, allow_nan=False) for name in day_sessions.TOTAL_TOKENS},
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entry=_PRICED_ENTRY)
+def test_a_usage_rows_share_costs_what_hermes_cost_says(entry):
+    """A share prices its row from the counts it read (its tokens among them), as :func:`hermes_cost` does."""
+    assert repr(day_sessions._entry_share(entry).hermes_cost_usd) == repr(day_sessions.hermes_cost(entry))
