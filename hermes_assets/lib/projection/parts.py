@@ -226,20 +226,16 @@ def append_parts(
         uuid = str(mid)
         stem = part_stem(prefix, mid, message_generations[mid] if message_generations else 1)
         esc_stem = esc_prefix + stem[tail_at:]
-        for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
-            message_id = f"{stem}{k}"
+        for k, (ptype, _, text, tool_name, call_id, args, result_for) in enumerate(parts):
             carrier = k == last
             append(
                 (
-                    message_id,
+                    f"{stem}{k}",
                     prev,
                     uuid,
-                    index,
                     ts_ms,
                     role,
-                    message_id + ids.PART_SUFFIX,
                     ptype,
-                    subtype,
                     text,
                     tool_name,
                     call_id,
