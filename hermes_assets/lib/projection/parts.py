@@ -76,9 +76,12 @@ def message_parts(
     tally: ErrorTally,
     scoped: str,
     decoded: dict[int | None, Decoded] | None,
+    plain: dict[int | None, str] | None = None,
 ) -> list[Part]:
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body, as
-    ``(part_type, provider_subtype, text, tool_name, call_id, args, result_for)``."""
+    ``(part_type, provider_subtype, text, tool_name, call_id, args, result_for)``.
+    ``plain`` (mid -> cell): where the content cells found to be their own text are told
+    (:attr:`SessionInput.plain`)."""
     parts: list[Part] = []
     reasoning = msg["reasoning"]
     if reasoning and isinstance(reasoning, str):
@@ -103,6 +106,8 @@ def message_parts(
         # a plain text cell is its own text (content_text's answer, without its two calls)
         if type(content) is str and not needs_decoding(content):
             text = content
+            if plain is not None:
+                plain[msg["id"]] = content
         else:
             text, _ = content_text(content, tally, scoped, msg["id"], decoded)
         call_id = nonempty(msg["tool_call_id"])
@@ -121,6 +126,8 @@ def message_parts(
     elif content and isinstance(content, str):
         if type(content) is not str or needs_decoding(content):
             content, _ = content_text(content, tally, scoped, msg["id"], decoded)
+        elif plain is not None:
+            plain[msg["id"]] = content
         parts.append(("text", "text", content, None, None, None, None))
     return parts
 
@@ -159,10 +166,11 @@ def append_parts(
     """Append the row tuple of every part of the session's messages to ``rows`` (the order of
     ``gateway.ROW_COLUMNS``). -> (the number of parts, the last part's id as its successor's
     ``previous_message_id``)."""
-    messages, marks, decoded, message_generations = (
+    messages, marks, decoded, plain, message_generations = (
         item.bundle.messages,
         item.marks,
         item.decoded,
+        item.plain,
         item.message_generations,
     )
     scoped, session_id, start_ms = header.scoped, header.session_id, header.start_ms
@@ -184,7 +192,7 @@ def append_parts(
     for msg in messages:
         mid = msg["id"]
         role = msg["role"] if isinstance(msg["role"], str) else str(msg["role"])
-        parts = message_parts(msg, role, call_names, tally, scoped, decoded)
+        parts = message_parts(msg, role, call_names, tally, scoped, decoded, plain)
         if not parts:
             continue
         ts = msg["timestamp"]
