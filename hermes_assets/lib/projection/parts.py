@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
-from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
+from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, sane_instant, upper_ms
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
@@ -190,13 +190,15 @@ def append_parts(
     lo_ms, hi_ms = int(SANE_MIN_S * 1000), upper_ms(now_s)
 
     for msg in messages:
-        mid = msg["id"]
-        role = msg["role"] if isinstance(msg["role"], str) else str(msg["role"])
+        mid, role = msg["id"], msg["role"]
+        if not isinstance(role, str):
+            role = str(role)
         parts = message_parts(msg, role, call_names, tally, scoped, decoded, plain)
         if not parts:
             continue
         ts = msg["timestamp"]
-        ts_ms = round_ms(ts) if type(ts) is float and lo_s <= ts <= hi_s else None
+        # round_ms(ts), without a call per message
+        ts_ms = int((ts * 1000 + 0.5) // 1) if type(ts) is float and lo_s <= ts <= hi_s else None
         if ts_ms is None or not lo_ms <= ts_ms <= hi_ms:
             ts_ms = sane_instant(ts, now_s)
             if ts_ms is None:
@@ -204,7 +206,13 @@ def append_parts(
                 ts_ms = start_ms
         day = day_of(ts_ms)
         content = msg["content"]
-        summary = True if msg.get("_compressed_summary") == 1 or is_compact_summary(content) else None
+        # is_compact_summary's own first test before the call: most cells fail it
+        summary = (
+            True
+            if msg.get("_compressed_summary") == 1
+            or (isinstance(content, str) and "[CONTEXT" in content and is_compact_summary(content))
+            else None
+        )
         # D20/D21: a row's own attributes; ``marks`` is None for a store before schema 23, which has none
         own = display.hermes_fragment(msg, marks.get(mid)) if marks is not None else ""
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
