@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import zoneinfo
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +36,7 @@ from hermes_assets.lib.analytics import hermes_prices
 from hermes_assets.lib.analytics.live_rows import count_by, live, only, tool_parts
 from hermes_assets.lib.basics import ids
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.source.jsonutil import python_loads
 
 TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 COSTS = ("estimated_cost_usd", "actual_cost_usd")
@@ -78,7 +78,7 @@ INPUTS = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Share:
     """What one session used of one model."""
 
@@ -94,7 +94,7 @@ class Share:
     hermes_counted: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class Session:
     """One session of the day and its figures."""
 
@@ -209,7 +209,7 @@ def usage_entries(text: str | None) -> list[dict]:
     if not text:
         return []
     try:
-        entries = json.loads(text)
+        entries = python_loads(text)
     except (ValueError, RecursionError):  # bad JSON, or nested deeper than the parser goes
         return []
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
@@ -219,9 +219,13 @@ def hermes_cost(entry: dict) -> float:
     """The cost Hermes's report gives a usage row: its stored estimate when the row says how it was
     costed (a ``cost_status`` or ``cost_source``), else Hermes's own price of its tokens
     (:mod:`~hermes_assets.lib.analytics.hermes_prices`)."""
+    return _hermes_cost(entry, {name: _int(entry.get(name)) for name in TOTAL_TOKENS})
+
+
+def _hermes_cost(entry: dict, tokens: dict[str, int]) -> float:
+    """:func:`hermes_cost` of a usage row whose tokens (:data:`TOTAL_TOKENS`, at least) are read already."""
     if entry.get("cost_status") or entry.get("cost_source"):
         return _cost(entry.get("estimated_cost_usd")) or 0.0
-    tokens = {name: _int(entry.get(name)) for name in TOTAL_TOKENS}
     # a name that is not text (a list, a dict: not Hermes's writing) routes nowhere: no price, not a failed day
     return hermes_prices.row_cost(
         model_name(entry.get("model")),
@@ -242,11 +246,11 @@ def _entry_share(entry: dict) -> Share:
         "reasoning_tokens": _int(get("reasoning_tokens")),
     }
     return Share(
-        model_name(entry.get("model")),
+        model_name(get("model")),
         counts,
-        _cost(entry.get("estimated_cost_usd")),
-        _cost(entry.get("actual_cost_usd")),
-        hermes_cost(entry),
+        _cost(get("estimated_cost_usd")),
+        _cost(get("actual_cost_usd")),
+        _hermes_cost(entry, counts),  # its tokens are among the counts
         True,
     )
 
@@ -258,22 +262,55 @@ def _remainder(own: float | None, used: float) -> float | None:
 def model_shares(session: dict) -> list[Share]:
     """What a session (a ``hermes_sessions`` row) used of each model: its usage entries, and what its
     own counters hold beyond them under its own model (all of them, for a session without entries)."""
-    shares = [_entry_share(e) for e in usage_entries(session["usage_by_model"])]
+    return _model_shares(
+        session["usage_by_model"],
+        session["model"],
+        [session["api_call_count"], *(session[name] for name in TOKENS)],
+        session["estimated_cost_usd"],
+        session["actual_cost_usd"],
+    )
+
+
+def _model_shares(
+    usage_by_model: str | None, model: object, own_counts: list, estimated_cost: object, actual_cost: object
+) -> list[Share]:
+    """:func:`model_shares` of a session's cells: ``own_counts``, its API calls and tokens (:data:`COUNTS`)."""
+    shares = [_entry_share(e) for e in usage_entries(usage_by_model)]
     used = count_sums(shares)
-    own = {"api_calls": _int(session["api_call_count"]), **{name: _int(session[name]) for name in TOKENS}}
-    counts = {name: max(0, own[name] - used[name]) for name in COUNTS}
-    estimated = _remainder(_cost(session["estimated_cost_usd"]), sum(s.estimated_cost_usd or 0.0 for s in shares))
-    actual = _remainder(_cost(session["actual_cost_usd"]), sum(s.actual_cost_usd or 0.0 for s in shares))
+    counts = {name: max(0, _int(own) - used[name]) for name, own in zip(COUNTS, own_counts)}
+    estimated = _remainder(_cost(estimated_cost), sum(s.estimated_cost_usd or 0.0 for s in shares))
+    actual = _remainder(_cost(actual_cost), sum(s.actual_cost_usd or 0.0 for s in shares))
     # Hermes adds the remainder when any of it is not zero, reasoning tokens aside (it counts none)
     hermes_counted = any(counts[n] for n in COUNTS if n != "reasoning_tokens") or bool(estimated) or bool(actual)
     if hermes_counted or counts["reasoning_tokens"] or not shares:
-        shares.append(Share(model_name(session["model"]), counts, estimated, actual, estimated or 0.0, hermes_counted))
+        shares.append(Share(model_name(model), counts, estimated, actual, estimated or 0.0, hermes_counted))
     return shares
 
 
 def day_sessions(sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> list[Session]:
     """The day's sessions the store holds now, each with its figures (see the module)."""
     return sessions_of(sessions, messages, tool_parts(gateway))
+
+
+#: the cells of a session :func:`sessions_of` reads, in this order
+_SESSION_CELLS = (
+    "host",
+    "store",
+    "store_label",
+    "id",
+    "generation",
+    "source",
+    "model",
+    "title",
+    "started_at",
+    "ended_at",
+    "message_count",
+    "tool_call_count",
+    "usage_by_model",
+    "api_call_count",
+    *TOKENS,
+    *COSTS,
+)
 
 
 def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list[Session]:
@@ -285,25 +322,30 @@ def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list
         calls = calls.filter(pc.equal(calls.column("part_type"), "tool_call"))
     found: dict[tuple[str, str, str], Session] = {}
     canonical: dict[str, Session] = {}
-    for s in _rows(sessions):
+    columns = {name: as_pylist(sessions.column(name)) for name in _SESSION_CELLS}
+    for host, store, label, sid, generation, source, model, title, started, ended, messages_n, calls_n, *cells in zip(
+        *columns.values()
+    ):
+        usage_by_model, api_calls, *tokens = cells[:-2]
+        estimated_cost, actual_cost = cells[-2:]
         session = Session(
-            s["host"],
-            s["store"],
-            s["store_label"],
-            s["id"],
-            s["source"],
-            model_name(s["model"]),
-            s["title"],
-            s["started_at"],
-            s["ended_at"],
-            model_shares(s),
-            _int(s["message_count"]),
-            _int(s["tool_call_count"]),
-            {name: _int(s[name]) for name in TOKENS},
+            host,
+            store,
+            label,
+            sid,
+            source,
+            model_name(model),
+            title,
+            started,
+            ended,
+            _model_shares(usage_by_model, model, [api_calls, *tokens], estimated_cost, actual_cost),
+            _int(messages_n),
+            _int(calls_n),
+            {name: _int(value) for name, value in zip(TOKENS, tokens)},
         )
         # a session is its host's store's (several hosts, one warehouse: SPEC §2)
-        found[(s["host"], s["store"], s["id"])] = session
-        canonical[ids.session_id(s["store_label"], s["id"], s["generation"] or 1)] = session
+        found[(host, store, sid)] = session
+        canonical[ids.session_id(label, sid, generation or 1)] = session
     if not found:  # no session to count for (and no scalar converted: pyarrow's first conversion imports pandas)
         return []
     kept = messages.filter(pc.fill_null(pc.not_equal(messages.column("role"), "session_meta"), True))
@@ -339,14 +381,7 @@ def as_pylist(column: pa.ChunkedArray) -> list:
     ]
 
 
-def _rows(sessions: pa.Table) -> Iterator[dict]:
-    """The sessions' rows, as ``to_pylist`` gives them, converted a column at a time."""
-    columns = [as_pylist(column) for column in sessions.columns]
-    names = sessions.column_names
-    return (dict(zip(names, values)) for values in zip(*columns))
-
-
-@dataclass
+@dataclass(slots=True)
 class Totals:
     """Figures added over sessions (a model's, a channel's, an hour's)."""
 

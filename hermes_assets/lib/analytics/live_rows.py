@@ -86,9 +86,13 @@ def count_by(table: pa.Table, keys: list[str]) -> dict[tuple, int]:
     """How many rows hold each combination of ``keys``' values."""
     if table.num_rows == 0:
         return {}
-    if len(keys) == 1:  # one key: Arrow's hash count, without a query plan
-        counts = pc.value_counts(table.column(keys[0])).flatten()
-        return {(key,): n for key, n in zip(counts[0].to_pylist(), counts[1].to_pylist())}
+    lead = [table.column(k) for k in keys[:-1]]
+    if all(pc.count_distinct(column, mode="all").as_py() == 1 for column in lead):
+        # one value in each but the last key (a day of one host's store; one key): Arrow's hash count of
+        # the last, without a query plan
+        fixed = tuple(column[0].as_py() for column in lead)
+        counts = pc.value_counts(table.column(keys[-1])).flatten()
+        return {(*fixed, key): n for key, n in zip(counts[0].to_pylist(), counts[1].to_pylist())}
     counts = table.group_by(keys, use_threads=False).aggregate([([], "count_all")])
     columns = [counts.column(k).to_pylist() for k in keys]
     return {tuple(key): n for *key, n in zip(*columns, counts.column("count_all").to_pylist())}

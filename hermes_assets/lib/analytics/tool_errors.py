@@ -8,13 +8,13 @@ screen (:func:`maybe_error`) cannot clear.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.analytics.live_rows import holds
+from hermes_assets.lib.source.jsonutil import python_loads
 
 #: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
 #: ``agent/tool_result_classification.py``)
@@ -23,7 +23,7 @@ _FILE_MUTATING_TOOLS = frozenset({"write_file", "patch"})
 
 def _json(text: str) -> Any:
     try:
-        return json.loads(text)
+        return python_loads(text)
     except (ValueError, RecursionError):
         return None
 

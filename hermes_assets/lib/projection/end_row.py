@@ -29,14 +29,13 @@ _MODELS_MEMBER = '"usage_by_model":0'
 def end_row(
     item: SessionInput,
     header: SessionHeader,
-    index: int,
     prev: str,
     day_of: DayNames,
     now_s: float,
     tally: ErrorTally,
 ) -> tuple | None:
-    """The end row's tuple (``gateway.ROW_COLUMNS`` order) at ``index``, after the part whose
-    id ``prev`` names; None when the session has not ended."""
+    """The end row's tuple (``gateway.ROW_COLUMNS`` order), after the part whose id ``prev``
+    names (last of the session: its index follows from its place); None when the session has not ended."""
     s = item.bundle.session
     if not s.get("ended_at"):  # unset, or zero
         return None
@@ -64,11 +63,8 @@ def end_row(
         message_id,
         prev,
         None,
-        index,
         ended_ms,
         "system",
-        ids.part_id(message_id),
-        "status",
         "status",
         None,
         None,

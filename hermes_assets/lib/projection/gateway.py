@@ -9,11 +9,13 @@ Arrow table without a per-row dict (the row tuples converted by Arrow in one pas
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics import ids, schemas
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import DayNames
 from hermes_assets.lib.projection.arrays import arrow_array, repeated, row_columns
@@ -27,12 +29,9 @@ ROW_COLUMNS = (
     "message_id",
     "previous_message_id",
     "provider_uuid",
-    "message_index",
     "message_created_at",
     "role",
-    "part_id",
     "part_type",
-    "provider_subtype",
     "content_text",
     "tool_name",
     "tool_call_id",
@@ -43,6 +42,18 @@ ROW_COLUMNS = (
     "attributes",
     "date",
 )
+#: columns that vary per row but follow from the others, built by Arrow at :meth:`GatewayColumns.to_table`
+#: (no Python value per row): a part's index in its session, its ``part_id`` (its ``message_id`` and
+#: :data:`~hermes_assets.lib.basics.ids.PART_SUFFIX`), its ``provider_subtype`` (one per ``part_type``)
+DERIVED_COLUMNS = ("message_index", "part_id", "provider_subtype")
+#: ``part_type`` -> ``provider_subtype`` (SPEC §5.2: every part type has one)
+SUBTYPES = {
+    "reasoning": "thinking",
+    "tool_call": "tool_use",
+    "tool_result": "tool_result",
+    "text": "text",
+    "status": "status",
+}
 #: columns constant over a session (one value per session, repeated at build time)
 SESSION_COLUMNS = (
     "session_id",
@@ -94,6 +105,7 @@ class GatewayColumns:
             dict(zip(SESSION_COLUMNS, zip(*self.sessions))) if self.sessions else {c: () for c in SESSION_COLUMNS}
         )
         session_of_row = repeated(range(len(self.session_rows)), self.session_rows, pa.int32())
+        row_cols.update(_derived(row_cols, self.session_rows, n, schema))
         fields, arrays = [], []
         for f in schema:
             name = f.name
@@ -111,6 +123,23 @@ class GatewayColumns:
             fields.append(f)
             arrays.append(array)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _derived(row_cols: dict[str, pa.Array], session_rows: list[int], n: int, schema: pa.Schema) -> dict[str, pa.Array]:
+    """:data:`DERIVED_COLUMNS` from the row columns and each session's number of rows."""
+    # a row's index in its session: its position, less its session's first row's
+    starts = list(itertools.accumulate(session_rows, initial=0))[:-1]
+    positions = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), n)), pa.scalar(1, pa.int32()))
+    index = pc.subtract(positions, repeated(starts, session_rows, pa.int32()))
+    part_types = row_cols["part_type"]
+    subtypes = pa.array(list(SUBTYPES.values()), pa.string()).take(pc.index_in(part_types, pa.array(list(SUBTYPES))))
+    if subtypes.null_count:  # never: every part type the projection makes is in SUBTYPES
+        raise ValueError(f"a part type without a subtype: {pc.unique(part_types.filter(subtypes.is_null()))}")
+    return {
+        "message_index": index.cast(schema.field("message_index").type),
+        "part_id": pc.binary_join_element_wise(row_cols["message_id"], ids.PART_SUFFIX, ""),
+        "provider_subtype": subtypes,
+    }
 
 
 #: session-constant text columns kept as dictionaries (one value per session): all but
@@ -138,7 +167,7 @@ def project_session(item: SessionInput, out: GatewayColumns, ctx: ProjectionCont
         return 0
     out.sessions.append(header.columns)
     index, prev = append_parts(item, header, out.rows, out.day_names, ctx.now_s, tally)
-    end = end_row(item, header, index, prev, out.day_names, ctx.now_s, tally)
+    end = end_row(item, header, prev, out.day_names, ctx.now_s, tally)
     if end is not None:
         out.rows.append(end)
         index += 1

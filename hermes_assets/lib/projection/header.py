@@ -113,6 +113,9 @@ class SessionInput:
     scope_path: str | None = None
     #: each content cell decoded once, for both datasets that hold its text (mid -> decoding)
     decoded: dict[int | None, Decoded] = field(default_factory=dict)
+    #: the content cells the canonical rows found to be their own text (mid -> the cell, a text
+    #: without envelope, data URI or size problem): the raw rows take them without looking again
+    plain: dict[int | None, str] = field(default_factory=dict)
     _models: list[dict] | Literal[_Unset.UNSET] | None = field(default=_UNSET, init=False, repr=False)
     _models_json: str | Literal[_Unset.UNSET] | None = field(default=_UNSET, init=False, repr=False)
 

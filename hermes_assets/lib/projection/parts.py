@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
-from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, round_ms, sane_instant, upper_ms
+from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, sane_instant, upper_ms
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
@@ -76,9 +76,12 @@ def message_parts(
     tally: ErrorTally,
     scoped: str,
     decoded: dict[int | None, Decoded] | None,
+    plain: dict[int | None, str] | None = None,
 ) -> list[Part]:
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body, as
-    ``(part_type, provider_subtype, text, tool_name, call_id, args, result_for)``."""
+    ``(part_type, provider_subtype, text, tool_name, call_id, args, result_for)``.
+    ``plain`` (mid -> cell): where the content cells found to be their own text are told
+    (:attr:`SessionInput.plain`)."""
     parts: list[Part] = []
     reasoning = msg["reasoning"]
     if reasoning and isinstance(reasoning, str):
@@ -103,6 +106,8 @@ def message_parts(
         # a plain text cell is its own text (content_text's answer, without its two calls)
         if type(content) is str and not needs_decoding(content):
             text = content
+            if plain is not None:
+                plain[msg["id"]] = content
         else:
             text, _ = content_text(content, tally, scoped, msg["id"], decoded)
         call_id = nonempty(msg["tool_call_id"])
@@ -121,6 +126,8 @@ def message_parts(
     elif content and isinstance(content, str):
         if type(content) is not str or needs_decoding(content):
             content, _ = content_text(content, tally, scoped, msg["id"], decoded)
+        elif plain is not None:
+            plain[msg["id"]] = content
         parts.append(("text", "text", content, None, None, None, None))
     return parts
 
@@ -159,10 +166,11 @@ def append_parts(
     """Append the row tuple of every part of the session's messages to ``rows`` (the order of
     ``gateway.ROW_COLUMNS``). -> (the number of parts, the last part's id as its successor's
     ``previous_message_id``)."""
-    messages, marks, decoded, message_generations = (
+    messages, marks, decoded, plain, message_generations = (
         item.bundle.messages,
         item.marks,
         item.decoded,
+        item.plain,
         item.message_generations,
     )
     scoped, session_id, start_ms = header.scoped, header.session_id, header.start_ms
@@ -182,13 +190,15 @@ def append_parts(
     lo_ms, hi_ms = int(SANE_MIN_S * 1000), upper_ms(now_s)
 
     for msg in messages:
-        mid = msg["id"]
-        role = msg["role"] if isinstance(msg["role"], str) else str(msg["role"])
-        parts = message_parts(msg, role, call_names, tally, scoped, decoded)
+        mid, role = msg["id"], msg["role"]
+        if not isinstance(role, str):
+            role = str(role)
+        parts = message_parts(msg, role, call_names, tally, scoped, decoded, plain)
         if not parts:
             continue
         ts = msg["timestamp"]
-        ts_ms = round_ms(ts) if type(ts) is float and lo_s <= ts <= hi_s else None
+        # round_ms(ts), without a call per message
+        ts_ms = int((ts * 1000 + 0.5) // 1) if type(ts) is float and lo_s <= ts <= hi_s else None
         if ts_ms is None or not lo_ms <= ts_ms <= hi_ms:
             ts_ms = sane_instant(ts, now_s)
             if ts_ms is None:
@@ -196,7 +206,13 @@ def append_parts(
                 ts_ms = start_ms
         day = day_of(ts_ms)
         content = msg["content"]
-        summary = True if msg.get("_compressed_summary") == 1 or is_compact_summary(content) else None
+        # is_compact_summary's own first test before the call: most cells fail it
+        summary = (
+            True
+            if msg.get("_compressed_summary") == 1
+            or (isinstance(content, str) and "[CONTEXT" in content and is_compact_summary(content))
+            else None
+        )
         # D20/D21: a row's own attributes; ``marks`` is None for a store before schema 23, which has none
         own = display.hermes_fragment(msg, marks.get(mid)) if marks is not None else ""
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
@@ -226,20 +242,16 @@ def append_parts(
         uuid = str(mid)
         stem = part_stem(prefix, mid, message_generations[mid] if message_generations else 1)
         esc_stem = esc_prefix + stem[tail_at:]
-        for k, (ptype, subtype, text, tool_name, call_id, args, result_for) in enumerate(parts):
-            message_id = f"{stem}{k}"
+        for k, (ptype, _, text, tool_name, call_id, args, result_for) in enumerate(parts):
             carrier = k == last
             append(
                 (
-                    message_id,
+                    f"{stem}{k}",
                     prev,
                     uuid,
-                    index,
                     ts_ms,
                     role,
-                    message_id + ids.PART_SUFFIX,
                     ptype,
-                    subtype,
                     text,
                     tool_name,
                     call_id,

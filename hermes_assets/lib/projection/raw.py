@@ -255,7 +255,7 @@ def session_row(item: SessionInput, out: RawColumns) -> None:
 def message_rows(item: SessionInput, out: RawColumns) -> None:
     """Every stored message of the session (inactive ones too), cells as stored; content
     decoded through ``item.decoded``, shared with the canonical rows."""
-    bundle, generations, decoded = item.bundle, item.message_generations, item.decoded
+    bundle, generations, decoded, plain = item.bundle, item.message_generations, item.decoded, item.plain
     texts, decoded_json = out.derived["content_text"], out.derived["content_json"]
     gens = out.derived["generation"]
     scoped = bundle.store.scoped(bundle.sid)
@@ -278,8 +278,9 @@ def message_rows(item: SessionInput, out: RawColumns) -> None:
     for msg in bundle.messages:
         content = msg["content"]
         # a plain text cell is its own text, with no envelope, and no cell has none (content_text's
-        # answers, without its calls); any other cell is decoded by it
-        if content is None or (type(content) is str and not needs_decoding(content)):
+        # answers, without its calls), as the canonical rows found it (the same cell) or seen here;
+        # any other cell is decoded by it
+        if content is None or plain.get(msg["id"]) is content or (type(content) is str and not needs_decoding(content)):
             texts.append(content)
             decoded_json.append(None)
             continue

@@ -52,6 +52,16 @@ def _decoding(decoder: json.JSONDecoder) -> Callable[[str], Any]:
 
 
 _DECODE = _decoding(json.JSONDecoder(parse_float=_parse_float, parse_constant=_reject_constant))
+_PYTHON_DECODE = _decoding(json.JSONDecoder())
+
+
+def python_loads(text: str) -> Any:
+    """:func:`json.loads` (its values and its errors: Python's JSON, ``NaN`` and big integers
+    included), a text without decode's Python steps: the analytics read cells as Hermes's own
+    report does, many small ones a day."""
+    return _PYTHON_DECODE(text) if type(text) is str else json.loads(text)
+
+
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: the encoder's C core, made once: ``JSONEncoder.encode`` builds it again on every call, a
 #: cost paid per row on the hot path. Same arguments as ``encode`` passes, so the same text;

@@ -85,3 +85,42 @@ def test_an_oversized_cell_is_counted_by_both_builders(cell):
     for role in ("user", "tool"):
         assert _built([cell], [role]) == _expected([cell], [role])
         assert _built([cell], [role])[3]["raw"] == {"oversized_cell": 1}
+
+
+def _built_shared(cells: list, roles: list[str]) -> tuple[list, list, list, dict]:
+    """:func:`_built` as a capture builds a session: its canonical parts first, then its raw rows,
+    through one :class:`SessionInput` (the cells the parts found plain are told to the raw rows)."""
+    msgs = [message(mid, role=role, content=cell) for mid, (cell, role) in enumerate(zip(cells, roles), start=1)]
+    item = SessionInput(bundle(*msgs))
+    tally_raw, tally_parts = ErrorTally(), ErrorTally()
+    bodies = []
+    for msg, role in zip(msgs, roles, strict=True):
+        parts = message_parts(msg, role, {}, tally_parts, "s", item.decoded, item.plain)
+        body = [p for p in parts if p[0] in ("text", "tool_result")]
+        bodies.append(body[0][2] if body else None)
+    out = raw.messages_columns(NOW_S, tally_raw)
+    raw.message_rows(item, out)
+    texts, envelopes = out.derived["content_text"], out.derived["content_json"]
+    return texts, envelopes, bodies, {"raw": tally_raw.as_dict(), "parts": tally_parts.as_dict()}
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(CELLS, st.sampled_from(["user", "assistant", "tool"])), min_size=1, max_size=8))
+def test_every_content_cell_comes_out_as_content_text_says_when_the_parts_looked_first(cells_and_roles):
+    cells = [c for c, _ in cells_and_roles]
+    roles = [r for _, r in cells_and_roles]
+    assert _built_shared(cells, roles) == _expected(cells, roles)
+
+
+def test_the_raw_rows_trust_a_plain_cell_only_when_it_is_the_same_cell():
+    """``plain`` names a cell by its message id: a message whose cell is another object (the
+    same id, another cell) is looked at again, never taken as its own text."""
+    envelope = ENVELOPE + dumps([{"type": "text", "text": "a"}, "b"])
+    uri = "data:;base64,QUJD x"
+    item = SessionInput(bundle(message(1, content=envelope), message(2, content=uri)))
+    item.plain.update({1: "a\nb", 2: "".join(list(uri))})  # equal text, other objects
+    assert item.plain[2] == uri and item.plain[2] is not uri
+    out = raw.messages_columns(NOW_S, ErrorTally())
+    raw.message_rows(item, out)
+    assert out.derived["content_text"] == ["a\nb", "data:application/octet-stream;base64,<stripped> x"]
+    assert out.derived["content_json"] == [dumps([{"type": "text", "text": "a"}, "b"]), None]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+
 from hermes_assets.lib.basics import errors
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import DayNames
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
-from hermes_assets.lib.projection.gateway import ROW_COLUMNS
+from hermes_assets.lib.projection.gateway import ROW_COLUMNS, GatewayColumns, project_session
 from hermes_assets.lib.projection.header import SessionInput, session_header
 from tests.lib.projection.bundles import NOW_S, T0, bundle, message
 
@@ -17,11 +19,14 @@ CTX = ProjectionContext(user_home="/home/u", now_s=NOW_S, git=NoGit())
 
 
 def _end(b, tally=None):
+    """The session's end row as its table holds it (its index and ``part_id`` are built there)."""
     tally = tally if tally is not None else ErrorTally()
-    item = SessionInput(b)
-    header = session_header(item, CTX, tally)
-    row = end_row(item, header, 3, '["prev"]', DayNames(), NOW_S, tally)
-    return None if row is None else dict(zip(ROW_COLUMNS, row))
+    out = GatewayColumns()
+    project_session(SessionInput(b), out, CTX, tally)
+    table = out.to_table()
+    at = table.schema.get_field_index("message_created_at")  # as epoch ms, what the row tuple holds
+    rows = table.set_column(at, "message_created_at", table[at].cast(pa.int64())).to_pylist()
+    return rows[-1] if rows and rows[-1]["part_type"] == "status" else None
 
 
 def test_a_session_not_ended_has_no_end_row():
@@ -48,10 +53,11 @@ def test_the_end_row_carries_the_current_totals():
         "status",
     )
     assert (row["message_index"], row["previous_message_id"], row["message_created_at"]) == (
-        3,
-        '["prev"]',
+        1,  # after the message's one part
+        '["hermes-s-1-0"]',
         int((T0 + 60) * 1000),
     )
+    assert row["provider_subtype"] == "status" and row["provider_uuid"] is None
     attrs = json.loads(row["attributes"])
     assert attrs["hermes"] == {
         "session_end": True,
@@ -81,7 +87,7 @@ def test_the_per_model_usage_is_the_session_rows_text_in_its_place():
     ]
     item = SessionInput(b)
     header = session_header(item, CTX, ErrorTally())
-    row = dict(zip(ROW_COLUMNS, end_row(item, header, 1, "[]", DayNames(), NOW_S, ErrorTally())))
+    row = dict(zip(ROW_COLUMNS, end_row(item, header, "[]", DayNames(), NOW_S, ErrorTally())))
     models = [
         {"model": "m1", "first_seen": int(T0), "input_tokens": 7, "cost": None},  # integral floats as integers
         {"model": "m2", "first_seen": int(T0) + 5, "input_tokens": 4, "cost": 0.25},

@@ -66,6 +66,36 @@ def test_a_session_with_no_sane_time_yields_no_row():
     assert out.to_table().num_rows == 0 and out.sessions == []
 
 
+def test_the_columns_built_by_arrow_follow_each_session_and_part():
+    """``message_index`` (from 0 in each session), ``part_id`` and ``provider_subtype`` are made
+    from the other columns when the table is built: sessions one after another, one with no row
+    between them, one whose only row is its end row, unicode ids."""
+    calls = json.dumps([{"id": "c1", "function": {"name": "ls", "arguments": "{}"}}])
+    sessions = [
+        bundle(message(1, "user", "hi"), message(2, "assistant", "", tool_calls=calls, reasoning="r"), sid="ä"),
+        bundle(message(1, timestamp=None), sid="none", started_at=None),  # no sane time: no row
+        bundle(sid="ended", ended_at=T0 + 5),  # its end row alone
+        bundle(message(1, "tool", "out", tool_call_id="c1"), message(2, "assistant", "done"), sid="z", ended_at=T0 + 9),
+    ]
+    out = GatewayColumns()
+    counts = [project_session(SessionInput(b), out, CTX, ErrorTally()) for b in sessions]
+    assert counts == [3, 0, 1, 3] and out.session_rows == [3, 1, 3]
+    rows = out.to_table().to_pylist()
+    assert [r["message_index"] for r in rows] == [0, 1, 2, 0, 0, 1, 2]
+    assert [r["part_id"] for r in rows] == [r["message_id"] + "#0" for r in rows]
+    assert [(r["part_type"], r["provider_subtype"]) for r in rows] == [
+        ("text", "text"),
+        ("reasoning", "thinking"),
+        ("tool_call", "tool_use"),
+        ("status", "status"),
+        ("tool_result", "tool_result"),
+        ("text", "text"),
+        ("status", "status"),
+    ]
+    empty = GatewayColumns().to_table()
+    assert empty.num_rows == 0 and empty.schema.names == schemas.AI_GATEWAY_MESSAGES.names
+
+
 def test_rows_become_the_same_columns_as_column_lists(monkeypatch):
     """:func:`row_columns` (one conversion of the row tuples by Arrow) builds exactly the arrays
     :func:`arrow_array` makes of each column, JSON and time columns included; and so it does
