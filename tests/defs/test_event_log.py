@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import sqlite3
 import subprocess
 import sys
@@ -50,6 +51,7 @@ from hermes_assets import event_log
 from hermes_assets.defs import capture_assets as capture_defs
 from hermes_assets.event_log import BatchedSqliteEventLogStorage
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
+from hermes_assets.lib.capture import progress as steps_progress
 from tests.conftest import suite_days
 from tests.defs.harness import DATASETS, SMALL_DAYS, md_values
 
@@ -154,6 +156,15 @@ def _latest(instance: dg.DagsterInstance) -> dict:
             mat = found[0].asset_materialization if found else None
             out[(dataset, day)] = md_values(mat.metadata)["rows_written"] if mat else None
     return out
+
+
+@pytest.fixture(autouse=True)
+def no_progress_reports(monkeypatch):
+    """A step that runs past two seconds reports its progress in the run's log (defs/run_progress.py):
+    by the clock, so a run slowed down by a loaded machine would store a line more than the run it is
+    compared with, and every id after it would differ. Here no step reports, however long it takes
+    (as on an idle machine; reporting every day instead would cost ~4 s a capture test)."""
+    monkeypatch.setattr(steps_progress, "REPORT_EVERY_S", math.inf)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import dataclasses
 import os
 import shutil
 import threading
-import time
 
 import pyarrow.compute as pc
 import pytest
@@ -18,6 +17,9 @@ from hermes_assets.lib.storage import local_files, local_storage
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 from tests.support.capture_run import capture_days, files, stage
 from tests.support.hermes_writer import START_S, HermesWriter
+
+#: the longest a day's write waits for the other days' sightings (they take well under a second)
+SIGHTINGS_WAIT_S = 60
 
 
 @pytest.fixture
@@ -154,19 +156,24 @@ def test_each_days_sightings_follow_its_files_on_its_thread_and_come_back_in_day
     days = [staged.day for staged in run.days]
     assert len(days) > 2
     seen: list[tuple[str, str, bool]] = []
+    others_sighted = threading.Event()
     write_day = steps._write_day
 
-    def slow_first_day(run, warehouse, failed, staged):  # the first day finishes last
+    def first_day_last(run, warehouse, failed, staged):
+        # the first day finishes last: its files are written once every other day's sightings are
+        # (not after a sleep: on a loaded machine the other days can take longer than any sleep)
         if staged.day == days[0]:
-            time.sleep(0.3)
+            assert others_sighted.wait(SIGHTINGS_WAIT_S), "the other days' sightings wait for the first day's"
         return write_day(run, warehouse, failed, staged)
 
     def sighted(writer, day, staged):
         in_place = all(os.path.exists(wh.path(ds, day)) for ds, d in staged.datasets.items() if d.rows)
         seen.append((day, threading.current_thread().name, in_place))
+        if len(seen) == len(days) - 1:
+            others_sighted.set()
         return WriteResult(SIGHTINGS, day, wh.location(SIGHTINGS, day), 1, 0, 0, 1, True)
 
-    monkeypatch.setattr(steps, "_write_day", slow_first_day)
+    monkeypatch.setattr(steps, "_write_day", first_day_last)
     monkeypatch.setattr(run_sightings.Writer, "_write", sighted)
     written = steps.write_partitions(run, wh, workers=3)
     assert [r.day for r in written.sightings] == days
