@@ -26,7 +26,10 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import sqlalchemy.engine
+import sqlalchemy.event
 import sqlalchemy.exc
+import sqlalchemy.pool
 import yaml
 from dagster._core.definitions.events import (
     AssetMaterializationFailure,
@@ -462,3 +465,54 @@ def test_the_log_is_in_the_instances_folder_as_dagsters_own(monkeypatch, tmp_pat
         assert Path(storage._base_dir) == tmp_path / "given"
     finally:
         storage.dispose()
+
+
+def _log_line(run_id: str, i: int) -> EventLogEntry:
+    return EventLogEntry(
+        error_info=None,
+        level=logging.INFO,
+        user_message=f'hermes.capture.project {{"i": {i}}}',
+        run_id=run_id,
+        timestamp=time.time(),
+        step_key="hermes_capture.project_rows",
+        job_name="__ASSET_JOB",
+        dagster_event=None,
+    )
+
+
+def test_each_write_has_its_own_connection_on_an_engine_kept_per_database(tmp_path):
+    """Events stored one by one (a step's, a log line) keep Dagster's connections, one per write,
+    closed after it (the close is what the UI's live view sees), on one engine per database for
+    all of them (Dagster built and disposed of one per write: its statements compiled each time)."""
+    engines: dict[int, object] = {}
+    opened, closed = [], []
+
+    def executed(conn, *args):
+        engines.setdefault(id(conn.engine), conn.engine)  # held: an id is never reused here
+
+    listeners = [
+        (sqlalchemy.engine.Engine, "before_execute", executed),
+        (sqlalchemy.pool.Pool, "connect", lambda *a: opened.append(1)),
+        (sqlalchemy.pool.Pool, "close", lambda *a: closed.append(1)),
+    ]
+    for listener in listeners:
+        sqlalchemy.event.listen(*listener)
+    storage = BatchedSqliteEventLogStorage(str(tmp_path / "runs"))
+    try:
+        storage.store_event(_log_line("r" * 36, -1))  # the run's database made
+        engines.clear()
+        opened.clear()
+        closed.clear()
+        for i in range(20):
+            storage.store_event(_log_line("r" * 36, i))
+        assert len(engines) == 1 and len(opened) == len(closed) == 20
+        assert [e.user_message for e in storage.get_logs_for_run("r" * 36)][-1] == 'hermes.capture.project {"i": 19}'
+        # a process that writes (or reads) many runs keeps the engines of the last few only
+        for n in range(3 * event_log.sqlite.ENGINES_KEPT):
+            storage.store_event(_log_line(f"{n:036d}", n))
+        assert len(storage._engines) == event_log.sqlite.ENGINES_KEPT
+    finally:
+        storage.dispose()
+        for listener in listeners:
+            sqlalchemy.event.remove(*listener)
+    assert not storage._engines

@@ -14,8 +14,6 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-import pyarrow as pa
-
 from hermes_assets.lib.analytics.day_sessions import Session
 from hermes_assets.lib.analytics.live_rows import DayFigures
 from hermes_assets.lib.basics import schemas
@@ -42,7 +40,7 @@ def activity(day: str, sessions: list[Session]) -> DayFigures:
         }
         for hour in sorted(hours)
     ]
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_ACTIVITY)
+    table = schemas.table_of_rows(rows, schemas.HERMES_ACTIVITY)
     totals: dict[str, int | float] = {
         "sessions": sum(r["sessions"] for r in rows),
         "total_tokens": sum(r["total_tokens"] for r in rows),

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import pyarrow as pa
-
 from hermes_assets.lib.analytics.day_sessions import Session, Totals
 from hermes_assets.lib.analytics.live_rows import DayFigures
 from hermes_assets.lib.basics import schemas
@@ -46,7 +44,7 @@ def daily_channels(day: str, sessions: list[Session]) -> DayFigures:
                 "session_seconds": round(totals.session_seconds, 3),
             }
         )
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_CHANNELS)
+    table = schemas.table_of_rows(rows, schemas.HERMES_DAILY_CHANNELS)
     day_totals: dict[str, int | float] = {"channels": len(rows)}
     for name in ("sessions", "messages", "tool_calls", "total_tokens"):
         day_totals[name] = sum(r[name] for r in rows)

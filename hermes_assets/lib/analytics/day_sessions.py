@@ -318,7 +318,8 @@ def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list
     sessions = live(only(sessions, INPUTS[SESSIONS]), SESSIONS)
     messages = live(only(messages, INPUTS[MESSAGES]), MESSAGES)
     calls = only(parts, ["session_id", "part_type"])
-    calls = calls.filter(pc.equal(calls.column("part_type"), "tool_call"))
+    if calls.num_rows:  # none: no scalar to convert (pyarrow's first conversion imports pandas)
+        calls = calls.filter(pc.equal(calls.column("part_type"), "tool_call"))
     found: dict[tuple[str, str, str], Session] = {}
     canonical: dict[str, Session] = {}
     columns = {name: as_pylist(sessions.column(name)) for name in _SESSION_CELLS}
@@ -345,6 +346,8 @@ def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list
         # a session is its host's store's (several hosts, one warehouse: SPEC §2)
         found[(host, store, sid)] = session
         canonical[ids.session_id(label, sid, generation or 1)] = session
+    if not found:  # no session to count for (and no scalar converted: pyarrow's first conversion imports pandas)
+        return []
     kept = messages.filter(pc.fill_null(pc.not_equal(messages.column("role"), "session_meta"), True))
     for key, n in count_by(kept, ["host", "store", "session_id"]).items():
         if key in found:

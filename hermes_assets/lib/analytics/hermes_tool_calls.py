@@ -56,6 +56,8 @@ def hermes_calls(messages: pa.Table) -> dict[str | None, int]:
     """Per tool name, the calls Hermes's report counts in these messages (one day's, rows the store
     holds now, copies included)."""
     messages = in_store(only(messages, INPUTS), MESSAGES)
+    if messages.num_rows == 0:  # nothing to count, no scalar to convert (pyarrow's first conversion imports pandas)
+        return {}
     tools = messages.filter(
         pc.and_(
             pc.fill_null(pc.equal(messages.column("role"), "tool"), False), pc.is_valid(messages.column("tool_name"))

@@ -41,6 +41,8 @@ def live(table: pa.Table, dataset: str) -> pa.Table:
 def tool_parts(gateway: pa.Table) -> pa.Table:
     """The canonical tool parts (``tool_call`` and ``tool_result``) the store holds now, each logical
     part once (:func:`live`): what the tools and the sessions' tool calls count, found once a day."""
+    if gateway.num_rows == 0:  # no value set to convert (pyarrow's first conversion imports pandas)
+        return gateway
     parts = gateway.filter(pc.is_in(gateway.column("part_type"), value_set=pa.array(["tool_call", "tool_result"])))
     return live(parts, GATEWAY)  # the tool parts, then those the store holds now: the same rows, cheaper
 

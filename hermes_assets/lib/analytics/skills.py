@@ -46,11 +46,15 @@ def skill_calls(tool_calls: str | None) -> list[tuple[str, str]]:
 def daily_skills(day: str, messages: pa.Table) -> DayFigures:
     """Per skill: loads, edits, actions (both), the sessions that used it, its last use."""
     messages = in_store(only(messages, INPUTS[MESSAGES]), MESSAGES)
-    assistants = messages.filter(
-        pc.and_(
-            pc.fill_null(pc.equal(messages.column("role"), "assistant"), False),
-            pc.fill_null(holds(messages.column("tool_calls"), "skill_"), False),
+    assistants = (
+        messages.filter(
+            pc.and_(
+                pc.fill_null(pc.equal(messages.column("role"), "assistant"), False),
+                pc.fill_null(holds(messages.column("tool_calls"), "skill_"), False),
+            )
         )
+        if messages.num_rows
+        else messages  # none: no scalar converted (pyarrow's first conversion imports pandas)
     )
     acc: dict[str, dict] = defaultdict(lambda: {"loads": 0, "edits": 0, "sessions": set(), "last_used_at": None})
     columns = (assistants.column(c).to_pylist() for c in ("host", "store", "session_id", "tool_calls", "timestamp"))
@@ -73,7 +77,7 @@ def daily_skills(day: str, messages: pa.Table) -> DayFigures:
         }
         for name in sorted(acc)
     ]
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_SKILLS)
+    table = schemas.table_of_rows(rows, schemas.HERMES_DAILY_SKILLS)
     users: set = set().union(*(r["sessions"] for r in acc.values())) if acc else set()
     totals: dict[str, int | float] = {
         "skills": len(rows),

@@ -34,8 +34,8 @@ def daily_tools(day: str, gateway: pa.Table, messages: pa.Table) -> DayFigures:
     return tools_of(day, tool_parts(gateway), messages)
 
 
-def tools_of(day: str, parts: pa.Table, messages: pa.Table) -> DayFigures:
-    """:func:`daily_tools` of the day's tool parts (:func:`~hermes_assets.lib.analytics.live_rows.tool_parts`)."""
+def _by_name(parts: pa.Table) -> dict:
+    """Per ``tool_name`` of the tool parts: their calls, results, error results and sessions."""
     calls = pc.equal(parts.column("part_type"), "tool_call")
     counts = pa.table(
         {
@@ -49,7 +49,7 @@ def tools_of(day: str, parts: pa.Table, messages: pa.Table) -> DayFigures:
     grouped = counts.group_by("tool_name", use_threads=False).aggregate(
         [("calls", "sum"), ("results", "sum"), ("error_results", "sum"), ("session_id", "count_distinct")]
     )
-    by_name = {
+    return {
         row["tool_name"]: {
             "calls": row["calls_sum"],
             "results": row["results_sum"],
@@ -58,6 +58,11 @@ def tools_of(day: str, parts: pa.Table, messages: pa.Table) -> DayFigures:
         }
         for row in grouped.to_pylist()  # one row per tool
     }
+
+
+def tools_of(day: str, parts: pa.Table, messages: pa.Table) -> DayFigures:
+    """:func:`daily_tools` of the day's tool parts (:func:`~hermes_assets.lib.analytics.live_rows.tool_parts`)."""
+    by_name = _by_name(parts) if parts.num_rows else {}  # none: nothing converted (pyarrow imports pandas)
     hermes = hermes_tool_calls.hermes_calls(messages)
     none = {"calls": 0, "results": 0, "error_results": 0, "sessions": 0}
     # a tool only Hermes's reading names (a call in no canonical part) has a row too
@@ -65,7 +70,7 @@ def tools_of(day: str, parts: pa.Table, messages: pa.Table) -> DayFigures:
         {"day": day, "tool_name": name, **by_name.get(name, none), "hermes_calls": hermes.get(name, 0)}
         for name in sorted(by_name.keys() | hermes.keys(), key=lambda n: (n is None, n or ""))
     ]
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_TOOLS)
+    table = schemas.table_of_rows(rows, schemas.HERMES_DAILY_TOOLS)
     totals: dict[str, int | float] = {
         "tools": table.num_rows,
         "tool_calls": _sum(table, "calls"),

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pyarrow as pa
-
 from hermes_assets.lib.analytics.day_sessions import COSTS, Session, rounded
 from hermes_assets.lib.analytics.live_rows import DayFigures
 from hermes_assets.lib.basics import schemas
@@ -85,7 +83,7 @@ def top_sessions(day: str, sessions: list[Session]) -> DayFigures:
         rows += [_row(day, ranking, rank, s) for rank, s in enumerate(top, 1)]
         if top:
             tops[ranking] = top[0]
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_TOP_SESSIONS)
+    table = schemas.table_of_rows(rows, schemas.HERMES_TOP_SESSIONS)
     totals: dict[str, int | float] = {
         "sessions_ranked": len({(r["host"], r["store_label"], r["session_id"]) for r in rows})
     }

@@ -85,7 +85,7 @@ def per_model(day: str, found: list[Session]) -> DayFigures:
                 "hermes_tool_calls": totals.hermes_tool_calls,
             }
         )
-    table = pa.Table.from_pylist(rows, schema=schemas.HERMES_DAILY_USAGE)
+    table = schemas.table_of_rows(rows, schemas.HERMES_DAILY_USAGE)
     day_totals: dict[str, int | float] = {"models": table.num_rows, "sessions": len(found)}
     for name in ("messages", "tool_calls", *COUNTS, "total_tokens", "hermes_tool_calls"):
         day_totals[name] = sum(r[name] for r in rows)

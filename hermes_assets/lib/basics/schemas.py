@@ -391,3 +391,9 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     process imports pandas when it is installed (a third of a second), which a run of days without
     any session has no other reason to do."""
     return pa.table([pa.nulls(0, field.type) for field in schema], schema=schema)
+
+
+def table_of_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """``pa.Table.from_pylist(rows, schema=schema)``; no rows: :func:`empty_table` (the same table,
+    without the conversion of Python values that imports pandas)."""
+    return pa.Table.from_pylist(rows, schema=schema) if rows else empty_table(schema)

@@ -56,9 +56,10 @@ class DayRows:
     sightings: list[Sighting] = field(default_factory=list)
 
     def table(self, dataset: str) -> pa.Table:
-        """All stores' rows of one dataset (the schema's empty table when none)."""
+        """All stores' rows of one dataset (the schema's empty table when none: built without
+        pyarrow's conversion of Python values, which imports pandas, :func:`schemas.empty_table`)."""
         tables = list(self.tables[dataset].values())
-        return pa.concat_tables(tables) if tables else schemas.DATASETS[dataset].schema.empty_table()
+        return pa.concat_tables(tables) if tables else schemas.empty_table(schemas.DATASETS[dataset].schema)
 
 
 def project_day(

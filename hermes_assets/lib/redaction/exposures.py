@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from hermes_assets.lib.basics.logs import get_logger
-from hermes_assets.lib.basics.schemas import EXPOSURES, HERMES_SECRET_EXPOSURES, SIGHTINGS
+from hermes_assets.lib.basics.schemas import EXPOSURES, HERMES_SECRET_EXPOSURES, SIGHTINGS, table_of_rows
 from hermes_assets.lib.redaction import sighting_files
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
 
@@ -105,7 +105,7 @@ def exposures(sightings: pa.Table) -> Exposures:
                 **{name: sorted(row[name]) for name in ("channels", "stores", "hosts", "fields")},
             }
         )
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    table = table_of_rows(rows, SCHEMA)
     by_kind = Counter(r["kind"] for r in rows)
     totals = {
         "secrets": len(rows),

@@ -30,7 +30,15 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.basics.schemas import GATEWAY, HERMES_SECRET_SIGHTINGS, MESSAGES, SECRETS, SESSIONS, SIGHTINGS
+from hermes_assets.lib.basics.schemas import (
+    GATEWAY,
+    HERMES_SECRET_SIGHTINGS,
+    MESSAGES,
+    SECRETS,
+    SESSIONS,
+    SIGHTINGS,
+    empty_table,
+)
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
@@ -58,7 +66,7 @@ def rows(
     the canonical rows are left out (module docstring)."""
     seen = [s for s in sightings if not s.field.startswith(GATEWAY + ".") and s.session_id is not None]
     if not seen:
-        return SCHEMA.empty_table()
+        return empty_table(SCHEMA)
     sids = {s.session_id for s in seen if s.session_id is not None}
     started = _by_key(sessions, "id", ("store_label", "id"), ("source", "started_at", "source_deleted"), sids)
     mids = {s.message_id for s in seen if s.message_id is not None}
@@ -187,7 +195,7 @@ def write_day(
     and time read from this host's files of the day); ``stores``: store label -> path."""
     found = rows(day, warehouse.host, stored, *_day_context(warehouse, day), stores) if stored else None
     labels = {path: label for label, path in stores.items()}
-    new = SCHEMA.empty_table() if new is None else new
+    new = empty_table(SCHEMA) if new is None else new
     return warehouse.merge_day(
         SIGHTINGS, day, facts, read_at, lambda old, fresh: merge(new, (found, old), fresh, labels)
     )
@@ -205,4 +213,4 @@ def _day_context(warehouse: Warehouse, day: str) -> tuple[pa.Table | None, pa.Ta
 def read_all(warehouse: Warehouse) -> pa.Table:
     """Every host's sightings, every day."""
     tables = [t for day in warehouse.days(SIGHTINGS) if (t := warehouse.read(SIGHTINGS, day)) is not None]
-    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    return pa.concat_tables(tables) if tables else empty_table(SCHEMA)
