@@ -292,24 +292,12 @@ def day_sessions(sessions: pa.Table, messages: pa.Table, gateway: pa.Table) -> l
     return sessions_of(sessions, messages, tool_parts(gateway))
 
 
-#: the cells of a session :func:`sessions_of` reads, in this order
-_SESSION_CELLS = (
-    "host",
-    "store",
-    "store_label",
-    "id",
-    "generation",
-    "source",
-    "model",
-    "title",
-    "started_at",
-    "ended_at",
-    "message_count",
-    "tool_call_count",
-    "usage_by_model",
-    "api_call_count",
-    *TOKENS,
-    *COSTS,
+#: the cells of a session :func:`sessions_of` reads, in this order (:data:`INPUTS`' but the prices'
+#: cells, which its usage rows carry, and the deletion mark, filtered on before)
+_SESSION_CELLS = tuple(
+    name
+    for name in INPUTS[SESSIONS]
+    if name not in {"billing_provider", "billing_base_url", "cost_status", "cost_source", "source_deleted"}
 )
 
 

@@ -150,6 +150,19 @@ _MESSAGES = pa.schema(
 )
 
 
+def _message(role: str, tool_name: str | None = None, tool_calls: str | None = None) -> dict:
+    """A row of one session's messages (host ``box``, store ``/h``, session ``s1``), not deleted."""
+    return {
+        "host": "box",
+        "store": "/h",
+        "session_id": "s1",
+        "role": role,
+        "tool_name": tool_name,
+        "tool_calls": tool_calls,
+        "source_deleted": False,
+    }
+
+
 def hermes_calls_row_by_row(rows: list[dict]) -> dict:
     """Hermes's report's count, each stored row read in Python (the reading the Arrow count replaced)."""
     named: Counter = Counter()
@@ -186,41 +199,15 @@ def test_hermes_calls_counted_in_arrow_are_the_rows_read_one_by_one(rows, one_st
 
 def test_hermes_calls_of_a_day_without_messages_or_calls():
     assert hermes_tool_calls.hermes_calls(_MESSAGES.empty_table()) == {}
-    rows = [
-        {
-            "host": "box",
-            "store": "/h",
-            "session_id": "s1",
-            "role": "user",
-            "tool_name": None,
-            "tool_calls": None,
-            "source_deleted": False,
-        }
-    ]
+    rows = [_message("user")]
     assert hermes_tool_calls.hermes_calls(pa.Table.from_pylist(rows, schema=_MESSAGES)) == {}
 
 
 def test_a_name_that_is_not_text_is_counted_as_it_is():
     """Not Hermes's writing: counted as the row-by-row reading counts it (the Arrow count takes text)."""
     rows = [
-        {
-            "host": "box",
-            "store": "/h",
-            "session_id": "s1",
-            "role": "assistant",
-            "tool_name": None,
-            "source_deleted": False,
-            "tool_calls": json.dumps([{"function": {"name": 5}}, _call("terminal"), {"function": {"name": True}}]),
-        },
-        {
-            "host": "box",
-            "store": "/h",
-            "session_id": "s1",
-            "role": "tool",
-            "tool_name": "terminal",
-            "tool_calls": None,
-            "source_deleted": False,
-        },
+        _message("assistant", tool_calls=json.dumps([{"function": {"name": 5}}, _call("terminal"), {"function": {"name": True}}])),
+        _message("tool", tool_name="terminal"),
     ]
     got = hermes_tool_calls.hermes_calls(pa.Table.from_pylist(rows, schema=_MESSAGES))
     assert got == hermes_calls_row_by_row(rows) == {5: 1, "terminal": 1, True: 1}
@@ -333,17 +320,7 @@ def test_a_day_without_rows_has_figures_and_no_rows():
 
 @pytest.mark.parametrize("text", ["[not json", "[" * 3000 + "]" * 3000, '{"function": {"name": "x"}}'])
 def test_tool_calls_that_name_no_call_count_none(text):
-    rows = [
-        {
-            "host": "box",
-            "store": "/h",
-            "session_id": "s1",
-            "role": "assistant",
-            "tool_name": None,
-            "tool_calls": text,
-            "source_deleted": False,
-        }
-    ]
+    rows = [_message("assistant", tool_calls=text)]
     assert hermes_tool_calls.hermes_calls(pa.Table.from_pylist(rows, schema=_MESSAGES)) == {}
 
 
