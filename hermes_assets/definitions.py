@@ -11,7 +11,9 @@ Dagster calls each time it loads the definitions (a code server's start,
    any definition is built (``defs/console.py`` says how that line reaches the
    console or the UI); so does any other setting a builder finds it cannot
    honour (an executor whose package is not installed);
-2. configures logging, and the console of a command a person typed;
+2. configures logging, and the console of a command a person typed, and has
+   the process leave its imported objects to the system at its exit
+   (``defs/process_exit.py``);
 3. finds where the history starts and builds the daily partitions from it
    (``defs/partitions.py``);
 4. builds the assets, checks, sensors, resources and executor on those
@@ -35,6 +37,7 @@ from hermes_assets.defs import (
     io_manager,
     jobs,
     partitions,
+    process_exit,
     resources,
     run_log,
     sensors,
@@ -50,6 +53,7 @@ def defs() -> dg.Definitions:
     logs.configure(loaded.log_format, level=loaded.log_level)
     console.refuse_host_conflicts(loaded)
     run_log.install()
+    process_exit.skip_final_collection()
     console.quiet_dagster_warnings()
     try:
         days = partitions.build(loaded)

@@ -206,7 +206,10 @@ def test_hermes_calls_of_a_day_without_messages_or_calls():
 def test_a_name_that_is_not_text_is_counted_as_it_is():
     """Not Hermes's writing: counted as the row-by-row reading counts it (the Arrow count takes text)."""
     rows = [
-        _message("assistant", tool_calls=json.dumps([{"function": {"name": 5}}, _call("terminal"), {"function": {"name": True}}])),
+        _message(
+            "assistant",
+            tool_calls=json.dumps([{"function": {"name": 5}}, _call("terminal"), {"function": {"name": True}}]),
+        ),
         _message("tool", tool_name="terminal"),
     ]
     got = hermes_tool_calls.hermes_calls(pa.Table.from_pylist(rows, schema=_MESSAGES))
