@@ -137,17 +137,8 @@ _ROW = st.fixed_dictionaries(
         "source_deleted": st.booleans(),
     }
 )
-_MESSAGES = pa.schema(
-    [
-        ("host", pa.string()),
-        ("store", pa.string()),
-        ("session_id", pa.string()),
-        ("role", pa.string()),
-        ("tool_name", pa.string()),
-        ("tool_calls", pa.string()),
-        ("source_deleted", pa.bool_()),
-    ]
-)
+#: the columns hermes_calls reads, typed as the dataset types them
+_MESSAGES = pa.schema([schemas.schema_of(MESSAGES).field(name) for name in hermes_tool_calls.INPUTS])
 
 
 def _message(role: str, tool_name: str | None = None, tool_calls: str | None = None) -> dict:

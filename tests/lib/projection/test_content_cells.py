@@ -54,15 +54,23 @@ def _expected(cells: list, roles: list[str]) -> tuple[list, list, list, dict]:
     return texts, envelopes, bodies, {"raw": tally_raw.as_dict(), "parts": tally_parts.as_dict()}
 
 
-def _built(cells: list, roles: list[str]) -> tuple[list, list, list, dict]:
+def _built(cells: list, roles: list[str], parts_first: bool = False) -> tuple[list, list, list, dict]:
+    """The content columns and the parts' bodies the builders make of ``cells``; ``parts_first``: as a
+    capture builds a session, its canonical parts first, then its raw rows, through one
+    :class:`SessionInput` (the cells the parts found plain are told to the raw rows)."""
     msgs = [message(mid, role=role, content=cell) for mid, (cell, role) in enumerate(zip(cells, roles), start=1)]
+    item = SessionInput(bundle(*msgs))
     tally_raw, tally_parts = ErrorTally(), ErrorTally()
     out = raw.messages_columns(NOW_S, tally_raw)
-    raw.message_rows(SessionInput(bundle(*msgs)), out)
+    if not parts_first:
+        raw.message_rows(item, out)
+    shared = (item.decoded, item.plain) if parts_first else ({},)
     bodies = []
     for msg, role in zip(msgs, roles, strict=True):
-        body = [p for p in message_parts(msg, role, {}, tally_parts, "s", {}) if p[0] in ("text", "tool_result")]
+        body = [p for p in message_parts(msg, role, {}, tally_parts, "s", *shared) if p[0] in ("text", "tool_result")]
         bodies.append(body[0][2] if body else None)
+    if parts_first:
+        raw.message_rows(item, out)
     texts, envelopes = out.derived["content_text"], out.derived["content_json"]
     return texts, envelopes, bodies, {"raw": tally_raw.as_dict(), "parts": tally_parts.as_dict()}
 
@@ -87,29 +95,12 @@ def test_an_oversized_cell_is_counted_by_both_builders(cell):
         assert _built([cell], [role])[3]["raw"] == {"oversized_cell": 1}
 
 
-def _built_shared(cells: list, roles: list[str]) -> tuple[list, list, list, dict]:
-    """:func:`_built` as a capture builds a session: its canonical parts first, then its raw rows,
-    through one :class:`SessionInput` (the cells the parts found plain are told to the raw rows)."""
-    msgs = [message(mid, role=role, content=cell) for mid, (cell, role) in enumerate(zip(cells, roles), start=1)]
-    item = SessionInput(bundle(*msgs))
-    tally_raw, tally_parts = ErrorTally(), ErrorTally()
-    bodies = []
-    for msg, role in zip(msgs, roles, strict=True):
-        parts = message_parts(msg, role, {}, tally_parts, "s", item.decoded, item.plain)
-        body = [p for p in parts if p[0] in ("text", "tool_result")]
-        bodies.append(body[0][2] if body else None)
-    out = raw.messages_columns(NOW_S, tally_raw)
-    raw.message_rows(item, out)
-    texts, envelopes = out.derived["content_text"], out.derived["content_json"]
-    return texts, envelopes, bodies, {"raw": tally_raw.as_dict(), "parts": tally_parts.as_dict()}
-
-
 @settings(max_examples=300, deadline=None, database=None)
 @given(st.lists(st.tuples(CELLS, st.sampled_from(["user", "assistant", "tool"])), min_size=1, max_size=8))
 def test_every_content_cell_comes_out_as_content_text_says_when_the_parts_looked_first(cells_and_roles):
     cells = [c for c, _ in cells_and_roles]
     roles = [r for _, r in cells_and_roles]
-    assert _built_shared(cells, roles) == _expected(cells, roles)
+    assert _built(cells, roles, parts_first=True) == _expected(cells, roles)
 
 
 def test_the_raw_rows_trust_a_plain_cell_only_when_it_is_the_same_cell():
