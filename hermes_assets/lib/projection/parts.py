@@ -18,7 +18,7 @@ from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
-from hermes_assets.lib.source.jsonutil import dumps, loads, quote
+from hermes_assets.lib.source.jsonutil import dumps, loads
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
 TOOL_SUCCESS = '{"tool_status":"success"}'
@@ -164,10 +164,9 @@ def _attrs(flags: dict, token_count: object, plain: str, base: dict, hermes: dic
 
 def append_parts(
     item: SessionInput, header: SessionHeader, rows: list, day_of: DayNames, now_s: float, tally: ErrorTally
-) -> tuple[int, str]:
+) -> int:
     """Append the row tuple of every part of the session's messages to ``rows`` (the order of
-    ``gateway.ROW_COLUMNS``). -> (the number of parts, the last part's id as its successor's
-    ``previous_message_id``)."""
+    ``gateway.ROW_COLUMNS``); return how many."""
     messages, marks, decoded, plain, message_generations = (
         item.bundle.messages,
         item.marks,
@@ -178,14 +177,10 @@ def append_parts(
     scoped, session_id, start_ms = header.scoped, header.session_id, header.start_ms
     base_attrs, hermes_attrs, plain_attrs = header.attrs, header.hermes, header.plain_attrs
     append = rows.append
-    # a part's previous_message_id is its predecessor's id as a JSON array: the session's
-    # part of the ids is escaped once, the rest (mid, generation, k) never needs it
     prefix = ids.message_prefix(session_id)
-    tail_at, esc_prefix = len(prefix), quote(prefix)[:-1]
     part_stem = ids.part_stem
     call_names: dict[str, str] = {}
     attrs_cache: dict[tuple, str] = {}
-    prev = "[]"
     index = 0
     day_key, day = None, ""  # the day of the last message: most of a session's are on one
     # fast path for the usual REAL cell; the bounds are exact on the rounded ms
@@ -251,7 +246,6 @@ def append_parts(
             append(
                 (
                     stem + "0",
-                    prev,
                     uuid,
                     ts_ms,
                     role,
@@ -267,17 +261,14 @@ def append_parts(
                     day,
                 )
             )
-            prev = f'[{esc_prefix}{stem[tail_at:]}0"]'
             index += 1
             continue
         last = len(parts) - 1
-        esc_stem = esc_prefix + stem[tail_at:]
         for k, (ptype, text, tool_name, call_id, args, result_for) in enumerate(parts):
             carrier = k == last
             append(
                 (
                     f"{stem}{k}",
-                    prev,
                     uuid,
                     ts_ms,
                     role,
@@ -293,6 +284,5 @@ def append_parts(
                     day,
                 )
             )
-            prev = f'[{esc_stem}{k}"]'
             index += 1
-    return index, prev
+    return index
