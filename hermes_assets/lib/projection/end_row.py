@@ -29,13 +29,12 @@ _MODELS_MEMBER = '"usage_by_model":0'
 def end_row(
     item: SessionInput,
     header: SessionHeader,
-    prev: str,
     day_of: DayNames,
     now_s: float,
     tally: ErrorTally,
 ) -> tuple | None:
-    """The end row's tuple (``gateway.ROW_COLUMNS`` order), after the part whose id ``prev``
-    names (last of the session: its index follows from its place); None when the session has not ended."""
+    """The end row's tuple (``gateway.ROW_COLUMNS`` order), after the session's parts (last of the
+    session: its index and its ``previous_message_id`` follow from its place); None when the session has not ended."""
     s = item.bundle.session
     if not s.get("ended_at"):  # unset, or zero
         return None
@@ -61,7 +60,6 @@ def end_row(
     message_id = ids.end_row_id(header.session_id)
     return (
         message_id,
-        prev,
         None,
         ended_ms,
         "system",

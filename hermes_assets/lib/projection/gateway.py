@@ -23,11 +23,11 @@ from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
 from hermes_assets.lib.projection.header import SessionInput, session_header
 from hermes_assets.lib.projection.parts import append_parts
+from hermes_assets.lib.source.jsonutil import quote
 
 #: columns that vary per row, in the order of a row tuple
 ROW_COLUMNS = (
     "message_id",
-    "previous_message_id",
     "provider_uuid",
     "message_created_at",
     "role",
@@ -44,8 +44,9 @@ ROW_COLUMNS = (
 )
 #: columns that vary per row but follow from the others, built by Arrow at :meth:`GatewayColumns.to_table`
 #: (no Python value per row): a part's index in its session, its ``part_id`` (its ``message_id`` and
-#: :data:`~hermes_assets.lib.basics.ids.PART_SUFFIX`), its ``provider_subtype`` (one per ``part_type``)
-DERIVED_COLUMNS = ("message_index", "part_id", "provider_subtype")
+#: :data:`~hermes_assets.lib.basics.ids.PART_SUFFIX`), its ``provider_subtype`` (one per ``part_type``),
+#: its ``previous_message_id`` (the row before's ``message_id`` in its session, as a JSON array)
+DERIVED_COLUMNS = ("message_index", "part_id", "provider_subtype", "previous_message_id")
 #: ``part_type`` -> ``provider_subtype`` (SPEC §5.2: every part type has one)
 SUBTYPES = {
     "reasoning": "thinking",
@@ -139,7 +140,26 @@ def _derived(row_cols: dict[str, pa.Array], session_rows: list[int], n: int, sch
         "message_index": index.cast(schema.field("message_index").type),
         "part_id": pc.binary_join_element_wise(row_cols["message_id"], ids.PART_SUFFIX, ""),
         "provider_subtype": subtypes,
+        "previous_message_id": _previous(row_cols["message_id"], index, schema.field("previous_message_id").type),
     }
+
+
+#: what a JSON string escapes (``json.encoder.encode_basestring``, raw non-ASCII): a quote, a
+#: backslash, a control character
+_ESCAPED = r'["\\\x00-\x1f]'
+
+
+def _previous(message_ids: pa.Array, index: pa.Array, typ: pa.DataType) -> pa.Array:
+    """Each row's ``previous_message_id``: ``[]`` for its session's first row (``index`` 0), else
+    the ``message_id`` of the row before it as a one-string JSON array."""
+    n = len(message_ids)
+    before = pa.concat_arrays([pa.array([""], pa.string()), message_ids.slice(0, max(n - 1, 0))]) if n else message_ids
+    if n and pc.any(pc.match_substring_regex(before, _ESCAPED)).as_py():  # an id to escape (a hostile session id)
+        quoted = pa.array([f"[{quote(v)}]" for v in before.to_pylist()], pa.string())
+    else:  # a JSON string is the text in quotes
+        quoted = pc.binary_join_element_wise('["', before, '"]', "")
+    previous = pc.if_else(pc.equal(index, 0), pa.scalar("[]", pa.string()), quoted)
+    return pa.ExtensionArray.from_storage(typ, previous) if isinstance(typ, pa.BaseExtensionType) else previous
 
 
 #: session-constant text columns kept as dictionaries (one value per session): all but
@@ -166,8 +186,8 @@ def project_session(item: SessionInput, out: GatewayColumns, ctx: ProjectionCont
     if header is None:
         return 0
     out.sessions.append(header.columns)
-    index, prev = append_parts(item, header, out.rows, out.day_names, ctx.now_s, tally)
-    end = end_row(item, header, prev, out.day_names, ctx.now_s, tally)
+    index = append_parts(item, header, out.rows, out.day_names, ctx.now_s, tally)
+    end = end_row(item, header, out.day_names, ctx.now_s, tally)
     if end is not None:
         out.rows.append(end)
         index += 1

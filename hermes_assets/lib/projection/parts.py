@@ -14,17 +14,18 @@ from __future__ import annotations
 
 from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
-from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, DayNames, sane_instant, upper_ms
+from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, DayNames, sane_instant, upper_ms
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
-from hermes_assets.lib.source.jsonutil import dumps, loads, quote
+from hermes_assets.lib.source.jsonutil import dumps, loads
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
 TOOL_SUCCESS = '{"tool_status":"success"}'
 
-#: one part of a message: (part_type, provider_subtype, text, tool_name, call_id, args, result_for)
-Part = tuple[str, str, str | None, str | None, str | None, str | None, str | None]
+#: one part of a message: (part_type, text, tool_name, call_id, args, result_for), the row's columns
+#: from ``part_type`` to ``tool_result_for`` (its ``provider_subtype`` follows from its type: ``gateway.SUBTYPES``)
+Part = tuple[str, str | None, str | None, str | None, str | None, str | None]
 #: a tool call as its message holds it: (call_id, name, args_json)
 ToolCall = tuple[str | None, str | None, str]
 
@@ -79,17 +80,17 @@ def message_parts(
     plain: dict[int | None, str] | None = None,
 ) -> list[Part]:
     """SPEC §5.2 expansion of one message: reasoning, tool calls, body, as
-    ``(part_type, provider_subtype, text, tool_name, call_id, args, result_for)``.
+    ``(part_type, text, tool_name, call_id, args, result_for)``.
     ``plain`` (mid -> cell): where the content cells found to be their own text are told
     (:attr:`SessionInput.plain`)."""
     parts: list[Part] = []
     reasoning = msg["reasoning"]
     if reasoning and isinstance(reasoning, str):
-        parts.append(("reasoning", "thinking", reasoning, None, None, None, None))
+        parts.append(("reasoning", reasoning, None, None, None, None))
     else:
         fallback = msg["reasoning_content"]
         if fallback and isinstance(fallback, str) and not fallback.isspace():
-            parts.append(("reasoning", "thinking", fallback, None, None, None, None))
+            parts.append(("reasoning", fallback, None, None, None, None))
     raw_calls = msg["tool_calls"]
     if raw_calls is not None:
         calls = parse_tool_calls(raw_calls)
@@ -97,7 +98,7 @@ def message_parts(
             tally.add(errors.BAD_TOOL_CALLS, scoped, msg["id"], "tool_calls")
         else:
             for call_id, name, args in calls:
-                parts.append(("tool_call", "tool_use", None, name, call_id, args, None))
+                parts.append(("tool_call", None, name, call_id, args, None))
                 if call_id and name:
                     call_names[call_id] = name
     content = msg["content"]
@@ -115,7 +116,6 @@ def message_parts(
         parts.append(
             (
                 "tool_result",
-                "tool_result",
                 "" if text is None else text,
                 name or nonempty(msg["tool_name"]),
                 call_id,
@@ -128,11 +128,13 @@ def message_parts(
             content, _ = content_text(content, tally, scoped, msg["id"], decoded)
         elif plain is not None:
             plain[msg["id"]] = content
-        parts.append(("text", "text", content, None, None, None, None))
+        parts.append(("text", content, None, None, None, None))
     return parts
 
 
 _FINISH_STATUS: dict[str, str] = {}
+#: the flags of a message that has none (read only)
+_NO_FLAGS: dict[str, bool] = {}
 
 
 def _finish_status(finish: str) -> str:
@@ -162,10 +164,9 @@ def _attrs(flags: dict, token_count: object, plain: str, base: dict, hermes: dic
 
 def append_parts(
     item: SessionInput, header: SessionHeader, rows: list, day_of: DayNames, now_s: float, tally: ErrorTally
-) -> tuple[int, str]:
+) -> int:
     """Append the row tuple of every part of the session's messages to ``rows`` (the order of
-    ``gateway.ROW_COLUMNS``). -> (the number of parts, the last part's id as its successor's
-    ``previous_message_id``)."""
+    ``gateway.ROW_COLUMNS``); return how many."""
     messages, marks, decoded, plain, message_generations = (
         item.bundle.messages,
         item.marks,
@@ -176,15 +177,12 @@ def append_parts(
     scoped, session_id, start_ms = header.scoped, header.session_id, header.start_ms
     base_attrs, hermes_attrs, plain_attrs = header.attrs, header.hermes, header.plain_attrs
     append = rows.append
-    # a part's previous_message_id is its predecessor's id as a JSON array: the session's
-    # part of the ids is escaped once, the rest (mid, generation, k) never needs it
     prefix = ids.message_prefix(session_id)
-    tail_at, esc_prefix = len(prefix), quote(prefix)[:-1]
     part_stem = ids.part_stem
     call_names: dict[str, str] = {}
     attrs_cache: dict[tuple, str] = {}
-    prev = "[]"
     index = 0
+    day_key, day = None, ""  # the day of the last message: most of a session's are on one
     # fast path for the usual REAL cell; the bounds are exact on the rounded ms
     lo_s, hi_s = SANE_MIN_S, now_s + SANE_AHEAD_S + 1
     lo_ms, hi_ms = int(SANE_MIN_S * 1000), upper_ms(now_s)
@@ -204,7 +202,8 @@ def append_parts(
             if ts_ms is None:
                 tally.add(errors.BAD_TIMESTAMP, scoped, mid, "timestamp")
                 ts_ms = start_ms
-        day = day_of(ts_ms)
+        if ts_ms // DAY_MS != day_key:  # the day of the message before, mostly
+            day_key, day = ts_ms // DAY_MS, day_of(ts_ms)
         content = msg["content"]
         # is_compact_summary's own first test before the call: most cells fail it
         summary = (
@@ -216,38 +215,60 @@ def append_parts(
         # D20/D21: a row's own attributes; ``marks`` is None for a store before schema 23, which has none
         own = display.hermes_fragment(msg, marks.get(mid)) if marks is not None else ""
         active, compacted, observed = msg["active"], msg["compacted"], msg["observed"]
-        flags = {}
+        # what the message's parts carry: the last one its usage and finish reason (a tool
+        # result its success), the others the message's flags alone; worked out once per message
+        token_count = msg["token_count"]
         if active == 0 or compacted or observed:
+            flags = {}
             if active is not None and not active:
                 flags["active"] = False
             if compacted:
                 flags["compacted"] = True
             if observed:
                 flags["observed"] = True
-        # what the message's parts carry: the last one its usage and finish reason (a tool
-        # result its success), the others the message's flags alone; worked out once per message
-        token_count = msg["token_count"]
-        finish = msg["finish_reason"] if role == "assistant" else None
-        finish_status = _finish_status(finish) if finish and isinstance(finish, str) else None
-        attrs = _attrs(flags, None, plain_attrs, base_attrs, hermes_attrs, attrs_cache) if flags else plain_attrs
+            attrs = _attrs(flags, None, plain_attrs, base_attrs, hermes_attrs, attrs_cache)
+        else:
+            flags, attrs = _NO_FLAGS, plain_attrs
         carrier_attrs = (
             attrs
             if token_count is None
             else _attrs(flags, token_count, plain_attrs, base_attrs, hermes_attrs, attrs_cache)
         )
+        finish = msg["finish_reason"] if role == "assistant" else None
+        finish_status = _finish_status(finish) if finish and isinstance(finish, str) else None
         if own:
             attrs = display.with_fragment(attrs, own)
             carrier_attrs = display.with_fragment(carrier_attrs, own)
-        last = len(parts) - 1
         uuid = str(mid)
         stem = part_stem(prefix, mid, message_generations[mid] if message_generations else 1)
-        esc_stem = esc_prefix + stem[tail_at:]
-        for k, (ptype, _, text, tool_name, call_id, args, result_for) in enumerate(parts):
+        if len(parts) == 1:  # most messages: one part, its message's carrier
+            ptype, text, tool_name, call_id, args, result_for = parts[0]
+            append(
+                (
+                    stem + "0",
+                    uuid,
+                    ts_ms,
+                    role,
+                    ptype,
+                    text,
+                    tool_name,
+                    call_id,
+                    args,
+                    result_for,
+                    summary,
+                    TOOL_SUCCESS if ptype == "tool_result" else finish_status,
+                    carrier_attrs,
+                    day,
+                )
+            )
+            index += 1
+            continue
+        last = len(parts) - 1
+        for k, (ptype, text, tool_name, call_id, args, result_for) in enumerate(parts):
             carrier = k == last
             append(
                 (
                     f"{stem}{k}",
-                    prev,
                     uuid,
                     ts_ms,
                     role,
@@ -263,6 +284,5 @@ def append_parts(
                     day,
                 )
             )
-            prev = f'[{esc_stem}{k}"]'
             index += 1
-    return index, prev
+    return index

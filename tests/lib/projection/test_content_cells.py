@@ -68,7 +68,7 @@ def _built(cells: list, roles: list[str], parts_first: bool = False) -> tuple[li
     bodies = []
     for msg, role in zip(msgs, roles, strict=True):
         body = [p for p in message_parts(msg, role, {}, tally_parts, "s", *shared) if p[0] in ("text", "tool_result")]
-        bodies.append(body[0][2] if body else None)
+        bodies.append(body[0][1] if body else None)
     if parts_first:
         raw.message_rows(item, out)
     texts, envelopes = out.derived["content_text"], out.derived["content_json"]

@@ -87,7 +87,7 @@ def test_the_per_model_usage_is_the_session_rows_text_in_its_place():
     ]
     item = SessionInput(b)
     header = session_header(item, CTX, ErrorTally())
-    row = dict(zip(ROW_COLUMNS, end_row(item, header, "[]", DayNames(), NOW_S, ErrorTally())))
+    row = dict(zip(ROW_COLUMNS, end_row(item, header, DayNames(), NOW_S, ErrorTally())))
     models = [
         {"model": "m1", "first_seen": int(T0), "input_tokens": 7, "cost": None},  # integral floats as integers
         {"model": "m2", "first_seen": int(T0) + 5, "input_tokens": 4, "cost": 0.25},

@@ -7,6 +7,8 @@ import json
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hermes_assets.lib.basics import ids, schemas
 from hermes_assets.lib.basics.errors import ErrorTally
@@ -94,6 +96,36 @@ def test_the_columns_built_by_arrow_follow_each_session_and_part():
     ]
     empty = GatewayColumns().to_table()
     assert empty.num_rows == 0 and empty.schema.names == schemas.AI_GATEWAY_MESSAGES.names
+
+
+#: a session: its id (any text: quotes, backslashes, control characters, non-ASCII), how many
+#: messages it has (a tool call and its result among them), whether it ended
+_SESSIONS = st.lists(
+    st.tuples(st.text(max_size=8), st.integers(0, 4), st.booleans(), st.integers(1, 3)), min_size=0, max_size=5
+)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_SESSIONS)
+def test_previous_message_ids_built_by_arrow_are_the_row_by_row_chain(sessions):
+    """``previous_message_id`` (made by Arrow from the ``message_id`` column when the table is
+    built) is, row by row, ``[]`` for a session's first row, else the JSON array of the row
+    before's ``message_id`` (escaped as :func:`json.dumps` does, raw non-ASCII), across sessions
+    one after another."""
+    calls = json.dumps([{"id": "c1", "function": {"name": "ls", "arguments": "{}"}}])
+    kinds = [("user", "hi", {}), ("assistant", "", {"tool_calls": calls, "reasoning": "r"}), ("tool", "out", {})]
+    out = GatewayColumns()
+    for n, (sid, messages, ended, generation) in enumerate(sessions):
+        msgs = [message(m, kinds[m % 3][0], kinds[m % 3][1], **kinds[m % 3][2]) for m in range(1, messages + 1)]
+        b = bundle(*msgs, sid=f"{sid}{n}", ended_at=T0 + 60 if ended else None)
+        project_session(SessionInput(b, generation=generation), out, CTX, ErrorTally())
+    rows = out.to_table().to_pylist()
+    want, index = [], 0
+    for i, row in enumerate(rows):
+        index = index + 1 if i and row["session_id"] == rows[i - 1]["session_id"] else 0
+        want.append("[]" if index == 0 else "[" + json.dumps(rows[i - 1]["message_id"], ensure_ascii=False) + "]")
+    assert [r["previous_message_id"] for r in rows] == want
+    assert len(rows) == sum(out.session_rows)
 
 
 def test_rows_become_the_same_columns_as_column_lists(monkeypatch):

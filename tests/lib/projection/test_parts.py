@@ -12,7 +12,7 @@ from tests.lib.projection.bundles import message
 
 def _types(msg, call_names=None, tally=None):
     parts = message_parts(msg, msg["role"], {} if call_names is None else call_names, tally or ErrorTally(), "s", {})
-    return [(p[0], p[2]) for p in parts]
+    return [(p[0], p[1]) for p in parts]
 
 
 def test_reasoning_then_tool_calls_then_the_body():
