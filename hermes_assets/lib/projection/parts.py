@@ -241,28 +241,6 @@ def append_parts(
             carrier_attrs = display.with_fragment(carrier_attrs, own)
         uuid = str(mid)
         stem = part_stem(prefix, mid, message_generations[mid] if message_generations else 1)
-        if len(parts) == 1:  # most messages: one part, its message's carrier
-            ptype, text, tool_name, call_id, args, result_for = parts[0]
-            append(
-                (
-                    stem + "0",
-                    uuid,
-                    ts_ms,
-                    role,
-                    ptype,
-                    text,
-                    tool_name,
-                    call_id,
-                    args,
-                    result_for,
-                    summary,
-                    TOOL_SUCCESS if ptype == "tool_result" else finish_status,
-                    carrier_attrs,
-                    day,
-                )
-            )
-            index += 1
-            continue
         last = len(parts) - 1
         for k, (ptype, text, tool_name, call_id, args, result_for) in enumerate(parts):
             carrier = k == last
