@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hermes_assets.lib.basics import errors, hermes_tables
 from hermes_assets.lib.basics.errors import NotAHermesStore, StoreBusy, StoreCorrupt
 from hermes_assets.lib.basics.timestamps import epoch_ms, ms_day
-from hermes_assets.lib.source.state_db import StoreReader
+from hermes_assets.lib.source.state_db import StoreReader, row_dict
 from hermes_assets.lib.source.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 from tests.support.project import NOW_S
@@ -494,3 +496,33 @@ def test_messages_come_in_id_order_when_some_ids_of_a_chunk_are_not_integers(tmp
         bundles = {b.sid: b for b in read_days(reader)}
     assert [m["id"] for m in bundles["plain"].messages] == [3, 7, 12]
     assert [m["id"] for m in bundles["odd"].messages] == [4, 9, 2.5, "a", "b"]
+
+
+# --------------------------------------------------------------------------
+# a row's dict (the reader makes one per message)
+# --------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    names=st.lists(st.text(max_size=12), unique=True, max_size=40),
+    extra=st.integers(0, 3),
+    cells=st.lists(st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(), st.binary())),
+)
+def test_row_dict_is_the_dict_of_names_and_cells_in_order(names, extra, cells):
+    """:func:`row_dict` makes exactly ``dict(zip(names, row))``, keys in order, whatever the
+    names (quotes, backslashes, any text) and with cells past the names left out; a row of
+    another width is an error, never a dict of other cells."""
+    row = tuple((cells * (len(names) + extra + 1))[: len(names) + extra]) if cells else (None,) * (len(names) + extra)
+    make = row_dict(tuple(names), len(row))
+    made = make(row)
+    assert made == dict(zip(names, row))
+    assert list(made) == names
+    assert [made[k] is v for k, v in zip(names, row)] == [True] * len(names)
+    with pytest.raises(ValueError):
+        make((*row, None))
+
+
+def test_row_dict_needs_a_cell_per_name():
+    with pytest.raises(ValueError):
+        row_dict(("id", "session_id"), 1)

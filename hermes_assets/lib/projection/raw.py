@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,7 +21,7 @@ from hermes_assets.lib.basics import errors, hermes_tables, schemas
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import SANE_MIN_S, round_ms_array, sane_instant, upper_ms
 from hermes_assets.lib.projection import copies, display, extra_columns
-from hermes_assets.lib.projection.arrays import arrow_array, repeated, row_columns
+from hermes_assets.lib.projection.arrays import arrow_array, repeated
 from hermes_assets.lib.projection.content import content_text, needs_decoding
 from hermes_assets.lib.projection.header import SessionInput
 from hermes_assets.lib.source.jsonutil import dumps
@@ -28,8 +29,9 @@ from hermes_assets.lib.source.state_db import SessionBundle
 
 
 class RawColumns:
-    """Buffers for ``hermes_sessions`` / ``hermes_messages``: one tuple of Hermes's
-    own cells per row, derived columns beside them, provenance as runs.
+    """Buffers for ``hermes_sessions`` / ``hermes_messages``: Hermes's own cells, one row of
+    them each (a session's tuple, a message's dict's values: its cells as they are when the
+    table is built), derived columns beside them, provenance as runs.
 
     A cell the dataset cannot keep in its v22 type (an insane or unparseable
     time, a TEXT in an INTEGER column) becomes NULL and is counted in
@@ -47,10 +49,10 @@ class RawColumns:
         messages: bool,
     ) -> None:
         self.schema = schema
-        #: the cells of a row tuple, in order (a column the store lacks and reads as NULL may be
+        #: the cells of a row, in order (a column the store lacks and reads as NULL may be
         #: left out: it becomes an all-NULL column)
         self.source = [(name, schema.field(name).type) for name in source_columns]
-        self.rows: list[tuple] = []
+        self.rows: list[Collection[object]] = []
         self.derived: dict[str, list[object]] = {name: [] for name in derived}
         self.runs: list[tuple[SessionBundle, str, int]] = []
         self.now_s = now_s
@@ -65,8 +67,8 @@ class RawColumns:
 
     def to_table(self) -> pa.Table:
         n = len(self.rows)
-        position = {name: i for i, (name, _) in enumerate(self.source)} if n else {}
-        converted = _converted(self.rows, self.source, self.now_s) if n else None
+        # the rows turned into columns at once (a row's cells past the source's are left out)
+        cells = dict(zip((name for name, _ in self.source), zip(*self.rows))) if n else {}
         counts = [count for _, _, count in self.runs]
         provenance: dict[str, list[str | None]] = {
             "store": [bundle.store.path for bundle, _, _ in self.runs],
@@ -78,12 +80,8 @@ class RawColumns:
         arrays = []
         ends: list[int] = []  # the end row of each run, for finding a row's session
         for f in self.schema:
-            if f.name in position:
-                if converted is not None and f.name in converted:
-                    array, nulled = converted[f.name]
-                else:
-                    values = [row[position[f.name]] for row in self.rows]
-                    array, nulled = _raw_array(values, f.type, self.now_s)
+            if f.name in cells:
+                array, nulled = _raw_array(cells[f.name], f.type, self.now_s)
                 if nulled and not ends:
                     ends = list(itertools.accumulate(count for _, _, count in self.runs))
                 for i in nulled:
@@ -101,34 +99,12 @@ class RawColumns:
 
     def _count(self, row: int, ends: list[int], kind: str, column: str) -> None:
         """Count a cell that became NULL against its session (the run holding ``row``)."""
-        mid = self.rows[row][0] if self._messages else None
+        # a message's first cell is its id
+        mid = cast("int | None", next(iter(self.rows[row]))) if self._messages else None
         bundle = self.runs[bisect.bisect_right(ends, row)][0]
         self.tally.add(kind, bundle.store.scoped(bundle.sid), mid, column)
 
 
-def _converted(
-    rows: list[tuple], source: list[tuple[str, pa.DataType]], now_s: float
-) -> dict[str, tuple[pa.Array, list[int]]] | None:
-    """:func:`_raw_array` of every column but the JSON ones (whose cells are each checked), from
-    one conversion of the rows by Arrow (times as their REAL seconds, JSON as text); None when
-    a cell does not fit its type: each column is then converted on its own, and only the cells
-    that do not fit become NULL."""
-    fields = [pa.field(name, pa.float64() if typ == schemas.TS else _CONVERTED.get(typ, typ)) for name, typ in source]
-    try:
-        arrays = row_columns(rows, fields)
-    except _CONVERSION_ERRORS:
-        return None
-    out = {}
-    for (name, typ), array in zip(source, arrays, strict=True):
-        if typ == schemas.TS:
-            out[name] = _sane_times(array, now_s)
-        elif typ != schemas.JSON:
-            out[name] = array, []
-    return out
-
-
-#: the types a row's cells are converted to at once, when not their own (a JSON cell is text)
-_CONVERTED = {schemas.JSON: pa.string()}
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError)
 
 
@@ -274,7 +250,7 @@ def message_rows(item: SessionInput, out: RawColumns) -> None:
         ]
     else:
         out.derived["extra_columns"] += [None] * n
-    out.rows += map(tuple, map(dict.values, bundle.messages))
+    out.rows += map(dict.values, bundle.messages)  # views: the cells are read when the table is built
     for msg in bundle.messages:
         content = msg["content"]
         # a plain text cell is its own text, with no envelope, and no cell has none (content_text's

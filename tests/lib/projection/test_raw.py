@@ -1,5 +1,5 @@
 """The raw datasets' tables (:class:`hermes_assets.lib.projection.raw.RawColumns`): Hermes's
-cells in their v22 types, converted at once when they all fit, and a cell that does not fit
+cells in their v22 types, converted column by column, and a cell that does not fit
 NULL on its own and counted (SPEC §9)."""
 
 from __future__ import annotations
