@@ -9,6 +9,7 @@ function), not by the project's re-implementation of it.
 """
 
 import json
+from collections import Counter
 
 import dagster as dg
 import duckdb
@@ -281,6 +282,7 @@ def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small
     again, alone: unchanged), each day read once for every analytics dataset of the run."""
     from hermes_assets.defs.resources import CaptureRuntime
     from hermes_assets.lib.analytics import daily
+    from hermes_assets.lib.warehouse.datasets import Warehouse
 
     reads: list[str] = []
     read_day = daily.read_day
@@ -297,9 +299,19 @@ def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small
     assert written["datasets"] == list(ANALYTICS) and written["days_from_capture"] == len(SMALL_DAYS)
     assert reads == []
     before = small.files()
+    looked: Counter[tuple[str, str]] = Counter()
+    day_stamp = Warehouse.day_stamp
+
+    def stamp(self, dataset, day):
+        looked[(dataset, day)] += 1
+        return day_stamp(self, dataset, day)
+
+    monkeypatch.setattr(Warehouse, "day_stamp", stamp)
     with structlog.testing.capture_logs() as events:
         assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
     (again,) = [e for e in events if e["event"] == "hermes.analytics.written"]
+    # each input day's files listed twice for the six datasets: before its read, after their writes
+    assert looked == {(name, day): 2 for name in DATASETS for day in SMALL_DAYS}
     assert again["days_from_capture"] == 0 and again["files_changed"] == dict.fromkeys(ANALYTICS, 0)
     assert small.files() == before
     # the files are read once per day for every analytics of the run
@@ -331,8 +343,8 @@ def test_figures_the_capture_kept_count_only_while_their_inputs_hold(small_every
     fewer = daily.DayFigures(real.table.slice(1), real.totals)  # not what these files give
 
     def write_usage():
-        known, from_capture = analytics_assets._prepare_day(wh, [USAGE], inputs, DAY1)
-        result, figures = analytics_assets._write_day(wh, inputs, known, USAGE, DAY1)
+        written, from_capture = analytics_assets._write_day(wh, [USAGE], inputs, DAY1, lambda _: False)
+        result, figures = written[USAGE]
         return result, figures, from_capture
 
     # stamps that no longer hold (a file written since): the day is read and computed again
