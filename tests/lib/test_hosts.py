@@ -440,12 +440,13 @@ def test_a_named_host_scopes_its_ids_unless_it_moved_the_warehouse_from_before(t
     assert Warehouse(str(root), host="beta").adopt_legacy().ids_scoped is True
 
 
-def test_a_days_analytics_whose_inputs_moved_after_they_were_computed_are_computed_again(two_hosts, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_days_analytics_whose_inputs_moved_after_they_were_computed_are_computed_again(kind, two_hosts, tmp_path):
     """Several analytics of a day written from figures computed before another host wrote the day:
     the inputs' stamps, taken once after every dataset's write, tell each dataset computed from
     the older files, which is computed again from the files as they are (only those)."""
     root = tmp_path / "wh"
-    alpha, beta = Warehouse(str(root), host="alpha"), Warehouse(str(root), host="beta")
+    alpha, beta = open_host(kind, root, "alpha", tmp_path), open_host(kind, root, "beta", tmp_path)
     capture_days([store_of(two_hosts["alpha"], "alpha")], alpha, days=[DAY])
     inputs = {name: DatasetDays(alpha, name, [DAY], cols) for name, cols in daily.INPUTS.items()}
     read = functools.partial(daily.read_inputs, inputs, DAY)
