@@ -384,6 +384,44 @@ def test_a_run_of_some_analytics_writes_and_materializes_those_alone(small_every
     assert days_on_disk(cap.warehouse, USAGE) == []
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_dataset_that_fails_on_a_day_fails_the_step_and_the_others_are_written(
+    small_everything, instance, monkeypatch, threads
+):
+    """One dataset's file cannot be written on a day (a full disk): its days after it are not
+    started (one thread: none of them), every other dataset is written and materialized, and the
+    step fails naming the dataset and its day."""
+    from hermes_assets.defs import analytics_assets
+    from hermes_assets.lib.warehouse.datasets import Warehouse
+
+    cap, _ = small_everything
+    for dataset in ANALYTICS:
+        for day in days_on_disk(cap.warehouse, dataset):
+            day_path(cap.warehouse, dataset, day).unlink()
+    bad = SMALL_DAYS[1]
+    replace_day = Warehouse.replace_day
+
+    def full_disk(self, dataset, day, table, read):
+        if (dataset, day) == (TOOLS, bad):
+            raise OSError(28, "No space left on device")
+        return replace_day(self, dataset, day, table, read)
+
+    monkeypatch.setattr(Warehouse, "replace_day", full_disk)
+    monkeypatch.setattr(analytics_assets, "WRITE_THREADS", threads)
+    result = cap.materialize(FIRST, LAST, instance=instance, select=ANALYTICS, raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert f"{TOOLS} {bad}" in failure.event_specific_data.error.message
+    md = partition_metadata(result)
+    assert {asset for asset, _ in md} == set(ANALYTICS) - {TOOLS}
+    for dataset in set(ANALYTICS) - {TOOLS}:
+        assert {day for asset, day in md if asset == dataset} == set(SMALL_DAYS)
+    tools = days_on_disk(cap.warehouse, TOOLS)
+    assert bad not in tools and SMALL_DAYS[0] in tools
+    if threads == 1:
+        assert all(day < bad for day in tools)
+
+
 def test_analytics_load_through_the_io_manager_too(small_everything, instance):
     cap, _ = small_everything
     frame = cap.defs().load_asset_value(USAGE, partition_key=DAY1, instance=instance)
