@@ -24,7 +24,8 @@ materialization shows and the Dagster UI plots); none holds a name, only counts.
 
 Here, the day's one file of each: read once for every dataset, computed, and
 replaced until it is known to be computed from the inputs as they are
-(:func:`write_current_day`).
+(:func:`write_current_day`; several datasets of a day at once, their inputs
+checked once after all their writes: :func:`write_current_datasets`).
 """
 
 from __future__ import annotations
@@ -259,9 +260,14 @@ def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[
         wanted = [dataset for dataset in ANALYTICS if day in present[dataset]]
         if wanted:
             read = functools.partial(read_inputs, inputs, day)
-            first = read_day(warehouse, day, read)  # read once for both datasets; again only when they moved
+            first = read_day(warehouse, day, read)  # read once for every dataset; again only when they moved
+            figures = compute_days(wanted, day, first.tables)
+            written = write_current_datasets(warehouse, wanted, day, read, first.stamps, figures)
             for dataset in wanted:
-                out[dataset].append(write_current_day(warehouse, dataset, day, read, first=first))
+                got = written[dataset]
+                if isinstance(got, Exception):
+                    raise got
+                out[dataset].append(got)
     return out
 
 
