@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -133,9 +134,9 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
     return {"dagster/row_count": result.rows, "path": dg.MetadataValue.path(result.path), **figures.totals}
 
 
-#: the days the analytics step computes, and the files it writes, at once: each file is fsynced on a
-#: thread of its own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with
-#: them); their folders are synced together, those of a dataset's days before it is reported
+#: the days the analytics step computes, and writes, at once: each file is fsynced on a thread of its
+#: own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them); their
+#: folders are synced together, before any dataset is reported
 #: (:func:`~hermes_assets.lib.storage.local_files.folder_syncs_deferred`)
 WRITE_THREADS = 4
 
@@ -151,71 +152,90 @@ def _prepare_day(wh: Warehouse, datasets: list[str], inputs: dict[str, DatasetDa
     return KnownDay(first.stamps, daily.compute_days(datasets, day, first.tables)), False
 
 
+#: one day of the step: what each dataset's write gave (its result and figures, or its error), and
+#: whether the figures came from the capture
+DayWrites = tuple[dict[str, tuple[WriteResult, DayFigures] | Exception], bool]
+
+
 def _write_day(
-    wh: Warehouse, inputs: dict[str, DatasetDays], known: KnownDay, dataset: str, day: str
-) -> tuple[WriteResult, DayFigures]:
-    """``dataset``'s ``day`` replaced by its figures in ``known``
-    (:func:`~hermes_assets.lib.analytics.daily.write_current_day`, which computes it again from the
-    files if they moved since those figures were computed)."""
+    wh: Warehouse, datasets: list[str], inputs: dict[str, DatasetDays], day: str, failed: Callable[[str], bool]
+) -> DayWrites:
+    """``day`` of every one of ``datasets`` (those that ``failed`` on an earlier day left out):
+    computed once (:func:`_prepare_day`), each file replaced, and the inputs' stamps checked once
+    after them all (:func:`~hermes_assets.lib.analytics.daily.write_current_datasets`, which
+    computes a dataset again from the files if they moved since its figures were computed)."""
+    wanted = [dataset for dataset in datasets if not failed(dataset)]
+    if not wanted:
+        return {}, False
+    known, from_capture = _prepare_day(wh, wanted, inputs, day)
     read = functools.partial(daily.read_inputs, inputs, day)
-    return daily.write_current_day(wh, dataset, day, read, known=(known.stamps, known.figures[dataset]))
-
-
-def _write_when_prepared(
-    wh: Warehouse, inputs: dict[str, DatasetDays], prepared: Future, dataset: str, day: str
-) -> tuple[WriteResult, DayFigures]:
-    return _write_day(wh, inputs, prepared.result()[0], dataset, day)
-
-
-def _succeeded(future: Future) -> bool:
-    return future.done() and not future.cancelled() and future.exception() is None
+    return daily.write_current_datasets(wh, wanted, day, read, known.stamps, known.figures), from_capture
 
 
 def _materialize(
     context: dg.AssetExecutionContext, warehouse: HermesWarehouse, inputs: dict[str, DatasetDays]
 ) -> Iterator[dg.MaterializeResult]:
-    """Every day of the run computed once for the selected datasets, then each dataset's days written
-    in turn (on :data:`WRITE_THREADS` threads, the days of the next dataset while Dagster records
-    those of the last), each with its day's totals; a materialization of each dataset as soon as
-    every day of it is written. A dataset that fails on a day is not started on the days after
-    it, and fails the step once the others are materialized."""
+    """Every day of the run computed once for the selected datasets and written (on
+    :data:`WRITE_THREADS` threads, a day at a time: its datasets' files, then one check of its
+    inputs for them all), then each dataset reported with its days' totals, once every day of it
+    is written. A dataset that fails on a day is not started on the days after it, and fails the
+    step once the others are materialized."""
     wh = warehouse.open()
     refuse_host_conflicts(lambda: warehouse.check_host(wh))  # a host refused writes nothing, not even here
     datasets = [dataset for dataset in daily.ANALYTICS if dg.AssetKey(dataset) in context.selected_asset_keys]
     read = {name: dataclasses.replace(inputs[name], columns=cols) for name, cols in daily.inputs_for(datasets).items()}
     days = context.partition_keys
     failed: dict[str, tuple[str, Exception]] = {}  # dataset -> its first failed day, and why
+    failing: dict[str, str] = {}  # dataset -> the first day it failed on (a writing thread's): not started after it
+    failing_lock = threading.Lock()
     files_changed: Counter[str] = Counter()
     rows: Counter[str] = Counter()
 
-    # the folders of the files written synced together: those of a dataset's days before it is reported
-    folder_syncs = local_files.FolderSyncs()
+    def failed_before(day: str) -> Callable[[str], bool]:
+        def check(dataset: str) -> bool:
+            with failing_lock:
+                return dataset in failing and failing[dataset] < day
 
-    def submit(fn: Callable, *args: object) -> Future:
-        # each task in a copy of this thread's context: its events reach the run's log (run_log.py)
-        return threads.submit(contextvars.copy_context().run, local_files.deferring_to, folder_syncs, fn, *args)
+        return check
+
+    def write(day: str) -> DayWrites:
+        try:
+            out = _write_day(wh, datasets, read, day, failed_before(day))
+        except Exception as exc:  # the day's inputs could not be read: each of its datasets failed on it
+            out = ({dataset: exc for dataset in datasets if not failed_before(day)(dataset)}, False)
+        with failing_lock:
+            for dataset, got in out[0].items():
+                if isinstance(got, Exception) and (dataset not in failing or day < failing[dataset]):
+                    failing[dataset] = day
+        return out
+
+    # the folders of the files written synced together, before the datasets are reported
+    folder_syncs = local_files.FolderSyncs()
 
     with contextlib.ExitStack() as stack:
         stack.callback(folder_syncs.flush)  # whatever happens: the files in place are made durable
-        threads = stack.enter_context(ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days) * len(datasets)))))
-        prepared = {day: submit(_prepare_day, wh, datasets, read, day) for day in days}
-        writes = {
-            dataset: [submit(_write_when_prepared, wh, read, prepared[day], dataset, day) for day in days]
-            for dataset in datasets
-        }
+        threads = stack.enter_context(ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days)))))
+        # each task in a copy of this thread's context: its events reach the run's log (run_log.py)
+        writes = [
+            threads.submit(contextvars.copy_context().run, local_files.deferring_to, folder_syncs, write, day)
+            for day in days
+        ]
         try:
             for dataset in datasets:
                 metadata = []
                 with run_progress.progress(context, dataset, len(days)) as progress:
-                    for day, future in zip(days, writes[dataset]):
+                    for day, future in zip(days, writes):
                         try:
-                            result, figures = future.result()
+                            got = future.result()[0].get(dataset)
+                            if got is None:  # not started: it failed on an earlier day
+                                raise RuntimeError(f"{dataset} failed on an earlier day than {day}")
+                            if isinstance(got, Exception):
+                                raise got
                         # a full disk, a folder that cannot be made: the dataset's days after it are not started
                         except Exception as exc:
                             failed[dataset] = (day, exc)
-                            for later in writes[dataset]:
-                                later.cancel()
                             break
+                        result, figures = got
                         metadata.append((day, day_metadata(result, figures)))
                         files_changed[dataset] += result.changed
                         rows[dataset] += result.rows
@@ -225,7 +245,7 @@ def _materialize(
                     ranged_metadata.add_days_metadata(context, dataset, metadata)
                     yield dg.MaterializeResult(asset_key=dataset)
         except BaseException:  # the run was canceled: the days not started yet are not started
-            for future in [*prepared.values(), *(f for per_day in writes.values() for f in per_day)]:
+            for future in writes:
                 future.cancel()
             raise
     log.info(
@@ -235,7 +255,7 @@ def _materialize(
         rows=dict(rows),
         files_changed=dict(files_changed),
         # computed by the capture from the tables it built, not read back
-        days_from_capture=sum(f.result()[1] for f in prepared.values() if _succeeded(f)),
+        days_from_capture=sum(f.result()[1] for f in writes if _succeeded(f)),
     )
     if failed:
         dataset, (day, error) = next(iter(failed.items()))
@@ -243,6 +263,10 @@ def _materialize(
             description=f"{dataset} {day}: {error}",
             metadata={"datasets_failed": {name: first_day for name, (first_day, _) in failed.items()}},
         ) from error
+
+
+def _succeeded(future: Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 _HERMES = "Beside our own figures, the columns named `hermes_*` give Hermes's own report's (`hermes insights`)"

@@ -9,6 +9,7 @@ function), not by the project's re-implementation of it.
 """
 
 import json
+from collections import Counter
 
 import dagster as dg
 import duckdb
@@ -281,6 +282,7 @@ def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small
     again, alone: unchanged), each day read once for every analytics dataset of the run."""
     from hermes_assets.defs.resources import CaptureRuntime
     from hermes_assets.lib.analytics import daily
+    from hermes_assets.lib.warehouse.datasets import Warehouse
 
     reads: list[str] = []
     read_day = daily.read_day
@@ -297,9 +299,19 @@ def test_a_run_of_everything_computes_the_analytics_from_the_days_it_built(small
     assert written["datasets"] == list(ANALYTICS) and written["days_from_capture"] == len(SMALL_DAYS)
     assert reads == []
     before = small.files()
+    looked: Counter[tuple[str, str]] = Counter()
+    day_stamp = Warehouse.day_stamp
+
+    def stamp(self, dataset, day):
+        looked[(dataset, day)] += 1
+        return day_stamp(self, dataset, day)
+
+    monkeypatch.setattr(Warehouse, "day_stamp", stamp)
     with structlog.testing.capture_logs() as events:
         assert small.materialize(FIRST, LAST, instance=instance, select=ANALYTICS).success
     (again,) = [e for e in events if e["event"] == "hermes.analytics.written"]
+    # each input day's files listed twice for the six datasets: before its read, after their writes
+    assert looked == {(name, day): 2 for name in DATASETS for day in SMALL_DAYS}
     assert again["days_from_capture"] == 0 and again["files_changed"] == dict.fromkeys(ANALYTICS, 0)
     assert small.files() == before
     # the files are read once per day for every analytics of the run
@@ -331,8 +343,8 @@ def test_figures_the_capture_kept_count_only_while_their_inputs_hold(small_every
     fewer = daily.DayFigures(real.table.slice(1), real.totals)  # not what these files give
 
     def write_usage():
-        known, from_capture = analytics_assets._prepare_day(wh, [USAGE], inputs, DAY1)
-        result, figures = analytics_assets._write_day(wh, inputs, known, USAGE, DAY1)
+        written, from_capture = analytics_assets._write_day(wh, [USAGE], inputs, DAY1, lambda _: False)
+        result, figures = written[USAGE]
         return result, figures, from_capture
 
     # stamps that no longer hold (a file written since): the day is read and computed again
@@ -370,6 +382,44 @@ def test_a_run_of_some_analytics_writes_and_materializes_those_alone(small_every
     assert written and written == {path for path in after if path.startswith(f"{TOOLS}/")}
     assert before.items() <= after.items()
     assert days_on_disk(cap.warehouse, USAGE) == []
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_dataset_that_fails_on_a_day_fails_the_step_and_the_others_are_written(
+    small_everything, instance, monkeypatch, threads
+):
+    """One dataset's file cannot be written on a day (a full disk): its days after it are not
+    started (one thread: none of them), every other dataset is written and materialized, and the
+    step fails naming the dataset and its day."""
+    from hermes_assets.defs import analytics_assets
+    from hermes_assets.lib.warehouse.datasets import Warehouse
+
+    cap, _ = small_everything
+    for dataset in ANALYTICS:
+        for day in days_on_disk(cap.warehouse, dataset):
+            day_path(cap.warehouse, dataset, day).unlink()
+    bad = SMALL_DAYS[1]
+    replace_day = Warehouse.replace_day
+
+    def full_disk(self, dataset, day, table, read):
+        if (dataset, day) == (TOOLS, bad):
+            raise OSError(28, "No space left on device")
+        return replace_day(self, dataset, day, table, read)
+
+    monkeypatch.setattr(Warehouse, "replace_day", full_disk)
+    monkeypatch.setattr(analytics_assets, "WRITE_THREADS", threads)
+    result = cap.materialize(FIRST, LAST, instance=instance, select=ANALYTICS, raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert f"{TOOLS} {bad}" in failure.event_specific_data.error.message
+    md = partition_metadata(result)
+    assert {asset for asset, _ in md} == set(ANALYTICS) - {TOOLS}
+    for dataset in set(ANALYTICS) - {TOOLS}:
+        assert {day for asset, day in md if asset == dataset} == set(SMALL_DAYS)
+    tools = days_on_disk(cap.warehouse, TOOLS)
+    assert bad not in tools and SMALL_DAYS[0] in tools
+    if threads == 1:
+        assert all(day < bad for day in tools)
 
 
 def test_analytics_load_through_the_io_manager_too(small_everything, instance):

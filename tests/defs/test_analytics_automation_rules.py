@@ -110,19 +110,19 @@ def test_a_capture_landing_while_the_days_analytics_run_is_in_flight_leads_to_a_
     assert _requested(first) == set(ANALYTICS)
     assert first.get_requested_partitions(dg.AssetKey(USAGE)) == {DAY}
 
-    # the analytics run A1 starts; its step reads the day's datasets, writes hermes_daily_usage,
-    # finds its inputs unchanged, and is held there, before its step ends
+    # the analytics run A1 starts; its step reads the day's datasets, writes them (hermes_daily_usage
+    # among them), finds its inputs unchanged, and is held there, before its step ends
     written, release = threading.Event(), threading.Event()
-    compute = daily.write_current_day
+    compute = daily.write_current_datasets
 
-    def held_after_its_last_look(warehouse, dataset, day, read, **kwargs):
-        out = compute(warehouse, dataset, day, read, **kwargs)
-        if dataset == USAGE:
+    def held_after_its_last_look(warehouse, datasets, day, *args, **kwargs):
+        out = compute(warehouse, datasets, day, *args, **kwargs)
+        if USAGE in datasets:
             written.set()
             assert release.wait(60)
         return out
 
-    monkeypatch.setattr(daily, "write_current_day", held_after_its_last_look)
+    monkeypatch.setattr(daily, "write_current_datasets", held_after_its_last_look)
     outcome: dict = {}
     a1 = threading.Thread(target=lambda: outcome.update(result=_analytics(defs, instance)))
     a1.start()

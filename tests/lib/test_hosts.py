@@ -438,3 +438,59 @@ def test_a_named_host_scopes_its_ids_unless_it_moved_the_warehouse_from_before(t
     } == before
     # a host that comes after it scopes its ids, its label set or not
     assert Warehouse(str(root), host="beta").adopt_legacy().ids_scoped is True
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_days_analytics_whose_inputs_moved_after_they_were_computed_are_computed_again(kind, two_hosts, tmp_path):
+    """Several analytics of a day written from figures computed before another host wrote the day:
+    the inputs' stamps, taken once after every dataset's write, tell each dataset computed from
+    the older files, which is computed again from the files as they are (only those)."""
+    root = tmp_path / "wh"
+    alpha, beta = open_host(kind, root, "alpha", tmp_path), open_host(kind, root, "beta", tmp_path)
+    capture_days([store_of(two_hosts["alpha"], "alpha")], alpha, days=[DAY])
+    inputs = {name: DatasetDays(alpha, name, [DAY], cols) for name, cols in daily.INPUTS.items()}
+    read = functools.partial(daily.read_inputs, inputs, DAY)
+    first = daily.read_day(alpha, DAY, read)
+    stale = daily.compute_days(list(daily.ANALYTICS), DAY, first.tables)
+    capture_days([store_of(two_hosts["beta"], "beta")], beta, days=[DAY])  # after alpha's read
+
+    # figures said computed from the gateway's older file alone: only the datasets that read it are
+    # computed again (the skills, from the messages alone, are taken as they are)
+    stamps = {**{name: alpha.day_stamp(name, DAY) for name in daily.INPUTS}, GATEWAY: first.stamps[GATEWAY]}
+    with structlog.testing.capture_logs() as events:
+        out = daily.write_current_datasets(alpha, [daily.SKILLS, daily.TOOLS], DAY, read, stamps, stale)
+    assert [(e["dataset"], e["reason"]) for e in events if e["event"] == "hermes.analytics.recomputed"] == [
+        (daily.TOOLS, "inputs_moved")
+    ]
+    skills = out[daily.SKILLS]
+    assert not isinstance(skills, Exception) and skills[1] is stale[daily.SKILLS]
+    assert not isinstance(out[daily.TOOLS], Exception) and out[daily.TOOLS][1].totals["tool_calls"] == 2
+
+    # every input moved: each dataset computed again, its file the one a recomputation gives
+    with structlog.testing.capture_logs() as events:
+        out = daily.write_current_datasets(alpha, list(daily.ANALYTICS), DAY, read, first.stamps, stale)
+    recomputed = [e["dataset"] for e in events if e["event"] == "hermes.analytics.recomputed"]
+    assert recomputed == list(daily.ANALYTICS)
+    fresh = daily.compute_days(list(daily.ANALYTICS), DAY, read())
+    for dataset in daily.ANALYTICS:
+        got = out[dataset]
+        assert not isinstance(got, Exception) and got[1].table == fresh[dataset].table
+        assert alpha.read(dataset, DAY) == (fresh[dataset].table if fresh[dataset].table.num_rows else None)
+    assert out[daily.USAGE][1].totals["sessions"] == 4 != stale[daily.USAGE].totals["sessions"]
+
+    # nothing moved since: each written from its figures, the inputs' stamps taken once for them all
+    now = daily.read_day(alpha, DAY, read)
+    figures = daily.compute_days(list(daily.ANALYTICS), DAY, now.tables)
+    looked: list[str] = []
+    stamp = alpha.day_stamp
+
+    def counted(dataset, day):
+        looked.append(dataset)
+        return stamp(dataset, day)
+
+    alpha.day_stamp = counted  # type: ignore[method-assign]
+    with structlog.testing.capture_logs() as events:
+        out = daily.write_current_datasets(alpha, list(daily.ANALYTICS), DAY, read, now.stamps, figures)
+    assert not [e for e in events if e["event"] == "hermes.analytics.recomputed"]
+    assert sorted(looked) == sorted(daily.INPUTS)
+    assert all(not isinstance(got, Exception) and got[1] is figures[dataset] for dataset, got in out.items())

@@ -7,7 +7,7 @@ worker holds a day's final content, it computes the day's figures there and
 then (:func:`figures_of`, in parallel with the other days), and the write step
 keeps them with the stamps of the files as it left them
 (:func:`known_days`). The analytics of the day use them while those stamps
-still hold (:func:`hermes_assets.lib.analytics.daily.write_current_day`);
+still hold (:func:`hermes_assets.lib.analytics.daily.write_current_datasets`);
 otherwise, or for any other day, they read the files as always. The figures
 are the same either way: the same functions over the same rows.
 

@@ -24,7 +24,8 @@ materialization shows and the Dagster UI plots); none holds a name, only counts.
 
 Here, the day's one file of each: read once for every dataset, computed, and
 replaced until it is known to be computed from the inputs as they are
-(:func:`write_current_day`).
+(:func:`write_current_day`; several datasets of a day at once, their inputs
+checked once after all their writes: :func:`write_current_datasets`).
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ def write_current_day(
     read: Callable[[], dict[str, pa.Table]],
     first: DayInputs | None = None,
     known: tuple[dict[str, tuple], DayFigures] | None = None,
+    *,
+    first_attempt: int = 1,
 ) -> tuple[WriteResult, DayFigures]:
     """Compute one analytics day from every host's files (``read``: the day's input tables)
     and replace its file, until the file is known to be computed from the inputs as they are.
@@ -167,15 +170,20 @@ def write_current_day(
     every host's files. ``first``: the inputs already read for the first attempt.
     ``known``: the day's figures computed from its inputs when they had these stamps (by the
     capture that wrote them, :mod:`~hermes_assets.lib.analytics.captured_days`), used on the
-    first attempt while the stamps hold: nothing is read.
+    first attempt while the stamps hold: nothing is read. ``first_attempt``: the number of the
+    first attempt made here (those before it made by :func:`write_current_datasets`).
     """
     names = inputs_of(dataset)
-    for attempt in range(1, RECOMPUTE_LIMIT + 1):
+    for attempt in range(first_attempt, RECOMPUTE_LIMIT + 1):
         current = warehouse.read_versioned(dataset, day)
-        if attempt == 1 and known is not None and all(warehouse.day_stamp(n, day) == known[0].get(n) for n in names):
+        if (
+            attempt == first_attempt
+            and known is not None
+            and all(warehouse.day_stamp(n, day) == known[0].get(n) for n in names)
+        ):
             stamps, figures = known[0], known[1]
         else:
-            got = first if attempt == 1 and first is not None else read_day(warehouse, day, read)
+            got = first if attempt == first_attempt and first is not None else read_day(warehouse, day, read)
             stamps, figures = got.stamps, compute_day(dataset, day, got.tables)
         result = warehouse.replace_day(dataset, day, figures.table, current)
         if result is not None and all(warehouse.day_stamp(name, day) == stamps[name] for name in names):
@@ -193,6 +201,54 @@ def write_current_day(
     )
 
 
+def write_current_datasets(
+    warehouse: Warehouse,
+    datasets: Iterable[str],
+    day: str,
+    read: Callable[[], dict[str, pa.Table]],
+    stamps: dict[str, tuple],
+    figures: dict[str, DayFigures],
+) -> dict[str, tuple[WriteResult, DayFigures] | Exception]:
+    """Several analytics of one day, each written as :func:`write_current_day` writes it, from
+    ``figures``: computed from the day's inputs when their files had ``stamps`` (taken before
+    they were read, or by the capture that wrote them). The inputs' stamps are taken once after
+    every dataset's file is written (not once per dataset, before and after its write): a
+    dataset whose write lost the race, or whose inputs moved, is computed again
+    (:func:`write_current_day`). -> dataset -> its result and figures, or the error that
+    stopped it (the others are written all the same)."""
+    out: dict[str, tuple[WriteResult, DayFigures] | Exception] = {}
+    written: dict[str, WriteResult] = {}
+    for dataset in datasets:
+        try:
+            result = warehouse.replace_day(dataset, day, figures[dataset].table, warehouse.read_versioned(dataset, day))
+        except Exception as exc:  # a full disk, a folder that cannot be made: this dataset alone
+            out[dataset] = exc
+            continue
+        if result is not None:
+            written[dataset] = result
+    names = [name for name in INPUTS if any(name in inputs_of(dataset) for dataset in written)]
+    now = {name: warehouse.day_stamp(name, day) for name in names}
+    for dataset in datasets:
+        if dataset in out:
+            continue
+        result = written.get(dataset)
+        if result is not None and all(now[name] == stamps.get(name) for name in inputs_of(dataset)):
+            out[dataset] = (result, figures[dataset])
+            continue
+        log.info(
+            "hermes.analytics.recomputed",
+            dataset=dataset,
+            day=day,
+            attempt=1,
+            reason="inputs_moved" if result is not None else "file_replaced",
+        )
+        try:
+            out[dataset] = write_current_day(warehouse, dataset, day, read, first_attempt=2)
+        except Exception as exc:
+            out[dataset] = exc
+    return out
+
+
 def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[WriteResult, DayFigures]]]:
     """Recompute, straight from the warehouse, the analytics files among ``days``
     (the purge job's way to take purged rows out of the figures too); a day
@@ -204,9 +260,14 @@ def rebuild_days(warehouse: Warehouse, days: list[str]) -> dict[str, list[tuple[
         wanted = [dataset for dataset in ANALYTICS if day in present[dataset]]
         if wanted:
             read = functools.partial(read_inputs, inputs, day)
-            first = read_day(warehouse, day, read)  # read once for both datasets; again only when they moved
+            first = read_day(warehouse, day, read)  # read once for every dataset; again only when they moved
+            figures = compute_days(wanted, day, first.tables)
+            written = write_current_datasets(warehouse, wanted, day, read, first.stamps, figures)
             for dataset in wanted:
-                out[dataset].append(write_current_day(warehouse, dataset, day, read, first=first))
+                got = written[dataset]
+                if isinstance(got, Exception):
+                    raise got
+                out[dataset].append(got)
     return out
 
 
