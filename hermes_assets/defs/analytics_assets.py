@@ -199,10 +199,11 @@ def _materialize(
         return check
 
     def write(day: str) -> DayWrites:
+        left_out = failed_before(day)
         try:
-            out = _write_day(wh, datasets, read, day, failed_before(day))
+            out = _write_day(wh, datasets, read, day, left_out)
         except Exception as exc:  # the day's inputs could not be read: each of its datasets failed on it
-            out = ({dataset: exc for dataset in datasets if not failed_before(day)(dataset)}, False)
+            out = ({dataset: exc for dataset in datasets if not left_out(dataset)}, False)
         with failing_lock:
             for dataset, got in out[0].items():
                 if isinstance(got, Exception) and (dataset not in failing or day < failing[dataset]):

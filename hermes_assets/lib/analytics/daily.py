@@ -151,8 +151,6 @@ def write_current_day(
     dataset: str,
     day: str,
     read: Callable[[], dict[str, pa.Table]],
-    first: DayInputs | None = None,
-    known: tuple[dict[str, tuple], DayFigures] | None = None,
     *,
     first_attempt: int = 1,
 ) -> tuple[WriteResult, DayFigures]:
@@ -167,24 +165,14 @@ def write_current_day(
     still the ones read. A write that lost the race, or whose inputs moved, computes
     again. So the file written last was computed after the previous one was written and
     from the inputs as they stood after it was written: it equals a recomputation over
-    every host's files. ``first``: the inputs already read for the first attempt.
-    ``known``: the day's figures computed from its inputs when they had these stamps (by the
-    capture that wrote them, :mod:`~hermes_assets.lib.analytics.captured_days`), used on the
-    first attempt while the stamps hold: nothing is read. ``first_attempt``: the number of the
-    first attempt made here (those before it made by :func:`write_current_datasets`).
+    every host's files. ``first_attempt``: the number of the first attempt made here (those
+    before it made by :func:`write_current_datasets`, from figures already computed).
     """
     names = inputs_of(dataset)
     for attempt in range(first_attempt, RECOMPUTE_LIMIT + 1):
         current = warehouse.read_versioned(dataset, day)
-        if (
-            attempt == first_attempt
-            and known is not None
-            and all(warehouse.day_stamp(n, day) == known[0].get(n) for n in names)
-        ):
-            stamps, figures = known[0], known[1]
-        else:
-            got = first if attempt == first_attempt and first is not None else read_day(warehouse, day, read)
-            stamps, figures = got.stamps, compute_day(dataset, day, got.tables)
+        got = read_day(warehouse, day, read)
+        stamps, figures = got.stamps, compute_day(dataset, day, got.tables)
         result = warehouse.replace_day(dataset, day, figures.table, current)
         if result is not None and all(warehouse.day_stamp(name, day) == stamps[name] for name in names):
             return result, figures
