@@ -30,6 +30,10 @@ Part = tuple[str, str | None, str | None, str | None, str | None, str | None]
 ToolCall = tuple[str | None, str | None, str]
 
 
+#: a call without a ``function`` object (read only)
+_NO_FUNCTION: dict = {}
+
+
 def parse_tool_calls(raw: object) -> list[ToolCall] | None:
     """-> [(call_id, name, args_json)], [] when absent, None when malformed."""
     if raw is None or raw == "":
@@ -49,16 +53,22 @@ def parse_tool_calls(raw: object) -> list[ToolCall] | None:
         for call in calls:
             if not isinstance(call, dict):
                 return None
-            function = call.get("function")
-            fn: dict = function if isinstance(function, dict) else {}
-            call_id = nonempty(call.get("id")) or nonempty(call.get("call_id"))
-            name = nonempty(fn.get("name")) or nonempty(call.get("name"))
-            for holder, key in ((fn, "arguments"), (call, "arguments"), (call, "input")):
-                if key in holder:
-                    args = holder[key]
-                    break
+            fn = call.get("function")
+            if not isinstance(fn, dict):
+                fn = _NO_FUNCTION
+            # the first choices tested in place (what nonempty tests), the fallbacks called
+            call_id = call.get("id")
+            if not (call_id and isinstance(call_id, str)):
+                call_id = nonempty(call.get("call_id"))
+            name = fn.get("name")
+            if not (name and isinstance(name, str)):
+                name = nonempty(call.get("name"))
+            if "arguments" in fn:
+                args = fn["arguments"]
+            elif "arguments" in call:
+                args = call["arguments"]
             else:
-                args = None
+                args = call.get("input")
             if isinstance(args, str):
                 try:
                     args = loads(args)
