@@ -169,10 +169,13 @@ _DICTIONARY_COLUMNS = frozenset(SESSION_COLUMNS) - {"session_id", "conversation_
 
 def _session_dictionary(values: Sequence[str | None], session_of_row: pa.Array) -> pa.DictionaryArray:
     """Per-session text values, as a per-row dictionary array (nulls in the indices). Arrow
-    encodes the session's values (each value's index in the order it first appears, as a
-    Python dict would number them) and repeats their indices over the rows."""
-    per_session = pa.array(values, pa.string()).dictionary_encode()
-    return pa.DictionaryArray.from_arrays(per_session.indices.take(session_of_row), per_session.dictionary)
+    converts the session's values straight to a dictionary array (each value's index in the
+    order it first appears, as a Python dict would number them); the take repeats its indices
+    over the rows, the dictionary kept."""
+    return pa.array(values, _SESSION_DICTIONARY).take(session_of_row)
+
+
+_SESSION_DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 
 
 def project_session(item: SessionInput, out: GatewayColumns, ctx: ProjectionContext, tally: ErrorTally) -> int:
