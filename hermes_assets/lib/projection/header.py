@@ -209,7 +209,8 @@ def session_header(item: SessionInput, ctx: ProjectionContext, tally: ErrorTally
         ids.session_id(store.label, parent) if parent else None,
         store.host,
     )
-    return SessionHeader(scoped, session_id, start_ms, hermes, attrs, dumps(attrs), columns)
+    # every value a text (or None): encoded as it is, no pass of normalize over it
+    return SessionHeader(scoped, session_id, start_ms, hermes, attrs, dumps(attrs, normalized=True), columns)
 
 
 @functools.lru_cache(maxsize=1024)

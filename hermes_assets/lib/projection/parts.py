@@ -18,7 +18,7 @@ from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
-from hermes_assets.lib.source.jsonutil import dumps, loads
+from hermes_assets.lib.source.jsonutil import dumps, loads, normalize
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
 TOOL_SUCCESS = '{"tool_status":"success"}'
@@ -166,9 +166,9 @@ def _attrs(flags: dict, token_count: object, plain: str, base: dict, hermes: dic
     cached = cache.get(key)
     if cached is None:
         value = {**base, "hermes": {**hermes, **flags}}
-        if token_count is not None:
-            value["usage"] = {"total_tokens": token_count}
-        cached = cache[key] = dumps(value)
+        if token_count is not None:  # the one cell that can be a float (texts and flags around it)
+            value["usage"] = {"total_tokens": normalize(token_count)}
+        cached = cache[key] = dumps(value, normalized=True)
     return cached
 
 
