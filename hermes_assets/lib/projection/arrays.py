@@ -22,6 +22,8 @@ def repeated(values: Sequence[object], counts: Sequence[int], typ: pa.DataType) 
     storage = typ.storage_type if isinstance(typ, pa.ExtensionType) else typ
     if not kept:
         array = pa.array([], storage)
+    elif all(v is kept[0][0] for v, _ in kept):  # one value (a table's store, its day): no runs to decode
+        array = pa.repeat(pa.scalar(kept[0][0], storage), sum(c for _, c in kept))
     else:
         ends = pa.array(list(itertools.accumulate(c for _, c in kept)), pa.int64())
         array = pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, pa.array([v for v, _ in kept], storage)))

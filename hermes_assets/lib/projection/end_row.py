@@ -10,6 +10,7 @@ from __future__ import annotations
 from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import DayNames, sane_instant
+from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput
 from hermes_assets.lib.source.jsonutil import dumps, normalize
 
@@ -20,7 +21,7 @@ END_USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_
 
 #: ``usage_by_model``'s stand-in while the end row's attributes are encoded; its JSON is then
 #: put in its place (:meth:`SessionInput.usage_by_model_json`, encoded once per session). The
-#: first ``"usage_by_model":`` of the text is the key itself: inside a JSON string the quotes
+#: first ``"usage_by_model":`` of their text is the key itself: inside a JSON string the quotes
 #: are escaped, and no key before it has that name.
 _MODELS = 0
 _MODELS_MEMBER = '"usage_by_model":0'
@@ -49,14 +50,14 @@ def end_row(
     models = item.usage_by_model_json()
     if models:
         end_hermes["usage_by_model"] = _MODELS
-    attrs = {
-        **header.attrs,
-        "hermes": {**end_hermes, **header.hermes},
-        "usage": {k: normalize(s.get(k)) for k in END_USAGE},
-    }
-    text = dumps(attrs, normalized=True)
+    members = dumps(end_hermes, normalized=True)[1:-1]
     if models:  # the session row's text of them, in the place of the stand-in
-        text = text.replace(_MODELS_MEMBER, '"usage_by_model":' + models, 1)
+        members = members.replace(_MODELS_MEMBER, '"usage_by_model":' + models, 1)
+    # the header's text (every row's attributes, encoded once per session) with these members
+    # first in its ``hermes`` object and the totals after its last member: the text of
+    # ``{**header.attrs, "hermes": {**end_hermes, **header.hermes}, "usage": totals}``
+    usage = dumps({k: normalize(s.get(k)) for k in END_USAGE}, normalized=True)
+    text = display.with_fragment(header.plain_attrs, members)[:-1] + ',"usage":' + usage + "}"
     message_id = ids.end_row_id(header.session_id)
     return (
         message_id,

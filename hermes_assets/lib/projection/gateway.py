@@ -10,7 +10,7 @@ Arrow table without a per-row dict (the row tuples converted by Arrow in one pas
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -167,12 +167,15 @@ def _previous(message_ids: pa.Array, index: pa.Array, typ: pa.DataType) -> pa.Ar
 _DICTIONARY_COLUMNS = frozenset(SESSION_COLUMNS) - {"session_id", "conversation_started_at"}
 
 
-def _session_dictionary(values: Iterable[str | None], session_of_row: pa.Array) -> pa.DictionaryArray:
-    """Per-session text values, as a per-row dictionary array (nulls in the indices)."""
-    position: dict[str, int] = {}
-    indices = [None if v is None else position.setdefault(v, len(position)) for v in values]
-    per_session = pa.array(indices, pa.int32())
-    return pa.DictionaryArray.from_arrays(per_session.take(session_of_row), pa.array(list(position), pa.string()))
+def _session_dictionary(values: Sequence[str | None], session_of_row: pa.Array) -> pa.DictionaryArray:
+    """Per-session text values, as a per-row dictionary array (nulls in the indices). Arrow
+    converts the session's values straight to a dictionary array (each value's index in the
+    order it first appears, as a Python dict would number them); the take repeats its indices
+    over the rows, the dictionary kept."""
+    return pa.array(values, _SESSION_DICTIONARY).take(session_of_row)
+
+
+_SESSION_DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 
 
 def project_session(item: SessionInput, out: GatewayColumns, ctx: ProjectionContext, tally: ErrorTally) -> int:

@@ -18,7 +18,7 @@ from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
-from hermes_assets.lib.source.jsonutil import dumps, loads
+from hermes_assets.lib.source.jsonutil import dumps, loads, normalize
 
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "pause_turn": "pause"}
 TOOL_SUCCESS = '{"tool_status":"success"}'
@@ -28,6 +28,10 @@ TOOL_SUCCESS = '{"tool_status":"success"}'
 Part = tuple[str, str | None, str | None, str | None, str | None, str | None]
 #: a tool call as its message holds it: (call_id, name, args_json)
 ToolCall = tuple[str | None, str | None, str]
+
+
+#: a call without a ``function`` object (read only)
+_NO_FUNCTION: dict = {}
 
 
 def parse_tool_calls(raw: object) -> list[ToolCall] | None:
@@ -49,16 +53,22 @@ def parse_tool_calls(raw: object) -> list[ToolCall] | None:
         for call in calls:
             if not isinstance(call, dict):
                 return None
-            function = call.get("function")
-            fn: dict = function if isinstance(function, dict) else {}
-            call_id = nonempty(call.get("id")) or nonempty(call.get("call_id"))
-            name = nonempty(fn.get("name")) or nonempty(call.get("name"))
-            for holder, key in ((fn, "arguments"), (call, "arguments"), (call, "input")):
-                if key in holder:
-                    args = holder[key]
-                    break
+            fn = call.get("function")
+            if not isinstance(fn, dict):
+                fn = _NO_FUNCTION
+            # the first choices tested in place (what nonempty tests), the fallbacks called
+            call_id = call.get("id")
+            if not (call_id and isinstance(call_id, str)):
+                call_id = nonempty(call.get("call_id"))
+            name = fn.get("name")
+            if not (name and isinstance(name, str)):
+                name = nonempty(call.get("name"))
+            if "arguments" in fn:
+                args = fn["arguments"]
+            elif "arguments" in call:
+                args = call["arguments"]
             else:
-                args = None
+                args = call.get("input")
             if isinstance(args, str):
                 try:
                     args = loads(args)
@@ -156,9 +166,9 @@ def _attrs(flags: dict, token_count: object, plain: str, base: dict, hermes: dic
     cached = cache.get(key)
     if cached is None:
         value = {**base, "hermes": {**hermes, **flags}}
-        if token_count is not None:
-            value["usage"] = {"total_tokens": token_count}
-        cached = cache[key] = dumps(value)
+        if token_count is not None:  # the one cell that can be a float (texts and flags around it)
+            value["usage"] = {"total_tokens": normalize(token_count)}
+        cached = cache[key] = dumps(value, normalized=True)
     return cached
 
 
