@@ -25,7 +25,9 @@ name the same secrets in the same sessions again, under other ids, and are left 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -210,7 +212,14 @@ def _day_context(warehouse: Warehouse, day: str) -> tuple[pa.Table | None, pa.Ta
     )
 
 
+#: the days :func:`read_all` reads at once: each day's files are small, and much of a read is
+#: pyarrow's, outside the GIL (the 1M store's 330 days: 0.85 s one after the other, 0.55 s four at a time)
+READ_THREADS = 4
+
+
 def read_all(warehouse: Warehouse) -> pa.Table:
-    """Every host's sightings, every day."""
-    tables = [t for day in warehouse.days(SIGHTINGS) if (t := warehouse.read(SIGHTINGS, day)) is not None]
+    """Every host's sightings, every day (in the days' order, :data:`READ_THREADS` days at a time)."""
+    days = warehouse.days(SIGHTINGS)
+    with ThreadPoolExecutor(max(1, min(READ_THREADS, len(days)))) as threads:
+        tables = [t for t in threads.map(functools.partial(warehouse.read, SIGHTINGS), days) if t is not None]
     return pa.concat_tables(tables) if tables else empty_table(SCHEMA)
