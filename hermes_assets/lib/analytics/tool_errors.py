@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.analytics.live_rows import holds
 from hermes_assets.lib.source.jsonutil import python_loads
 
 #: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
@@ -77,19 +76,16 @@ def is_error_result(is_error: bool | None, tool_name: str | None, content: str |
 
 #: text a tool result holds whenever :func:`hermes_marks_error` can call it an error: "error" or
 #: "failed" in any case, "exit_code", a ``\\u`` escape (a JSON key may spell a letter so); rule 4
-#: without "error" needs "message" and "success" (:func:`maybe_error`). Each is searched alone: RE2
-#: finds one word by skipping ahead to it, an alternation of words it reads byte by byte (several
-#: times slower)
-_MAYBE_ERROR = (r"(?i)error", r"(?i)failed", "exit_code", r"\\u")
+#: without "error" needs "message" (and "success", which the screen does not ask: a superset, the
+#: rule decides). One alternation: RE2 reads a result once for all of them, in about the time of
+#: three searches of one word each (the case-insensitive words are read byte by byte either way)
+_MAYBE_ERROR = r"(?i)error|(?i)failed|exit_code|\\u|message"
 
 
 def maybe_error(content: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """Which results :func:`hermes_marks_error` may call errors: the others hold none of the text
     each of its rules needs (a screen in Arrow; the rule itself decides for those it keeps)."""
-    found = pc.and_(holds(content, "message"), holds(content, "success"))
-    for pattern in _MAYBE_ERROR:
-        found = pc.or_(found, pc.match_substring_regex(content, pattern))
-    return pc.fill_null(found, False)
+    return pc.fill_null(pc.match_substring_regex(content, _MAYBE_ERROR), False)
 
 
 def error_results(parts: pa.Table) -> pa.ChunkedArray | pa.Array:
