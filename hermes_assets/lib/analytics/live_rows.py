@@ -63,10 +63,10 @@ _MARKS = "|".join(re.escape(mark) for mark in ('"source_deleted":true', '"copy_o
 
 def _marked(table: pa.Table) -> pa.ChunkedArray:
     """Which canonical rows may be flagged ``source_deleted`` or be copies (null: no attributes)."""
-    return pc.match_substring_regex(_json_text(table.column("attributes")), _MARKS)
+    return pc.match_substring_regex(json_text(table.column("attributes")), _MARKS)
 
 
-def _json_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+def json_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A JSON column's text (its extension type's storage)."""
     return pa.chunked_array([c.storage for c in column.chunks], pa.string())
 
@@ -76,7 +76,7 @@ def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
     row's ``copy_of``, a canonical row's ``attributes.hermes.copy_of``; all false for a
     dataset without them."""
     if dataset == GATEWAY and "attributes" in table.column_names:
-        text = _json_text(table.column("attributes"))
+        text = json_text(table.column("attributes"))
         # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
         return pc.fill_null(holds(text, '"copy_of":'), False)
     if "copy_of" in table.column_names:

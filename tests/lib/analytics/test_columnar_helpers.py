@@ -3,7 +3,7 @@
 Each replaces a slower way of getting the same thing (a day's figures are computed
 from them, byte for byte as before): a literal screen searched by RE2
 (:func:`~hermes_assets.lib.analytics.live_rows.holds`) against ``match_substring``,
-a column of UTC times built from its integers
+a column of UTC times built from its integers and a JSON column's text from its storage
 (:func:`~hermes_assets.lib.analytics.day_sessions.as_pylist`) against ``to_pylist``,
 the counts of one key by Arrow's hash count
 (:func:`~hermes_assets.lib.analytics.live_rows.count_by`) against the rows counted
@@ -59,7 +59,8 @@ def test_other_columns_as_to_pylist():
     local = pa.chunked_array([pa.array([0, None], pa.timestamp("ms", "Europe/Paris"))])
     naive = pa.chunked_array([pa.array([0, None], pa.timestamp("ms"))])
     text = pa.chunked_array([["a", None], ["b"]])
-    for column in (local, naive, text):
+    json = pa.chunked_array([pa.array(['[{"model":"m"}]', None], pa.json_()), pa.array(["[]"], pa.json_())])
+    for column in (local, naive, text, json):
         assert as_pylist(column) == column.to_pylist()
     assert as_pylist(naive)[0] == dt.datetime(1970, 1, 1)
 
