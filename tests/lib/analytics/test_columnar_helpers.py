@@ -112,11 +112,51 @@ _RESULT = st.lists(st.sampled_from(_RESULT_PIECES) | st.text(max_size=3), max_si
 )
 def test_error_screen_is_the_one_pass_screen_and_keeps_every_error(cells, tool):
     column = pa.chunked_array([pa.array(cells, pa.string())])
-    got = maybe_error(column)
-    # the screen as a substring search of each word: the same rows
-    words = [pc.match_substring(column, word, ignore_case=True) for word in ("error", "failed")]
-    words += [pc.match_substring(column, word) for word in ("exit_code", "\\u", "message")]
-    assert got.equals(pc.fill_null(functools.reduce(pc.or_, words), False))
+    got = maybe_error(column, pa.array([tool] * len(cells), pa.string()))
+    if tool != "terminal":
+        # the screen as a substring search of each word: the same rows
+        words = [pc.match_substring(column, word, ignore_case=True) for word in ("error", "failed")]
+        words += [pc.match_substring(column, word) for word in ("\\u", "message")]
+        assert got.equals(pc.fill_null(functools.reduce(pc.or_, words), False).combine_chunks())
     # and it never clears a result Hermes calls an error
     for kept, content in zip(got.to_pylist(), cells):
         assert kept or not hermes_marks_error(tool, content)
+
+
+#: a terminal result's pieces: its exit code as JSON spells it (any number, spacing, or key twice)
+_TERMINAL_PIECES = [
+    '{"exit_code"',
+    '{"exit\\u005fcode": 3}',
+    '"exit_code"',
+    ": ",
+    ":",
+    " ",
+    "\n",
+    "\t",
+    "0",
+    "1",
+    "-",
+    ".",
+    "e",
+    "}",
+    ",",
+    "]",
+]
+_TERMINAL = st.lists(st.sampled_from(_TERMINAL_PIECES) | st.sampled_from(_RESULT_PIECES), max_size=8).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(cells=st.lists(st.none() | _TERMINAL, max_size=10), among=st.lists(st.booleans(), min_size=10, max_size=10))
+def test_terminal_screen_keeps_every_error(cells, among):
+    tools = pa.array(["terminal"] * len(cells), pa.string())
+    rows = pa.array(among[: len(cells)], pa.bool_())
+    got = maybe_error(pa.chunked_array([pa.array(cells, pa.string())]), tools, rows).to_pylist()
+    for kept, content, asked in zip(got, cells, among):
+        assert not kept or asked  # only the rows asked
+        assert kept or not asked or not hermes_marks_error("terminal", content)
+
+
+def test_terminal_screen_leaves_the_code_0_to_arrow():
+    cells = ['{"output": "ok", "exit_code": 0}', '{"exit_code":0 }', '{"exit_code": 0.0}', '{"exit_code": 2}']
+    got = maybe_error(pa.array(cells, pa.string()), pa.array(["terminal"] * 4, pa.string()))
+    assert got.to_pylist() == [False, False, True, True]
