@@ -33,7 +33,7 @@ def live(table: pa.Table, dataset: str) -> pa.Table:
     """The rows not flagged ``source_deleted`` (D13), each logical message once (no copies,
     D20): what the store holds now."""
     if table.num_rows == 0 or (dataset == GATEWAY and not pc.any(_marked(table)).as_py()):
-        return table  # a canonical row without either mark (most days: every row), each of its cells read once
+        return table  # no canonical row may hold either mark (most days): neither mask asked
     drop = pc.or_(source_deleted_mask(dataset, table), copy_mask(dataset, table))
     return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
 
@@ -55,15 +55,17 @@ def in_store(table: pa.Table, dataset: str) -> pa.Table:
     return table.filter(pc.invert(drop)) if pc.any(drop).as_py() else table
 
 
-#: what a canonical row's ``attributes`` holds when it is flagged ``source_deleted`` or is a copy (a
-#: superset: :func:`source_deleted_mask` and :func:`copy_mask` decide). One alternation of both reads
-#: each cell once, in less time than the two searches, each of which reads them all
-_MARKS = "|".join(re.escape(mark) for mark in ('"source_deleted":true', '"copy_of":'))
+#: the tail of each mark a canonical row's ``attributes`` holds when it is flagged ``source_deleted``
+#: or is a copy (a superset: :func:`source_deleted_mask` and :func:`copy_mask` decide). Each from
+#: its ``_``: RE2 skips ahead to that byte, rarer than the quote a mark starts with, and two such
+#: searches take half the time of one alternation of both marks (which reads every byte)
+_MARK_TAILS = (re.escape('_deleted":true'), re.escape('_of":'))
 
 
 def _marked(table: pa.Table) -> pa.ChunkedArray:
     """Which canonical rows may be flagged ``source_deleted`` or be copies (null: no attributes)."""
-    return pc.match_substring_regex(json_text(table.column("attributes")), _MARKS)
+    text = json_text(table.column("attributes"))
+    return pc.or_(*(pc.match_substring_regex(text, tail) for tail in _MARK_TAILS))
 
 
 def json_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
