@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from hermes_assets.lib.analytics.daily import ANALYTICS, INPUTS, DayFigures, compute_days, inputs_for
 from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.schemas import SESSIONS
 from hermes_assets.lib.warehouse import partition_file
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from hermes_assets.lib.warehouse.day_merge import WriteResult
@@ -46,10 +47,11 @@ def figures_of(
     day: str, tables: Mapping[str, pa.Table], datasets: Collection[str] = ANALYTICS
 ) -> dict[str, DayFigures]:
     """The analytics ``datasets`` (every one by default) of ``day`` from the day's whole tables of the
-    three datasets: the columns they read, in the order of the files
+    three datasets: the columns they read, the sessions in the order of their file
     (:func:`~hermes_assets.lib.warehouse.partition_file.encode` sorts them), as
-    :func:`~hermes_assets.lib.analytics.daily.read_inputs` gives them. A run that computes some of the
-    analytics has its capture compute only those (:func:`figures_for`)."""
+    :func:`~hermes_assets.lib.analytics.daily.read_inputs` gives them (the others' order changes no
+    figure: :data:`ORDERED`). A run that computes some of the analytics has its capture compute only
+    those (:func:`figures_for`)."""
     wanted = [dataset for dataset in ANALYTICS if dataset in datasets]
     inputs = {name: _as_in_file(name, tables[name], columns) for name, columns in inputs_for(wanted).items()}
     return compute_days(wanted, day, inputs)
@@ -60,7 +62,15 @@ def figures_for(datasets: Collection[str]) -> Callable[[str, Mapping[str, pa.Tab
     return functools.partial(figures_of, datasets=tuple(dataset for dataset in ANALYTICS if dataset in datasets))
 
 
+#: the inputs whose order a figure depends on: the sessions', whose costs are added in floating point
+#: in the file's order. The messages and the tool parts are counted (whole numbers, distinct values,
+#: the largest time), the same figures in any order: their tables are taken as they are
+ORDERED = (SESSIONS,)
+
+
 def _as_in_file(dataset: str, table: pa.Table, columns: list[str]) -> pa.Table:
+    if dataset not in ORDERED:
+        return table.select(columns)
     keys = list(schemas.sort_of(dataset))
     if partition_file.is_sorted(table, keys):
         return table.select(columns)

@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hermes_assets.lib.analytics.live_rows import holds
 from hermes_assets.lib.source.jsonutil import python_loads
 
 #: Hermes's file tools whose result proves the write landed (hermes-agent 0.19.0,
@@ -75,21 +74,40 @@ def is_error_result(is_error: bool | None, tool_name: str | None, content: str |
     return is_error if is_error is not None else hermes_marks_error(tool_name, content)
 
 
-#: text a tool result holds whenever :func:`hermes_marks_error` can call it an error: "error" or
-#: "failed" in any case, "exit_code", a ``\\u`` escape (a JSON key may spell a letter so); rule 4
-#: without "error" needs "message" and "success" (:func:`maybe_error`). Each is searched alone: RE2
-#: finds one word by skipping ahead to it, an alternation of words it reads byte by byte (several
-#: times slower)
-_MAYBE_ERROR = (r"(?i)error", r"(?i)failed", "exit_code", r"\\u")
+#: text a tool result holds whenever :func:`hermes_marks_error` can call it an error, but a
+#: ``terminal`` result's: "error" or "failed" in any case, a ``\\u`` escape (a JSON key may spell a
+#: letter so); rule 4 without "error" needs "message" (and "success", which the screen does not ask:
+#: a superset, the rule decides). One alternation: RE2 reads a result once for all of them, in
+#: about the time of three searches of one word each
+_MAYBE_ERROR = r"(?i)error|(?i)failed|\\u|message"
+#: text a ``terminal`` result holds whenever it is an error (rule 2 alone decides it): its
+#: ``exit_code`` key then a value that is not a plain ``0`` (a ``0`` followed by what ends a JSON
+#: number: the code 0), or a ``\\u`` escape (the key spelt with one). Most terminal results end
+#: with ``"exit_code": 0``: the rule decodes only the others
+_MAYBE_TERMINAL_ERROR = r'"exit_code"\s*:\s*(?:[^0\s]|0[^,}\s])|\\u'
 
 
-def maybe_error(content: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """Which results :func:`hermes_marks_error` may call errors: the others hold none of the text
-    each of its rules needs (a screen in Arrow; the rule itself decides for those it keeps)."""
-    found = pc.and_(holds(content, "message"), holds(content, "success"))
-    for pattern in _MAYBE_ERROR:
-        found = pc.or_(found, pc.match_substring_regex(content, pattern))
-    return pc.fill_null(found, False)
+def maybe_error(
+    content: pa.ChunkedArray | pa.Array, tool_name: pa.ChunkedArray | pa.Array, among: pa.Array | None = None
+) -> pa.Array:
+    """Which results :func:`hermes_marks_error` may call errors (``among``: of those rows; the others
+    false): the others hold none of the text each of its rules needs (a screen in Arrow; the rule
+    itself decides for those it keeps)."""
+    terminal = _flat(pc.fill_null(pc.equal(tool_name, "terminal"), False))
+    others = pc.invert(terminal)
+    if among is not None:
+        terminal, others = pc.and_(among, terminal), pc.and_(among, others)
+    return pc.or_(_holds_in(content, terminal, _MAYBE_TERMINAL_ERROR), _holds_in(content, others, _MAYBE_ERROR))
+
+
+def _holds_in(content: pa.ChunkedArray | pa.Array, rows: pa.Array, pattern: str) -> pa.Array:
+    """Which of ``rows`` hold ``pattern`` (the others false), searched in those rows only."""
+    found = pc.fill_null(pc.match_substring_regex(content.filter(rows), pattern), False)
+    return pc.replace_with_mask(pa.repeat(pa.scalar(False), len(rows)), rows, _flat(found))
+
+
+def _flat(mask: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
 
 
 def error_results(parts: pa.Table) -> pa.ChunkedArray | pa.Array:
@@ -97,15 +115,11 @@ def error_results(parts: pa.Table) -> pa.ChunkedArray | pa.Array:
     Hermes's verdict, asked only of the results the screen (:func:`maybe_error`) keeps."""
     results = pc.equal(parts.column("part_type"), "tool_result")
     said = parts.column("is_error")
-    unsaid = pc.and_(results, pc.is_null(said))
-    ask = pc.replace_with_mask(  # the screen runs over the results that say nothing only
-        pa.repeat(pa.scalar(False), parts.num_rows),
-        unsaid.combine_chunks() if isinstance(unsaid, pa.ChunkedArray) else unsaid,
-        maybe_error(parts.column("content_text").filter(unsaid)).combine_chunks()
-        if parts.num_rows
-        else pa.array([], pa.bool_()),
+    # the screen runs over the results that say nothing only
+    ask = maybe_error(
+        parts.column("content_text"), parts.column("tool_name"), _flat(pc.and_(results, pc.is_null(said)))
     )
-    asked = parts.filter(ask)
+    asked = parts.select(["tool_name", "content_text"]).filter(ask)  # a filter copies every column it keeps
     verdicts = [
         hermes_marks_error(tool_name, content)
         for tool_name, content in zip(asked.column("tool_name").to_pylist(), asked.column("content_text").to_pylist())

@@ -20,6 +20,7 @@ A session enters a ranking only with a measure above zero.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from hermes_assets.lib.analytics.day_sessions import COSTS, Session, rounded
@@ -43,10 +44,20 @@ RANKINGS: dict[str, Callable[[Session], float | int | None]] = {
 def ranked(sessions: list[Session], measure: Callable[[Session], float | int | None]) -> list[Session]:
     """The sessions with a measure above zero, largest first (ties: the later start first, then the
     session's host, store and id), at most :data:`TOP`."""
-    entered = [(value, s) for s in sessions if (value := measure(s)) is not None and value > 0]
-    entered.sort(key=lambda vs: (vs[1].host, vs[1].store, vs[1].id))
-    entered.sort(key=lambda vs: (vs[0], vs[1].started_at is not None, vs[1].started_at or 0), reverse=True)
-    return [s for _, s in entered[:TOP]]
+    return _largest(sorted(sessions, key=_tie_order), measure)
+
+
+def _tie_order(session: Session) -> tuple[str, str, str]:
+    return (session.host, session.store, session.id)
+
+
+def _largest(in_order: list[Session], measure: Callable[[Session], float | int | None]) -> list[Session]:
+    """:func:`ranked` of sessions sorted by :func:`_tie_order` already (once a day for every
+    ranking): the :data:`TOP` largest picked, not the whole day sorted (``nlargest`` is the
+    stable reverse sort's head)."""
+    entered = [(value, s) for s in in_order if (value := measure(s)) is not None and value > 0]
+    top = heapq.nlargest(TOP, entered, key=lambda vs: (vs[0], vs[1].started_at is not None, vs[1].started_at or 0))
+    return [s for _, s in top]
 
 
 def _row(day: str, ranking: str, rank: int, s: Session) -> dict:
@@ -78,8 +89,9 @@ def top_sessions(day: str, sessions: list[Session]) -> DayFigures:
     """Each ranking's top sessions of the day, with their figures."""
     rows = []
     tops: dict[str, Session] = {}
+    in_order = sorted(sessions, key=_tie_order)
     for ranking, measure in RANKINGS.items():
-        top = ranked(sessions, measure)
+        top = _largest(in_order, measure)
         rows += [_row(day, ranking, rank, s) for rank, s in enumerate(top, 1)]
         if top:
             tops[ranking] = top[0]

@@ -3,18 +3,19 @@
 Each replaces a slower way of getting the same thing (a day's figures are computed
 from them, byte for byte as before): a literal screen searched by RE2
 (:func:`~hermes_assets.lib.analytics.live_rows.holds`) against ``match_substring``,
-a column of UTC times built from its integers
+a column of UTC times built from its integers and a JSON column's text from its storage
 (:func:`~hermes_assets.lib.analytics.day_sessions.as_pylist`) against ``to_pylist``,
 the counts of one key by Arrow's hash count
 (:func:`~hermes_assets.lib.analytics.live_rows.count_by`) against the rows counted
-in Python, the error screen a word at a time
-(:func:`~hermes_assets.lib.analytics.tool_errors.maybe_error`) against the screen in
-one pass, which never clears a result Hermes calls an error.
+in Python, the error screen as one alternation
+(:func:`~hermes_assets.lib.analytics.tool_errors.maybe_error`) against its words searched
+one at a time, which never clears a result Hermes calls an error.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections import Counter
 
 import pyarrow as pa
@@ -58,7 +59,8 @@ def test_other_columns_as_to_pylist():
     local = pa.chunked_array([pa.array([0, None], pa.timestamp("ms", "Europe/Paris"))])
     naive = pa.chunked_array([pa.array([0, None], pa.timestamp("ms"))])
     text = pa.chunked_array([["a", None], ["b"]])
-    for column in (local, naive, text):
+    json = pa.chunked_array([pa.array(['[{"model":"m"}]', None], pa.json_()), pa.array(["[]"], pa.json_())])
+    for column in (local, naive, text, json):
         assert as_pylist(column) == column.to_pylist()
     assert as_pylist(naive)[0] == dt.datetime(1970, 1, 1)
 
@@ -110,13 +112,51 @@ _RESULT = st.lists(st.sampled_from(_RESULT_PIECES) | st.text(max_size=3), max_si
 )
 def test_error_screen_is_the_one_pass_screen_and_keeps_every_error(cells, tool):
     column = pa.chunked_array([pa.array(cells, pa.string())])
-    got = maybe_error(column)
-    # the screen as one regex and two substring searches: the same rows
-    one_pass = pc.or_(
-        pc.match_substring_regex(column, r"(?i:error|failed)|exit_code|\\u"),
-        pc.and_(pc.match_substring(column, "message"), pc.match_substring(column, "success")),
-    )
-    assert got.equals(pc.fill_null(one_pass, False))
+    got = maybe_error(column, pa.array([tool] * len(cells), pa.string()))
+    if tool != "terminal":
+        # the screen as a substring search of each word: the same rows
+        words = [pc.match_substring(column, word, ignore_case=True) for word in ("error", "failed")]
+        words += [pc.match_substring(column, word) for word in ("\\u", "message")]
+        assert got.equals(pc.fill_null(functools.reduce(pc.or_, words), False).combine_chunks())
     # and it never clears a result Hermes calls an error
     for kept, content in zip(got.to_pylist(), cells):
         assert kept or not hermes_marks_error(tool, content)
+
+
+#: a terminal result's pieces: its exit code as JSON spells it (any number, spacing, or key twice)
+_TERMINAL_PIECES = [
+    '{"exit_code"',
+    '{"exit\\u005fcode": 3}',
+    '"exit_code"',
+    ": ",
+    ":",
+    " ",
+    "\n",
+    "\t",
+    "0",
+    "1",
+    "-",
+    ".",
+    "e",
+    "}",
+    ",",
+    "]",
+]
+_TERMINAL = st.lists(st.sampled_from(_TERMINAL_PIECES) | st.sampled_from(_RESULT_PIECES), max_size=8).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(cells=st.lists(st.none() | _TERMINAL, max_size=10), among=st.lists(st.booleans(), min_size=10, max_size=10))
+def test_terminal_screen_keeps_every_error(cells, among):
+    tools = pa.array(["terminal"] * len(cells), pa.string())
+    rows = pa.array(among[: len(cells)], pa.bool_())
+    got = maybe_error(pa.chunked_array([pa.array(cells, pa.string())]), tools, rows).to_pylist()
+    for kept, content, asked in zip(got, cells, among):
+        assert not kept or asked  # only the rows asked
+        assert kept or not asked or not hermes_marks_error("terminal", content)
+
+
+def test_terminal_screen_leaves_the_code_0_to_arrow():
+    cells = ['{"output": "ok", "exit_code": 0}', '{"exit_code":0 }', '{"exit_code": 0.0}', '{"exit_code": 2}']
+    got = maybe_error(pa.array(cells, pa.string()), pa.array(["terminal"] * 4, pa.string()))
+    assert got.to_pylist() == [False, False, True, True]

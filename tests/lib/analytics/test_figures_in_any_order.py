@@ -1,0 +1,61 @@
+"""A day's figures depend on the order of its sessions only, not on its messages' or tool parts' order.
+
+A capture computes a first day's analytics from the tables it built
+(:func:`~hermes_assets.lib.analytics.captured_days.figures_of`), in the order the
+projection made them, and puts only the sessions in the order of their file
+(:data:`~hermes_assets.lib.analytics.captured_days.ORDERED`: their costs are added
+in floating point); the messages and the tool parts are counted, the same figures in
+any order. Here, each day of a store whose days fill every analytics dataset:
+its figures from its tables, and from its messages and tool parts in reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pyarrow as pa
+
+from hermes_assets.lib.analytics import captured_days
+from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES
+from hermes_assets.lib.capture import steps
+from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.warehouse.datasets import Warehouse
+from tests.support.capture_run import USER_HOME, plan_for
+from tests.support.project import TEST_REDACTION
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def both_orders(day: str, tables: Mapping[str, pa.Table]) -> tuple:
+    """The day's figures from its tables, and from its messages and tool parts in reverse."""
+    reversed_ = {
+        name: table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
+        if name in (MESSAGES, GATEWAY)
+        else table
+        for name, table in tables.items()
+    }
+    return captured_days.figures_of(day, tables), captured_days.figures_of(day, reversed_)
+
+
+def test_figures_of_messages_and_tool_parts_in_any_order(tmp_path):
+    store = FIXTURES / "small" / "state.db"
+    plan = plan_for([store], None)
+    run = steps.project_rows(
+        plan,
+        ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit()),
+        Warehouse(str(tmp_path / "wh")),
+        staging=str(tmp_path / "run"),
+        redaction=TEST_REDACTION,
+        workers=1,
+        parallel_min_sessions=0,
+        day_figures=both_orders,
+    )
+    figured = [staged.figures for staged in run.days if staged.figures is not None]
+    counted = {dataset for as_built, _ in figured for dataset, figures in as_built.items() if figures.table.num_rows}
+    assert counted == set(captured_days.ANALYTICS)  # every dataset has rows on some day
+    for as_built, reversed_ in figured:
+        assert as_built.keys() == reversed_.keys()
+        for dataset, figures in as_built.items():
+            assert figures.table.equals(reversed_[dataset].table), dataset
+            assert figures.totals == reversed_[dataset].totals, dataset
