@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.analytics import hermes_prices
-from hermes_assets.lib.analytics.live_rows import count_by, json_text, live, only, tool_parts
-from hermes_assets.lib.basics import ids
+from hermes_assets.lib.analytics.live_rows import count_by, live, only, tool_parts
+from hermes_assets.lib.basics import ids, schemas
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES, SESSIONS
 from hermes_assets.lib.source.jsonutil import python_loads
 
@@ -362,7 +362,7 @@ def as_pylist(column: pa.ChunkedArray) -> list:
     text from its storage (Arrow's own makes a scalar of each value first, several times slower)."""
     kind = column.type
     if isinstance(kind, pa.JsonType):
-        return json_text(column).to_pylist()
+        return schemas.storage_of(column).to_pylist()
     if not (pa.types.is_timestamp(kind) and kind.tz == "UTC" and kind.unit in _MICROSECONDS):
         return column.to_pylist()
     factor, epoch = _MICROSECONDS[kind.unit], _epoch()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.schemas import GATEWAY
 from hermes_assets.lib.warehouse.retention import source_deleted_mask
 
@@ -64,13 +65,8 @@ _MARK_TAILS = (re.escape('_deleted":true'), re.escape('_of":'))
 
 def _marked(table: pa.Table) -> pa.ChunkedArray:
     """Which canonical rows may be flagged ``source_deleted`` or be copies (null: no attributes)."""
-    text = json_text(table.column("attributes"))
+    text = schemas.storage_of(table.column("attributes"))
     return pc.or_(*(pc.match_substring_regex(text, tail) for tail in _MARK_TAILS))
-
-
-def json_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A JSON column's text (its extension type's storage)."""
-    return pa.chunked_array([c.storage for c in column.chunks], pa.string())
 
 
 def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
@@ -78,7 +74,7 @@ def copy_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.Array:
     row's ``copy_of``, a canonical row's ``attributes.hermes.copy_of``; all false for a
     dataset without them."""
     if dataset == GATEWAY and "attributes" in table.column_names:
-        text = json_text(table.column("attributes"))
+        text = schemas.storage_of(table.column("attributes"))
         # the key is written compact (SPEC §5.5); inside a JSON string its quotes would be escaped
         return pc.fill_null(holds(text, '"copy_of":'), False)
     if "copy_of" in table.column_names:

@@ -385,6 +385,12 @@ def sort_of(dataset: str) -> tuple[str, ...]:
     return spec(dataset).sort_keys
 
 
+def storage_of(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An extension column's values in its storage type (a JSON column's text as ``string``):
+    its chunks' storage, no value converted."""
+    return pa.chunked_array([c.storage for c in column.chunks], column.type.storage_type)
+
+
 def empty_table(schema: pa.Schema) -> pa.Table:
     """``schema.empty_table()`` (one empty chunk per column), built from typed empty arrays:
     pyarrow's own converts an empty Python list, and its first conversion of Python values in a

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, GATEWAY, SESSIONS
 from hermes_assets.lib.redaction.redactor import Redactor, what_changed
@@ -210,7 +211,7 @@ def redact_table(redactor: Redactor, table: pa.Table, dataset: str = "") -> tupl
         if column.null_count == len(column):
             continue
         if storage_type != f.type:
-            column = pa.chunked_array([chunk.storage for chunk in column.chunks], storage_type)
+            column = schemas.storage_of(column)
         values = column.to_pylist()
         hits = redactor.redact_column(values, functools.partial(rows.where, f.name))
         if not hits:

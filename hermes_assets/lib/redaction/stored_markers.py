@@ -22,6 +22,7 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hermes_assets.lib.basics import schemas
 from hermes_assets.lib.basics.schemas import MESSAGES, SESSIONS
 from hermes_assets.lib.redaction.rules import MARKER_PREFIX
 from hermes_assets.lib.redaction.sightings import Sighting
@@ -79,7 +80,7 @@ def _markers(table: pa.Table, dataset: str, session_key: str, message_key: str |
             continue
         column = table.column(f.name)
         if storage != f.type:
-            column = pa.chunked_array([chunk.storage for chunk in column.chunks], storage)
+            column = schemas.storage_of(column)
         hits = pc.indices_nonzero(pc.fill_null(pc.match_substring(column, MARKER_PREFIX), False)).to_pylist()
         if not hits:
             continue

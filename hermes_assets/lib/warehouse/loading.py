@@ -100,7 +100,7 @@ def json_as_text(table: pa.Table) -> pa.Table:
     for i, field in enumerate(table.schema):
         if isinstance(field.type, pa.BaseExtensionType):
             column = table.column(i)
-            storage = pa.chunked_array([c.storage for c in column.chunks], field.type.storage_type)
+            storage = schemas.storage_of(column)
             table = table.set_column(i, field.with_type(field.type.storage_type), storage)
     return table
 

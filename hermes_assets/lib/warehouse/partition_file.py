@@ -101,7 +101,7 @@ def is_sorted(table: pa.Table, keys: Sequence[str]) -> bool:
     for key in keys:
         column = table.column(key)
         if isinstance(column.type, pa.ExtensionType):
-            column = pa.chunked_array([c.storage for c in column.chunks], column.type.storage_type)
+            column = schemas.storage_of(column)
         a, b = column.slice(0, table.num_rows - 1), column.slice(1)
         ahead = pc.or_(ahead, pc.and_(tie, pc.less(a, b)))
         tie = pc.and_(tie, pc.equal(a, b))

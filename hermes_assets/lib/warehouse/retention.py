@@ -172,7 +172,7 @@ def source_deleted_mask(dataset: str, table: pa.Table) -> pa.ChunkedArray | pa.A
             return pa.repeat(pa.scalar(False), table.num_rows)
         return pc.fill_null(table.column("source_deleted"), False)
     column = table.column("attributes")
-    text = pa.chunked_array([c.storage for c in column.chunks], pa.string())
+    text = schemas.storage_of(column)
     # the flag is written compact (SPEC §5.5); a candidate is confirmed by parsing it
     maybe = pc.fill_null(pc.match_substring(text, '"source_deleted":true'), False)
     if not pc.any(maybe).as_py():
