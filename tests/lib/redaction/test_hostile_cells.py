@@ -28,8 +28,10 @@ def _deeply_escaped(depth: int = 6) -> str:
     return text
 
 
-#: CPU seconds one 5 MB cell may take
-BOUND_S = 1.0
+#: CPU seconds one 5 MB cell may take: the slowest unit takes about 0.5 s on an idle core, and
+#: up to twice that in the full suite on two busy cores (a VM's stolen time counts as the
+#: process's); a quadratic path takes minutes, so a bound of 3 s still tells them apart
+BOUND_S = 3.0
 UNITS = {
     "pem headers": "-----BEGIN PRIVATE KEY-----\n",
     "pem headers and base64": "-----BEGIN RSA PRIVATE KEY-----\nQUJDREVGR0hJSktMTU5PUA==\n",
