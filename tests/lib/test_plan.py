@@ -55,6 +55,13 @@ def test_every_session_is_placed_on_its_day_in_one_statement(store):
     assert plan.nothing_to_capture() is None
 
 
+def test_the_write_steps_plan_keeps_what_retention_reads_not_the_scopes(store):
+    plan = plan_of(store, [DAY2, DAY1])
+    written = plan.for_write()
+    assert written.stores[0].scopes == {} and plan.stores[0].scopes  # the projection's plan keeps them
+    assert written.facts(DAY2, {}) == plan.facts(DAY2, {}) and written.labels() == plan.labels()
+
+
 def test_sessions_outside_the_partitions_are_reported_not_dropped_silently(store):
     plan = plan_of(store, [DAY1], first_day=DAY1, last_day=DAY2)
     assert plan.out_of_range == [("", "late", DAY3)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import stat
 import time
 
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from hermes_assets.lib.basics.schemas import SESSIONS
+from hermes_assets.lib.capture.staged_run import IpcTable
 from hermes_assets.lib.warehouse import staging
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store
@@ -36,6 +38,13 @@ def test_a_staged_table_reads_back_as_it_was_in_its_own_form(sessions, tmp_path,
     assert back.to_pylist() == sessions.sort_by("id").to_pylist() if encoded else back.equals(sessions)
     if encoded:  # the partition file itself: what the warehouse puts in place as it is
         assert open(path, "rb").read()[:4] == b"PAR1"
+
+
+@pytest.mark.parametrize("rows", (2, 0))
+def test_a_table_handed_to_the_write_step_comes_back_as_it_was(sessions, rows):
+    table = sessions.slice(0, rows)
+    back = pickle.loads(pickle.dumps(IpcTable.of(table))).table()
+    assert back.schema.equals(table.schema, check_metadata=True) and back.to_pylist() == table.to_pylist()
 
 
 def test_restage_replaces_a_staged_table_whole_and_in_its_form(sessions, tmp_path):

@@ -74,7 +74,7 @@ class Writer:
 
     def _write(self, day: str, staged: StagedDay | None) -> WriteResult | None:
         stored = self.stored.get(day, [])
-        new = staged.sighting_rows if staged is not None else None
+        new = staged.sighting_rows.table() if staged is not None and staged.sighting_rows is not None else None
         if self.run.redaction_version is None or not (stored or day in self.have or (new is not None and new.num_rows)):
             return None
         facts = self.run.plan.facts(day, staged.generations, skip=self.failed) if staged is not None else []

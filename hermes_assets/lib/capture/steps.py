@@ -41,7 +41,7 @@ from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSION
 from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
-from hermes_assets.lib.capture.staged_run import DatasetDay, ProjectedRun, StagedDay
+from hermes_assets.lib.capture.staged_run import DatasetDay, IpcTable, ProjectedRun, StagedDay
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births
 from hermes_assets.lib.projection.context import ProjectionContext
@@ -134,7 +134,7 @@ def project_rows(
     except BaseException:  # once the workers have stopped: none writes to it any more
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    run = ProjectedRun(plan, staging, days, warehouse.redaction_version, files_redacted, markers)
+    run = ProjectedRun(plan.for_write(), staging, days, warehouse.redaction_version, files_redacted, markers)
     for dataset in CAPTURE_DATASETS:
         rows, by_kind, _ = run.totals(dataset)
         log.info(
@@ -230,7 +230,7 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
-        run_sightings.staged_rows(rows, job.warehouse.host, plan.labels()),
+        IpcTable.of(run_sightings.staged_rows(rows, job.warehouse.host, plan.labels())),
         figures,
     )
 

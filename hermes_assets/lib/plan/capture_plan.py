@@ -157,6 +157,12 @@ class CapturePlan:
         stores = [replace(sp, store=sp.store.scoped_by_host()) for sp in self.stores]
         return replace(self, stores=stores)
 
+    def for_write(self) -> CapturePlan:
+        """The same plan without what only the projection reads (each session's scope and parent):
+        what the write step is handed, stored by Dagster between the two steps (a third of the
+        plan's bytes on the 1M store, 3.2 MB)."""
+        return replace(self, stores=[replace(sp, scopes={}) for sp in self.stores])
+
     def sessions_in_range(self) -> int:
         wanted = set(self.days)
         return sum(1 for sp in self.stores for d in sp.days.values() if d in wanted)
