@@ -20,7 +20,6 @@ the days it captures over all hosts' files: the last file written is computed
 from the final inputs (:func:`hermes_assets.lib.analytics.daily.write_current_day`).
 """
 
-import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -135,9 +134,10 @@ def day_metadata(result: WriteResult, figures: DayFigures) -> dict:
 
 
 #: the days the analytics step computes, and writes, at once: each file is fsynced on a thread of its
-#: own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them); their
-#: folders are synced together, before any dataset is reported
-#: (:func:`~hermes_assets.lib.storage.local_files.folder_syncs_deferred`)
+#: own, so the disk's waits overlap (and Parquet's encoding, outside the GIL, with them); a day's
+#: folders are synced together once its files are in place, on its thread, so their waits overlap
+#: the other days' writes instead of adding up before the first dataset is reported
+#: (:class:`~hermes_assets.lib.storage.local_files.FolderSyncs`)
 WRITE_THREADS = 4
 
 
@@ -200,9 +200,14 @@ def _materialize(
 
     def write(day: str) -> DayWrites:
         left_out = failed_before(day)
+        folder_syncs = local_files.FolderSyncs()  # the day's folders, synced before it is returned
         try:
-            out = _write_day(wh, datasets, read, day, left_out)
-        except Exception as exc:  # the day's inputs could not be read: each of its datasets failed on it
+            try:
+                out = local_files.deferring_to(folder_syncs, _write_day, wh, datasets, read, day, left_out)
+            finally:
+                folder_syncs.flush(threads=1)  # whatever happens: the files in place are made durable
+        # the day's inputs could not be read, or its folders synced: each of its datasets failed on it
+        except Exception as exc:
             out = ({dataset: exc for dataset in datasets if not left_out(dataset)}, False)
         with failing_lock:
             for dataset, got in out[0].items():
@@ -210,17 +215,9 @@ def _materialize(
                     failing[dataset] = day
         return out
 
-    # the folders of the files written synced together, before the datasets are reported
-    folder_syncs = local_files.FolderSyncs()
-
-    with contextlib.ExitStack() as stack:
-        stack.callback(folder_syncs.flush)  # whatever happens: the files in place are made durable
-        threads = stack.enter_context(ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days)))))
+    with ThreadPoolExecutor(max(1, min(WRITE_THREADS, len(days)))) as threads:
         # each task in a copy of this thread's context: its events reach the run's log (run_log.py)
-        writes = [
-            threads.submit(contextvars.copy_context().run, local_files.deferring_to, folder_syncs, write, day)
-            for day in days
-        ]
+        writes = [threads.submit(contextvars.copy_context().run, write, day) for day in days]
         try:
             for dataset in datasets:
                 metadata = []
@@ -241,8 +238,7 @@ def _materialize(
                         files_changed[dataset] += result.changed
                         rows[dataset] += result.rows
                         progress.advance(result.rows)
-                if dataset not in failed:
-                    folder_syncs.flush()  # its days' files durable before they are reported
+                if dataset not in failed:  # its days' files durable: each day synced its folders
                     ranged_metadata.add_days_metadata(context, dataset, metadata)
                     yield dg.MaterializeResult(asset_key=dataset)
         except BaseException:  # the run was canceled: the days not started yet are not started

@@ -416,6 +416,19 @@ def test_a_flush_of_few_folders_tries_each_before_raising(tmp_path, monkeypatch)
     assert seen == folders[1:]
 
 
+def test_a_flush_on_one_thread_syncs_each_folder_on_the_callers_thread(tmp_path, monkeypatch):
+    """``threads=1`` (a day's folders, synced on the thread that wrote them): each folder once, one
+    after the other, none on a thread of its own."""
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(local_files, "_fsync_dir_now", lambda f: seen.append((f, threading.current_thread().name)))
+    syncs = local_files.FolderSyncs()
+    folders = [str(tmp_path / f"day={i:02d}") for i in range(6)]
+    for folder in [*folders, folders[0]]:
+        syncs.add(folder)
+    assert syncs.flush(threads=1) == 6
+    assert seen == [(folder, threading.current_thread().name) for folder in folders]
+
+
 def test_folders_synced_together_once_each_when_the_block_flushes(tmp_path, monkeypatch):
     """A block that writes many files: each file's bytes synced before its rename (whole or not at
     all, as always), their folders synced once each when the block flushes or ends, on the

@@ -349,19 +349,19 @@ class FolderSyncs:
         with self._lock:
             self._pending.add(folder)
 
-    def flush(self) -> int:
-        """Sync every folder added since the last flush, once each, :data:`SYNC_THREADS` at a time
-        (fewer folders: one after the other); how many. An error is raised once every folder was
-        tried (the first, in the folders' order)."""
+    def flush(self, threads: int = SYNC_THREADS) -> int:
+        """Sync every folder added since the last flush, once each, ``threads`` at a time (fewer
+        folders, or one thread: one after the other, on the caller's thread); how many. An error is
+        raised once every folder was tried (the first, in the folders' order)."""
         with self._lock:
             folders, self._pending = self._pending, set()
         ordered = sorted(folders)
         errors: list[BaseException | None]
-        if len(ordered) < SYNC_THREADS:
+        if threads < 2 or len(ordered) < threads:
             errors = [_sync_error(folder) for folder in ordered]
         else:
-            with ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="folder-sync") as threads:
-                errors = list(threads.map(_sync_error, ordered))
+            with ThreadPoolExecutor(threads, thread_name_prefix="folder-sync") as pool:
+                errors = list(pool.map(_sync_error, ordered))
         first = next((error for error in errors if error is not None), None)
         if first is not None:
             raise first
