@@ -13,7 +13,8 @@ import dagster as dg
 import pytest
 
 from hermes_assets.defs.resources import HermesWarehouse
-from hermes_assets.lib.basics.schemas import MESSAGES
+from hermes_assets.lib.basics.schemas import MESSAGES, SIGHTINGS
+from hermes_assets.lib.warehouse import staging
 from tests.defs.harness import DATASETS, RANGE_END, RANGE_START, SMALL_DAYS, part_files
 from tests.support.definitions import load_definitions as defs
 from tests.support.hosts import HOST_DIR
@@ -55,9 +56,17 @@ def test_a_failed_write_is_re_executed_from_failure_with_the_staged_days(small, 
         assert not failed.success
         assert "hermes_capture.write_partitions" in _steps(failed, "STEP_FAILURE")
         assert {"hermes_capture.plan", "hermes_capture.project_rows"} <= _steps(failed, "STEP_SUCCESS")
-        staged = list((small.warehouse / ".staging" / HOST_DIR / failed.run_id).glob(f"*.{FIRST}.*"))
-        assert len(staged) == 3, "the staged days did not survive the failed write"
-        assert len(list((small.warehouse / ".staging" / HOST_DIR / failed.run_id).iterdir())) == 3 * len(SMALL_DAYS)
+        # the three datasets' files of each day (and a first capture's sightings file, encoded already)
+        folder = small.warehouse / ".staging" / HOST_DIR / failed.run_id
+        staged = [p for p in folder.iterdir() if not p.name.startswith(SIGHTINGS + ".")]
+        assert len([p for p in staged if f".{FIRST}." in p.name]) == 3, (
+            "the staged days did not survive the failed write"
+        )
+        assert len(staged) == 3 * len(SMALL_DAYS)
+        sighted = {p.split("/")[1].removeprefix("day=") for p in want if p.startswith(SIGHTINGS + "/")}
+        assert {p.name for p in folder.iterdir()} - {p.name for p in staged} == {
+            staging.prepared_name(SIGHTINGS, day) for day in sighted
+        }
 
         (small.warehouse / MESSAGES).unlink()  # the user fixes the cause, then re-executes from failure
         options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)

@@ -77,6 +77,9 @@ class StagedDay:
     sightings: tuple[Sighting, ...] = ()
     #: the same as rows of ``hermes_secret_sightings``, with their channel and time (:mod:`~hermes_assets.lib.redaction.sighting_files`)
     sighting_rows: IpcTable | None = None
+    #: a first capture's sightings file, encoded already (staged; the write puts it in place when
+    #: it still holds: :class:`~hermes_assets.lib.capture.run_sightings.Writer`); None: merged at the write
+    sightings_file: str | None = None
     #: what the run's ``day_figures`` made of the day's tables, when they are its files' final
     #: content (:func:`project_rows`); None: not made
     figures: Any = None

@@ -37,7 +37,7 @@ import pyarrow as pa
 from hermes_assets.lib.basics import errors, logs
 from hermes_assets.lib.basics.errors import StoreFailure
 from hermes_assets.lib.basics.logs import get_logger
-from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS
+from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
@@ -124,7 +124,7 @@ def project_rows(
                 replace(ctx, now_s=plan.read_at),  # one clock for the sanity window of the whole run
                 warehouse,
                 staging,
-                {ds: warehouse.existing(ds, plan.days) for ds in CAPTURE_DATASETS},
+                {ds: warehouse.existing(ds, plan.days) for ds in (*CAPTURE_DATASETS, SIGHTINGS)},
                 redaction,
                 day_figures,
                 {ds: warehouse.existing(ds, plan.days, own=False) for ds in CAPTURE_DATASETS} if day_figures else {},
@@ -220,6 +220,13 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         day not in job.any_host[ds] and len(by_store) <= 1 for ds, by_store in rows.tables.items()
     ):  # a first capture: its tables are the day's files to be
         figures = job.day_figures(day, {ds: rows.table(ds) for ds in CAPTURE_DATASETS})
+    sighting_rows = run_sightings.staged_rows(rows, job.warehouse.host, plan.labels())
+    sightings_file = None
+    if sighting_rows.num_rows and day not in job.existing[SIGHTINGS]:  # a first capture: its file, encoded here
+        sightings_file = os.path.join(job.staging, staging.prepared_name(SIGHTINGS, day))
+        staging.stage(
+            SIGHTINGS, sighting_rows, sightings_file, job.warehouse.modes.file, job.warehouse.redaction_version
+        )
     pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
     return StagedDay(
         day,
@@ -230,7 +237,8 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         existing,
         prepared,
         tuple(rows.sightings),
-        IpcTable.of(run_sightings.staged_rows(rows, job.warehouse.host, plan.labels())),
+        IpcTable.of(sighting_rows),
+        sightings_file,
         figures,
     )
 

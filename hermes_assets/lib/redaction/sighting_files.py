@@ -203,6 +203,17 @@ def write_day(
     )
 
 
+def place_day(
+    warehouse: Warehouse, day: str, new: pa.Table, encoded: str, facts: list[StoreFacts], read_at: float | None
+) -> WriteResult | None:
+    """:func:`write_day` for a day with no file yet and no stored sightings, when ``encoded`` is
+    the file of ``new`` (:func:`rows`: the merge's own order and form) and the merge would keep
+    every row of it: their stores all still fresh, none failed; None, nothing written, when not
+    so (:meth:`Warehouse.place_day`): the caller merges."""
+    stores = frozenset(pc.unique(new.column("store")).to_pylist())
+    return warehouse.place_day(SIGHTINGS, day, facts, read_at, encoded, new, stores)
+
+
 def _day_context(warehouse: Warehouse, day: str) -> tuple[pa.Table | None, pa.Table | None]:
     """The columns of this host's ``hermes_sessions`` / ``hermes_messages`` files of the day
     that give the sightings of a stored file their channel and time."""

@@ -231,6 +231,38 @@ class Warehouse(DayFiles):
             self.fix_modes(dataset, day)
             return result
 
+    def place_day(
+        self,
+        dataset: str,
+        day: str,
+        facts: Iterable[StoreFacts],
+        read_at: float | None,
+        encoded: str,
+        table: pa.Table,
+        stores: frozenset[str],
+    ) -> WriteResult | None:
+        """:meth:`merge_day` for a day that had no file when its rows were staged: ``encoded``
+        (the file of ``table``, whose rows are of the stores ``stores``) put in place as it is,
+        when the day still has no file and every store of its rows is fresh (the merge would keep
+        them all, and nothing else); None, nothing written, when not so, or when the staged file
+        is gone: the caller merges."""
+        path = self.path(dataset, day)
+        with self.day_lock(dataset, day):
+            marks = self._read_marks(dataset, day)
+            fresh = read_marks.fresh(facts, marks, read_at)
+            if not stores <= {f.path for f in fresh} or self.storage.exists(path):
+                return None
+            try:
+                self.storage.put_file(path, encoded)
+            except FileNotFoundError:  # no longer staged: merged
+                return None
+            if read_at is not None and fresh:
+                self._write_marks(dataset, day, read_marks.marked(marks, fresh, read_at))
+            self.fix_modes(dataset, day)
+        retained = count_source_deleted(dataset, table)
+        size = os.path.getsize(encoded)
+        return WriteResult(dataset, day, self.location(dataset, day), table.num_rows, retained, 0, size, True)
+
     # -- a dataset that is one file, not partitioned -----------------------------------
 
     def whole_path(self, dataset: str) -> str:

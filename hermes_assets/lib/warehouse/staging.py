@@ -7,6 +7,9 @@ partition file itself, encoded once, when the day has no file yet and one store
 has rows). A day that has a file also stages a hard link to it as it was read
 (``.pin``) and, when it changes, its new file merged already (``.prepared``),
 which the write step puts in place (:mod:`~hermes_assets.lib.warehouse.day_merge`).
+A first capture's sightings file is staged encoded as a prepared file too
+(:meth:`~hermes_assets.lib.warehouse.datasets.Warehouse.place_day`; it holds no
+cell, and is not one of :func:`merge_files`: the sightings are no capture dataset).
 The purge job scrubs staged tables too (:func:`staged_files`) and removes the
 pins and prepared files (:func:`merge_files`: both hold rows as they were
 before the purge; the write then merges those days again). Files
@@ -74,9 +77,10 @@ def prepared_name(dataset: str, day: str) -> str:
 
 def stage(dataset: str, table: pa.Table, path: str, mode: int = 0o600, redaction_version: str | None = None) -> None:
     """Write ``table`` to the new staged file ``path`` (created with ``mode``), in the form its
-    name says: Arrow IPC, or the encoded partition file (:func:`partition_file.encode`)."""
+    name says: Arrow IPC, or the encoded partition file (:func:`partition_file.encode`: a staged
+    one, or a prepared one)."""
     with reporting_full_disk(path):
-        if path.endswith(ENCODED_SUFFIX):
+        if path.endswith((ENCODED_SUFFIX, PREPARED_SUFFIX)):
             data = partition_file.encode(dataset, table, redaction_version)
             with open_private(path, mode) as f:
                 f.write(memoryview(data))

@@ -12,13 +12,14 @@ import pyarrow as pa
 import pytest
 
 from hermes_assets.lib.basics.schemas import MESSAGES, SIGHTINGS
+from hermes_assets.lib.capture import steps
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.redaction import exposures, key_check, sighting_files, stored_markers
 from hermes_assets.lib.redaction.redactor import Redactor
 from hermes_assets.lib.redaction.sightings import Sighting
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support import fake_keys
-from tests.support.capture_run import capture_days, files
+from tests.support.capture_run import capture_days, files, stage
 from tests.support.project import TEST_REDACTION
 
 DAY = "2026-06-01"
@@ -251,3 +252,51 @@ def test_a_warehouse_from_before_the_sightings_gets_its_stored_markers_once(secr
     assert {r["marker"] for r in again} == want
     assert {r["field"] for r in again} == {"messages.content", "messages.tool_calls"}
     assert {r["last4"] for r in again} == {value[-4:] for value in keys.values()}
+
+
+def test_a_first_captures_sightings_file_is_staged_encoded_and_put_in_place_only_while_it_holds(
+    secret_store, tmp_path, monkeypatch
+):
+    """A first capture's sightings file is encoded on the worker and put in place as it is (no
+    merge at the write); a day with a file by then (another run wrote it meanwhile), or a re-run,
+    merges as before; the files are the same either way."""
+    db, _ = secret_store
+    merged: list[str] = []
+    merge = sighting_files.merge
+    monkeypatch.setattr(sighting_files, "merge", lambda new, *args: merged.append("merge") or merge(new, *args))
+
+    with monkeypatch.context() as before:  # as before: every day merged
+        before.setattr(Warehouse, "place_day", lambda *args: None)
+        capture_days([db], Warehouse(str(tmp_path / "merged")))
+    assert merged
+
+    wh = Warehouse(str(tmp_path / "wh"))
+    first = stage([db], wh, run_id="first")
+    staged = [day.sightings_file for day in first.days if day.sightings_file is not None]
+    assert staged and all(os.path.exists(path) for path in staged)
+    other = stage([db], wh, run_id="other")  # staged before either wrote: a first capture too
+    merged.clear()
+    written = steps.write_partitions(first, wh)
+    assert not merged, "a first capture's staged sightings file was merged again"
+    assert written.sightings and all(r.changed for r in written.sightings)
+    assert files(tmp_path / "wh") == files(tmp_path / "merged")
+    assert all(os.stat(tmp_path / "wh" / p).st_mode & 0o777 == 0o600 for p in files(tmp_path / "wh"))
+
+    steps.write_partitions(other, wh)  # the day has a file now: merged with it, not replaced
+    assert len(merged) == len(staged)
+    merged.clear()
+    again = stage([db], wh, run_id="again")
+    assert all(day.sightings_file is None for day in again.days)  # a re-run stages no file
+    steps.write_partitions(again, wh)
+    assert len(merged) == len(staged)
+    assert files(tmp_path / "wh") == files(tmp_path / "merged")
+
+    late = Warehouse(str(tmp_path / "late"))
+    run = stage([db], late, run_id="late")
+    for day in run.days:  # a later read of the store marked the days meanwhile: its rows are not ours to write
+        os.makedirs(late.file_dir(SIGHTINGS, day.day))
+        late._write_marks(SIGHTINGS, day.day, {"*": run.plan.read_at + 1})
+    merged.clear()
+    steps.write_partitions(run, late)
+    assert len(merged) == len(staged)
+    assert not [p for p in files(tmp_path / "late") if p.startswith(SIGHTINGS)]
