@@ -9,7 +9,7 @@ held already: :mod:`~hermes_assets.lib.redaction.stored_markers`), which the
 day's files just written give their channel, time and flag. A first capture's
 file is encoded on the worker too (:mod:`~hermes_assets.lib.capture.steps`), and put
 in place as it is when the merge would keep its rows as they are and add none
-(:func:`~hermes_assets.lib.redaction.sighting_files.place_day`). A day the run only
+(:func:`~hermes_assets.lib.redaction.sighting_files.write_day`). A day the run only
 saw in stored files is written last; then the host's stamp says its stored
 markers are in its sightings. A run that does not redact makes none and leaves
 the files as they are.
@@ -82,8 +82,5 @@ class Writer:
             return None
         facts = self.run.plan.facts(day, staged.generations, skip=self.failed) if staged is not None else []
         read_at = self.run.plan.read_at if staged is not None else None
-        if staged is not None and staged.sightings_file is not None and new is not None and not stored:
-            placed = sighting_files.place_day(self.warehouse, day, new, staged.sightings_file, facts, read_at)
-            if placed is not None:
-                return placed
-        return sighting_files.write_day(self.warehouse, day, new, stored, facts, read_at, self.stores)
+        encoded = staged.sightings_file if staged is not None else None
+        return sighting_files.write_day(self.warehouse, day, new, stored, facts, read_at, self.stores, encoded=encoded)

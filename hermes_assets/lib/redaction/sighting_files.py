@@ -43,7 +43,7 @@ from hermes_assets.lib.basics.schemas import (
 )
 from hermes_assets.lib.plan.capture_plan import StoreFacts
 from hermes_assets.lib.redaction.sightings import Sighting
-from hermes_assets.lib.warehouse.datasets import Warehouse, WriteResult
+from hermes_assets.lib.warehouse.datasets import EncodedDay, Warehouse, WriteResult
 
 SCHEMA = HERMES_SECRET_SIGHTINGS
 KEY = SECRETS[SIGHTINGS].key
@@ -190,28 +190,24 @@ def write_day(
     facts: list[StoreFacts],
     read_at: float | None,
     stores: dict[str, str],
+    encoded: str | None = None,
 ) -> WriteResult:
     """Merge the day's sightings into this host's file of the day (:func:`merge`), under the
     day's lock, atomically. ``new``: this run's rows (:func:`rows`), of the stores in ``facts``,
     read at ``read_at``; ``stored``: what the pass over the day's stored files saw (their channel
-    and time read from this host's files of the day); ``stores``: store label -> path."""
+    and time read from this host's files of the day); ``stores``: store label -> path.
+    ``encoded``: the file of ``new`` (staged when the day had no file: the merge's own order and
+    form), put in place as it is when there are no stored sightings and the merge would keep
+    every row of it (:meth:`Warehouse.merge_day`)."""
     found = rows(day, warehouse.host, stored, *_day_context(warehouse, day), stores) if stored else None
     labels = {path: label for label, path in stores.items()}
+    staged = None
+    if encoded is not None and new is not None and not stored:
+        staged = EncodedDay(encoded, new, frozenset(pc.unique(new.column("store")).to_pylist()))
     new = empty_table(SCHEMA) if new is None else new
     return warehouse.merge_day(
-        SIGHTINGS, day, facts, read_at, lambda old, fresh: merge(new, (found, old), fresh, labels)
+        SIGHTINGS, day, facts, read_at, lambda old, fresh: merge(new, (found, old), fresh, labels), staged
     )
-
-
-def place_day(
-    warehouse: Warehouse, day: str, new: pa.Table, encoded: str, facts: list[StoreFacts], read_at: float | None
-) -> WriteResult | None:
-    """:func:`write_day` for a day with no file yet and no stored sightings, when ``encoded`` is
-    the file of ``new`` (:func:`rows`: the merge's own order and form) and the merge would keep
-    every row of it: their stores all still fresh, none failed; None, nothing written, when not
-    so (:meth:`Warehouse.place_day`): the caller merges."""
-    stores = frozenset(pc.unique(new.column("store")).to_pylist())
-    return warehouse.place_day(SIGHTINGS, day, facts, read_at, encoded, new, stores)
 
 
 def _day_context(warehouse: Warehouse, day: str) -> tuple[pa.Table | None, pa.Table | None]:

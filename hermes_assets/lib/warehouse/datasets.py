@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,6 +39,16 @@ from hermes_assets.lib.warehouse.partition_file import DayFile
 from hermes_assets.lib.warehouse.retention import count_source_deleted
 
 log = get_logger()
+
+
+@dataclass(frozen=True)
+class EncodedDay:
+    """A day's rows encoded already as its file (on a worker): ``path``, the file of ``table``,
+    whose rows are of the stores ``stores`` (their paths)."""
+
+    path: str
+    table: pa.Table
+    stores: frozenset[str]
 
 
 class Warehouse(DayFiles):
@@ -214,54 +225,33 @@ class Warehouse(DayFiles):
         facts: Iterable[StoreFacts],
         read_at: float | None,
         merge: Callable[[pa.Table | None, list[StoreFacts]], pa.Table],
+        encoded: EncodedDay | None = None,
     ) -> WriteResult:
         """Replace this host's file of the day by ``merge(its rows or None, the stores of ``facts``
         read no earlier than the file's marks)``, atomically, under the day's lock, and mark those
         stores read at ``read_at`` (no lost update, :mod:`.read_marks`); no rows = no file; the file
         records the warehouse's redaction version. For a dataset that merges its own way (the
-        sightings: :mod:`~hermes_assets.lib.redaction.sighting_files`)."""
+        sightings: :mod:`~hermes_assets.lib.redaction.sighting_files`).
+
+        ``encoded``: the merge's result when the day had no file, encoded already (on a worker),
+        put in place as it is (:meth:`_put_encoded`) when the day still has no file and every store
+        of its rows is fresh (the merge would keep them all, and nothing else); otherwise, or when
+        the staged file is gone, the day is merged."""
         with self.day_lock(dataset, day):
             marks = self._read_marks(dataset, day)
             fresh = read_marks.fresh(facts, marks, read_at)
             data = self.storage.read_bytes(self.path(dataset, day))
-            old = None if data is None else partition_file.decode(dataset, data)
-            result = self._replace(dataset, day, merge(old, fresh), 0, data)
+            result = None
+            if encoded is not None and data is None and encoded.stores <= {f.path for f in fresh}:
+                with contextlib.suppress(FileNotFoundError):  # no longer staged: merged
+                    result = self._put_encoded(dataset, day, encoded.path, encoded.table)
+            if result is None:
+                old = None if data is None else partition_file.decode(dataset, data)
+                result = self._replace(dataset, day, merge(old, fresh), 0, data)
             if read_at is not None and fresh:
                 self._write_marks(dataset, day, read_marks.marked(marks, fresh, read_at))
             self.fix_modes(dataset, day)
             return result
-
-    def place_day(
-        self,
-        dataset: str,
-        day: str,
-        facts: Iterable[StoreFacts],
-        read_at: float | None,
-        encoded: str,
-        table: pa.Table,
-        stores: frozenset[str],
-    ) -> WriteResult | None:
-        """:meth:`merge_day` for a day that had no file when its rows were staged: ``encoded``
-        (the file of ``table``, whose rows are of the stores ``stores``) put in place as it is,
-        when the day still has no file and every store of its rows is fresh (the merge would keep
-        them all, and nothing else); None, nothing written, when not so, or when the staged file
-        is gone: the caller merges."""
-        path = self.path(dataset, day)
-        with self.day_lock(dataset, day):
-            marks = self._read_marks(dataset, day)
-            fresh = read_marks.fresh(facts, marks, read_at)
-            if not stores <= {f.path for f in fresh} or self.storage.exists(path):
-                return None
-            try:
-                self.storage.put_file(path, encoded)
-            except FileNotFoundError:  # no longer staged: merged
-                return None
-            if read_at is not None and fresh:
-                self._write_marks(dataset, day, read_marks.marked(marks, fresh, read_at))
-            self.fix_modes(dataset, day)
-        retained = count_source_deleted(dataset, table)
-        size = os.path.getsize(encoded)
-        return WriteResult(dataset, day, self.location(dataset, day), table.num_rows, retained, 0, size, True)
 
     # -- a dataset that is one file, not partitioned -----------------------------------
 
@@ -359,17 +349,25 @@ class Warehouse(DayFiles):
         )
         return WriteResult(dataset, day, location, table.num_rows, retained, dropped, data.size, changed)
 
-    def _put_encoded(self, dataset: str, day: str, encoded: str) -> WriteResult:
+    def _put_encoded(self, dataset: str, day: str, encoded: str, table: pa.Table | None = None) -> WriteResult:
         """A day with no file yet takes an encoded file as it is: on disk a hard link into
         the day's folder and a rename (no copy; the staged file stays until the run's write
-        step is done, so a re-execution from failure still finds it)."""
-        rows = pq.ParquetFile(encoded).metadata.num_rows
+        step is done, so a re-execution from failure still finds it). ``table``: its rows,
+        when the caller has them (else their count is read from the file's footer)."""
+        rows = pq.ParquetFile(encoded).metadata.num_rows if table is None else table.num_rows
+        retained = 0 if table is None else count_source_deleted(dataset, table)  # a first capture keeps none
         size = os.path.getsize(encoded)
         self.storage.put_file(self.path(dataset, day), encoded)
         log.debug(
-            "hermes.warehouse.day_written", dataset=dataset, day=day, rows=rows, retained=0, dropped=0, changed=True
+            "hermes.warehouse.day_written",
+            dataset=dataset,
+            day=day,
+            rows=rows,
+            retained=retained,
+            dropped=0,
+            changed=True,
         )
-        return WriteResult(dataset, day, self.location(dataset, day), rows, 0, 0, size, True)
+        return WriteResult(dataset, day, self.location(dataset, day), rows, retained, 0, size, True)
 
     # -- read marks: per store, a small file beside the data ----------------------------
 

@@ -8,7 +8,7 @@ has rows). A day that has a file also stages a hard link to it as it was read
 (``.pin``) and, when it changes, its new file merged already (``.prepared``),
 which the write step puts in place (:mod:`~hermes_assets.lib.warehouse.day_merge`).
 A first capture's sightings file is staged encoded as a prepared file too
-(:meth:`~hermes_assets.lib.warehouse.datasets.Warehouse.place_day`; it holds no
+(:meth:`~hermes_assets.lib.warehouse.datasets.Warehouse.merge_day`; it holds no
 cell, and is not one of :func:`merge_files`: the sightings are no capture dataset).
 The purge job scrubs staged tables too (:func:`staged_files`) and removes the
 pins and prepared files (:func:`merge_files`: both hold rows as they were

@@ -265,8 +265,9 @@ def test_a_first_captures_sightings_file_is_staged_encoded_and_put_in_place_only
     merge = sighting_files.merge
     monkeypatch.setattr(sighting_files, "merge", lambda new, *args: merged.append("merge") or merge(new, *args))
 
+    write_day = sighting_files.write_day
     with monkeypatch.context() as before:  # as before: every day merged
-        before.setattr(Warehouse, "place_day", lambda *args: None)
+        before.setattr(sighting_files, "write_day", lambda *args, encoded: write_day(*args))
         capture_days([db], Warehouse(str(tmp_path / "merged")))
     assert merged
 
