@@ -12,6 +12,8 @@ per part), and attributes that repeat are encoded once per session.
 
 from __future__ import annotations
 
+from math import floor
+
 from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
 from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, DayNames, sane_instant, upper_ms
@@ -205,8 +207,8 @@ def append_parts(
         if not parts:
             continue
         ts = msg["timestamp"]
-        # round_ms(ts), without a call per message
-        ts_ms = int((ts * 1000 + 0.5) // 1) if type(ts) is float and lo_s <= ts <= hi_s else None
+        # round_ms(ts), without a call per message (floor's int is ``int(x // 1)`` in one step)
+        ts_ms = floor(ts * 1000 + 0.5) if type(ts) is float and lo_s <= ts <= hi_s else None
         if ts_ms is None or not lo_ms <= ts_ms <= hi_ms:
             ts_ms = sane_instant(ts, now_s)
             if ts_ms is None:
