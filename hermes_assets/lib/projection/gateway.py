@@ -144,9 +144,9 @@ def _derived(row_cols: dict[str, pa.Array], session_rows: list[int], n: int, sch
     }
 
 
-#: what a JSON string escapes (``json.encoder.encode_basestring``, raw non-ASCII): a quote, a
-#: backslash, a control character
-_ESCAPED = r'["\\\x00-\x1f]'
+#: the bytes a JSON string escapes (``json.encoder.encode_basestring``, raw non-ASCII: a quote, a
+#: backslash, a control character) are the bytes not in this; in UTF-8 no byte of another character is one
+_UNESCAPED = bytes(b for b in range(256) if b >= 0x20 and b not in b'"\\')
 
 
 def _previous(message_ids: pa.Array, index: pa.Array, typ: pa.DataType) -> pa.Array:
@@ -154,12 +154,20 @@ def _previous(message_ids: pa.Array, index: pa.Array, typ: pa.DataType) -> pa.Ar
     the ``message_id`` of the row before it as a one-string JSON array."""
     n = len(message_ids)
     before = pa.concat_arrays([pa.array([""], pa.string()), message_ids.slice(0, max(n - 1, 0))]) if n else message_ids
-    if n and pc.any(pc.match_substring_regex(before, _ESCAPED)).as_py():  # an id to escape (a hostile session id)
+    if n and _escapes(message_ids):  # an id to escape (a hostile session id)
         quoted = pa.array([f"[{quote(v)}]" for v in before.to_pylist()], pa.string())
     else:  # a JSON string is the text in quotes
         quoted = pc.binary_join_element_wise('["', before, '"]', "")
     previous = pc.if_else(pc.equal(index, 0), pa.scalar("[]", pa.string()), quoted)
     return pa.ExtensionArray.from_storage(typ, previous) if isinstance(typ, pa.BaseExtensionType) else previous
+
+
+def _escapes(texts: pa.Array) -> bool:
+    """Whether a text of ``texts`` holds a character a JSON string escapes: a byte left in their
+    buffer once every other byte is deleted (a C pass over the bytes, a few times faster than a
+    regex match per value). The buffer may hold more than these texts (a slice): then at worst
+    the caller quotes each one, which is right for any text."""
+    return bool(texts.buffers()[2].to_pybytes().translate(None, _UNESCAPED))
 
 
 #: session-constant text columns kept as dictionaries (one value per session): all but
