@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from hermes_assets.lib.basics import ids, schemas
 from hermes_assets.lib.basics.errors import ErrorTally
-from hermes_assets.lib.basics.timestamps import DayNames
+from hermes_assets.lib.basics.timestamps import DAY_MS, ms_day
 from hermes_assets.lib.projection.arrays import arrow_array, repeated, row_columns
 from hermes_assets.lib.projection.context import ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
@@ -40,13 +40,13 @@ ROW_COLUMNS = (
     "is_compact_summary",
     "status",
     "attributes",
-    "date",
 )
 #: columns that vary per row but follow from the others, built by Arrow at :meth:`GatewayColumns.to_table`
 #: (no Python value per row): a part's index in its session, its ``part_id`` (its ``message_id`` and
 #: :data:`~hermes_assets.lib.basics.ids.PART_SUFFIX`), its ``provider_subtype`` (one per ``part_type``),
-#: its ``previous_message_id`` (the row before's ``message_id`` in its session, as a JSON array)
-DERIVED_COLUMNS = ("message_index", "part_id", "provider_subtype", "previous_message_id")
+#: its ``previous_message_id`` (the row before's ``message_id`` in its session, as a JSON array), its
+#: ``date`` (the day of its ``message_created_at``)
+DERIVED_COLUMNS = ("message_index", "part_id", "provider_subtype", "previous_message_id", "date")
 #: ``part_type`` -> ``provider_subtype`` (SPEC §5.2: every part type has one)
 SUBTYPES = {
     "reasoning": "thinking",
@@ -93,7 +93,6 @@ class GatewayColumns:
         self.rows: list[tuple] = []
         self.sessions: list[tuple] = []
         self.session_rows: list[int] = []
-        self.day_names = DayNames()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -141,7 +140,17 @@ def _derived(row_cols: dict[str, pa.Array], session_rows: list[int], n: int, sch
         "part_id": pc.binary_join_element_wise(row_cols["message_id"], ids.PART_SUFFIX, ""),
         "provider_subtype": subtypes,
         "previous_message_id": _previous(row_cols["message_id"], index, schema.field("previous_message_id").type),
+        "date": _days(row_cols["message_created_at"]),
     }
+
+
+def _days(times: pa.Array) -> pa.Array:
+    """Each row's ``date``: the UTC day of its ``message_created_at`` (never NULL, never before 2000),
+    named once per distinct day (:func:`ms_day`) and spread over the rows by Arrow."""
+    days = pc.divide(times.cast(pa.int64()), DAY_MS)
+    distinct = pc.unique(days)
+    names = pa.array([ms_day(day * DAY_MS) for day in distinct.to_pylist()], pa.string())
+    return names.take(pc.index_in(days, distinct))
 
 
 #: the bytes a JSON string escapes (``json.encoder.encode_basestring``, raw non-ASCII: a quote, a
@@ -197,8 +206,8 @@ def project_session(item: SessionInput, out: GatewayColumns, ctx: ProjectionCont
     if header is None:
         return 0
     out.sessions.append(header.columns)
-    index = append_parts(item, header, out.rows, out.day_names, ctx.now_s, tally)
-    end = end_row(item, header, out.day_names, ctx.now_s, tally)
+    index = append_parts(item, header, out.rows, ctx.now_s, tally)
+    end = end_row(item, header, ctx.now_s, tally)
     if end is not None:
         out.rows.append(end)
         index += 1
