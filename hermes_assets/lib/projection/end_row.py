@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
-from hermes_assets.lib.basics.timestamps import DayNames, sane_instant
+from hermes_assets.lib.basics.timestamps import sane_instant
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput
 from hermes_assets.lib.source.jsonutil import dumps, normalize
@@ -30,7 +30,6 @@ _MODELS_MEMBER = '"usage_by_model":0'
 def end_row(
     item: SessionInput,
     header: SessionHeader,
-    day_of: DayNames,
     now_s: float,
     tally: ErrorTally,
 ) -> tuple | None:
@@ -73,5 +72,4 @@ def end_row(
         None,
         None,
         text,
-        day_of(ended_ms),
     )

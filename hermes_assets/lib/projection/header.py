@@ -156,11 +156,13 @@ def session_header(item: SessionInput, ctx: ProjectionContext, tally: ErrorTally
     bundle = item.bundle
     store, s, sid = bundle.store, bundle.session, bundle.sid
     scoped = store.scoped(sid)
-    start_ms = bundle_start_ms(bundle, ctx.now_s)
+    # a sane started_at is the start (bundle_start_ms's first choice, read once); else its fallbacks
+    started_ms = sane_instant(s.get("started_at"), ctx.now_s)
+    start_ms = started_ms if started_ms is not None else bundle_start_ms(bundle, ctx.now_s)
     if start_ms is None:
         tally.add(errors.OUT_OF_RANGE_SESSION, scoped, None, "started_at")
         return None
-    if sane_instant(s.get("started_at"), ctx.now_s) is None:
+    if started_ms is None:
         tally.add(errors.BAD_TIMESTAMP, scoped, None, "started_at")
     for table, column, mid in bundle.bad_cells:
         if column in (GATEWAY_SESSION_READS if table == "sessions" else GATEWAY_MESSAGE_READS):

@@ -12,9 +12,11 @@ per part), and attributes that repeat are encoded once per session.
 
 from __future__ import annotations
 
+from math import floor
+
 from hermes_assets.lib.basics import errors, ids
 from hermes_assets.lib.basics.errors import ErrorTally
-from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, DayNames, sane_instant, upper_ms
+from hermes_assets.lib.basics.timestamps import SANE_AHEAD_S, SANE_MIN_S, sane_instant, upper_ms
 from hermes_assets.lib.projection import display
 from hermes_assets.lib.projection.content import Decoded, content_text, is_compact_summary, needs_decoding
 from hermes_assets.lib.projection.header import SessionHeader, SessionInput, nonempty
@@ -172,9 +174,7 @@ def _attrs(flags: dict, token_count: object, plain: str, base: dict, hermes: dic
     return cached
 
 
-def append_parts(
-    item: SessionInput, header: SessionHeader, rows: list, day_of: DayNames, now_s: float, tally: ErrorTally
-) -> int:
+def append_parts(item: SessionInput, header: SessionHeader, rows: list, now_s: float, tally: ErrorTally) -> int:
     """Append the row tuple of every part of the session's messages to ``rows`` (the order of
     ``gateway.ROW_COLUMNS``); return how many."""
     messages, marks, decoded, plain, message_generations = (
@@ -192,7 +192,6 @@ def append_parts(
     call_names: dict[str, str] = {}
     attrs_cache: dict[tuple, str] = {}
     index = 0
-    day_key, day = None, ""  # the day of the last message: most of a session's are on one
     # fast path for the usual REAL cell; the bounds are exact on the rounded ms
     lo_s, hi_s = SANE_MIN_S, now_s + SANE_AHEAD_S + 1
     lo_ms, hi_ms = int(SANE_MIN_S * 1000), upper_ms(now_s)
@@ -205,15 +204,13 @@ def append_parts(
         if not parts:
             continue
         ts = msg["timestamp"]
-        # round_ms(ts), without a call per message
-        ts_ms = int((ts * 1000 + 0.5) // 1) if type(ts) is float and lo_s <= ts <= hi_s else None
+        # round_ms(ts), without a call per message (floor's int is ``int(x // 1)`` in one step)
+        ts_ms = floor(ts * 1000 + 0.5) if type(ts) is float and lo_s <= ts <= hi_s else None
         if ts_ms is None or not lo_ms <= ts_ms <= hi_ms:
             ts_ms = sane_instant(ts, now_s)
             if ts_ms is None:
                 tally.add(errors.BAD_TIMESTAMP, scoped, mid, "timestamp")
                 ts_ms = start_ms
-        if ts_ms // DAY_MS != day_key:  # the day of the message before, mostly
-            day_key, day = ts_ms // DAY_MS, day_of(ts_ms)
         content = msg["content"]
         # is_compact_summary's own first test before the call: most cells fail it
         summary = (
@@ -269,7 +266,6 @@ def append_parts(
                     summary,
                     TOOL_SUCCESS if ptype == "tool_result" else finish_status if carrier else None,
                     carrier_attrs if carrier else attrs,
-                    day,
                 )
             )
             index += 1

@@ -8,7 +8,6 @@ import pyarrow as pa
 
 from hermes_assets.lib.basics import errors
 from hermes_assets.lib.basics.errors import ErrorTally
-from hermes_assets.lib.basics.timestamps import DayNames
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
 from hermes_assets.lib.projection.end_row import end_row
 from hermes_assets.lib.projection.gateway import ROW_COLUMNS, GatewayColumns, project_session
@@ -87,7 +86,7 @@ def test_the_per_model_usage_is_the_session_rows_text_in_its_place():
     ]
     item = SessionInput(b)
     header = session_header(item, CTX, ErrorTally())
-    row = dict(zip(ROW_COLUMNS, end_row(item, header, DayNames(), NOW_S, ErrorTally())))
+    row = dict(zip(ROW_COLUMNS, end_row(item, header, NOW_S, ErrorTally())))
     models = [
         {"model": "m1", "first_seen": int(T0), "input_tokens": 7, "cost": None},  # integral floats as integers
         {"model": "m2", "first_seen": int(T0) + 5, "input_tokens": 4, "cost": 0.25},
