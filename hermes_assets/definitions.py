@@ -12,8 +12,8 @@ Dagster calls each time it loads the definitions (a code server's start,
    console or the UI); so does any other setting a builder finds it cannot
    honour (an executor whose package is not installed);
 2. configures logging, and the console of a command a person typed, and has
-   the process leave its imported objects to the system at its exit
-   (``defs/process_exit.py``);
+   Python's full collections leave the process's imported objects alone, from
+   the first load on and at its exit (``defs/process_exit.py``);
 3. finds where the history starts and builds the daily partitions from it
    (``defs/partitions.py``);
 4. builds the assets, checks, sensors, resources and executor on those
@@ -53,6 +53,7 @@ def defs() -> dg.Definitions:
     logs.configure(loaded.log_format, level=loaded.log_level)
     console.refuse_host_conflicts(loaded)
     run_log.install()
+    process_exit.freeze_imported()
     process_exit.skip_final_collection()
     console.quiet_dagster_warnings()
     try:

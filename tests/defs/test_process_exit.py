@@ -1,4 +1,5 @@
-"""A process that loaded the definitions freezes its objects at its exit, so Python's last
+"""A process that loaded the definitions freezes the objects it imported at its first load, so
+Python's full collections leave them while it runs, and its objects at its exit, so its last
 collection leaves them (``hermes_assets/defs/process_exit.py``); one that did not is unchanged."""
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 def _at_exit(tmp_path: Path, store: Path, load: str) -> dict:
     """What a fresh interpreter that runs ``load`` sees at its exit, after every other exit step
-    (its probe is registered first, so it runs last): the objects frozen, and how many times
-    :func:`gc.freeze` was called."""
+    (its probe is registered first, so it runs last): the objects frozen, how many times
+    :func:`gc.freeze` was called, and the objects frozen when ``load`` had run."""
     code = f"""
         import atexit, gc, json, os
         from pathlib import Path
@@ -35,13 +36,14 @@ def _at_exit(tmp_path: Path, store: Path, load: str) -> dict:
             python_freeze()
 
         def probe():
-            print(json.dumps({{"frozen": gc.get_freeze_count(), "freezes": len(freezes)}}))
+            print(json.dumps({{"frozen": gc.get_freeze_count(), "freezes": len(freezes), "loaded": loaded}}))
 
         gc.freeze = freeze
         atexit.register(probe)
         cap = new_capture(Path({str(tmp_path / "cap")!r}))
         os.environ.update(cap.environ(), HERMES_STATE_DB={str(store)!r})
         {load}
+        loaded = gc.get_freeze_count()
         """
     env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(tmp_path / "home")}
     out = subprocess.run(
@@ -51,18 +53,22 @@ def _at_exit(tmp_path: Path, store: Path, load: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_process_that_loaded_the_definitions_freezes_its_objects_at_exit_once(tmp_path, fixture_copy):
-    """Loaded twice (a code server's reload): one exit step, and the objects frozen when it ran."""
+def test_a_process_that_loaded_the_definitions_freezes_its_objects_at_the_first_load_and_at_exit(
+    tmp_path, fixture_copy
+):
+    """Loaded twice (a code server's reload): one freeze at the first load (what it had imported),
+    none at the second, one exit step, and the objects frozen when it ran."""
     found = _at_exit(
         tmp_path,
         fixture_copy("small"),
         "from hermes_assets.definitions import defs\n        defs(); defs()",
     )
-    assert found["freezes"] == 1
-    assert found["frozen"] > 10_000  # every imported module's objects, not a handful
+    assert found["freezes"] == 2
+    assert found["loaded"] > 10_000  # every imported module's objects, not a handful
+    assert found["frozen"] > found["loaded"]
 
 
 def test_a_process_that_only_imported_the_project_keeps_pythons_exit(tmp_path, fixture_copy):
     """The probe can fail: importing the definitions (without loading them) freezes nothing."""
     found = _at_exit(tmp_path, fixture_copy("small"), "import hermes_assets.definitions")
-    assert found == {"frozen": 0, "freezes": 0}
+    assert found == {"frozen": 0, "freezes": 0, "loaded": 0}

@@ -6,6 +6,8 @@ The functions the workers run live in this module (a worker imports it by name).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ import pyarrow  # (as the capture's worker module does: importing it starts thre
 import pytest
 
 from hermes_assets.lib.capture import pool
+from tests.conftest import REPO
 
 #: changed by the tests in the calling process; a worker forked from it would see the change
 MARKER = "as imported"
@@ -140,3 +143,31 @@ def test_a_worker_converts_python_values_without_importing_pandas(tmp_path):
     in_workers = [r for r in results if r["pid"] != os.getpid()]
     assert in_workers, "no day ran on a worker"
     assert not any(r["pandas"] for r in in_workers)
+
+
+#: the caller's main script of :func:`test_a_worker_does_not_run_the_callers_main_script`: it notes each
+#: process that runs it, then maps days on workers
+MAIN_SCRIPT = """
+import os, sys
+with open(sys.argv[1], "a") as f:
+    f.write(f"{os.getpid()} {__name__}\\n")
+if __name__ == "__main__":
+    from hermes_assets.lib.capture import pool
+    from tests.lib.test_pool import Job, where
+
+    seen = list(pool.map_days(where, Job(sys.argv[1] + ".state"), [f"d{i}" for i in range(6)], 2, start_method=sys.argv[2]))
+    assert any(s["pid"] != os.getpid() for s in seen), "no day ran on a worker"
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter, its workers
+@pytest.mark.parametrize("method", pool.START_METHODS)
+def test_a_worker_does_not_run_the_callers_main_script(method, tmp_path):
+    """multiprocessing would run the caller's main script again in each worker (for the ``dagster``
+    command, all of Dagster's imports): a worker's function and state come from modules, so it does not."""
+    script, ran = tmp_path / "main.py", tmp_path / "ran"
+    script.write_text(MAIN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(script), str(ran), method], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line.split()[1] for line in ran.read_text().splitlines()] == ["__main__"]  # the caller alone

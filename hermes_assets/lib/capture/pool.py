@@ -15,11 +15,15 @@ worker's: importing pyarrow starts threads (jemalloc's background thread,
 OpenBLAS's through numpy), and the server must never fork a threaded process.
 Each worker imports the worker's module itself, after the fork.
 
-Either way a worker begins in ``multiprocessing``'s preparation, which runs the
-caller's main script again (its ``if __name__ == "__main__"`` part excepted):
-for a run of the ``dg``/``dagster`` commands that is their imports, all of
-Dagster, about half a second of CPU per worker; a run the daemon or the UI
-launches (``python -m dagster api``) runs none.
+Either way a worker begins in ``multiprocessing``'s preparation, which would run
+the caller's main script again (its ``if __name__ == "__main__"`` part excepted):
+for a run of the ``dagster`` command that is all of Dagster, 0.65 s of CPU per
+worker (``dg``'s, 0.06 s), for nothing: a worker runs a function of a module
+of its own, which it imports by name. The workers are therefore prepared without
+it (:func:`_without_callers_main`, on the processes' name, :data:`WORKER_NAME`):
+what a worker runs, and the state it is sent, come from modules, never from the
+caller's main script. (A run the daemon or the UI launches, ``python -m dagster
+api``, had none to run.)
 
 The run's state reaches each worker once (the pool's initializer) and stays in
 that process for every day it takes; anything a worker opens for the run (a
@@ -40,6 +44,8 @@ import collections
 import contextlib
 import importlib.abc
 import multiprocessing
+import multiprocessing.context
+import multiprocessing.spawn
 import sys
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -53,6 +59,8 @@ R = TypeVar("R")
 
 #: how worker processes start, the first the default (see the module docstring)
 START_METHODS = ("forkserver", "spawn")
+#: the start of a worker process's name: multiprocessing prepares it without the caller's main script
+WORKER_NAME = "hermes-assets-worker"
 
 
 class _ThisWorker:
@@ -79,6 +87,60 @@ def _without_pandas() -> None:
     something imported it already: pyarrow then converts Python values without importing it."""
     if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
         sys.meta_path.insert(0, _NoPandas())
+
+
+def _without_callers_main(get_preparation_data: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
+    """``multiprocessing.spawn.get_preparation_data`` (what a new process is told to set up before it
+    runs anything), the caller's main script left out for a worker (named :data:`WORKER_NAME`...):
+    the worker then never runs it. Any other process is prepared as multiprocessing prepares it."""
+
+    def prepared(name: str) -> dict[str, Any]:
+        data = get_preparation_data(name)
+        if name.startswith(WORKER_NAME):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    prepared.leaves_out_workers_main = True  # type: ignore[attr-defined]
+    return prepared
+
+
+def _prepare_workers_without_main() -> None:
+    """Wrap multiprocessing's preparation of new processes in :func:`_without_callers_main` (once per
+    process: multiprocessing reads it as it starts each process, ours from their context below)."""
+    if not getattr(multiprocessing.spawn.get_preparation_data, "leaves_out_workers_main", False):
+        wrapped = _without_callers_main(multiprocessing.spawn.get_preparation_data)
+        multiprocessing.spawn.get_preparation_data = wrapped  # type: ignore[assignment]  # the same signature
+
+
+class _Named:
+    """A worker process: its name (which multiprocessing prepares it by) starts with :data:`WORKER_NAME`."""
+
+    name: str
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = f"{WORKER_NAME} {self.name}"
+
+
+class _ForkServerWorker(_Named, multiprocessing.context.ForkServerProcess):
+    pass
+
+
+class _SpawnWorker(_Named, multiprocessing.context.SpawnProcess):
+    pass
+
+
+class _ForkServerContext(multiprocessing.context.ForkServerContext):
+    """multiprocessing's forkserver, its processes :class:`_ForkServerWorker` (a pool's workers)."""
+
+    Process = _ForkServerWorker
+
+
+class _SpawnContext(multiprocessing.context.SpawnContext):
+    """multiprocessing's spawn, its processes :class:`_SpawnWorker` (a pool's workers)."""
+
+    Process = _SpawnWorker
 
 
 class _NoRun:
@@ -128,9 +190,10 @@ class Workers(Generic[S, R]):
         if self.count <= 1:
             return
         # never "fork": the caller runs threads (checked above; named here so the call shows it)
-        context = multiprocessing.get_context("spawn" if start_method == "spawn" else "forkserver")
+        context = _SpawnContext() if start_method == "spawn" else _ForkServerContext()
         if start_method == "forkserver":  # nothing that starts a thread (see the module docstring)
             context.set_forkserver_preload([__name__])
+        _prepare_workers_without_main()
         self._states = context.Queue()
         self._pool = ProcessPoolExecutor(
             self.count - 1, mp_context=context, initializer=_start_worker, initargs=(fn, self._states, log_format)
@@ -254,7 +317,8 @@ def started(
     """``workers - 1`` worker processes for ``fn`` over ``days`` (``start_method``: one of
     :data:`START_METHODS`), starting now, before the run's state is ready: they boot while the
     caller prepares it, then :meth:`Workers.map` sends it and runs the days. ``fn`` must be a
-    module-level function returning small values, the state picklable."""
+    module-level function returning small values, the state picklable, both from modules a worker
+    imports by name (never the caller's main script, which a worker does not run)."""
     pool = Workers(fn, days, workers, log_format=log_format, start_method=start_method)
     try:
         yield pool
