@@ -580,7 +580,7 @@ def test_missing_store_materializes_empty_partitions(capture):
 # --------------------------------------------------------------------------
 
 
-def test_session_before_the_start_date_is_reported_not_written(capture, writer):
+def test_session_before_the_start_date_is_reported_not_written(capture, writer, instance):
     first = dt.datetime.fromisoformat(SUITE_PARTITIONS.get_first_partition_key()).replace(tzinfo=dt.UTC)
     writer.at(first.timestamp() - 30 * DAY_S)
     writer.session("s-old", "cli", cwd="/work/old")
@@ -588,12 +588,16 @@ def test_session_before_the_start_date_is_reported_not_written(capture, writer):
     writer.at(START_S)
     writer.session("s-new", "cli", cwd="/work/new")
     writer.msg("s-new", "user", "today")
-    result = capture.materialize(DAY1)
+    result = capture.materialize(DAY1, instance=instance)
     assert result.success
     check = check_results(result)[(STATE, "sessions_within_partition_range")]
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["sessions_out_of_range"].value == 1
     assert _plan_md(result)["sessions_out_of_range"] == 1
+    # one event per such session, on every run: on stderr only, the run log holds their count and sample
+    stored = [e.user_message for e in instance.all_logs(result.run_id) if e.user_message]
+    assert any(m.startswith("hermes.capture.plan ") for m in stored)
+    assert not [m for m in stored if m.startswith("hermes.capture.out_of_range_session")]
     for dataset in DATASETS:
         assert sids_in(capture.warehouse, dataset) == {"s-new"}
 

@@ -89,8 +89,9 @@ def test_one_event_per_op_carrying_its_run_and_op(small_capture):
             assert e["rows"] == pq.read_metadata(path).num_rows, e
 
 
-#: per-file events: on stderr (the compute logs) only; the partition's materialization holds their figures
-PER_PARTITION = {"hermes.warehouse.day_written"}
+#: per-file and per-session events: on stderr (the compute logs) only; the partition's materialization,
+#: the plan's metadata hold their figures
+PER_PARTITION = {"hermes.warehouse.day_written", "hermes.capture.out_of_range_session"}
 
 
 def test_events_are_routed_into_the_dagster_run_log(small_capture):
