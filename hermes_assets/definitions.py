@@ -13,7 +13,8 @@ Dagster calls each time it loads the definitions (a code server's start,
    honour (an executor whose package is not installed);
 2. configures logging, and the console of a command a person typed, and has
    Python's full collections leave the process's imported objects alone, from
-   the first load on and at its exit (``defs/process_exit.py``);
+   the first load on and at its exit (``defs/process_exit.py``), and Arrow take
+   its memory from the system allocator (``defs/arrow_memory.py``);
 3. finds where the history starts and builds the daily partitions from it
    (``defs/partitions.py``);
 4. builds the assets, checks, sensors, resources and executor on those
@@ -30,6 +31,7 @@ import dagster as dg
 import hermes_assets.defs
 from hermes_assets.defs import (
     analytics_assets,
+    arrow_memory,
     capture_assets,
     console,
     executor,
@@ -55,6 +57,7 @@ def defs() -> dg.Definitions:
     run_log.install()
     process_exit.freeze_imported()
     process_exit.skip_final_collection()
+    arrow_memory.use_system_allocator()
     console.quiet_dagster_warnings()
     try:
         days = partitions.build(loaded)
