@@ -11,8 +11,8 @@ import time
 import pyarrow as pa
 import pytest
 
+from hermes_assets.lib.basics.ipc import IpcTable
 from hermes_assets.lib.basics.schemas import SESSIONS
-from hermes_assets.lib.capture.staged_run import IpcTable
 from hermes_assets.lib.warehouse import staging
 from tests.support.hermes_writer import START_S, HermesWriter
 from tests.support.project import project_store

@@ -12,12 +12,15 @@ tool counts).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from hermes_assets.lib.basics import schemas
+from hermes_assets.lib.basics.ipc import IpcTable
 from hermes_assets.lib.basics.schemas import GATEWAY
 from hermes_assets.lib.warehouse.retention import source_deleted_mask
 
@@ -28,6 +31,16 @@ class DayFigures:
 
     table: pa.Table
     totals: dict[str, int | float] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple[Callable[[IpcTable, dict[str, int | float]], DayFigures], tuple[Any, ...]]:
+        """Pickled with its rows as an Arrow IPC stream: a capture's worker hands every day's figures
+        to the run (:mod:`~hermes_assets.lib.analytics.captured_days`), which loads them on the thread
+        that receives the workers' days, beside the days it projects itself."""
+        return _day_figures, (IpcTable.of(self.table), self.totals)
+
+
+def _day_figures(table: IpcTable, totals: dict[str, int | float]) -> DayFigures:
+    return DayFigures(table.table(), totals)
 
 
 def live(table: pa.Table, dataset: str) -> pa.Table:

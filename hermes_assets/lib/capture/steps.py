@@ -36,12 +36,13 @@ import pyarrow as pa
 
 from hermes_assets.lib.basics import errors, logs
 from hermes_assets.lib.basics.errors import StoreFailure
+from hermes_assets.lib.basics.ipc import IpcTable
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
 from hermes_assets.lib.capture import pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
-from hermes_assets.lib.capture.staged_run import DatasetDay, IpcTable, ProjectedRun, StagedDay
+from hermes_assets.lib.capture.staged_run import DatasetDay, ProjectedRun, StagedDay
 from hermes_assets.lib.plan.capture_plan import READ, CapturePlan
 from hermes_assets.lib.plan.generations import MESSAGE_BIRTH_COLUMNS, SESSION_BIRTH_COLUMNS, Births
 from hermes_assets.lib.projection.context import ProjectionContext

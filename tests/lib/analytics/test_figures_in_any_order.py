@@ -11,8 +11,10 @@ its figures from its tables, and from its messages and tool parts in reverse.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import pickle
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -38,9 +40,9 @@ def both_orders(day: str, tables: Mapping[str, pa.Table]) -> tuple:
     return captured_days.figures_of(day, tables), captured_days.figures_of(day, reversed_)
 
 
-def test_figures_of_messages_and_tool_parts_in_any_order(tmp_path):
-    store = FIXTURES / "small" / "state.db"
-    plan = plan_for([store], None)
+def figures_by_day(tmp_path: Path, day_figures: Callable[[str, Mapping[str, pa.Table]], Any]) -> list:
+    """What ``day_figures`` made of each day of the small store's capture (a first capture: every day)."""
+    plan = plan_for([FIXTURES / "small" / "state.db"], None)
     run = steps.project_rows(
         plan,
         ProjectionContext(user_home=USER_HOME, now_s=plan.read_at, git=NoGit()),
@@ -49,9 +51,13 @@ def test_figures_of_messages_and_tool_parts_in_any_order(tmp_path):
         redaction=TEST_REDACTION,
         workers=1,
         parallel_min_sessions=0,
-        day_figures=both_orders,
+        day_figures=day_figures,
     )
-    figured = [staged.figures for staged in run.days if staged.figures is not None]
+    return [staged.figures for staged in run.days if staged.figures is not None]
+
+
+def test_figures_of_messages_and_tool_parts_in_any_order(tmp_path):
+    figured = figures_by_day(tmp_path, both_orders)
     counted = {dataset for as_built, _ in figured for dataset, figures in as_built.items() if figures.table.num_rows}
     assert counted == set(captured_days.ANALYTICS)  # every dataset has rows on some day
     for as_built, reversed_ in figured:
@@ -59,3 +65,16 @@ def test_figures_of_messages_and_tool_parts_in_any_order(tmp_path):
         for dataset, figures in as_built.items():
             assert figures.table.equals(reversed_[dataset].table), dataset
             assert figures.totals == reversed_[dataset].totals, dataset
+
+
+def test_figures_come_back_from_a_worker_as_they_were(tmp_path):
+    """A worker hands each day's figures to the run pickled, their rows as Arrow IPC streams
+    (:class:`~hermes_assets.lib.analytics.live_rows.DayFigures`): the same rows, types and totals."""
+    figured = figures_by_day(tmp_path, captured_days.figures_of)
+    assert figured
+    for figures in figured:
+        back = pickle.loads(pickle.dumps(figures))
+        assert back.keys() == figures.keys()
+        for dataset, day in figures.items():
+            assert back[dataset].table.schema.equals(day.table.schema, check_metadata=True), dataset
+            assert back[dataset].table.equals(day.table) and back[dataset].totals == day.totals, dataset
