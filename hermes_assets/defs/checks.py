@@ -12,7 +12,8 @@ group (a column the footer does not count, or that the file lacks, is read).
 Its metadata carries each rule's figures:
 
 * ``key_unique`` (every dataset): the dataset's key identifies one row
-  (``duplicate_rows``; the key's columns read);
+  (``duplicate_rows``; the key's columns read, proven distinct by compute functions where
+  they can, :func:`keys_distinct`, else grouped);
 * ``required_columns_not_null`` (the gateway dataset): the required columns of
   ``ai_gateway_messages`` (SPEC §5.1) are never null (``null_counts``; from the
   footer, and the columns with nulls read for the rows they name);
