@@ -245,6 +245,15 @@ def _footer_count(metadata: pq.FileMetaData, index: int | None) -> int | None:
 _DICTIONARY_COLUMNS = {SESSIONS: ["store"], MESSAGES: ["store"], GATEWAY: ["date"]}
 
 
+def _open(f: pa.NativeFile, dataset: str) -> pq.ParquetFile:
+    """``f`` as a Parquet file, :data:`_DICTIONARY_COLUMNS` read dictionary-encoded; a file that
+    lacks one of them is opened without (the column reads as NULL, :func:`_conform`)."""
+    try:
+        return pq.ParquetFile(f, read_dictionary=_DICTIONARY_COLUMNS[dataset])
+    except KeyError:  # pyarrow's answer to a dictionary column the file does not have
+        return pq.ParquetFile(f)
+
+
 def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures:
     """The figures of this host's file of the day, as it is on disk (no file: empty figures): its
     footer, and only the columns the rules read (:data:`_DICTIONARY_COLUMNS` kept dictionary-encoded).
@@ -252,7 +261,7 @@ def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures:
     (the writer's statistics of every row group); a column the footer does not count is read."""
     try:
         with warehouse.storage.open_input(warehouse.path(dataset, day)) as f:
-            file = pq.ParquetFile(f, read_dictionary=_DICTIONARY_COLUMNS[dataset])
+            file = _open(f, dataset)
             columns = _columns(dataset)
             counted = footer_nulls(file.metadata, schemas.REQUIRED_GATEWAY_COLUMNS) if dataset == GATEWAY else {}
             # the columns the footer does not count, and those with nulls (their rows are named): read

@@ -110,6 +110,20 @@ def test_a_required_column_missing_from_the_file_is_all_null(warehouse):
     assert not checks.day_result(GATEWAY, figures)[0]
 
 
+@pytest.mark.parametrize("dataset", [GATEWAY, SESSIONS])
+def test_a_file_without_a_column_read_dictionary_encoded_is_judged(warehouse, dataset):
+    """``date`` (gateway) and ``store`` are read dictionary-encoded; a file without one reads it
+    as NULL and is judged like any other, its step not failed."""
+    column = "date" if dataset == GATEWAY else "store"
+    table = _gateway() if dataset == GATEWAY else _sessions()
+    _write(warehouse, dataset, table.drop_columns([column]), compression="zstd")
+    figures = _figures(warehouse, dataset)
+    assert (figures.rows, figures.duplicates) == (table.num_rows, 0)
+    if dataset == GATEWAY:  # a required column: all NULL, the day fails
+        assert figures.nulls == {"date": table.num_rows} and figures.mismatched == 0
+        assert not checks.day_result(dataset, figures)[0]
+
+
 def test_a_file_changed_on_disk_after_its_write_fails_the_day(warehouse):
     table = _gateway()
     _write(warehouse, GATEWAY, table)
