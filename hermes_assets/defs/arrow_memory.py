@@ -15,8 +15,9 @@ nothing in the process: ``tests/docs/test_import_purity.py``). So :func:`use_sys
 called as the definitions load, sets the variable for the processes the run starts (a capture's
 forkserver and its workers, which import pyarrow after it is set: all their Arrow memory) and
 pyarrow's pool in this process (every allocation that pyarrow's calls make; Arrow's own defaults
-inside C++, as the Parquet reader's page buffers, stay with mimalloc here). A variable the user set
-is left as it is, and followed.
+inside C++, as the Parquet reader's page buffers and Acero's plans, stay with mimalloc here: the
+write step's checks keep off Acero, :func:`hermes_assets.defs.checks.keys_distinct`). A variable
+the user set is left as it is, and followed.
 """
 
 import functools

@@ -12,7 +12,8 @@ group (a column the footer does not count, or that the file lacks, is read).
 Its metadata carries each rule's figures:
 
 * ``key_unique`` (every dataset): the dataset's key identifies one row
-  (``duplicate_rows``; the key's columns read);
+  (``duplicate_rows``; the key's columns read, proven distinct by compute functions where
+  they can, :func:`keys_distinct`, else grouped);
 * ``required_columns_not_null`` (the gateway dataset): the required columns of
   ``ai_gateway_messages`` (SPEC §5.1) are never null (``null_counts``; from the
   footer, and the columns with nulls read for the rows they name);
@@ -126,13 +127,15 @@ def day_figures(dataset: str, table: pa.Table, nulls: Mapping[str, int] | None =
     :func:`_read_figures`; then ``table`` holds the key, ``date``, ``message_created_at`` and the
     columns that have nulls, for their samples); None: counted here, in ``table``."""
     keys = _keys(dataset)
-    groups = table.select(keys).group_by(keys).aggregate([([], "count_all")])
-    figures = DayFigures(rows=table.num_rows, duplicates=table.num_rows - groups.num_rows)
-    if figures.duplicates:
-        repeated = groups.filter(pc.greater(groups.column("count_all"), 1)).slice(0, SAMPLE_ROWS)
-        figures.samples[KEY_UNIQUE] = [
-            {**{k: row[k] for k in keys}, "copies": row["count_all"]} for row in repeated.to_pylist()
-        ]
+    figures = DayFigures(rows=table.num_rows)
+    if not keys_distinct(table, keys):  # the rows grouped by their key, to count and name the repeated ones
+        groups = table.select(keys).group_by(keys, use_threads=False).aggregate([([], "count_all")])
+        figures.duplicates = table.num_rows - groups.num_rows
+        if figures.duplicates:
+            repeated = groups.filter(pc.greater(groups.column("count_all"), 1)).slice(0, SAMPLE_ROWS)
+            figures.samples[KEY_UNIQUE] = [
+                {**{k: row[k] for k in keys}, "copies": row["count_all"]} for row in repeated.to_pylist()
+            ]
     if dataset == GATEWAY:
         if nulls is None:
             nulls = {name: table.column(name).null_count for name in schemas.REQUIRED_GATEWAY_COLUMNS}
@@ -150,6 +153,17 @@ def day_figures(dataset: str, table: pa.Table, nulls: Mapping[str, int] | None =
     return figures
 
 
+def keys_distinct(table: pa.Table, keys: list[str]) -> bool:
+    """Whether no two rows of ``table`` share their ``keys``, where compute functions prove it
+    (False: not proven, the rows are grouped). One key: as many distinct values as rows. Several
+    (a dataset whose files are ordered by its key): every row's key after the last's. Acero's
+    grouping, the other way, takes its memory from Arrow's own default pool (mimalloc here),
+    whatever pool pyarrow is set to, and keeps it after the step (docs/benchmarks.md)."""
+    if len(keys) == 1:
+        return pc.count_distinct(table.column(keys[0]), mode="all").as_py() == table.num_rows
+    return partition_file.is_sorted(table, keys, strict=True)
+
+
 #: what a ``date`` that is no day in the canonical form (``YYYY-MM-DD``) stands for: no UTC day equals it
 _NOT_A_DAY = 1 << 40
 #: day 0 of Arrow's date32 (days since the Unix epoch)
@@ -159,8 +173,21 @@ _EPOCH = dt.date(1970, 1, 1)
 def mismatched_dates(dates: pa.ChunkedArray, times: pa.ChunkedArray) -> pa.ChunkedArray:
     """Per row, whether ``date`` is not the UTC day of ``message_created_at`` written ``YYYY-MM-DD``
     (false where either is NULL): the day of each time by one cast, each distinct ``date`` text
-    parsed once (a file holds a few), rather than every time formatted as text."""
-    texts = pc.unique(dates)
+    parsed once (a file holds a few; ``dates`` dictionary-encoded: each chunk's dictionary), rather
+    than every time formatted as text."""
+    if pa.types.is_dictionary(dates.type):
+        chunks = [pc.take(_day_numbers(chunk.dictionary), chunk.indices) for chunk in dates.chunks]
+        given = pa.chunked_array(chunks, pa.int64())
+    else:
+        texts = pc.unique(dates)
+        given = pc.take(_day_numbers(texts), pc.index_in(dates, value_set=texts))
+    actual = pc.cast(pc.cast(times, pa.date32()), pa.int32()).cast(pa.int64())
+    return pc.fill_null(pc.not_equal(actual, given), False)
+
+
+def _day_numbers(texts: pa.Array) -> pa.Array:
+    """Each text's day as Arrow's date32 counts it (days since 1970-01-01), :data:`_NOT_A_DAY` for a
+    text that is no day written ``YYYY-MM-DD``, NULL for NULL."""
     days: list[int | None] = []
     for text in texts.to_pylist():
         if text is None:
@@ -173,9 +200,7 @@ def mismatched_dates(dates: pa.ChunkedArray, times: pa.ChunkedArray) -> pa.Chunk
             continue
         # fromisoformat reads other ISO forms too (20260601): only the form strftime writes matches
         days.append((day - _EPOCH).days if day.isoformat() == text else _NOT_A_DAY)
-    given = pc.take(pa.array(days, pa.int64()), pc.index_in(dates, value_set=texts))
-    actual = pc.cast(pc.cast(times, pa.date32()), pa.int32()).cast(pa.int64())
-    return pc.fill_null(pc.not_equal(actual, given), False)
+    return pa.array(days, pa.int64())
 
 
 def _null_rows(table: pa.Table, keys: list[str], columns: list[str]) -> list[dict[str, Any]]:
@@ -215,14 +240,28 @@ def _footer_count(metadata: pq.FileMetaData, index: int | None) -> int | None:
     return total
 
 
+#: the columns the check reads dictionary-encoded: ``store`` repeats one long path per row, a
+#: gateway file's ``date`` holds a few days (each parsed once, :func:`mismatched_dates`)
+_DICTIONARY_COLUMNS = {SESSIONS: ["store"], MESSAGES: ["store"], GATEWAY: ["date"]}
+
+
+def _open(f: pa.NativeFile, dataset: str) -> pq.ParquetFile:
+    """``f`` as a Parquet file, :data:`_DICTIONARY_COLUMNS` read dictionary-encoded; a file that
+    lacks one of them is opened without (the column reads as NULL, :func:`_conform`)."""
+    try:
+        return pq.ParquetFile(f, read_dictionary=_DICTIONARY_COLUMNS[dataset])
+    except KeyError:  # pyarrow's answer to a dictionary column the file does not have
+        return pq.ParquetFile(f)
+
+
 def _read_figures(warehouse: Warehouse, dataset: str, day: str) -> DayFigures:
     """The figures of this host's file of the day, as it is on disk (no file: empty figures): its
-    footer, and only the columns the rules read (`store` kept dictionary-encoded: it repeats one
-    long path per row). The gateway's null counts of its required columns are the footer's
+    footer, and only the columns the rules read (:data:`_DICTIONARY_COLUMNS` kept dictionary-encoded).
+    The gateway's null counts of its required columns are the footer's
     (the writer's statistics of every row group); a column the footer does not count is read."""
     try:
         with warehouse.storage.open_input(warehouse.path(dataset, day)) as f:
-            file = pq.ParquetFile(f, read_dictionary=["store"] if dataset != GATEWAY else None)
+            file = _open(f, dataset)
             columns = _columns(dataset)
             counted = footer_nulls(file.metadata, schemas.REQUIRED_GATEWAY_COLUMNS) if dataset == GATEWAY else {}
             # the columns the footer does not count, and those with nulls (their rows are named): read

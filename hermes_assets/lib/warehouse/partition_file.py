@@ -88,25 +88,32 @@ def same_bytes(a: pa.Buffer, b: pa.Buffer) -> bool:
     return a.size == b.size and a.equals(b)
 
 
-def is_sorted(table: pa.Table, keys: Sequence[str]) -> bool:
-    """Whether ``table`` is already in ``keys`` order (vectorized; nulls count as unsorted).
+def is_sorted(table: pa.Table, keys: Sequence[str], *, strict: bool = False) -> bool:
+    """Whether ``table`` is already in ``keys`` order (vectorized; nulls count as unsorted);
+    ``strict``: and no two rows share their values of ``keys`` (each row's are after the last's).
 
     One store's rows come out of the projection in order, so the common case
     skips a sort (a full copy of the table).
     """
     if table.num_rows < 2:
         return True
-    ahead = pa.repeat(pa.scalar(False), table.num_rows - 1)
-    tie = pa.repeat(pa.scalar(True), table.num_rows - 1)
-    for key in keys:
-        column = table.column(key)
-        if isinstance(column.type, pa.ExtensionType):
-            column = schemas.storage_of(column)
-        a, b = column.slice(0, table.num_rows - 1), column.slice(1)
-        ahead = pc.or_(ahead, pc.and_(tie, pc.less(a, b)))
-        tie = pc.and_(tie, pc.equal(a, b))
-    ordered = pc.or_(ahead, tie)
+    # per pair of neighbouring rows: the second after the first by the keys so far, or level with it
+    ahead, tie = _neighbours(table, keys[0])
+    for key in keys[1:]:
+        less, equal = _neighbours(table, key)
+        ahead = pc.or_(ahead, pc.and_(tie, less))
+        tie = pc.and_(tie, equal)
+    ordered = ahead if strict else pc.or_(ahead, tie)
     return ordered.null_count == 0 and pc.all(ordered).as_py()
+
+
+def _neighbours(table: pa.Table, key: str) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """Per pair of neighbouring rows: whether the second's ``key`` is after the first's, and equal."""
+    column = table.column(key)
+    if isinstance(column.type, pa.ExtensionType):
+        column = schemas.storage_of(column)
+    a, b = column.slice(0, table.num_rows - 1), column.slice(1)
+    return pc.less(a, b), pc.equal(a, b)
 
 
 class DayFile:
