@@ -106,7 +106,8 @@ def test_a_list_column_parquet_names_otherwise_is_scanned_into_the_datasets_type
     table = schemas.table_of_rows([exposure("m1")], schemas.schema_of(EXPOSURES))
     path = written(tmp_path, EXPOSURES, table, None)  # Parquet names a list's item `element`
     assert partition_file._read_as_written(path, None, schemas.schema_of(EXPOSURES)) is None
-    got = partition_file.read(EXPOSURES, path)
+    with pa.OSFile(path) as f:  # the file the reader looked at stays open for the scan
+        got = partition_file.read(EXPOSURES, f)
     assert got.schema.field("channels").type == pa.list_(pa.string()) and same(got, table)
 
 
