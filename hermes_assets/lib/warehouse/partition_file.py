@@ -88,7 +88,7 @@ def _read_as_written(source: str | pa.NativeFile, columns: list[str] | None, sch
         not columns or len(set(columns)) != len(columns) or not set(columns) <= set(schema.names)
     ):
         return None
-    with pq.ParquetFile(source) as file:
+    with pq.ParquetFile(source, pre_buffer=True) as file:  # an object store's reads coalesced, as the scan's
         # as text: Schema.equals takes a list's item named ``element`` (Parquet's) for ``item``
         if _schema_text(file.schema_arrow) != _schema_text(schema):
             return None
