@@ -70,8 +70,33 @@ def read(
 ) -> pa.Table:
     """The rows of a partition file (a path or an open file), in the dataset's schema
     (or ``schema``: the same columns, some maybe dictionary-encoded)."""
-    table = pq.read_table(source, columns=columns, schema=schema or schemas.schema_of(dataset))
+    schema = schema or schemas.schema_of(dataset)
+    table = _read_as_written(source, columns, schema)
+    if table is None:
+        table = pq.read_table(source, columns=columns, schema=schema)
     return fill_added_columns(table)
+
+
+def _read_as_written(source: str | pa.NativeFile, columns: list[str] | None, schema: pa.Schema) -> pa.Table | None:
+    """The file's rows by its own reader, when its columns are ``schema``'s as they are (names,
+    types, NULLs: every day's file this version writes) and ``columns`` names some of them, each
+    once: the table :func:`pyarrow.parquet.read_table` gives, without the dataset scan that
+    reconciles another schema (0.5-0.6 ms of CPU less a small file: 330 sightings files 0.60 to
+    0.33 s). None otherwise (no column, dictionary reads, an older file's missing column, a list's
+    item named otherwise): read as before."""
+    if columns is not None and (
+        not columns or len(set(columns)) != len(columns) or not set(columns) <= set(schema.names)
+    ):
+        return None
+    with pq.ParquetFile(source, pre_buffer=True) as file:  # an object store's reads coalesced, as the scan's
+        # as text: Schema.equals takes a list's item named ``element`` (Parquet's) for ``item``
+        if _schema_text(file.schema_arrow) != _schema_text(schema):
+            return None
+        return file.read(columns=columns).replace_schema_metadata(schema.metadata)
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return schema.to_string(show_schema_metadata=False)
 
 
 def fill_added_columns(table: pa.Table) -> pa.Table:
