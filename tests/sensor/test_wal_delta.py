@@ -58,6 +58,8 @@ class Ticks:
             d: m.tier1 for d, m in full.cursor.stores[self.path].days.items()
         }
         assert _requested(plan) == _requested(full)
+        # the usage marks read by the rowids written equal the pass over every usage row's
+        assert plan.cursor.stores[self.path].usage == full.cursor.stores[self.path].usage
         self.cursor = plan.cursor_json
         return plan
 
@@ -303,3 +305,108 @@ def test_a_sessions_table_that_grows_a_level_is_walked_again(tmp_path):
         assert wal_delta._MAPS[str(db)].tree.interior == {wal_delta._MAPS[str(db)].tree.root}
         w.set_session_title("first", "found on its new leaf")
         assert _requested(t.tick()) == [DAYS[0]]
+
+
+def _racing(monkeypatch, name: str, write) -> list[int]:
+    """``wal_delta.<name>`` (a read of the pages) with ``write`` committed just before its first
+    call: after the tick read the WAL's frames, before its statements' snapshot."""
+    original = getattr(wal_delta, name)
+    calls: list[int] = []
+
+    def racing(*args):
+        if not calls:
+            write()
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(wal_delta, name, racing)
+    return calls
+
+
+def test_a_session_committed_after_the_frames_were_read_keeps_the_delta(hermes, monkeypatch):
+    """A new session on another day, committed between the WAL read and the statements: the
+    count of sessions disagrees with the days named; the WAL is read again and the delta run
+    again (not the pass over every row, ~0.8 s on the 1M store), and its day is requested."""
+    w, db = hermes
+    t = Ticks(db)
+    w.set_session_title("s00", "the tick's own change")
+    calls = _racing(monkeypatch, "_written_rows", lambda: (w.at(START_S + 2 * DAY_S + 60), w.session("raced", "cli")))
+    plan = watch.plan_tick([t.store], t.cursor, is_partition=_all_days)
+    assert plan.scans[0].delta, plan.scans[0].full_reason
+    assert len(calls) == 2  # read again once
+    assert _requested(plan) == [DAYS[0], DAYS[2]]
+    t.cursor = plan.cursor_json
+    monkeypatch.undo()
+    assert _requested(t.tick()) == []  # nothing left behind: the map and the digests are the full pass's
+
+
+def test_a_wal_restarted_while_its_pages_were_read_keeps_the_delta(hermes, monkeypatch):
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    for k in range(6):  # a position well into the file: the restarted WAL does not reach it
+        w.set_session_title("s20", f"a WAL with frames {k}")
+    t = Ticks(db)
+    w.set_session_title("s00", "before the restart")
+    salts = wal_delta._MAPS[str(db)].wal.salts
+
+    def restart():
+        _checkpoint(db, "PASSIVE")
+        w.set_session_title("s30", "in the restarted WAL")
+
+    calls = _racing(monkeypatch, "_written_rows", restart)
+    plan = watch.plan_tick([t.store], t.cursor, is_partition=_all_days)
+    assert plan.scans[0].delta, plan.scans[0].full_reason
+    assert len(calls) == 2
+    assert wal_delta._MAPS[str(db)].wal.salts != salts
+    assert _requested(plan) == [DAYS[0], DAYS[3]]
+    t.cursor = plan.cursor_json
+    monkeypatch.undo()
+    w.set_session_title("s10", "after")
+    assert _requested(t.tick()) == [DAYS[1]]
+
+
+def test_a_wal_restarted_while_the_map_was_learned_leaves_a_map(hermes, monkeypatch):
+    """The full pass's map read again from the restarted WAL: the next tick is a delta, and it
+    still sees the write committed between the full pass and the restart."""
+    w, db = hermes
+    _checkpoint(db, "TRUNCATE")
+    for k in range(6):
+        w.set_session_title("s20", f"a WAL with frames {k}")
+    wal_delta.forget()
+
+    def restart():
+        w.set_session_title("s10", "after the full pass, before the restart")
+        _checkpoint(db, "PASSIVE")
+        w.set_session_title("s30", "in the restarted WAL")
+
+    calls = _racing(monkeypatch, "_map_pages", restart)
+    first = watch.plan_tick([Store(str(db))], None, is_partition=_all_days)
+    assert len(calls) == 2
+    assert str(db) in wal_delta._MAPS
+    monkeypatch.undo()
+    plan = watch.plan_tick([Store(str(db))], first.cursor_json, is_partition=_all_days)
+    assert plan.scans[0].delta, plan.scans[0].full_reason
+    assert _requested(plan) == [DAYS[1], DAYS[3]]
+
+
+def test_the_usage_marks_of_a_delta_tick_read_the_rowids_written_only(hermes, monkeypatch):
+    """Through the delta the usage rows are read by the rowids on the leaves written (a usage row
+    written alone, ``record_auxiliary_usage``, among them), not by a pass over the table."""
+    from hermes_assets.lib.changes.fingerprint import Fingerprinter
+
+    w, db = hermes
+    t = Ticks(db)
+    w.record_auxiliary_usage("s21", "title", input_tokens=3)
+    [(rowid,)] = w.query("SELECT rowid FROM session_model_usage WHERE session_id = 's21' AND task = 'title'")
+    written: list[set[int] | None] = []
+    original = Fingerprinter.usage_changes
+
+    def spy(self, marks, rowids=None):
+        written.append(rowids)
+        return original(self, marks, rowids)
+
+    monkeypatch.setattr(Fingerprinter, "usage_changes", spy)
+    assert _requested(t.tick()) == [DAYS[2]]
+    full, delta = written  # Ticks.tick: the pass over every row first, then the delta
+    assert full is None
+    assert delta is not None and rowid in delta

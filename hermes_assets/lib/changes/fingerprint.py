@@ -105,6 +105,8 @@ TIER1_NUMBERS = (
 )
 
 _BATCH = 500  # rowids or ids per IN (...) statement
+#: above this many rowids written since the last tick, the usage marks read every usage row
+MAX_WRITTEN_ROWIDS = 5000
 #: usage rows of the last seconds before a tick's newest ``last_seen`` are read again by the next
 USAGE_MARGIN_S = 2.0
 #: a NULL in a number column: not 0 and not a value Hermes writes
@@ -396,7 +398,7 @@ class Fingerprinter:
             out[day] = hashlib.sha1(marshal.dumps((rows, usage), 2), usedforsecurity=False).hexdigest()[:16]
         return out
 
-    def usage_changes(self, marks: list | None) -> tuple[set[str], list | None]:
+    def usage_changes(self, marks: list | None, written: set[int] | None = None) -> tuple[set[str], list | None]:
         """Sessions whose ``session_model_usage`` rows were written since ``marks``, and the new marks.
 
         Hermes writes a usage row (``update_token_counts``, and ``record_auxiliary_usage``,
@@ -406,8 +408,14 @@ class Fingerprinter:
         the rows of the final :data:`USAGE_MARGIN_S` seconds, which the next tick reads
         again (two writers' clocks are a little apart) and recognizes. A row changed
         some other way (raw SQL, a clock stepped back) is seen by tier 2. One pass over
-        the table's small rows (~9 ms for 93k rows); joining them to their sessions' days
-        on every tick would cost ~100 ms.
+        the table's small rows (~9 ms for 93k rows, 13-40 ms on a busy machine); joining
+        them to their sessions' days on every tick would cost ~100 ms.
+
+        ``written``: the rowids on every table leaf the commits since the last tick wrote
+        (:meth:`~hermes_assets.lib.changes.wal_delta.TickFiles.written_rowids`, any table's: a
+        superset of the usage rows written). A row the pass would return was written since
+        (on one of those leaves) or is in the last margin, so the same rows come back from
+        those rowids and the margin's alone, by rowid, without the pass.
         """
         if not self._usage_digest:
             return set(), None
@@ -426,10 +434,19 @@ class Fingerprinter:
             return set(), [top or 0, newest, sorted([r, t] for r, t in recent)]
         top, newest, recent = marks
         known = {(r, t) for r, t in recent}
-        rows = self.reader.fetch_raw(
-            f"SELECT u.rowid, u.session_id, {seen} FROM session_model_usage AS u WHERE u.rowid > ? OR {seen} > ?",
-            (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S),
+        since = (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S)
+        select = (
+            f"SELECT u.rowid, u.session_id, {seen} FROM session_model_usage AS u WHERE (u.rowid > ?1 OR {seen} > ?2)"
         )
+        if written is None or len(written) > MAX_WRITTEN_ROWIDS:
+            rows = self.reader.fetch_raw(select, since)
+        else:
+            rowids = sorted(written | {r for r, _ in recent})
+            rows = []
+            for start in range(0, len(rowids), _BATCH):
+                chunk = rowids[start : start + _BATCH]
+                marks_sql = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
+                rows += self.reader.fetch_raw(f"{select} AND u.rowid IN ({marks_sql})", (*since, *chunk))
         changed = {str(as_text(sid)) for rowid, sid, t in rows if (rowid, t) not in known}
         top = max([top, *(r for r, _, _ in rows)])
         times = [t for _, _, t in rows if isinstance(t, (int, float))]  # a text cell: raw SQL, tier 2's

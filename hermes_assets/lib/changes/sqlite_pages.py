@@ -25,6 +25,12 @@ class Doubt(Exception):
     """The delta cannot be trusted: the tick reads every row."""
 
 
+class Raced(Doubt):
+    """A commit came between two reads of the tick (the WAL restarted while its pages were read, a
+    session appeared after its frames were read): the same reads again, from the WAL as it is now,
+    may well agree."""
+
+
 def varint(buf: bytes, i: int) -> tuple[int, int]:
     """SQLite's varint at ``buf[i]``: (value, index after it)."""
     v = 0
@@ -197,6 +203,22 @@ class Pages:
         ncell = int.from_bytes(data[h + 3 : h + 5], "big")
         ptrs = struct.unpack_from(f">{ncell}H", data, h + 12)
         return [*(int.from_bytes(data[p : p + 4], "big") for p in ptrs), int.from_bytes(data[h + 8 : h + 12], "big")]
+
+    def rowids(self, page: int) -> list[int]:
+        """The rowids on a page when it is a table leaf, of any table (none for another kind of page)."""
+        data = self.read(page)
+        h = 100 if page == 1 else 0
+        if data[h] != _TABLE_LEAF:
+            return []
+        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        rows = []
+        try:
+            for ptr in struct.unpack_from(f">{ncell}H", data, h + 8):
+                rowid = varint(data, varint(data, ptr)[1])[0]
+                rows.append(rowid - (1 << 64) if rowid >= 1 << 63 else rowid)
+        except (IndexError, struct.error) as exc:
+            raise Doubt(f"a cell of page {page} does not parse") from exc
+        return rows
 
     def leaf_rows(self, page: int, tree: SessionsTree) -> list[int]:
         """The rowids on a leaf of the tree; maps the overflow pages of its cells."""

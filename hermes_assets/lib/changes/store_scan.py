@@ -57,17 +57,19 @@ tick (their headers) and the ``sessions`` pages among them, tier 1 of the
 days their rows are on (their rows, through ``idx_sessions_started``), the
 inactive counts of the sessions tier 1 counts them for (rewound or without
 live messages: one index seek each), ``count(*)`` of ``sessions``, plus the new
-messages (rowid range) plus one pass over the small rows of
-``session_model_usage`` plus tier 2 of ``ceil(days / 16)`` days and of the
-changed ones (their rows). A tick that reads every row (the first of a
+messages (rowid range) plus the ``session_model_usage`` rows by the rowids on
+the table leaves written (any table's; a tick that reads every row makes one
+pass over the usage table's small rows instead) plus tier 2 of ``ceil(days / 16)``
+days and of the changed ones (their rows). A tick that reads every row (the first of a
 process, or a doubt) adds one pass over ``sessions`` (tier 1, one row per
 day to Python) and learns the map of the table's pages (every leaf read once).
 The ``messages`` table is never scanned. On the 1.07M-message bench store
 (59k sessions, 330 days, 93k usage rows, 671 sessions rewound or without
-messages; ``bench/sensor_bench.py``, 2 shared cores, load ~2-3): a change
-tick ~70-80 ms, of which tier 2 of 21-23 days ~50-55 ms, the usage marks
-~12 ms, tier 1 through the WAL ~5-10 ms (the inactive counts ~4 ms); the pass
-over every row ~150-165 ms and learning the map ~250 ms (45,860 leaves read).
+messages; ``bench/sensor_bench.py``, 2 shared cores, load ~1.5-3): a change
+tick ~90-110 ms, of which tier 2 of 21-23 days ~70-80 ms, the usage marks
+~1 ms (a pass over them 13-40 ms), tier 1 through the WAL ~15-20 ms (the inactive
+counts ~14 ms; 30-45 ms while a writer commits); the pass over every row ~150-280 ms
+and learning the map ~250-400 ms (45,860 leaves read).
 A tick whose files did not move costs ~0.3 ms once the rotation is idle,
 ~55 ms while it runs. (Two connections on two threads are no faster: in one
 process they take turns inside SQLite.)
@@ -222,9 +224,10 @@ def _read(
         new_by_sid = {}
         if since is not None and max_mid is not None and max_mid > since:
             new_by_sid = reader.sessions_with_messages_after(since)
-        usage_sids, usage = fp.usage_changes(old.usage if old else None)
         tier1 = files.tier1(fp) if old is not None and not replaced else None
         scan.delta = tier1 is not None
+        # after tier 1: the usage rows by the rowids the pages written since its position hold
+        usage_sids, usage = fp.usage_changes(old.usage if old else None, files.written_rowids() if tier1 else None)
         if tier1 is None:
             scan.full_reason = files.doubt or ("replaced" if replaced else "new store")
             tier1 = fp.tier1()

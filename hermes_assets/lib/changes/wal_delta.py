@@ -31,6 +31,16 @@ counts it for (rewound, or without live messages: ``restore_rewound`` flips ``me
 and no ``sessions`` cell), read again by rowid on every tick; the sessions no day holds by SQL
 (placed one by one) compared whole; ``system_prompts`` (schema 25+) by its rows' digest.
 
+The same written pages give the rows of ``session_model_usage`` written since (the rowids on
+every table leaf among them, :meth:`TickFiles.written_rowids`): the usage marks are read by
+those rowids, not by a pass over the table.
+
+A commit that races the tick's own reads is no doubt: the WAL restarted while its pages were
+read, or a session committed after the frames were read and before the statements' snapshot
+(the count of sessions disagrees with the days named) has the WAL read again and the delta run
+again (:class:`~hermes_assets.lib.changes.sqlite_pages.Raced`, up to :data:`RETRIES` times),
+and the map of a full pass read again from the WAL as it is then.
+
 Any doubt falls back to the full tier 1 (and learns the map again): no map yet (a new
 process), a cursor this process did not write, no ``-wal``, the salts changed (a checkpoint
 that reset or restarted the WAL), the WAL shorter than the position read, the db file's inode
@@ -43,13 +53,16 @@ table, a cell that does not parse. The files' formats are read by
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.changes.fingerprint import Fingerprinter, Tier1, digest
 from hermes_assets.lib.changes.sqlite_pages import (
     Doubt,
     Pages,
+    Raced,
     SessionsTree,
     WalFrames,
     next_generation,
@@ -59,6 +72,8 @@ from hermes_assets.lib.changes.sqlite_pages import (
 )
 
 log = get_logger()
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -104,30 +119,38 @@ class TickFiles:
         self.learned: DeltaMap | None = None  # what this tick leaves for the next one
         self.db_fd = os.open(path, os.O_RDONLY)
         self.wal_fd: int | None = None
-        st = os.fstat(self.db_fd)
-        self.db = (st.st_ino, st.st_size, st.st_mtime_ns)
-        try:
-            self.wal_fd = os.open(path + "-wal", os.O_RDONLY)
-        except FileNotFoundError:
-            self.wal_fd = None
+        self.db = _identity(self.db_fd)
         if self.map is not None and (old_files != self.map.files or old_tier1 != self.map.tier1):
             self.map, self.doubt = None, "the cursor is not the one the map was left with"
         elif self.map is not None and self.map.db[0] != self.db[0]:
             self.map, self.doubt = None, "the db file's inode changed"
+        if self.map is None:
+            self._read_wal(None)
+            self.doubt = self.doubt or ("no WAL" if self.wal is None else "no map of this store yet")
+        else:
+            self.doubt = self._read_wal(self.map)
+            if self.doubt is not None:
+                self.map = None
+
+    def _read_wal(self, m: DeltaMap | None) -> str | None:
+        """Read the ``-wal`` as it is now (opened again: SQLite may have made a new one): the frames
+        committed after the map's position, or every committed frame without a map. Why they do not
+        name every page written since the map (None: they do)."""
+        if self.wal_fd is not None:
+            os.close(self.wal_fd)
+        try:
+            self.wal_fd = os.open(self.path + "-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            self.wal_fd = None
         if self.wal_fd is None:  # no WAL: the db file holds every commit (as an empty WAL)
             read: tuple[WalFrames, set[int]] | None = (WalFrames(None, 0), set())
         else:
-            read = read_wal(self.wal_fd, self.map.wal if self.map else None)
+            read = read_wal(self.wal_fd, m.wal if m else None)
         if read is None:
-            self.map, self.doubt = None, self.doubt or "no WAL"
-            return
+            self.wal = self.new = None
+            return "no WAL"
         self.wal, self.new = read
-        if self.map is not None:
-            self.doubt = self._check(self.map)
-            if self.doubt is not None:
-                self.map = None
-        elif self.doubt is None:
-            self.doubt = "no map of this store yet"
+        return None if m is None else self._check(m)
 
     def _check(self, m: DeltaMap) -> str | None:
         """Why the frames read do not name every page written since the map (None: they do).
@@ -176,33 +199,66 @@ class TickFiles:
         if self.wal is None or self.wal.salts is None or self.wal_fd is None:
             return
         if wal_salts(self.wal_fd) != self.wal.salts:
-            raise Doubt("the WAL restarted while its pages were read")
+            raise Raced("the WAL restarted while its pages were read")
 
     # -- a tick of a store whose map is known ----------------------------------------
 
     def tier1(self, fp: Fingerprinter) -> Tier1 | None:
         """Tier 1 of every day, digesting only the days the rows written since the map are on;
-        None (``doubt`` says why) when the full pass must run."""
-        if self.map is None or self.new is None or self.wal is None:
+        None (``doubt`` says why) when the full pass must run. A commit that raced the tick's
+        reads (:class:`Raced`) has the WAL read again and the delta run again, up to
+        :data:`RETRIES` times: under a busy writer that costs one more delta, not the pass over
+        every row and the map learned again (~0.8 s on the 1M store)."""
+        m = self.map
+        if m is None or self.new is None or self.wal is None:
             return None
-        try:
-            return self._delta(fp, self.map, self.new)
-        except Doubt as exc:
-            self.doubt = str(exc)
-            return None
+        for attempt in range(RETRIES + 1):
+            try:
+                return self._delta(fp, m, self.new)
+            except Raced as exc:
+                self.doubt = str(exc)
+                if attempt == RETRIES:
+                    return None
+                self.db = _identity(self.db_fd)
+                again = self._read_wal(m)
+                if again is not None or self.new is None:
+                    self.doubt = again or self.doubt
+                    return None
+                log.debug("hermes.sensor.wal_delta_raced", path=self.path, reason=str(exc), attempt=attempt + 1)
+            except Doubt as exc:
+                self.doubt = str(exc)
+                return None
+        return None
 
     def _delta(self, fp: Fingerprinter, m: DeltaMap, new: set[int]) -> Tier1:
-        pages = self._pages()
-        tree = m.tree
-        if new & tree.interior or tree.root in new:  # a split, a merge, a root that grew a level
-            pages.walk(tree, new)
-        rows: set[int] = set()
-        for page in sorted(new & tree.leaves):
-            rows.update(pages.leaf_rows(page, tree))
-        rows.update(tree.overflow[p] for p in new if p in tree.overflow and p not in tree.leaves)
-        self._unmoved()
+        rows = self._settled(lambda: _written_rows(self._pages(), m.tree, new))
         with fp.reader.snapshot():  # one state of the store for the statements below (the count's check)
             return self._digest_days(fp, m, rows, new)
+
+    def written_rowids(self) -> set[int] | None:
+        """After the delta: the rowids on every table leaf written since the map's position, of
+        any table (the rows of ``session_model_usage`` written since are among them:
+        :meth:`Fingerprinter.usage_changes`). None: not known (no delta this tick, or the WAL
+        restarted while they were read)."""
+        if self.learned is None or self.new is None or self.map is None:
+            return None
+        new = self.new
+        try:
+            pages = self._pages()
+            return self._settled(lambda: {r for page in sorted(new) for r in pages.rowids(page)})
+        except Doubt:
+            return None
+
+    def _settled(self, read: Callable[[], T]) -> T:
+        """``read()`` of pages, then the check that the WAL did not restart meanwhile: a page that
+        does not parse because its frame was written over is a race (:class:`Raced`), not a doubt."""
+        try:
+            out = read()
+        except Doubt:
+            self._unmoved()
+            raise
+        self._unmoved()
+        return out
 
     def _digest_days(self, fp: Fingerprinter, m: DeltaMap, rows: set[int], new: set[int]) -> Tier1:
         reader = fp.reader
@@ -223,7 +279,8 @@ class TickFiles:
         counts = {d: n for d, n in m.counts.items() if d not in days} | part.counts
         total = reader.fetch_raw("SELECT count(*) FROM sessions")[0][0]
         if sum(counts.values()) + len(odd) != total:
-            raise Doubt("a session left a day the pages did not name (deleted)")
+            # a session deleted, or one committed after the frames were read (the snapshot holds it)
+            raise Raced("a session left a day the pages did not name (deleted)")
         seldom = {d: r for d, r in m.seldom.items() if d not in days} | part.seldom
         marked = {r for rs in seldom.values() for r in rs}
         known = {r: n for r, n in inactive.items() if r in marked}
@@ -253,18 +310,14 @@ class TickFiles:
             return
         if fp.inactive != "0" and fp.seldom_where is None:
             return  # every session's inactive count is digested: not followed by page
+        position = self.wal  # the frames the full pass saw at least: the next tick reads those after
         try:
             if fp.reader.fetch_raw("PRAGMA auto_vacuum")[0][0] != 0:
                 return  # pages move between trees
             root = fp.reader.fetch_raw("SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = 'sessions'")
             if len(root) != 1 or not isinstance(root[0][0], int):
                 return
-            pages = self._pages()
-            tree = SessionsTree(root[0][0])
-            pages.walk(tree)
-            for page in tree.leaves:
-                pages.leaf_rows(page, tree)
-            self._unmoved()
+            tree = self._map_tree(root[0][0])
         except Doubt as exc:
             log.debug("hermes.sensor.wal_delta_unmapped", path=self.path, reason=str(exc))
             return
@@ -272,7 +325,7 @@ class TickFiles:
         self.learned = DeltaMap(
             {},
             self.db,
-            self.wal,
+            position,
             _schema_version(fp),
             tree,
             dict(tier1.counts),
@@ -283,9 +336,51 @@ class TickFiles:
             dict(tier1.days),
         )
 
+    def _map_tree(self, root: int) -> SessionsTree:
+        """The ``sessions`` tree (every leaf read once, its overflow chains mapped). A commit that
+        raced the reads has the pages read again from the WAL as it is now, up to :data:`RETRIES`
+        times: the structure is then a later one than the full pass saw, which is safe, as every
+        page written after the position is read again by the next tick."""
+        for attempt in range(RETRIES + 1):
+            try:
+                return self._settled(lambda: _map_pages(self._pages(), SessionsTree(root)))
+            except Raced:
+                if attempt == RETRIES:
+                    raise
+                if self._read_wal(None) or self.wal is None:  # the WAL as it is now, the pages to read from
+                    raise Doubt("no WAL") from None
+        raise AssertionError("unreachable")
+
+
+def _map_pages(pages: Pages, tree: SessionsTree) -> SessionsTree:
+    """``tree`` from its root: every interior page walked, every leaf read once (its overflow chains)."""
+    pages.walk(tree)
+    for page in tree.leaves:
+        pages.leaf_rows(page, tree)
+    return tree
+
+
+def _written_rows(pages: Pages, tree: SessionsTree, new: set[int]) -> set[int]:
+    """The rowids on the written leaves and overflow pages of the tree (walked again first when
+    an interior page was written)."""
+    if new & tree.interior or tree.root in new:  # a split, a merge, a root that grew a level
+        pages.walk(tree, new)
+    rows: set[int] = set()
+    for page in sorted(new & tree.leaves):
+        rows.update(pages.leaf_rows(page, tree))
+    rows.update(tree.overflow[p] for p in new if p in tree.overflow and p not in tree.leaves)
+    return rows
+
 
 #: above this many days to digest, the pass over every row costs less
 MAX_DAYS = 64
+#: times a delta that a commit raced is read again before the pass over every row
+RETRIES = 2
+
+
+def _identity(fd: int) -> tuple[int, int, int]:
+    st = os.fstat(fd)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def keep(path: str, files: TickFiles, entry_files: dict | None, entry_tier1: dict[str, str]) -> None:
