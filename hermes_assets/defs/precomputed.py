@@ -37,7 +37,9 @@ _kept: dict[tuple[str, str], KnownDay] = {}
 IN_PROCESS = frozenset({dg.in_process_executor.name, "execute_in_process_executor"})
 
 
-def day_figures(context: dg.AssetExecutionContext) -> Callable[[str, Mapping[str, pa.Table]], Any] | None:
+def day_figures(
+    context: dg.AssetExecutionContext,
+) -> Callable[[str, Mapping[str, pa.Table], Mapping[str, Any]], Any] | None:
     """What the capture makes of a first capture's tables: the day's analytics the run computes too
     (those alone), in this process; else nothing."""
     selected = context.run.asset_selection or set()

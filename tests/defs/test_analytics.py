@@ -613,9 +613,9 @@ def test_the_capture_computes_the_analytics_only_for_a_run_that_computes_them_in
     assert precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS)) is None
     # only the analytics the run computes (an empty day of the three datasets, as a worker holds it)
     empty = {name: schemas.schema_of(name).empty_table() for name in DATASETS}
-    assert set(figures(DAY1, empty)) == {TOOLS, SKILLS}
+    assert set(figures(DAY1, empty, {})) == {TOOLS, SKILLS}
     everything = precomputed.day_figures(context(dg.in_process_executor.name, *DATASETS, *ANALYTICS))
-    assert everything is not None and set(everything(DAY1, empty)) == set(ANALYTICS)
+    assert everything is not None and set(everything(DAY1, empty, {})) == set(ANALYTICS)
     assert precomputed.day_figures(context(dg.multiprocess_executor.name, *DATASETS, TOOLS)) is None
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -44,20 +45,26 @@ class KnownDay:
 
 
 def figures_of(
-    day: str, tables: Mapping[str, pa.Table], datasets: Collection[str] = ANALYTICS
+    day: str,
+    tables: Mapping[str, pa.Table],
+    usage_by_model: Mapping[str, Any] | None = None,
+    datasets: Collection[str] = ANALYTICS,
 ) -> dict[str, DayFigures]:
     """The analytics ``datasets`` (every one by default) of ``day`` from the day's whole tables of the
     three datasets: the columns they read, the sessions in the order of their file
     (:func:`~hermes_assets.lib.warehouse.partition_file.encode` sorts them), as
     :func:`~hermes_assets.lib.analytics.daily.read_inputs` gives them (the others' order changes no
-    figure: :data:`ORDERED`). A run that computes some of the analytics has its capture compute only
-    those (:func:`figures_for`)."""
+    figure: :data:`ORDERED`). ``usage_by_model``: the sessions' ``usage_by_model`` cells and the entries
+    the projection encoded in them (text -> entries), not decoded again. A run that computes some of
+    the analytics has its capture compute only those (:func:`figures_for`)."""
     wanted = [dataset for dataset in ANALYTICS if dataset in datasets]
     inputs = {name: _as_in_file(name, tables[name], columns) for name, columns in inputs_for(wanted).items()}
-    return compute_days(wanted, day, inputs)
+    return compute_days(wanted, day, inputs, usage_by_model)
 
 
-def figures_for(datasets: Collection[str]) -> Callable[[str, Mapping[str, pa.Table]], dict[str, DayFigures]]:
+def figures_for(
+    datasets: Collection[str],
+) -> Callable[[str, Mapping[str, pa.Table], Mapping[str, Any]], dict[str, DayFigures]]:
     """:func:`figures_of` of ``datasets`` alone (a picklable function, sent to the capture's workers)."""
     return functools.partial(figures_of, datasets=tuple(dataset for dataset in ANALYTICS if dataset in datasets))
 

@@ -31,8 +31,9 @@ checked once after all their writes: :func:`write_current_datasets`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -98,9 +99,12 @@ def compute_day(dataset: str, day: str, tables: dict[str, pa.Table]) -> DayFigur
     return compute_days([dataset], day, tables)[dataset]
 
 
-def compute_days(datasets: list[str], day: str, tables: dict[str, pa.Table]) -> dict[str, DayFigures]:
+def compute_days(
+    datasets: list[str], day: str, tables: dict[str, pa.Table], usage_by_model: Mapping[str, Any] | None = None
+) -> dict[str, DayFigures]:
     """Several analytics of one day from the same tables (``dataset name -> table``), the day's
-    sessions built once for every dataset that counts them."""
+    sessions built once for every dataset that counts them. ``usage_by_model``: the sessions'
+    ``usage_by_model`` cells decoded already (text -> entries: a capture's projection holds them)."""
     out: dict[str, DayFigures] = {}
     found: list[day_sessions.Session] | None = None
     parts: pa.Table | None = None  # the day's tool parts, for the tools and the sessions' tool calls
@@ -114,7 +118,7 @@ def compute_days(datasets: list[str], day: str, tables: dict[str, pa.Table]) -> 
             out[dataset] = tools.tools_of(day, parts, tables[MESSAGES])
         elif dataset in _OF_SESSIONS:
             if found is None:
-                found = day_sessions.sessions_of(tables[SESSIONS], tables[MESSAGES], parts)
+                found = day_sessions.sessions_of(tables[SESSIONS], tables[MESSAGES], parts, usage_by_model)
             out[dataset] = _OF_SESSIONS[dataset](day, found)
         else:
             raise KeyError(f"{dataset!r} is not an analytics dataset ({', '.join(ANALYTICS)})")

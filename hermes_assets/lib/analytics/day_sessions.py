@@ -26,8 +26,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import zoneinfo
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -204,14 +205,23 @@ def _cost(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def usage_entries(text: str | None) -> list[dict]:
-    """The session's ``usage_by_model`` entries (SPEC §3), or ``[]`` when it has none."""
+#: a text the projection did not hand over decoded
+_UNREAD = object()
+
+
+def usage_entries(text: str | None, decoded: Mapping[str, Any] | None = None) -> list[dict]:
+    """The session's ``usage_by_model`` entries (SPEC §3), or ``[]`` when it has none. ``decoded``
+    (text -> value): the cells a capture's projection encoded, as it held them (entries whose numbers
+    are as JSON writes them, :func:`~hermes_assets.lib.projection.header.usage_by_model`: the value
+    the text decodes to), not decoded again."""
     if not text:
         return []
-    try:
-        entries = python_loads(text)
-    except (ValueError, RecursionError):  # bad JSON, or nested deeper than the parser goes
-        return []
+    entries = _UNREAD if decoded is None else decoded.get(text, _UNREAD)
+    if entries is _UNREAD:
+        try:
+            entries = python_loads(text)
+        except (ValueError, RecursionError):  # bad JSON, or nested deeper than the parser goes
+            return []
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
@@ -272,10 +282,16 @@ def model_shares(session: dict) -> list[Share]:
 
 
 def _model_shares(
-    usage_by_model: str | None, model: object, own_counts: list, estimated_cost: object, actual_cost: object
+    usage_by_model: str | None,
+    model: object,
+    own_counts: list,
+    estimated_cost: object,
+    actual_cost: object,
+    decoded: Mapping[str, Any] | None = None,
 ) -> list[Share]:
-    """:func:`model_shares` of a session's cells: ``own_counts``, its API calls and tokens (:data:`COUNTS`)."""
-    shares = [_entry_share(e) for e in usage_entries(usage_by_model)]
+    """:func:`model_shares` of a session's cells: ``own_counts``, its API calls and tokens (:data:`COUNTS`);
+    ``decoded``: as :func:`usage_entries` reads it."""
+    shares = [_entry_share(e) for e in usage_entries(usage_by_model, decoded)]
     used = count_sums(shares)
     counts = {name: max(0, _int(own) - used[name]) for name, own in zip(COUNTS, own_counts)}
     estimated = _remainder(_cost(estimated_cost), sum(s.estimated_cost_usd or 0.0 for s in shares))
@@ -301,8 +317,11 @@ _SESSION_CELLS = tuple(
 )
 
 
-def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list[Session]:
-    """:func:`day_sessions` of the day's tool parts (:func:`~hermes_assets.lib.analytics.live_rows.tool_parts`)."""
+def sessions_of(
+    sessions: pa.Table, messages: pa.Table, parts: pa.Table, usage: Mapping[str, Any] | None = None
+) -> list[Session]:
+    """:func:`day_sessions` of the day's tool parts (:func:`~hermes_assets.lib.analytics.live_rows.tool_parts`).
+    ``usage``: the sessions' ``usage_by_model`` cells decoded already (text -> value, :func:`usage_entries`)."""
     sessions = live(only(sessions, INPUTS[SESSIONS]), SESSIONS)
     messages = live(only(messages, INPUTS[MESSAGES]), MESSAGES)
     calls = only(parts, ["session_id", "part_type"])
@@ -326,7 +345,7 @@ def sessions_of(sessions: pa.Table, messages: pa.Table, parts: pa.Table) -> list
             title,
             started,
             ended,
-            _model_shares(usage_by_model, model, [api_calls, *tokens], estimated_cost, actual_cost),
+            _model_shares(usage_by_model, model, [api_calls, *tokens], estimated_cost, actual_cost, usage),
             _int(messages_n),
             _int(calls_n),
             {name: _int(value) for name, value in zip(TOKENS, tokens)},

@@ -54,6 +54,9 @@ class DayRows:
     secrets: dict[str, Counter] = field(default_factory=dict)
     #: where each secret redacted from the day's cells was (never a value)
     sightings: list[Sighting] = field(default_factory=list)
+    #: the sessions' ``usage_by_model`` cells and the entries each encodes (text -> entries), when
+    #: asked (:func:`project_day`): what the day's analytics read of them, not decoded again
+    usage_by_model: dict[str, list[dict]] = field(default_factory=dict)
 
     def table(self, dataset: str) -> pa.Table:
         """All stores' rows of one dataset (the schema's empty table when none: built without
@@ -70,6 +73,7 @@ def project_day(
     births: dict[str, Births] | None = None,
     redaction: RedactionConfig | None = None,
     record_ids: bool = True,
+    usage_by_model: bool = False,
 ) -> DayRows:
     """Read the day's kept sessions of every store (one read transaction per store), redact
     their cells and build the rows of all three datasets from that read.
@@ -79,9 +83,11 @@ def project_day(
     ``redaction``: how secrets are redacted from each session's cells before its rows are
     built (None: not at all). ``record_ids``: whether the day's :class:`Generations` hold every
     id's generation (what retention reads when the day has a file; False: their counts alone).
+    ``usage_by_model``: whether the day keeps its sessions' ``usage_by_model`` entries by their cell
+    (:attr:`DayRows.usage_by_model`, for its analytics).
     """
     with _gc_paused():
-        return _project_day(plan, day, ctx, births or {}, redaction, record_ids)
+        return _project_day(plan, day, ctx, births or {}, redaction, record_ids, usage_by_model)
 
 
 @contextlib.contextmanager
@@ -105,6 +111,7 @@ def _project_day(
     births: dict[str, Births],
     redaction: RedactionConfig | None,
     record_ids: bool = True,
+    usage_by_model: bool = False,
 ) -> DayRows:
     logged: set = set()
     tallies = {ds: ErrorTally(logged=logged) for ds in CAPTURE_DATASETS}
@@ -115,6 +122,7 @@ def _project_day(
     redactor = redactor_for(redaction) if redaction is not None else None
     secrets: dict[str, Counter] = {ds: Counter() for ds in CAPTURE_DATASETS}
     sightings: list[Sighting] = []
+    usage: dict[str, list[dict]] = {}
     for sp in plan.readable():
         kept = sp.kept_on(day)
         if not kept:
@@ -180,8 +188,20 @@ def _project_day(
             )
             gateway.project_session(item, canonical, ctx, tallies[GATEWAY])
             raw.session_row(item, sessions)
+            if usage_by_model:
+                _keep_usage(item, usage)
             raw.message_rows(item, messages)
         for ds, builder in ((GATEWAY, canonical), (SESSIONS, sessions), (MESSAGES, messages)):
             tables[ds][sp.store.path] = builder.to_table()
         generations[sp.store.path] = gens
-    return DayRows(day, tables, tallies, generations, failures, statements, logged, secrets, sightings)
+    return DayRows(day, tables, tallies, generations, failures, statements, logged, secrets, sightings, usage)
+
+
+def _keep_usage(item: SessionInput, usage: dict[str, list[dict]]) -> None:
+    """The session's ``usage_by_model`` cell and the entries it encodes, into ``usage``: the entries
+    are what the cell decodes to (their numbers as JSON writes them), read by the day's analytics
+    in its place (:func:`~hermes_assets.lib.analytics.day_sessions.usage_entries`)."""
+    text = item.usage_by_model_json()
+    entries = item.usage_by_model()
+    if text is not None and entries is not None:
+        usage[text] = entries

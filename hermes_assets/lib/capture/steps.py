@@ -77,7 +77,7 @@ class DayJob:
     redaction: RedactionConfig | None = None
     #: what to make of a first capture's tables (:func:`project_rows`), and dataset -> the run's
     #: days with a file of any host's (those are not first captures)
-    day_figures: Callable[[str, Mapping[str, pa.Table]], Any] | None = None
+    day_figures: Callable[[str, Mapping[str, pa.Table], Mapping[str, Any]], Any] | None = None
     any_host: dict[str, set[str]] = field(default_factory=dict)
 
 
@@ -93,7 +93,7 @@ def project_rows(
     parallel_min_sessions: int = PARALLEL_MIN_SESSIONS,
     start_method: str = pool.START_METHODS[0],
     progress: Progress | None = None,
-    day_figures: Callable[[str, Mapping[str, pa.Table]], Any] | None = None,
+    day_figures: Callable[[str, Mapping[str, pa.Table], Mapping[str, Any]], Any] | None = None,
 ) -> ProjectedRun:
     """Project and stage every day of ``plan`` (days in parallel). Nothing is in place
     until :func:`write_partitions`; on an error the staging folder is removed. Staged
@@ -105,9 +105,9 @@ def project_rows(
     ``workers`` processes (started by ``start_method``, see :mod:`~hermes_assets.lib.capture.pool`)
     when the run has at least ``parallel_min_sessions`` sessions. ``redaction``: how secrets
     are redacted from the cells before any row is built (None: not at all). ``progress`` counts
-    each day as it is staged, with its rows. ``day_figures``: called with a first capture's day
-    and its three tables (no file of the day yet, any host's; one store's rows: the tables are
-    the files to be), on the worker; its result is the staged day's ``figures`` (a picklable
+    each day as it is staged, with its rows. ``day_figures``: called with a first capture's day,
+    its three tables (no file of the day yet, any host's; one store's rows: the tables are
+    the files to be) and its sessions' ``usage_by_model`` entries by their cell, on the worker; its result is the staged day's ``figures`` (a picklable
     module-level function: the run's analytics, for one).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
@@ -183,8 +183,17 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
     # retention judges the rows of a file that exists: a new day's ids and their generations are
     # not needed (for a long first backfill they would be every message id, held until the write)
+    # a first capture (no file of the day, any host's): its tables may be the files to be, whose figures
+    # read the sessions' usage entries as the projection holds them
+    first = job.day_figures is not None and not any(day in job.any_host[ds] for ds in CAPTURE_DATASETS)
     rows = project_day(
-        plan, day, job.ctx, births=_births(job, day, old), redaction=job.redaction, record_ids=bool(existing)
+        plan,
+        day,
+        job.ctx,
+        births=_births(job, day, old),
+        redaction=job.redaction,
+        record_ids=bool(existing),
+        usage_by_model=first,
     )
     order = {sp.store.path: i for i, sp in enumerate(plan.stores)}
     datasets = {}
@@ -217,10 +226,9 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
                 prepared[dataset] = ready
     del old
     figures = None
-    if job.day_figures is not None and all(
-        day not in job.any_host[ds] and len(by_store) <= 1 for ds, by_store in rows.tables.items()
-    ):  # a first capture: its tables are the day's files to be
-        figures = job.day_figures(day, {ds: rows.table(ds) for ds in CAPTURE_DATASETS})
+    if first and job.day_figures is not None and all(len(by_store) <= 1 for by_store in rows.tables.values()):
+        # a first capture of one store: its tables are the day's files to be
+        figures = job.day_figures(day, {ds: rows.table(ds) for ds in CAPTURE_DATASETS}, rows.usage_by_model)
     sighting_rows = run_sightings.staged_rows(rows, job.warehouse.host, plan.labels())
     sightings_file = None
     if sighting_rows.num_rows and day not in job.existing[SIGHTINGS]:  # a first capture: its file, encoded here

@@ -336,3 +336,56 @@ _PRICED_ENTRY = st.fixed_dictionaries(
 def test_a_usage_rows_share_costs_what_hermes_cost_says(entry):
     """A share prices its row from the counts it read (its tokens among them), as :func:`hermes_cost` does."""
     assert repr(day_sessions._entry_share(entry).hermes_cost_usd) == repr(day_sessions.hermes_cost(entry))
+
+
+# -- usage entries handed over by the projection: what their cells decode to -------------------------
+
+#: a cell of Hermes's ``session_model_usage`` as SQLite gives it (whole floats, infinities, text, NULL)
+_USAGE_CELL = (
+    st.none()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.sampled_from([0.0, -0.0, 3.0, 1e16, float("inf")])
+    | st.text(max_size=4)
+)
+_USAGE_ROW = st.fixed_dictionaries(
+    {
+        "session_id": st.just("s1"),
+        "model": st.sampled_from(["claude-sonnet-4", "gpt-5", "", None]) | _USAGE_CELL,
+        "billing_provider": st.sampled_from(["anthropic", "openrouter", None]),
+        "first_seen": st.none() | st.floats(0, 2e9),
+        "cost_status": st.sampled_from(["", "estimated", None]),
+        "estimated_cost_usd": _USAGE_CELL,
+        "actual_cost_usd": _USAGE_CELL,
+        "api_call_count": _USAGE_CELL,
+        **{name: _USAGE_CELL for name in TOKENS},
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(_USAGE_ROW, min_size=1, max_size=3), own=st.lists(_COUNT, min_size=6, max_size=6))
+def test_usage_entries_the_projection_held_are_those_their_cell_decodes_to(rows, own):
+    """A capture hands the figures each session's ``usage_by_model`` entries as the projection built
+    them, by their cell's text: the shares are those of the cell decoded, to the type of each number."""
+    from hermes_assets.lib.projection.header import usage_by_model
+    from hermes_assets.lib.source.jsonutil import dumps
+
+    entries = usage_by_model(rows)
+    text = dumps(entries, normalized=True)
+    decoded = day_sessions.usage_entries(text)
+    assert repr(day_sessions.usage_entries(text, {text: entries})) == repr(decoded)
+    args = ("gpt-5", own, 0.5, None)
+    # the same shares, or the same error (a count of infinity has no whole part, read either way)
+    assert _outcome(day_sessions._model_shares, text, *args, {text: entries}) == _outcome(
+        day_sessions._model_shares, text, *args
+    )
+    # a cell the projection did not hand over is decoded
+    assert repr(day_sessions.usage_entries(text, {"[]": []})) == repr(decoded)
+
+
+def _outcome(function, *args) -> str:
+    try:
+        return repr(function(*args))
+    except Exception as exc:
+        return type(exc).__name__

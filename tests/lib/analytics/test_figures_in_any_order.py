@@ -22,6 +22,7 @@ from hermes_assets.lib.analytics import captured_days
 from hermes_assets.lib.basics.schemas import GATEWAY, MESSAGES
 from hermes_assets.lib.capture import steps
 from hermes_assets.lib.projection.context import NoGit, ProjectionContext
+from hermes_assets.lib.source.jsonutil import python_loads
 from hermes_assets.lib.warehouse.datasets import Warehouse
 from tests.support.capture_run import USER_HOME, plan_for
 from tests.support.project import TEST_REDACTION
@@ -29,7 +30,7 @@ from tests.support.project import TEST_REDACTION
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-def both_orders(day: str, tables: Mapping[str, pa.Table]) -> tuple:
+def both_orders(day: str, tables: Mapping[str, pa.Table], usage_by_model: Mapping[str, Any]) -> tuple:
     """The day's figures from its tables, and from its messages and tool parts in reverse."""
     reversed_ = {
         name: table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
@@ -37,10 +38,12 @@ def both_orders(day: str, tables: Mapping[str, pa.Table]) -> tuple:
         else table
         for name, table in tables.items()
     }
-    return captured_days.figures_of(day, tables), captured_days.figures_of(day, reversed_)
+    return captured_days.figures_of(day, tables, usage_by_model), captured_days.figures_of(day, reversed_)
 
 
-def figures_by_day(tmp_path: Path, day_figures: Callable[[str, Mapping[str, pa.Table]], Any]) -> list:
+def figures_by_day(
+    tmp_path: Path, day_figures: Callable[[str, Mapping[str, pa.Table], Mapping[str, Any]], Any]
+) -> list:
     """What ``day_figures`` made of each day of the small store's capture (a first capture: every day)."""
     plan = plan_for([FIXTURES / "small" / "state.db"], None)
     run = steps.project_rows(
@@ -78,3 +81,21 @@ def test_figures_come_back_from_a_worker_as_they_were(tmp_path):
         for dataset, day in figures.items():
             assert back[dataset].table.schema.equals(day.table.schema, check_metadata=True), dataset
             assert back[dataset].table.equals(day.table) and back[dataset].totals == day.totals, dataset
+
+
+def with_and_without_usage(day: str, tables: Mapping[str, pa.Table], usage_by_model: Mapping[str, Any]) -> tuple:
+    """The day's figures with its sessions' usage entries as the projection held them, and from their cells."""
+    return usage_by_model, captured_days.figures_of(day, tables, usage_by_model), captured_days.figures_of(day, tables)
+
+
+def test_usage_entries_handed_over_by_the_projection_are_what_their_cells_decode_to(tmp_path):
+    """The capture hands the figures each session's ``usage_by_model`` entries as the projection held
+    them (text -> entries), not decoded again: the same figures as decoding the cells."""
+    figured = figures_by_day(tmp_path, with_and_without_usage)
+    assert any(usage for usage, _, _ in figured)  # some day's sessions have usage entries
+    for usage, handed, decoded in figured:
+        assert all(python_loads(text) == entries for text, entries in usage.items())
+        assert handed.keys() == decoded.keys()
+        for dataset, figures in handed.items():
+            assert figures.table.equals(decoded[dataset].table), dataset
+            assert figures.totals == decoded[dataset].totals, dataset
