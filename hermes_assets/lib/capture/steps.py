@@ -107,8 +107,9 @@ def project_rows(
     are redacted from the cells before any row is built (None: not at all). ``progress`` counts
     each day as it is staged, with its rows. ``day_figures``: called with a first capture's day,
     its three tables (no file of the day yet, any host's; one store's rows: the tables are
-    the files to be) and its sessions' ``usage_by_model`` entries by their cell, on the worker; its result is the staged day's ``figures`` (a picklable
-    module-level function: the run's analytics, for one).
+    the files to be) and its sessions' ``usage_by_model`` entries by their cell, on the worker;
+    its result is the staged day's ``figures`` (a picklable module-level function: the run's
+    analytics, for one).
     """
     local_files.make_dirs(staging, warehouse.modes, os.path.dirname(os.path.abspath(staging)))
     if plan.sessions_in_range() < parallel_min_sessions:
@@ -181,11 +182,11 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
     plan = job.plan
     old = {ds: _read_old(job, ds, day) for ds in (SESSIONS, MESSAGES)}
     existing = frozenset(ds for ds in CAPTURE_DATASETS if day in job.existing[ds])
-    # retention judges the rows of a file that exists: a new day's ids and their generations are
-    # not needed (for a long first backfill they would be every message id, held until the write)
     # a first capture (no file of the day, any host's): its tables may be the files to be, whose figures
     # read the sessions' usage entries as the projection holds them
     first = job.day_figures is not None and not any(day in job.any_host[ds] for ds in CAPTURE_DATASETS)
+    # retention judges the rows of a file that exists: a new day's ids and their generations are
+    # not needed (for a long first backfill they would be every message id, held until the write)
     rows = project_day(
         plan,
         day,
