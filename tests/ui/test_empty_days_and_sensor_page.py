@@ -139,6 +139,20 @@ def _ticks_top(page, dev: DagsterDev) -> float:
     return header.bounding_box()["y"]
 
 
+def _wait_cursor(dev: DagsterDev, timeout_s: float = 30) -> str:
+    """The sensor's cursor once its first tick has stored it: Dagster's daemon writes a finished
+    tick before the sensor's state with the tick's cursor, so a tick can read finished while the
+    state has no cursor yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cursor = dev.graphql(SENSOR_Q)["sensorOrError"]["sensorState"]["typeSpecificData"]["lastCursor"]
+        if cursor is not None:
+            return cursor
+        if time.monotonic() > deadline:
+            pytest.fail(f"the sensor's state held no cursor {timeout_s}s after its first tick:\n{dev.log_tail()}")
+        time.sleep(0.2)
+
+
 def test_the_sensor_page_shows_its_latest_ticks_on_the_first_screen(installation, dagster_env, browser_page, tmp_path):
     installation.store.unlink()
     _write_days(installation, list(range(110)))  # a session on each of 110 days
@@ -148,7 +162,7 @@ def test_the_sensor_page_shows_its_latest_ticks_on_the_first_screen(installation
     try:
         dev.wait_ready()
         _wait_first_tick(dev, timeout_s=180)
-        cursor = dev.graphql(SENSOR_Q)["sensorOrError"]["sensorState"]["typeSpecificData"]["lastCursor"]
+        cursor = _wait_cursor(dev)
         summary = json.loads(cursor)
         assert len(cursor) < 300 and summary["days"] == 110 and summary["stores"] == 1, cursor
         page.add_locator_handler(
