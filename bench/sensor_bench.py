@@ -127,6 +127,7 @@ def run(source: Path, work: Path, args) -> dict:
     from hermes_assets.lib.basics import logs
     from hermes_assets.lib.changes import attempts, watch
     from hermes_assets.lib.changes.fingerprint import Fingerprinter
+    from hermes_assets.lib.changes.usage_marks import usage_changes
     from hermes_assets.lib.source.state_db import StoreReader
     from hermes_assets.lib.source.stores import Store
 
@@ -276,7 +277,7 @@ def run(source: Path, work: Path, args) -> dict:
             ("schema", lambda: None),
             ("marks", reader.message_marks),
             ("new_messages", lambda: reader.sessions_with_messages_after(since)),
-            ("usage", lambda: fp.usage_changes(state["usage"])),
+            ("usage", lambda: usage_changes(fp, state["usage"])),
             ("tier1", fp.tier1),
             ("tier2_share", lambda: fp.tier2(share)),
         ):

@@ -392,20 +392,20 @@ def test_a_wal_restarted_while_the_map_was_learned_leaves_a_map(hermes, monkeypa
 def test_the_usage_marks_of_a_delta_tick_read_the_rowids_written_only(hermes, monkeypatch):
     """Through the delta the usage rows are read by the rowids on the leaves written (a usage row
     written alone, ``record_auxiliary_usage``, among them), not by a pass over the table."""
-    from hermes_assets.lib.changes.fingerprint import Fingerprinter
+    from hermes_assets.lib.changes import usage_marks
 
     w, db = hermes
     t = Ticks(db)
     w.record_auxiliary_usage("s21", "title", input_tokens=3)
     [(rowid,)] = w.query("SELECT rowid FROM session_model_usage WHERE session_id = 's21' AND task = 'title'")
     written: list[set[int] | None] = []
-    original = Fingerprinter.usage_changes
+    original = usage_marks.usage_changes
 
-    def spy(self, marks, rowids=None):
+    def spy(fp, marks, rowids=None):
         written.append(rowids)
-        return original(self, marks, rowids)
+        return original(fp, marks, rowids)
 
-    monkeypatch.setattr(Fingerprinter, "usage_changes", spy)
+    monkeypatch.setattr(usage_marks, "usage_changes", spy)
     assert _requested(t.tick()) == [DAYS[2]]
     full, delta = written  # Ticks.tick: the pass over every row first, then the delta
     assert full is None

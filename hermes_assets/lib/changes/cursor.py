@@ -99,7 +99,7 @@ class StoreState:
     days: dict[str, DayMark] = field(default_factory=dict)
     rotation: Rotation = field(default_factory=Rotation)
     #: ``session_model_usage`` marks: ``[max rowid, max last_seen, [[rowid, last_seen] of the last
-    #: seconds]]`` (:meth:`~hermes_assets.lib.changes.fingerprint.Fingerprinter.usage_changes`); None: no table
+    #: seconds]]`` (:func:`~hermes_assets.lib.changes.usage_marks.usage_changes`); None: no table
     usage: list | None = None
 
     def to_json(self) -> dict:

@@ -43,8 +43,8 @@ Per day:
 
 ``session_model_usage`` feeds the datasets too (``usage_by_model``), and
 Hermes's ``record_auxiliary_usage`` writes only there: tier 1 watches it by
-its marks (:meth:`Fingerprinter.usage_changes`, the rows written since the
-last tick, by rowid and ``last_seen``; one pass over its small rows), and
+its marks (:mod:`hermes_assets.lib.changes.usage_marks`, the rows written since the
+last tick, by rowid and ``last_seen``), and
 tier 2 digests each day's usage rows with the day's sessions.
 
 **Tier 2** (:meth:`Fingerprinter.tier2`), for the days the rotation of
@@ -105,10 +105,6 @@ TIER1_NUMBERS = (
 )
 
 _BATCH = 500  # rowids or ids per IN (...) statement
-#: above this many rowids written since the last tick, the usage marks read every usage row
-MAX_WRITTEN_ROWIDS = 5000
-#: usage rows of the last seconds before a tick's newest ``last_seen`` are read again by the next
-USAGE_MARGIN_S = 2.0
 #: a NULL in a number column: not 0 and not a value Hermes writes
 _NULL = "-0.5772156649015329"
 #: the per-row weight, in [1, 2): a multiplicative hash of the rowid
@@ -235,8 +231,10 @@ class Fingerprinter:
         weighted = " + ".join(f"ifnull({_k(i)} * {_q(c, 'u')}, {_NULL})" for i, c in enumerate(numbers)) or "0"
         joined = " || x'1e' || ".join(f"ifnull({_q(c, 'u')}, x'00')" for c in usage_texts) or "NULL"
         weight = _WEIGHT.replace("s.rowid", "u.rowid")
-        self._usage_digest = f"count(*), total({weight} * ({weighted})), group_concat({joined}, x'1f')" if usage else ""
-        self._usage_seen = "last_seen" in kinds
+        #: the usage rows' digest columns: "" when the store has no ``session_model_usage``
+        self.usage_digest = f"count(*), total({weight} * ({weighted})), group_concat({joined}, x'1f')" if usage else ""
+        #: whether the usage rows carry ``last_seen`` (the marks of :mod:`~hermes_assets.lib.changes.usage_marks`)
+        self.usage_seen = "last_seen" in kinds
         self._by_started = "idx_sessions_started" in indexes
         self._odd: dict[int, tuple[str, str | None]] | None = None
 
@@ -270,7 +268,7 @@ class Fingerprinter:
         """``sid -> day`` of the given sessions (those still in the store)."""
         out: dict[str, str | None] = {}
         select = f"SELECT s.rowid, s.id, {self.day_sql} FROM sessions AS s"
-        for rowid, raw_id, day_number in self._where_in(select, "s.id", list(sids)):
+        for rowid, raw_id, day_number in self.where_in(select, "s.id", list(sids)):
             if day_number is not None:
                 out[str(as_text(raw_id))] = day_name(day_number)
             else:
@@ -288,19 +286,28 @@ class Fingerprinter:
 
     def rows_by_rowid(self, select: str, rowids: Iterable[int]) -> Iterator[tuple]:
         """The rows of ``select`` (over ``sessions AS s``) of the given rowids."""
-        return self._where_in(select, "s.rowid", sorted(set(rowids)))
+        return self.where_in(select, "s.rowid", sorted(set(rowids)))
 
     @property
     def by_started(self) -> bool:
         """Whether the store has ``idx_sessions_started`` (a day's rows are found through it)."""
         return self._by_started
 
-    def _where_in(self, select: str, column: str, values: list) -> Iterator[tuple]:
-        """The rows of ``select`` whose ``column`` is one of ``values``, a batch per statement."""
+    def where_in(
+        self, select: str, column: str, values: list, params: tuple | None = None, also: str = ""
+    ) -> Iterator[tuple]:
+        """The rows of ``select`` whose ``column`` is one of ``values``, a batch per statement.
+
+        ``params``: the statement's two numbered parameters ``?1`` and ``?2`` (by default the
+        sane window's, :attr:`params`); ``also``: a condition the rows must meet as well.
+        """
+        where = f"WHERE {also} AND" if also else "WHERE"
         for start in range(0, len(values), _BATCH):
             chunk = values[start : start + _BATCH]
             marks = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
-            yield from self.reader.fetch_raw(f"{select} WHERE {column} IN ({marks})", (*self.params, *chunk))
+            yield from self.reader.fetch_raw(
+                f"{select} {where} {column} IN ({marks})", (*(self.params if params is None else params), *chunk)
+            )
 
     # -- the two tiers -------------------------------------------------------------
 
@@ -376,7 +383,7 @@ class Fingerprinter:
         odd = {rowid: day for rowid, (_, day) in self.odd_sessions().items() if day in wanted}
         odd_rows: dict[str, list[tuple]] = {}
         select = f"SELECT s.rowid, {self._tier2_cells} FROM sessions AS s"
-        for row in self._where_in(select, "s.rowid", sorted(odd)):
+        for row in self.where_in(select, "s.rowid", sorted(odd)):
             odd_rows.setdefault(odd[row[0]], []).append(row)
         range_ = f"{self.started} BETWEEN ?4 AND ?5 AND " if self._by_started else ""
         # rows in the order of idx_sessions_started (else of the table): fixed for fixed data
@@ -384,84 +391,23 @@ class Fingerprinter:
         # from the day's sessions to their usage rows (CROSS JOIN keeps that order: the other
         # way round SQLite scans every usage row of the store once per day)
         usage_join = "FROM sessions AS s CROSS JOIN session_model_usage AS u ON u.session_id = s.id"
-        usage_sql = f"SELECT {self._usage_digest} {usage_join} WHERE {range_}{self.day_sql} = ?3"
+        usage_sql = f"SELECT {self.usage_digest} {usage_join} WHERE {range_}{self.day_sql} = ?3"
         out = {}
         for day in days:
             start_s = day_start_ms(day) // 1000  # started_at within the day, a second either side
             params = (*self.params, start_s // 86400, start_s - 1, start_s + 86400 + 1)
             rows = self.reader.fetch_raw(sql, params)
             rows += sorted(odd_rows.get(day, []))
-            usage = self.reader.fetch_raw(usage_sql, params) if self._usage_digest else []
+            usage = self.reader.fetch_raw(usage_sql, params) if self.usage_digest else []
             odd_ids = sorted(r for r, d in odd.items() if d == day)
-            if self._usage_digest and odd_ids:  # odd sessions: few, each batch one digest row
-                usage += list(self._where_in(f"SELECT {self._usage_digest} {usage_join}", "s.rowid", odd_ids))
+            if self.usage_digest and odd_ids:  # odd sessions: few, each batch one digest row
+                usage += list(self.where_in(f"SELECT {self.usage_digest} {usage_join}", "s.rowid", odd_ids))
             out[day] = hashlib.sha1(marshal.dumps((rows, usage), 2), usedforsecurity=False).hexdigest()[:16]
         return out
-
-    def usage_changes(self, marks: list | None, written: set[int] | None = None) -> tuple[set[str], list | None]:
-        """Sessions whose ``session_model_usage`` rows were written since ``marks``, and the new marks.
-
-        Hermes writes a usage row (``update_token_counts``, and ``record_auxiliary_usage``,
-        which touches no other table) with ``last_seen`` = its clock, taken inside the
-        write, so rows written after a tick carry a later ``last_seen`` than any it saw.
-        The marks are ``[max rowid, max last_seen, [[rowid, last_seen], ...]]``, the last
-        the rows of the final :data:`USAGE_MARGIN_S` seconds, which the next tick reads
-        again (two writers' clocks are a little apart) and recognizes. A row changed
-        some other way (raw SQL, a clock stepped back) is seen by tier 2. One pass over
-        the table's small rows (~9 ms for 93k rows, 13-40 ms on a busy machine); joining
-        them to their sessions' days on every tick would cost ~100 ms.
-
-        ``written``: the rowids on every table leaf the commits since the last tick wrote
-        (:meth:`~hermes_assets.lib.changes.wal_delta.TickFiles.written_rowids`, any table's: a
-        superset of the usage rows written). A row the pass would return was written since
-        (on one of those leaves) or is in the last margin, so the same rows come back from
-        those rowids and the margin's alone, by rowid, without the pass.
-        """
-        if not self._usage_digest:
-            return set(), None
-        seen = "u.last_seen" if self._usage_seen else "NULL"
-        if marks is None:
-            rows = self.reader.fetch_raw(f"SELECT max(u.rowid), max({seen}) FROM session_model_usage AS u")
-            top, newest = rows[0]
-            recent = (
-                self.reader.fetch_raw(
-                    f"SELECT u.rowid, {seen} FROM session_model_usage AS u WHERE {seen} > ?", (newest - USAGE_MARGIN_S,)
-                )
-                if isinstance(newest, (int, float))
-                else []
-            )
-            newest = newest if isinstance(newest, (int, float)) else None
-            return set(), [top or 0, newest, sorted([r, t] for r, t in recent)]
-        top, newest, recent = marks
-        known = {(r, t) for r, t in recent}
-        since = (top, (newest if newest is not None else float("inf")) - USAGE_MARGIN_S)
-        select = (
-            f"SELECT u.rowid, u.session_id, {seen} FROM session_model_usage AS u WHERE (u.rowid > ?1 OR {seen} > ?2)"
-        )
-        if written is None or len(written) > MAX_WRITTEN_ROWIDS:
-            rows = self.reader.fetch_raw(select, since)
-        else:
-            rowids = sorted(written | {r for r, _ in recent})
-            rows = []
-            for start in range(0, len(rowids), _BATCH):
-                chunk = rowids[start : start + _BATCH]
-                marks_sql = ", ".join(f"?{i + 3}" for i in range(len(chunk)))
-                rows += self.reader.fetch_raw(f"{select} AND u.rowid IN ({marks_sql})", (*since, *chunk))
-        changed = {str(as_text(sid)) for rowid, sid, t in rows if (rowid, t) not in known}
-        top = max([top, *(r for r, _, _ in rows)])
-        times = [t for _, _, t in rows if isinstance(t, (int, float))]  # a text cell: raw SQL, tier 2's
-        newest = max([*times, *([newest] if newest is not None else [])], default=None)
-        # every row of the new margin is in ``rows``: the statement's margin starts no later
-        margin = [
-            [r, t]
-            for r, _, t in rows
-            if newest is not None and isinstance(t, (int, float)) and t > newest - USAGE_MARGIN_S
-        ]
-        return changed, [top, newest, sorted(margin)]
 
     def _per_row(self, odd: dict[int, tuple[str, str | None]]) -> dict[str | None, list[tuple]]:
         """``day -> [tier-1 values of each odd session]``, in rowid order."""
         out: dict[str | None, list[tuple]] = {}
-        for row in sorted(self._where_in(f"SELECT s.rowid, {self._row} FROM sessions AS s", "s.rowid", sorted(odd))):
+        for row in sorted(self.where_in(f"SELECT s.rowid, {self._row} FROM sessions AS s", "s.rowid", sorted(odd))):
             out.setdefault(odd[row[0]][1], []).append(row)
         return out

@@ -83,7 +83,7 @@ from dataclasses import dataclass, field
 
 from hermes_assets.lib.basics import errors
 from hermes_assets.lib.basics.logs import get_logger
-from hermes_assets.lib.changes import wal_delta
+from hermes_assets.lib.changes import usage_marks, wal_delta
 from hermes_assets.lib.changes.cursor import DayMark, FileIdentity, Rotation, StoreState
 from hermes_assets.lib.changes.fingerprint import Fingerprinter
 from hermes_assets.lib.source.state_db import ReaderFactory
@@ -227,7 +227,9 @@ def _read(
         tier1 = files.tier1(fp) if old is not None and not replaced else None
         scan.delta = tier1 is not None
         # after tier 1: the usage rows by the rowids the pages written since its position hold
-        usage_sids, usage = fp.usage_changes(old.usage if old else None, files.written_rowids() if tier1 else None)
+        usage_sids, usage = usage_marks.usage_changes(
+            fp, old.usage if old else None, files.written_rowids() if tier1 else None
+        )
         if tier1 is None:
             scan.full_reason = files.doubt or ("replaced" if replaced else "new store")
             tier1 = fp.tier1()

@@ -238,8 +238,8 @@ class TickFiles:
     def written_rowids(self) -> set[int] | None:
         """After the delta: the rowids on every table leaf written since the map's position, of
         any table (the rows of ``session_model_usage`` written since are among them:
-        :meth:`Fingerprinter.usage_changes`). None: not known (no delta this tick, or the WAL
-        restarted while they were read)."""
+        :func:`~hermes_assets.lib.changes.usage_marks.usage_changes`). None: not known (no delta
+        this tick, or the WAL restarted while they were read)."""
         if self.learned is None or self.new is None or self.map is None:
             return None
         new = self.new
