@@ -15,8 +15,8 @@ keeps little beyond what the next day reuses (a whole 1M run without any release
 memory has grown by :data:`RELEASE_GROWTH` since its last release (and after its first day):
 memory still follows one day, give or take that much, whatever the days' sizes. Where the
 resident size cannot be read, every day is released, as before. Whole runs of every asset on
-the 1M store, three interleaved pairs: CPU of the tree 0.4-3.1 s lower in each, the tree's
-peak PSS 9 MB higher (docs/benchmarks.md, branch i45-stage).
+the 1M store, five interleaved pairs: CPU of the tree 0.4-6.1 s lower in each, the tree's
+peak PSS about 9 MB higher (docs/benchmarks.md, branch i45-stage).
 """
 
 from __future__ import annotations
