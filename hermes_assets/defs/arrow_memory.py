@@ -2,12 +2,13 @@
 
 pyarrow allocates from mimalloc by default, which keeps what a thread freed for that thread to
 reuse: what a day's tables took stays resident after the day, in each capture worker and in the
-run's process (which stages days too). The system allocator hands it back: at the end of each
-staged day (:func:`~hermes_assets.lib.capture.steps.stage_day` releases the pool's unused memory,
-``malloc_trim`` for this allocator) and as large buffers are freed. A whole ``dg launch`` of every
-asset, peak PSS of the process tree, three interleaved pairs: 538-545 MB with mimalloc, 503-507 MB
-with the system allocator on the 1M-message store; 425-428 MB and 376-381 MB on the medium one; the
-capture worker's own peak 161 MB and 120 MB on the 1M store (docs/benchmarks.md).
+run's process (which stages days too). The system allocator hands it back: after a staged day once a
+process has grown by a few tens of MB (:mod:`~hermes_assets.lib.capture.day_memory` releases the
+pool's unused memory, ``malloc_trim`` for this allocator) and as large buffers are freed. A whole
+``dg launch`` of every asset, peak PSS of the process tree, three interleaved pairs: 538-545 MB with
+mimalloc, 503-507 MB with the system allocator on the 1M-message store; 425-428 MB and 376-381 MB on
+the medium one; the capture worker's own peak 161 MB and 120 MB on the 1M store
+(docs/benchmarks.md).
 
 pyarrow picks its allocator once per process, as it is imported, from ``ARROW_DEFAULT_MEMORY_POOL``;
 the definitions load after pyarrow is imported (and importing a module of this package changes

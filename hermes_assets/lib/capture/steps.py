@@ -39,7 +39,7 @@ from hermes_assets.lib.basics.errors import StoreFailure
 from hermes_assets.lib.basics.ipc import IpcTable
 from hermes_assets.lib.basics.logs import get_logger
 from hermes_assets.lib.basics.schemas import CAPTURE_DATASETS, MESSAGES, SESSIONS, SIGHTINGS
-from hermes_assets.lib.capture import pool, run_sightings
+from hermes_assets.lib.capture import day_memory, pool, run_sightings
 from hermes_assets.lib.capture.day_rows import project_day
 from hermes_assets.lib.capture.progress import Progress
 from hermes_assets.lib.capture.staged_run import DatasetDay, ProjectedRun, StagedDay
@@ -237,7 +237,7 @@ def stage_day(job: DayJob, day: str) -> StagedDay:
         staging.stage(
             SIGHTINGS, sighting_rows, sightings_file, job.warehouse.modes.file, job.warehouse.redaction_version
         )
-    pa.default_memory_pool().release_unused()  # a day's buffers back to the system: memory follows one day
+    day_memory.day_staged()  # freed memory back to the system once it piles up: memory follows one day
     return StagedDay(
         day,
         datasets,
