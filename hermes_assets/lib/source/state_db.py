@@ -167,7 +167,8 @@ class StoreReader(StoreConnection):
         SQLite places each session whose ``started_at`` is a number well inside the sane window
         (:func:`~hermes_assets.lib.basics.timestamps.day_number_sql`, the sensor's placement);
         :meth:`place_session` the others (NULL, text, on an edge: few). The same days, without
-        a Python parse per session (0.28 s of CPU on the 1M store's 59,433 sessions, every run)."""
+        a Python parse per session: the index of the 1M store's 59,433 sessions, read at every
+        capture run, 0.28 -> 0.23 s of CPU; the rest is the scan of the table's rows itself."""
         if self._index is not None:
             return self._index
         index: dict[str, SessionIndexEntry] = {}
