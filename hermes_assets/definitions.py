@@ -22,6 +22,7 @@ Dagster calls each time it loads the definitions (a code server's start,
    under ``defs/`` that defines ``definitions(days)`` (``docs/building.md``).
 """
 
+import functools
 import importlib
 import pkgutil
 import warnings
@@ -62,12 +63,22 @@ def defs() -> dg.Definitions:
     try:
         days = partitions.build(loaded)
         console.explain_partition_errors(days)
-        return _build(loaded, days)
+        return _built(loaded, days)
     except Exception as exc:
         bad = console.setting_error(exc)
         if bad is None or isinstance(bad, console.BadSetting):
             raise
         console.stop(bad)
+
+
+@functools.lru_cache(maxsize=1)
+def _built(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:
+    """:func:`_build`'s definitions, built once for the same settings and partitions: one command
+    (``dg launch``, ``dagster asset materialize``) has Dagster load the definitions six times in
+    its one process, each time reading the settings and the history's start again, as any load
+    does; the definitions they are built from are the same, and so is what Dagster then makes of
+    them (their repository, the run's job). Any other setting or first day builds them anew."""
+    return _build(loaded, days)
 
 
 def _build(loaded: settings.Settings, days: partitions.Days) -> dg.Definitions:

@@ -21,6 +21,17 @@ CPU: 4 ms before, 2 ms after). When the index refuses a group (locked past SQLit
 full disk), the group's rows are taken out of the run's database again, so the
 two databases agree, then the error goes on.
 
+Each database is made as Dagster makes it (its tables, WAL mode, Alembic's stamp of the latest
+revision), without reading Alembic's ~90 migration scripts for each one: Dagster reads them all
+twice for each new run's database and once more for the index at each process's first write
+(about 20 ms of CPU each time), though only a database without a stamp needs the latest revision.
+Here a database that has a stamp is left as it is (Dagster's too, after reading the scripts); a
+new, empty one is made with the scripts read once per process, in WAL mode from its first
+statement (Dagster's tables are made one statement at a time, each its own transaction: in WAL
+mode each one a write to the log, not a rollback journal made, synced and deleted); any other
+state (tables without a stamp, another process making it at the same time) is Dagster's
+``_initdb``'s, with its retries.
+
 A cancel cannot land inside a batch: Dagster buffers an output's events while
 it emits them, with no user code between them, and raises a captured
 interrupt only inside user code. A killed process loses what Dagster still
@@ -39,7 +50,9 @@ package lives outside ``defs/`` so that loading the definitions (which imports
 every module there) never imports it: only ``dagster.yaml`` does.
 """
 
+import functools
 import os
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -47,12 +60,16 @@ from typing import Any
 
 import dagster as dg
 import sqlalchemy as db
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata, SqlEventLogStorageTable
+from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     SQLITE_BUSY_TIMEOUT_SECONDS,
     SqliteEventLogStorage,
 )
+from dagster._core.storage.sql import get_alembic_config, safe_commit
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.pool import NullPool
 
@@ -137,6 +154,23 @@ class BatchedSqliteEventLogStorage(GroupedWrites, SqliteEventLogStorage):
             with engine.connect() as conn, conn.begin():
                 yield conn
 
+    def _initdb(self, engine: db.engine.Engine, for_index_shard: bool = False) -> None:
+        """Dagster's making of a database, the scripts read once per process (the module's docstring)."""
+        if self.fallback is None:
+            try:
+                with engine.connect() as conn:
+                    if MigrationContext.configure(conn).get_current_revision() is not None:
+                        return
+                    if not db.inspect(conn).get_table_names():
+                        conn.execute(db.text("PRAGMA journal_mode=WAL;"))
+                        SqlEventLogStorageMetadata.create_all(conn)
+                        MigrationContext.configure(conn).stamp(_migration_scripts(), "head")
+                        safe_commit(conn)
+                        return
+            except (db.exc.DatabaseError, sqlite3.DatabaseError):
+                pass  # another process is making it: Dagster's waits for it
+        super()._initdb(engine, for_index_shard)
+
     def _engine(self, shard: str) -> db.engine.Engine:
         """The kept engine of ``shard``'s database (made as Dagster makes it: no pool, its busy timeout)."""
         engine = self._engines.get(shard)
@@ -174,6 +208,12 @@ class BatchedSqliteEventLogStorage(GroupedWrites, SqliteEventLogStorage):
                     SqlEventLogStorageTable.delete().where(SqlEventLogStorageTable.c.id.between(logged[0], logged[-1]))
                 )
             raise
+
+
+@functools.cache
+def _migration_scripts() -> ScriptDirectory:
+    """Dagster's Alembic scripts of the event log, as its SQLite event log reads them (once per process)."""
+    return ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
 
 
 def _insert(conn: Any, rows: list[dict[str, Any]]) -> range:

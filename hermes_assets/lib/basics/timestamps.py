@@ -59,6 +59,20 @@ def round_ms_sql(seconds: str) -> str:
     return f"(CAST({v} AS INTEGER) - ({v} < CAST({v} AS INTEGER)))"
 
 
+def sane_interior_s(now_s: float) -> tuple[float, float]:
+    """The sane window (SPEC §2) of a run whose clock reads ``now_s``, in seconds, less one second
+    at each edge: a number inside it is sane however it rounds."""
+    return (SANE_MIN_S + 1, now_s + SANE_AHEAD_S - 1)
+
+
+def day_number_sql(seconds: str) -> str:
+    """A SQLite expression: the UTC day number (``ms // DAY_MS``) of the SQL expression ``seconds``
+    when it is a number inside :func:`sane_interior_s` (bound as the parameters ``?1`` and ``?2``),
+    rounded by :func:`round_ms_sql`; else NULL (NULL, text, out of the window or on its edges:
+    placed in Python)."""
+    return f"(CASE WHEN {seconds} BETWEEN ?1 AND ?2 THEN {round_ms_sql(seconds)} / {DAY_MS} END)"
+
+
 def epoch_ms(value: object) -> int | None:
     """A time cell (REAL/INTEGER seconds, or TEXT per SPEC §5.1) as epoch ms; None if it is not a time."""
     if type(value) is float:  # exact types: a bool is not a time

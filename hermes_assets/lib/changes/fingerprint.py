@@ -76,7 +76,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_assets.lib.basics.timestamps import DAY_MS, SANE_AHEAD_S, SANE_MIN_S, day_start_ms, ms_day, round_ms_sql
+from hermes_assets.lib.basics.timestamps import DAY_MS, day_number_sql, day_start_ms, ms_day, sane_interior_s
 from hermes_assets.lib.source.state_db import StoreReader
 from hermes_assets.lib.source.text_cells import as_text
 
@@ -173,8 +173,8 @@ class Fingerprinter:
         now = reader.clock_s
         # numbered parameters: the interior of the sane window in seconds (SPEC §2), less
         # one second at each edge; statements add theirs from ?3
-        self.params = (SANE_MIN_S + 1, now + SANE_AHEAD_S - 1)
-        self.day_sql = f"(CASE WHEN {self.started} BETWEEN ?1 AND ?2 THEN {round_ms_sql(self.started)} / {DAY_MS} END)"
+        self.params = sane_interior_s(now)
+        self.day_sql = day_number_sql(self.started)
         inactive = "0"
         if "active" in reader.columns.get("messages", ()) and "idx_messages_session_active" in indexes:
             inactive = "(SELECT count(*) FROM messages AS m WHERE m.session_id = s.id AND m.active = 0)"

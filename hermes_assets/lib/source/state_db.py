@@ -26,7 +26,15 @@ from hermes_assets.lib.basics.hermes_tables import (
     V23_MESSAGE_COLUMNS,
     V23_SESSION_COLUMNS,
 )
-from hermes_assets.lib.basics.timestamps import DayNames, ms_day, sane_instant, session_start_ms
+from hermes_assets.lib.basics.timestamps import (
+    DAY_MS,
+    DayNames,
+    day_number_sql,
+    ms_day,
+    sane_instant,
+    sane_interior_s,
+    session_start_ms,
+)
 from hermes_assets.lib.source import columns, prompts
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS, StoreConnection
 from hermes_assets.lib.source.stores import Store
@@ -154,17 +162,29 @@ class StoreReader(StoreConnection):
 
     def session_index(self) -> dict[str, SessionIndexEntry]:
         """``sid -> (raw id, day, scope facts)`` for every session of the store: one
-        statement over ``sessions``, plus one small one per session with no sane time."""
+        statement over ``sessions``, plus one small one per session with no sane time.
+
+        SQLite places each session whose ``started_at`` is a number well inside the sane window
+        (:func:`~hermes_assets.lib.basics.timestamps.day_number_sql`, the sensor's placement);
+        :meth:`place_session` the others (NULL, text, on an edge: few). The same days, without
+        a Python parse per session: the index of the 1M store's 59,433 sessions, read at every
+        capture run, 0.28 -> 0.23 s of CPU; the rest is the scan of the table's rows itself."""
         if self._index is not None:
             return self._index
         index: dict[str, SessionIndexEntry] = {}
         cols = self.columns["sessions"]
         extra = ", ".join(c if c in cols else "NULL" for c in ("ended_at", "source", "cwd", "parent_session_id"))
-        rows = self._query(f"SELECT id, started_at, {extra} FROM sessions", what="sessions_scan")
-        for raw_id, started, ended_at, source, cwd, parent in rows:
+        rows = self._query(
+            f"SELECT id, started_at, {extra}, {day_number_sql('started_at')} FROM sessions",
+            sane_interior_s(self.clock_s),
+            what="sessions_scan",
+        )
+        for raw_id, started, ended_at, source, cwd, parent, day_number in rows:
             index[str(raw_id)] = SessionIndexEntry(
                 raw_id,
-                self.place_session(raw_id, started, ended_at),
+                self.place_session(raw_id, started, ended_at)
+                if day_number is None
+                else self._day_of(day_number * DAY_MS),
                 text_or_none(source),
                 text_or_none(cwd),
                 None if parent is None else str(parent) or None,
