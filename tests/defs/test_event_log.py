@@ -516,3 +516,38 @@ def test_each_write_has_its_own_connection_on_an_engine_kept_per_database(tmp_pa
         for listener in listeners:
             sqlalchemy.event.remove(*listener)
     assert not storage._engines
+
+
+def _schema(path: Path) -> tuple:
+    """What makes a database Dagster's: its objects, its journal mode and its Alembic stamp."""
+    with sqlite3.connect(path) as conn:
+        objects = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+        mode = conn.execute("PRAGMA journal_mode").fetchone()
+        stamp = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    return objects, mode, stamp
+
+
+def test_each_database_is_made_as_dagsters_own_makes_it(tmp_path):
+    """The run's database and the index, made without reading Alembic's scripts for each: the same
+    tables, indexes, journal mode and stamp as Dagster's own storage makes; a database Dagster made
+    is left as it is (its events read back, one more stored)."""
+    run = "r" * 36
+    ours, dagsters = BatchedSqliteEventLogStorage(str(tmp_path / "ours")), SqliteEventLogStorage(str(tmp_path / "dg"))
+    try:
+        for storage in (ours, dagsters):
+            storage.store_event(_log_line(run, 0))
+    finally:
+        ours.dispose()
+        dagsters.dispose()
+    for name in ("index.db", f"{run}.db"):
+        made = _schema(tmp_path / "ours" / name)
+        assert made == _schema(tmp_path / "dg" / name), name
+        assert made[1] == ("wal",) and made[2] and made[0]
+    before = _schema(tmp_path / "dg" / f"{run}.db")
+    reopened = BatchedSqliteEventLogStorage(str(tmp_path / "dg"))
+    try:
+        reopened.store_event(_log_line(run, 1))
+        assert [e.user_message for e in reopened.get_logs_for_run(run)][-1] == 'hermes.capture.project {"i": 1}'
+    finally:
+        reopened.dispose()
+    assert _schema(tmp_path / "dg" / f"{run}.db") == before
