@@ -60,6 +60,8 @@ class Ticks:
         assert _requested(plan) == _requested(full)
         # the usage marks read by the rowids written equal the pass over every usage row's
         assert plan.cursor.stores[self.path].usage == full.cursor.stores[self.path].usage
+        # a rotation day whose tier 2 was kept (no page of it written) has the tier 2 computed
+        assert days == full.cursor.stores[self.path].days
         self.cursor = plan.cursor_json
         return plan
 
@@ -410,3 +412,72 @@ def test_the_usage_marks_of_a_delta_tick_read_the_rowids_written_only(hermes, mo
     full, delta = written  # Ticks.tick: the pass over every row first, then the delta
     assert full is None
     assert delta is not None and rowid in delta
+
+
+@pytest.fixture
+def wide(hermes):
+    """The store with enough messages that ``idx_messages_session_active`` has many leaves (on a
+    one-page index every write is on every day's entries)."""
+    w, db = hermes
+    w.at(START_S + 4 * DAY_S)
+    for i in range(len(DAYS)):
+        for k in range(6):
+            for n in range(40):
+                w.msg(f"s{i}{k}", "user", f"filler {n}")
+    w.raw_sql("SELECT 1")  # the full-text triggers dropped now: a schema change, before the first tick
+    return w, db
+
+
+def _last_day_tick(w: HermesWriter, t: Ticks) -> watch.TickPlan:
+    """A write on the last day only, then a tick: the rotation's day is kept when clean."""
+    w.append_message("s31", "user", "more")
+    return t.tick()
+
+
+def _rotate_all(w: HermesWriter, t: Ticks) -> None:
+    """Change ticks until every day's tier 2 was computed on a tick no commit raced."""
+    w.at(START_S + 5 * DAY_S)
+    for _ in range(len(DAYS)):
+        _last_day_tick(w, t)
+
+
+@pytest.mark.parametrize(
+    "name, day, edit",
+    [
+        # each a change only tier 2 compares, on a day whose pages nothing else writes
+        ("a sessions cell", DAYS[1], "UPDATE sessions SET model_config = '{\"t\": 1}' WHERE id = 's12'"),
+        ("a usage cell", DAYS[2], "UPDATE session_model_usage SET cost_source = 'edited' WHERE session_id = 's21'"),
+        ("an inactive message", DAYS[0], "UPDATE messages SET active = 0 WHERE session_id = 's02'"),
+        ("a usage row deleted", DAYS[2], "DELETE FROM session_model_usage WHERE session_id = 's21'"),
+    ],
+)
+def test_a_change_only_tier_2_sees_is_not_kept(wide, name, day, edit):
+    """The rotation keeps the tier 2 of a day no page of which was written since it was computed
+    (``Ticks.tick`` holds every kept tier 2 to the one computed); a change on a page of the day
+    (its sessions rows, the index entries of its messages, its usage rows) has it computed again
+    and requested when the rotation reaches it, as without the map."""
+    w, db = wide
+    w.record_auxiliary_usage("s21", "title", input_tokens=3)
+    t = Ticks(db)
+    _rotate_all(w, t)
+    kept = _last_day_tick(w, t).scans[0]
+    assert (kept.tier2_days, kept.tier2_kept) == (1, 1)  # the day written; the rotation's day kept
+    w.raw_sql(edit)
+    seen = []
+    for _ in range(len(DAYS)):
+        seen += [d for d in _requested(_last_day_tick(w, t)) if d != DAYS[3]]
+    assert seen == [day], name
+
+
+def test_the_rotation_keeps_no_tier_2_after_a_commit_raced_the_tick(wide, monkeypatch):
+    """A commit during the tick: the days digested on it are not kept later (their tier 2 may be
+    of a later state than the pages read); the days kept before stay kept."""
+    w, db = wide
+    t = Ticks(db)
+    _rotate_all(w, t)
+    real = wal_delta.TickFiles.quiet
+    monkeypatch.setattr(wal_delta.TickFiles, "quiet", lambda self: False)
+    _last_day_tick(w, t)
+    monkeypatch.setattr(wal_delta.TickFiles, "quiet", real)
+    assert DAYS[3] not in wal_delta._MAPS[str(db)].clean
+    assert len(wal_delta._MAPS[str(db)].clean) == len(DAYS) - 1
