@@ -481,3 +481,58 @@ def test_the_rotation_keeps_no_tier_2_after_a_commit_raced_the_tick(wide, monkey
     monkeypatch.setattr(wal_delta.TickFiles, "quiet", real)
     assert DAYS[3] not in wal_delta._MAPS[str(db)].clean
     assert len(wal_delta._MAPS[str(db)].clean) == len(DAYS) - 1
+
+
+def test_an_undone_rewind_is_counted_again_by_the_index_pages_written(wide, monkeypatch):
+    """On an index of many pages, tier 1 counts again the inactive messages of the sessions in the
+    range of an index page written (and of the rows written) only: the undo of a rewind flips
+    ``messages.active`` of its session's entries, and no ``sessions`` cell."""
+    w, db = wide
+    t = Ticks(db)
+    w.rewind_to_message("s02", w.mids("s02")[0])
+    w.rewind_to_message("s21", w.mids("s21")[0])
+    assert _requested(t.tick()) == [DAYS[0], DAYS[2]]
+    counted: list[int] = []
+    delta, inactive = wal_delta.TickFiles._digest_days, wal_delta._inactive
+
+    def digest_days(self, fp, *args):
+        monkeypatch.setattr(
+            wal_delta, "_inactive", lambda fp, rowids: (counted.extend(rowids), inactive(fp, rowids))[1]
+        )
+        try:
+            return delta(self, fp, *args)
+        finally:
+            monkeypatch.setattr(wal_delta, "_inactive", inactive)
+
+    monkeypatch.setattr(wal_delta.TickFiles, "_digest_days", digest_days)
+    w.restore_rewound("s21", w.mids("s21")[0])
+    assert _requested(t.tick()) == [DAYS[2]]
+    rowid = dict(w.query("SELECT id, rowid FROM sessions WHERE id IN ('s02', 's21')"))
+    assert rowid["s21"] in counted and rowid["s02"] not in counted  # the other day's index pages: not written
+
+
+def test_the_side_maps_are_the_trees_sqlite_lists(wide):
+    """The index's pages and the usage leaves read from the pages are the b-trees SQLite's own
+    ``dbstat`` lists, the index pages' ranges run from no bound to no bound, and each usage
+    leaf's sessions are those of its rows."""
+    w, db = wide
+    w.record_auxiliary_usage("s21", "title", input_tokens=3)
+    Ticks(db)
+    side = wal_delta._MAPS[str(db)].side
+    assert side is not None and side.index is not None and side.usage is not None
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("SELECT name, pageno, pagetype FROM dbstat").fetchall()
+        usage = {i.encode() for (i,) in conn.execute("SELECT session_id FROM session_model_usage")}
+    finally:
+        conn.close()
+    index = {p: kind for name, p, kind in pages if name == "idx_messages_session_active"}
+    assert len(index) > 2 and set(side.index.bounds) == set(index)
+    assert side.index.interior == {p for p, kind in index.items() if kind == "internal"}
+    leaves = sorted(
+        (lo or b"", hi or b"\xff") for p, (lo, hi) in side.index.bounds.items() if p not in side.index.interior
+    )
+    assert leaves[0][0] == b"" and leaves[-1][1] == b"\xff"  # the first and the last leaf: open ends
+    assert all(lo <= hi for lo, hi in leaves) and all(a[1] == b[0] for a, b in zip(leaves, leaves[1:]))
+    assert set(side.usage.leaves) == {p for name, p, kind in pages if name == "session_model_usage" and kind == "leaf"}
+    assert set().union(*side.usage_sessions.values()) == usage

@@ -307,10 +307,11 @@ class TickFiles:
 
         rows, writes = self._settled(read)
         with fp.reader.snapshot():  # one state of the store for the statements below (the count's check)
-            tier1, days = self._digest_days(fp, m, rows, new)
+            ranged = None if writes is None else _ranged_sessions(fp, writes)
+            tier1, days = self._digest_days(fp, m, rows, new, ranged)
             if writes is not None:
                 self.side = writes.side
-                self.clean = m.clean - days - _moved_days(fp, writes, tier1)
+                self.clean = m.clean - days - _moved_days(fp, writes, tier1, ranged)
             return tier1
 
     def written_rowids(self) -> set[int] | None:
@@ -338,14 +339,22 @@ class TickFiles:
         self._unmoved()
         return out
 
-    def _digest_days(self, fp: Fingerprinter, m: DeltaMap, rows: set[int], new: set[int]) -> tuple[Tier1, set[str]]:
-        """Tier 1, and the days of the ``sessions`` rows written (digested again)."""
+    def _digest_days(
+        self, fp: Fingerprinter, m: DeltaMap, rows: set[int], new: set[int], ranged: set[int] | None
+    ) -> tuple[Tier1, set[str]]:
+        """Tier 1, and the days of the ``sessions`` rows written (digested again).
+
+        ``ranged``: the sessions whose id lies in the range of an index page written (None: any
+        session may): of the sessions tier 1 counts the inactive messages of, only those and the
+        rows written are counted again (an inactive count moves only with an index entry of the
+        session's id), the others keep theirs."""
         reader = fp.reader
         if _schema_version(fp) != m.schema_version:
             raise Doubt("the schema changed")
         if _prompts(fp) != m.prompts:
             raise Doubt("system_prompts changed")
-        inactive = _inactive(fp, sorted(m.inactive))
+        again = set(m.inactive) if ranged is None else m.inactive.keys() & (ranged | rows)
+        inactive = {r: n for r, n in m.inactive.items() if r not in again} | _inactive(fp, sorted(again))
         rows.update(r for r, n in m.inactive.items() if inactive.get(r) != n)
         odd = fp.odd_sessions()
         if odd != m.odd:
@@ -522,18 +531,24 @@ def _side_writes(pages: Pages, side: Tier2Pages, new: set[int]) -> SideWrites:
     return SideWrites(Tier2Pages(index, usage, sessions, prompts), ranges, usage_ids, overflow, touched)
 
 
-def _moved_days(fp: Fingerprinter, writes: SideWrites, tier1: Tier1) -> set[str]:
+def _ranged_sessions(fp: Fingerprinter, writes: SideWrites) -> set[int] | None:
+    """Rowids of the sessions whose id lies in the range of an index page written (None: every
+    session's may, as the index's root was written; an empty set when the store has no index)."""
+    if (None, None) in writes.ranges:
+        return None
+    return {r for lo, hi in writes.ranges for r in _sessions_between(fp, lo, hi)}
+
+
+def _moved_days(fp: Fingerprinter, writes: SideWrites, tier1: Tier1, ranged: set[int] | None) -> set[str]:
     """The days whose tier 2 the pages written since the map may have moved, besides those of the
     ``sessions`` rows on them: of the sessions whose usage rows were or are on a usage leaf
     written (their ids read from the pages, as they were at the two positions), and of the
     sessions in the id range of an index page written; every day when a page of
     ``system_prompts`` was written."""
-    if writes.prompts or (None, None) in writes.ranges:
+    if writes.prompts or ranged is None:
         return set(tier1.days)
     select = "SELECT u.rowid, s.rowid FROM session_model_usage AS u JOIN sessions AS s ON s.id = u.session_id"
-    sessions = {r for _, r in fp.where_in(select, "u.rowid", sorted(writes.overflow_rows))}
-    for lo, hi in writes.ranges:
-        sessions.update(_sessions_between(fp, lo, hi))
+    sessions = ranged | {r for _, r in fp.where_in(select, "u.rowid", sorted(writes.overflow_rows))}
     days = {d for d in fp.days_by_rowid(sessions).values() if d is not None}
     return days | {d for d in fp.days_of(_texts(writes.usage_ids)).values() if d is not None}
 
