@@ -17,7 +17,10 @@ A tick, per store:
    that tier 1 does not see is therefore requested within 16 ticks: on the
    tick it is committed the rotation restarts, and in 16 ticks of ``share``
    oldest days each, every day present at that tick is digested again (days
-   that appear later are digested the tick they appear).
+   that appear later are digested the tick they appear). On a tick whose tier 1
+   came from the WAL's pages, a rotation day none of whose pages was written
+   since its tier 2 was computed keeps it (:mod:`~hermes_assets.lib.changes.wal_delta`:
+   provably the digest it would compute), as if computed on the tick.
 
 What each Hermes write (hermes-agent 0.19.0) changes, and when a tick sees it:
 
@@ -66,10 +69,13 @@ day to Python) and learns the map of the table's pages (every leaf read once).
 The ``messages`` table is never scanned. On the 1.07M-message bench store
 (59k sessions, 330 days, 93k usage rows, 671 sessions rewound or without
 messages; ``bench/sensor_bench.py``, 2 shared cores, load ~1.5-3): a change
-tick ~90-110 ms, of which tier 2 of 21-23 days ~70-80 ms, the usage marks
-~1 ms (a pass over them 13-40 ms), tier 1 through the WAL ~15-20 ms (the inactive
-counts ~14 ms; 30-45 ms while a writer commits); the pass over every row ~150-280 ms
-and learning the map ~250-400 ms (45,860 leaves read).
+tick ~10-25 ms once the rotation's days are kept (tier 2 of 21-23 days costs
+~70-80 ms: every tick for the 16 ticks after a pass over every row, until each
+day was digested once), the usage marks ~1 ms (a pass over them 13-40 ms), tier 1
+through the WAL ~5-15 ms (the inactive counts of the sessions in the ranges of the
+index pages written only); the pass over every row ~150-280 ms and learning the
+map ~300-450 ms (45,860 leaves of ``sessions`` read, the usage leaves and the
+index's interior pages).
 A tick whose files did not move costs ~0.3 ms once the rotation is idle,
 ~55 ms while it runs. (Two connections on two threads are no faster: in one
 process they take turns inside SQLite.)

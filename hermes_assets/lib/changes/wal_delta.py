@@ -26,10 +26,27 @@ so every statement sees at least those commits. A written page:
 
 A candidate row's day is read by SQL; a row gone (deleted) is seen by the count of sessions:
 the sum of the days' counts must be ``count(*)``, else the tick falls back to the full tier 1.
-What the page map cannot see is watched apart: the inactive count of each session tier 1
-counts it for (rewound, or without live messages: ``restore_rewound`` flips ``messages.active``
-and no ``sessions`` cell), read again by rowid on every tick; the sessions no day holds by SQL
-(placed one by one) compared whole; ``system_prompts`` (schema 25+) by its rows' digest.
+What the ``sessions`` pages cannot say is watched apart: the inactive count of each session
+tier 1 counts it for (rewound, or without live messages: ``restore_rewound`` flips
+``messages.active`` and no ``sessions`` cell), read again by rowid for the sessions whose id lies
+in the range of a page of ``idx_messages_session_active`` written (below), or of a row written;
+the sessions no day holds by SQL (placed one by one) compared whole; ``system_prompts``
+(schema 25+) by its rows' digest.
+
+**Tier 2 kept.** The map also holds the other trees tier 2 reads (:class:`Tier2Pages`):
+``idx_messages_session_active`` (its interior pages only: each page's range of session ids is
+bounded by the divider entries above it, both ends included), every leaf of
+``session_model_usage`` with the session ids of its rows (read from the cells), and
+``system_prompts``. A day's tier 2 reads its ``sessions`` rows, the index entries of their ids
+and their usage rows, so it can move only when a page written holds one of them: a ``sessions``
+row of the day (old or new position of a row is checked by the count), an index page whose
+range (before or after the commit) holds a session of the day, a usage leaf that held or holds a
+row of a session of the day (its ids read from the page at both positions, never from a later
+state), any page of ``system_prompts``. The days none of which was written since their tier 2
+was computed on a tick that no commit raced (:meth:`TickFiles.quiet`: every statement then saw
+the state of the pages read) keep it: the rotation takes their digest from the cursor, provably
+the one it would compute (:attr:`DeltaMap.clean`). A tick that reads every row starts the set
+empty.
 
 The same written pages give the rows of ``session_model_usage`` written since (the rowids on
 every table leaf among them, :meth:`TickFiles.written_rowids`): the usage marks are read by
