@@ -184,7 +184,10 @@ class TickFiles:
         elif self.map is not None and self.map.db[0] != self.db[0]:
             self.map, self.doubt = None, "the db file's inode changed"
         elif self.map is not None and old_tier2 != self.map.tier2:
-            self.map.clean = frozenset()  # another tier 2 than the map's: every day digested again
+            # a tier 2 the map did not leave (a rotation tick's since, or another cursor): a day
+            # keeps its tier 2 only when the cursor holds the one the map knows as the store's
+            old = old_tier2 or {}
+            self.map.clean = frozenset(d for d in self.map.clean if old.get(d, "") == self.map.tier2.get(d))
         if self.map is None:
             self._read_wal(None)
             self.doubt = self.doubt or ("no WAL" if self.wal is None else "no map of this store yet")
@@ -580,7 +583,7 @@ def _texts(keys: Iterable[bytes]) -> list[str]:
 
 def _sessions_between(fp: Fingerprinter, lo: bytes | None, hi: bytes | None) -> list[int]:
     """Rowids of the sessions whose id lies in ``[lo, hi]`` (None: no bound), compared as the
-    index compares them (UTF-8 text, BINARY: :func:`_side_trees` checks both)."""
+    index compares them (UTF-8 text, BINARY: :func:`_side_roots` checks both)."""
     where: list[str] = []
     params: list[str] = []
     for op, key in ((">=", lo), ("<=", hi)):
