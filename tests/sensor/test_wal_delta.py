@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.changes import wal_delta, watch
+from hermes_assets.lib.changes.sqlite_pages import IndexTree
 from hermes_assets.lib.source.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -517,7 +518,12 @@ def test_the_side_maps_are_the_trees_sqlite_lists(wide):
     leaf's sessions are those of its rows."""
     w, db = wide
     w.record_auxiliary_usage("s21", "title", input_tokens=3)
-    Ticks(db)
+    t = Ticks(db)
+    w.at(START_S + 5 * DAY_S)
+    for n in range(200):  # index pages split: the pages written walked again, the others' dividers kept
+        w.msg(f"s{n % 4}{n % 6}", "user", f"later {n}")
+        if n % 20 == 19:
+            t.tick()
     side = wal_delta._MAPS[str(db)].side
     assert side is not None and side.index is not None and side.usage is not None
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -536,3 +542,27 @@ def test_the_side_maps_are_the_trees_sqlite_lists(wide):
     assert all(lo <= hi for lo, hi in leaves) and all(a[1] == b[0] for a, b in zip(leaves, leaves[1:]))
     assert set(side.usage.leaves) == {p for name, p, kind in pages if name == "session_model_usage" and kind == "leaf"}
     assert set().union(*side.usage_sessions.values()) == usage
+
+
+def test_an_index_of_three_levels_is_walked_again_where_written(tmp_path):
+    """Long session ids: ``idx_messages_session_active`` of three levels. After writes, the
+    index the map keeps (its written interior pages read again, the others' dividers kept) is
+    the one a walk from its root reads."""
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        sids = [w.session(f"{k:02d}" + "x" * 300, "cli") for k in range(12)]
+        for n in range(240):
+            w.msg(sids[n % 12], "user", f"m {n}")
+        w.raw_sql("SELECT 1")  # the full-text triggers dropped before the first tick
+        t = Ticks(db)
+        for n in range(120):
+            w.msg(sids[(n * 5) % 12], "user", f"later {n}")
+            if n % 15 == 14:
+                t.tick()
+        kept = wal_delta._MAPS[str(db)].side
+        assert kept is not None and kept.index is not None
+        with wal_delta.TickFiles(str(db), None, None) as files:
+            fresh = IndexTree(kept.index.root)
+            files._pages().walk_index(fresh)
+        assert len(fresh.interior) > 1 and max(len(d) for d in fresh.dividers.values()) > 1
+        assert (kept.index.bounds, kept.index.dividers) == (fresh.bounds, fresh.dividers)

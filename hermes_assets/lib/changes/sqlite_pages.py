@@ -179,6 +179,8 @@ class IndexTree:
     root: int
     interior: set[int] = field(default_factory=set)
     bounds: dict[int, Bound] = field(default_factory=dict)  # every page of the tree -> its range
+    #: interior page -> its children, each with the first column of the divider after it
+    dividers: dict[int, list[tuple[int, bytes | None]]] = field(default_factory=dict)
 
 
 class Pages:
@@ -226,24 +228,29 @@ class Pages:
                 below += children
             level = below
 
-    def walk_index(self, tree: IndexTree) -> None:
+    def walk_index(self, tree: IndexTree, written: set[int] | None = None) -> None:
         """Learn an index tree's pages and their ranges from its root, reading its interior pages
-        only (a b-tree's leaves are all at one depth: the first child tells what its siblings are)."""
-        tree.interior, tree.bounds = set(), {}
+        only (a b-tree's leaves are all at one depth: the first child tells what its siblings are).
+        ``written``: the pages written since the last walk; the others' dividers are known."""
+        known = {} if written is None else {p: d for p, d in tree.dividers.items() if p not in written}
+        tree.interior, tree.bounds, tree.dividers = set(), {}, {}
         level: list[tuple[int, Bound]] = [(tree.root, (None, None))]
         while level:
-            kind = self.read(level[0][0], 101)[100 if level[0][0] == 1 else 0]
             tree.bounds.update(level)
-            if kind == _INDEX_LEAF:
-                return
-            if kind != _INDEX_INTERIOR:
-                raise Doubt(f"page {level[0][0]} of an index is of type {kind:#x}")
+            if level[0][0] not in known:
+                kind = self.read(level[0][0], 101)[100 if level[0][0] == 1 else 0]
+                if kind == _INDEX_LEAF:
+                    return
+                if kind != _INDEX_INTERIOR:
+                    raise Doubt(f"page {level[0][0]} of an index is of type {kind:#x}")
             below: list[tuple[int, Bound]] = []
             for page, (lo, hi) in level:
                 if page in tree.interior or len(tree.interior) > 1 << 20:
                     raise Doubt("a cycle in an index")
                 tree.interior.add(page)
-                for child, key in self._dividers(page):  # the right-most child: up to the page's own bound
+                dividers = known.get(page)
+                tree.dividers[page] = dividers = self._dividers(page) if dividers is None else dividers
+                for child, key in dividers:  # the right-most child: up to the page's own bound
                     below.append((child, (lo, hi if key is None else key)))
                     lo = key
             level = below

@@ -529,9 +529,9 @@ def _side_writes(pages: Pages, side: Tier2Pages, new: set[int]) -> SideWrites:
     index, ranges = side.index, []
     if index is not None:
         if new & index.interior or index.root in new:
-            index = IndexTree(index.root)
-            pages.walk_index(index)
-        ranges = [b[p] for b in (side.index.bounds, index.bounds) if b for p in sorted(new & b.keys())]  # type: ignore[union-attr]
+            index = IndexTree(index.root, dividers=index.dividers)
+            pages.walk_index(index, new)
+        ranges = sorted({b[p] for b in (side.index.bounds, index.bounds) for p in new & b.keys()}, key=repr)  # type: ignore[union-attr]
     usage, usage_ids, overflow, sessions = side.usage, set(), set(), dict(side.usage_sessions)
     if usage is not None:
         usage = SessionsTree(usage.root, overflow=dict(usage.overflow), children=dict(usage.children))
