@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.changes import wal_delta, watch
+from hermes_assets.lib.changes.sqlite_pages import IndexTree
 from hermes_assets.lib.source.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
 
@@ -60,6 +61,8 @@ class Ticks:
         assert _requested(plan) == _requested(full)
         # the usage marks read by the rowids written equal the pass over every usage row's
         assert plan.cursor.stores[self.path].usage == full.cursor.stores[self.path].usage
+        # a rotation day whose tier 2 was kept (no page of it written) has the tier 2 computed
+        assert days == full.cursor.stores[self.path].days
         self.cursor = plan.cursor_json
         return plan
 
@@ -410,3 +413,156 @@ def test_the_usage_marks_of_a_delta_tick_read_the_rowids_written_only(hermes, mo
     full, delta = written  # Ticks.tick: the pass over every row first, then the delta
     assert full is None
     assert delta is not None and rowid in delta
+
+
+@pytest.fixture
+def wide(hermes):
+    """The store with enough messages that ``idx_messages_session_active`` has many leaves (on a
+    one-page index every write is on every day's entries)."""
+    w, db = hermes
+    w.at(START_S + 4 * DAY_S)
+    for i in range(len(DAYS)):
+        for k in range(6):
+            for n in range(40):
+                w.msg(f"s{i}{k}", "user", f"filler {n}")
+    w.raw_sql("SELECT 1")  # the full-text triggers dropped now: a schema change, before the first tick
+    return w, db
+
+
+def _last_day_tick(w: HermesWriter, t: Ticks) -> watch.TickPlan:
+    """A write on the last day only, then a tick: the rotation's day is kept when clean."""
+    w.append_message("s31", "user", "more")
+    return t.tick()
+
+
+def _rotate_all(w: HermesWriter, t: Ticks) -> None:
+    """Change ticks until every day's tier 2 was computed on a tick no commit raced."""
+    w.at(START_S + 5 * DAY_S)
+    for _ in range(len(DAYS)):
+        _last_day_tick(w, t)
+
+
+@pytest.mark.parametrize(
+    "name, day, edit",
+    [
+        # each a change only tier 2 compares, on a day whose pages nothing else writes
+        ("a sessions cell", DAYS[1], "UPDATE sessions SET model_config = '{\"t\": 1}' WHERE id = 's12'"),
+        ("a usage cell", DAYS[2], "UPDATE session_model_usage SET cost_source = 'edited' WHERE session_id = 's21'"),
+        ("an inactive message", DAYS[0], "UPDATE messages SET active = 0 WHERE session_id = 's02'"),
+        ("a usage row deleted", DAYS[2], "DELETE FROM session_model_usage WHERE session_id = 's21'"),
+    ],
+)
+def test_a_change_only_tier_2_sees_is_not_kept(wide, name, day, edit):
+    """The rotation keeps the tier 2 of a day no page of which was written since it was computed
+    (``Ticks.tick`` holds every kept tier 2 to the one computed); a change on a page of the day
+    (its sessions rows, the index entries of its messages, its usage rows) has it computed again
+    and requested when the rotation reaches it, as without the map."""
+    w, db = wide
+    w.record_auxiliary_usage("s21", "title", input_tokens=3)
+    t = Ticks(db)
+    _rotate_all(w, t)
+    kept = _last_day_tick(w, t).scans[0]
+    assert (kept.tier2_days, kept.tier2_kept) == (1, 1)  # the day written; the rotation's day kept
+    w.raw_sql(edit)
+    seen = []
+    for _ in range(len(DAYS)):
+        seen += [d for d in _requested(_last_day_tick(w, t)) if d != DAYS[3]]
+    assert seen == [day], name
+
+
+def test_the_rotation_keeps_no_tier_2_after_a_commit_raced_the_tick(wide, monkeypatch):
+    """A commit during the tick: the days digested on it are not kept later (their tier 2 may be
+    of a later state than the pages read); the days kept before stay kept."""
+    w, db = wide
+    t = Ticks(db)
+    _rotate_all(w, t)
+    real = wal_delta.TickFiles.quiet
+    monkeypatch.setattr(wal_delta.TickFiles, "quiet", lambda self: False)
+    _last_day_tick(w, t)
+    monkeypatch.setattr(wal_delta.TickFiles, "quiet", real)
+    assert DAYS[3] not in wal_delta._MAPS[str(db)].clean
+    assert len(wal_delta._MAPS[str(db)].clean) == len(DAYS) - 1
+
+
+def test_an_undone_rewind_is_counted_again_by_the_index_pages_written(wide, monkeypatch):
+    """On an index of many pages, tier 1 counts again the inactive messages of the sessions in the
+    range of an index page written (and of the rows written) only: the undo of a rewind flips
+    ``messages.active`` of its session's entries, and no ``sessions`` cell."""
+    w, db = wide
+    t = Ticks(db)
+    w.rewind_to_message("s02", w.mids("s02")[0])
+    w.rewind_to_message("s21", w.mids("s21")[0])
+    assert _requested(t.tick()) == [DAYS[0], DAYS[2]]
+    counted: list[int] = []
+    delta, inactive = wal_delta.TickFiles._digest_days, wal_delta._inactive
+
+    def digest_days(self, fp, *args):
+        monkeypatch.setattr(
+            wal_delta, "_inactive", lambda fp, rowids: (counted.extend(rowids), inactive(fp, rowids))[1]
+        )
+        try:
+            return delta(self, fp, *args)
+        finally:
+            monkeypatch.setattr(wal_delta, "_inactive", inactive)
+
+    monkeypatch.setattr(wal_delta.TickFiles, "_digest_days", digest_days)
+    w.restore_rewound("s21", w.mids("s21")[0])
+    assert _requested(t.tick()) == [DAYS[2]]
+    rowid = dict(w.query("SELECT id, rowid FROM sessions WHERE id IN ('s02', 's21')"))
+    assert rowid["s21"] in counted and rowid["s02"] not in counted  # the other day's index pages: not written
+
+
+def test_the_side_maps_are_the_trees_sqlite_lists(wide):
+    """The index's pages and the usage leaves read from the pages are the b-trees SQLite's own
+    ``dbstat`` lists, the index pages' ranges run from no bound to no bound, and each usage
+    leaf's sessions are those of its rows."""
+    w, db = wide
+    w.record_auxiliary_usage("s21", "title", input_tokens=3)
+    t = Ticks(db)
+    w.at(START_S + 5 * DAY_S)
+    for n in range(200):  # index pages split: the pages written walked again, the others' dividers kept
+        w.msg(f"s{n % 4}{n % 6}", "user", f"later {n}")
+        if n % 20 == 19:
+            t.tick()
+    side = wal_delta._MAPS[str(db)].side
+    assert side is not None and side.index is not None and side.usage is not None
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("SELECT name, pageno, pagetype FROM dbstat").fetchall()
+        usage = {i.encode() for (i,) in conn.execute("SELECT session_id FROM session_model_usage")}
+    finally:
+        conn.close()
+    index = {p: kind for name, p, kind in pages if name == "idx_messages_session_active"}
+    assert len(index) > 2 and set(side.index.bounds) == set(index)
+    assert side.index.interior == {p for p, kind in index.items() if kind == "internal"}
+    leaves = sorted(
+        (lo or b"", hi or b"\xff") for p, (lo, hi) in side.index.bounds.items() if p not in side.index.interior
+    )
+    assert leaves[0][0] == b"" and leaves[-1][1] == b"\xff"  # the first and the last leaf: open ends
+    assert all(lo <= hi for lo, hi in leaves) and all(a[1] == b[0] for a, b in zip(leaves, leaves[1:]))
+    assert set(side.usage.leaves) == {p for name, p, kind in pages if name == "session_model_usage" and kind == "leaf"}
+    assert set().union(*side.usage_sessions.values()) == usage
+
+
+def test_an_index_of_three_levels_is_walked_again_where_written(tmp_path):
+    """Long session ids: ``idx_messages_session_active`` of three levels. After writes, the
+    index the map keeps (its written interior pages read again, the others' dividers kept) is
+    the one a walk from its root reads."""
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        sids = [w.session(f"{k:02d}" + "x" * 300, "cli") for k in range(12)]
+        for n in range(240):
+            w.msg(sids[n % 12], "user", f"m {n}")
+        w.raw_sql("SELECT 1")  # the full-text triggers dropped before the first tick
+        t = Ticks(db)
+        for n in range(120):
+            w.msg(sids[(n * 5) % 12], "user", f"later {n}")
+            if n % 15 == 14:
+                t.tick()
+        kept = wal_delta._MAPS[str(db)].side
+        assert kept is not None and kept.index is not None
+        with wal_delta.TickFiles(str(db), None, None) as files:
+            fresh = IndexTree(kept.index.root)
+            files._pages().walk_index(fresh)
+        assert len(fresh.interior) > 1 and max(len(d) for d in fresh.dividers.values()) > 1
+        assert (kept.index.bounds, kept.index.dividers) == (fresh.bounds, fresh.dividers)

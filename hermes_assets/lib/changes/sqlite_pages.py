@@ -19,6 +19,7 @@ _WAL_MAGIC = (0x377F0682, 0x377F0683)
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
 _TABLE_INTERIOR, _TABLE_LEAF = 0x05, 0x0D
+_INDEX_INTERIOR, _INDEX_LEAF = 0x02, 0x0A
 
 
 class Doubt(Exception):
@@ -40,6 +41,21 @@ def varint(buf: bytes, i: int) -> tuple[int, int]:
         if c < 0x80:
             return v, i + j + 1
     return (v << 8) | buf[i + 8], i + 9
+
+
+def short_varint(buf: bytes, i: int) -> tuple[int, int]:
+    """:func:`varint`, its one- to three-byte values (a cell's size, a rowid below 2 million)
+    decoded inline: the maps read some 100,000 cells."""
+    a = buf[i]
+    if a < 0x80:
+        return a, i + 1
+    b = buf[i + 1]
+    if b < 0x80:
+        return ((a & 0x7F) << 7) | b, i + 2
+    c = buf[i + 2]
+    if c < 0x80:
+        return ((a & 0x7F) << 14) | ((b & 0x7F) << 7) | c, i + 3
+    return varint(buf, i)
 
 
 @dataclass
@@ -150,6 +166,23 @@ class SessionsTree:
     children: dict[int, list[int]] = field(default_factory=dict)  # interior page -> its children
 
 
+#: the text of an index key's first column, as the interior pages above an index page bound it
+Bound = tuple[bytes | None, bytes | None]
+
+
+@dataclass
+class IndexTree:
+    """The pages of an index b-tree whose first column is text (``idx_messages_session_active``),
+    each with the range of that column its entries lie in: the first columns of the divider
+    entries of the interior pages above it, both ends included (None: no bound)."""
+
+    root: int
+    interior: set[int] = field(default_factory=set)
+    bounds: dict[int, Bound] = field(default_factory=dict)  # every page of the tree -> its range
+    #: interior page -> its children, each with the first column of the divider after it
+    dividers: dict[int, list[tuple[int, bytes | None]]] = field(default_factory=dict)
+
+
 class Pages:
     """Pages of a store at a WAL position: from the latest committed frame read, else the db file."""
 
@@ -195,6 +228,60 @@ class Pages:
                 below += children
             level = below
 
+    def walk_index(self, tree: IndexTree, written: set[int] | None = None) -> None:
+        """Learn an index tree's pages and their ranges from its root, reading its interior pages
+        only (a b-tree's leaves are all at one depth: the first child tells what its siblings are).
+        ``written``: the pages written since the last walk; the others' dividers are known."""
+        known = {} if written is None else {p: d for p, d in tree.dividers.items() if p not in written}
+        tree.interior, tree.bounds, tree.dividers = set(), {}, {}
+        level: list[tuple[int, Bound]] = [(tree.root, (None, None))]
+        while level:
+            tree.bounds.update(level)
+            if level[0][0] not in known:
+                kind = self.read(level[0][0], 101)[100 if level[0][0] == 1 else 0]
+                if kind == _INDEX_LEAF:
+                    return
+                if kind != _INDEX_INTERIOR:
+                    raise Doubt(f"page {level[0][0]} of an index is of type {kind:#x}")
+            below: list[tuple[int, Bound]] = []
+            for page, (lo, hi) in level:
+                if page in tree.interior or len(tree.interior) > 1 << 20:
+                    raise Doubt("a cycle in an index")
+                tree.interior.add(page)
+                dividers = known.get(page)
+                tree.dividers[page] = dividers = self._dividers(page) if dividers is None else dividers
+                for child, key in dividers:  # the right-most child: up to the page's own bound
+                    below.append((child, (lo, hi if key is None else key)))
+                    lo = key
+            level = below
+
+    def _dividers(self, page: int) -> list[tuple[int, bytes | None]]:
+        """An index interior page's children, each with the first column (text) of the divider
+        entry after it (None for the right-most child)."""
+        data = self.read(page)
+        h = 100 if page == 1 else 0
+        if data[h] != _INDEX_INTERIOR:
+            raise Doubt(f"page {page} is not an interior page of an index")
+        max_local = ((self.usable - 12) * 64 // 255) - 23
+        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        out: list[tuple[int, bytes | None]] = []
+        try:
+            for ptr in struct.unpack_from(f">{ncell}H", data, h + 12):
+                size, i = varint(data, ptr + 4)
+                header, j = varint(data, i)
+                kind = varint(data, j)[0]
+                if size > max_local or kind < 13 or kind % 2 == 0:  # a key that overflows, or not text
+                    raise Doubt(f"a key of index page {page} is not a short text")
+                out.append(
+                    (
+                        int.from_bytes(data[ptr : ptr + 4], "big"),
+                        bytes(data[i + header : i + header + (kind - 13) // 2]),
+                    )
+                )
+        except (IndexError, struct.error) as exc:
+            raise Doubt(f"a cell of page {page} does not parse") from exc
+        return [*out, (int.from_bytes(data[h + 8 : h + 12], "big"), None)]
+
     def _children(self, page: int) -> list[int]:
         data = self.read(page)
         h = 100 if page == 1 else 0
@@ -222,6 +309,11 @@ class Pages:
 
     def leaf_rows(self, page: int, tree: SessionsTree) -> list[int]:
         """The rowids on a leaf of the tree; maps the overflow pages of its cells."""
+        return [rowid for rowid, _ in self.leaf_cells(page, tree, first=False)]
+
+    def leaf_cells(self, page: int, tree: SessionsTree, first: bool = True) -> list[tuple[int, bytes | None]]:
+        """The rows on a leaf of the tree: each rowid, with its first column when that is text
+        (None when it is not, or not ``first``); maps the overflow pages of its cells."""
         data = self.read(page)
         h = 100 if page == 1 else 0
         if data[h] != _TABLE_LEAF:
@@ -233,16 +325,17 @@ class Pages:
         rows = []
         for k in range(ncell):
             ptr = int.from_bytes(data[h + 8 + 2 * k : h + 10 + 2 * k], "big")
-            size, i = varint(data, ptr)
-            rowid, i = varint(data, i)
+            size, i = short_varint(data, ptr)
+            rowid, i = short_varint(data, i)
             if rowid >= 1 << 63:
                 rowid -= 1 << 64
-            rows.append(rowid)
+            local = size
+            if size > max_local:
+                local = min_local + (size - min_local) % (u - 4)
+                local = min_local if local > max_local else local
+            rows.append((rowid, _first_text(data, i, local, page) if first else None))
             if size <= max_local:
                 continue
-            local = min_local + (size - min_local) % (u - 4)
-            if local > max_local:
-                local = min_local
             if i + local + 4 > len(data):
                 raise Doubt(f"a cell of page {page} does not parse")
             nxt = int.from_bytes(data[i + local : i + local + 4], "big")
@@ -254,6 +347,24 @@ class Pages:
                 left -= u - 4
                 nxt = int.from_bytes(self.read(nxt, 4), "big") if left > 0 else 0
         return rows
+
+
+def _first_text(data: bytes, i: int, local: int, page: int) -> bytes | None:
+    """The first column of the record at ``data[i:]`` (``local`` bytes of it on the page) when
+    it is text; None when it is of another type."""
+    try:
+        header, kind = data[i], data[i + 1]
+        if header >= 0x80 or kind >= 0x80:  # not one byte each (a short text's are)
+            header, j = varint(data, i)
+            kind = varint(data, j)[0]
+    except IndexError as exc:
+        raise Doubt(f"a cell of page {page} does not parse") from exc
+    if kind < 13 or kind % 2 == 0:
+        return None
+    end = header + (kind - 13) // 2
+    if header > local or end > local:
+        raise Doubt(f"a first column on page {page} overflows")
+    return data[i + header : i + end]
 
 
 def next_generation(old: WalFrames, new: WalFrames) -> bool:

@@ -17,7 +17,10 @@ A tick, per store:
    that tier 1 does not see is therefore requested within 16 ticks: on the
    tick it is committed the rotation restarts, and in 16 ticks of ``share``
    oldest days each, every day present at that tick is digested again (days
-   that appear later are digested the tick they appear).
+   that appear later are digested the tick they appear). On a tick whose tier 1
+   came from the WAL's pages, a rotation day none of whose pages was written
+   since its tier 2 was computed keeps it (:mod:`~hermes_assets.lib.changes.wal_delta`:
+   provably the digest it would compute), as if computed on the tick.
 
 What each Hermes write (hermes-agent 0.19.0) changes, and when a tick sees it:
 
@@ -66,10 +69,13 @@ day to Python) and learns the map of the table's pages (every leaf read once).
 The ``messages`` table is never scanned. On the 1.07M-message bench store
 (59k sessions, 330 days, 93k usage rows, 671 sessions rewound or without
 messages; ``bench/sensor_bench.py``, 2 shared cores, load ~1.5-3): a change
-tick ~90-110 ms, of which tier 2 of 21-23 days ~70-80 ms, the usage marks
-~1 ms (a pass over them 13-40 ms), tier 1 through the WAL ~15-20 ms (the inactive
-counts ~14 ms; 30-45 ms while a writer commits); the pass over every row ~150-280 ms
-and learning the map ~250-400 ms (45,860 leaves read).
+tick ~10-25 ms once the rotation's days are kept (tier 2 of 21-23 days costs
+~70-80 ms: every tick for the 16 ticks after a pass over every row, until each
+day was digested once), the usage marks ~1 ms (a pass over them 13-40 ms), tier 1
+through the WAL ~5-15 ms (the inactive counts of the sessions in the ranges of the
+index pages written only); the pass over every row ~150-280 ms and learning the
+map ~300-450 ms (45,860 leaves of ``sessions`` read, the usage leaves and the
+index's interior pages).
 A tick whose files did not move costs ~0.3 ms once the rotation is idle,
 ~55 ms while it runs. (Two connections on two threads are no faster: in one
 process they take turns inside SQLite.)
@@ -119,6 +125,9 @@ class StoreScan:
     sessions: int = 0
     unplaced: int = 0
     tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
+    #: the rotation's days whose tier 2 was kept: no page of theirs written since it was computed
+    tier2_kept: int = 0
+    digested: set[str] = field(default_factory=set)  # the days whose tier 2 was computed
     #: tier 1 of the days the pages written since the last tick hold only (``wal_delta``)
     delta: bool = False
     #: why tier 1 read every row (None: it did not, or the files did not change)
@@ -181,9 +190,10 @@ def scan_store(
             with readers.open(store, now_s) as reader:
                 entry = _rotate(scan, old, rotation, Fingerprinter(reader))
         else:
-            files = wal_delta.TickFiles(store.path, old.files if old else None, _tier1_of(old))
+            files = wal_delta.TickFiles(store.path, old.files if old else None, _tier1_of(old), _tier2_of(old))
             with files:
                 entry = _read(scan, old, identity, rotation, readers, now_s, files)
+                files.settle(scan.digested)
     except (FileNotFoundError, errors.StoreAbsent):
         return StoreScan(store, MISSING), None  # deleted between stat and open, or not created yet
     except (errors.HermesAssetsError, sqlite3.DatabaseError, OSError) as exc:
@@ -192,12 +202,16 @@ def scan_store(
         return _failed(store, exc), None
     entry.files = _settled_identity(entry.files, file_identity(store.path))
     if scan.status != ROTATED:
-        wal_delta.keep(store.path, files, entry.files, _tier1_of(entry) or {})
+        wal_delta.keep(store.path, files, entry.files, _tier1_of(entry) or {}, _tier2_of(entry) or {})
     return scan, entry
 
 
 def _tier1_of(state: StoreState | None) -> dict[str, str] | None:
     return None if state is None else {d: m.tier1 for d, m in state.days.items()}
+
+
+def _tier2_of(state: StoreState | None) -> dict[str, str | None] | None:
+    return None if state is None else {d: m.tier2 for d, m in state.days.items()}
 
 
 def _read(
@@ -255,7 +269,7 @@ def _read(
             changed |= {d for d in fp.days_of(set(new_by_sid) | usage_sids).values() if d in tier1.days}
         # a change of the files restarts the rotation; the share never drops while it runs
         share = _share(len(tier1.days), rotation)
-        days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1)
+        days = _digest(scan, fp, tier1.days, old_days, changed, share, rotation.tick + 1, files.clean)
     return StoreState(
         store.label,
         identity,
@@ -303,17 +317,22 @@ def _digest(
     changed: set[str],
     share: int,
     tick: int,
+    clean: frozenset[str] = frozenset(),
 ) -> dict[str, DayMark]:
     """Tier 2 of the changed days and of the rotation's ``share`` oldest others; the new ``days``.
 
-    Sets ``scan.changed``: the changed days, and rotation days whose tier 2 moved.
-    Each day keeps the fingerprint last captured.
+    ``clean``: days whose tier 2 in ``old_days`` is provably the store's now (no page of their
+    rows written since it was computed, :mod:`~hermes_assets.lib.changes.wal_delta`): a rotation
+    day among them keeps it, as computed on this tick. Sets ``scan.changed``: the changed days,
+    and rotation days whose tier 2 moved. Each day keeps the fingerprint last captured.
     """
     present = set(tier1)
     now = changed & present
     rotation = _oldest({d: old_days[d] for d in present if d in old_days}, now, share)  # new days are changed
-    tier2 = fp.tier2(now | set(rotation))
-    scan.tier2_days = len(tier2)
+    kept = {d: old_days[d].tier2 for d in rotation if d in clean}
+    tier2: dict[str, str | None] = {**fp.tier2(now | (set(rotation) - kept.keys())), **kept}
+    scan.tier2_days, scan.tier2_kept = len(tier2) - len(kept), len(kept)
+    scan.digested = set(tier2) - kept.keys()
     changed = set(changed) | {d for d in rotation if d not in old_days or old_days[d].tier2 != tier2[d]}
     days = {}
     for d in present:
