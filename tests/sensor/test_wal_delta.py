@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.lib.changes import wal_delta, watch
+from hermes_assets.lib.changes import delta_map, wal_delta, watch
 from hermes_assets.lib.changes.sqlite_pages import IndexTree
 from hermes_assets.lib.source.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
@@ -36,18 +36,18 @@ class Ticks:
     def __init__(self, db: Path):
         self.store = Store(str(db))
         self.path = str(db)
-        wal_delta.forget()
+        delta_map.forget()
         first = watch.plan_tick([self.store], None, is_partition=_all_days)
         assert first.scans[0].status == watch.NEW
         self.cursor = first.cursor_json
-        assert self.path in wal_delta._MAPS, "the first tick learned no map"
+        assert self.path in delta_map._MAPS, "the first tick learned no map"
 
     def tick(self, *, delta: bool | None = True) -> watch.TickPlan:
-        maps = copy.deepcopy(wal_delta._MAPS)
-        wal_delta.forget()
+        maps = copy.deepcopy(delta_map._MAPS)
+        delta_map.forget()
         full = watch.plan_tick([self.store], self.cursor, is_partition=_all_days)
-        wal_delta._MAPS.clear()
-        wal_delta._MAPS.update(maps)
+        delta_map._MAPS.clear()
+        delta_map._MAPS.update(maps)
         plan = watch.plan_tick([self.store], self.cursor, is_partition=_all_days)
         scan = plan.scans[0]
         assert delta is None or scan.delta is delta, scan.full_reason
@@ -172,14 +172,14 @@ def test_a_checkpoint_and_the_wal_restarted_after_it_keep_the_delta(hermes):
     t = Ticks(db)
     w.set_session_title("s00", "before the checkpoint")
     _checkpoint(db, "PASSIVE")
-    assert os.stat(db).st_size == wal_delta._MAPS[str(db)].db[1]
+    assert os.stat(db).st_size == delta_map._MAPS[str(db)].db[1]
     # the pages copied into the db file are the WAL's: the frames after the position still name them
     assert _requested(t.tick()) == [DAYS[0]]
     # every frame was copied: the next write starts the WAL again (new salts), the db file untouched
-    salts = wal_delta._MAPS[str(db)].wal.salts
+    salts = delta_map._MAPS[str(db)].wal.salts
     w.set_session_title("s10", "in the restarted WAL")
     plan = t.tick()
-    assert wal_delta._MAPS[str(db)].wal.salts != salts
+    assert delta_map._MAPS[str(db)].wal.salts != salts
     assert _requested(plan) == [DAYS[1]]
 
 
@@ -194,10 +194,10 @@ def test_a_restart_between_two_ticks_reads_the_old_frames_left_after_the_positio
     w.set_session_title("s23", "title 1")
     _checkpoint(db, "PASSIVE")
     w.set_session_title("s10", "in the restarted WAL")
-    m = wal_delta._MAPS[str(db)]
+    m = delta_map._MAPS[str(db)]
     # the restarted WAL wrote fewer frames than the position: the old ones after it are still there
     plan = t.tick()
-    assert wal_delta._MAPS[str(db)].wal.seq == m.wal.seq + 1
+    assert delta_map._MAPS[str(db)].wal.seq == m.wal.seq + 1
     assert _requested(plan) == [DAYS[1], DAYS[2]]
 
 
@@ -281,7 +281,7 @@ def test_the_page_map_is_the_tree_sqlite_lists(hermes):
     for k in range(40):  # more rows: a tree of two levels at least
         w.session(f"more{k}", "cli", system_prompt=LONG if k % 3 == 0 else "short")
     Ticks(db)
-    tree = wal_delta._MAPS[str(db)].tree
+    tree = delta_map._MAPS[str(db)].tree
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         pages = conn.execute("SELECT pageno, pagetype FROM dbstat WHERE name = 'sessions'").fetchall()
@@ -299,13 +299,13 @@ def test_a_sessions_table_that_grows_a_level_is_walked_again(tmp_path):
     with HermesWriter(db, home=tmp_path / "home") as w:
         w.session("first", "cli")
         t = Ticks(db)
-        assert wal_delta._MAPS[str(db)].tree.interior == set()  # the root is the one leaf
+        assert delta_map._MAPS[str(db)].tree.interior == set()  # the root is the one leaf
         w.at(START_S + DAY_S)
         for k in range(12):  # long rows: the root page splits, its rows move to new leaves
             w.session(f"grown{k}", "cli", system_prompt=LONG)
         plan = t.tick()
         assert _requested(plan) == [DAYS[1]]
-        assert wal_delta._MAPS[str(db)].tree.interior == {wal_delta._MAPS[str(db)].tree.root}
+        assert delta_map._MAPS[str(db)].tree.interior == {delta_map._MAPS[str(db)].tree.root}
         w.set_session_title("first", "found on its new leaf")
         assert _requested(t.tick()) == [DAYS[0]]
 
@@ -333,7 +333,7 @@ def test_a_session_committed_after_the_frames_were_read_keeps_the_delta(hermes, 
     w, db = hermes
     t = Ticks(db)
     w.set_session_title("s00", "the tick's own change")
-    calls = _racing(monkeypatch, "_written_rows", lambda: (w.at(START_S + 2 * DAY_S + 60), w.session("raced", "cli")))
+    calls = _racing(monkeypatch, "written_rows", lambda: (w.at(START_S + 2 * DAY_S + 60), w.session("raced", "cli")))
     plan = watch.plan_tick([t.store], t.cursor, is_partition=_all_days)
     assert plan.scans[0].delta, plan.scans[0].full_reason
     assert len(calls) == 2  # read again once
@@ -350,17 +350,17 @@ def test_a_wal_restarted_while_its_pages_were_read_keeps_the_delta(hermes, monke
         w.set_session_title("s20", f"a WAL with frames {k}")
     t = Ticks(db)
     w.set_session_title("s00", "before the restart")
-    salts = wal_delta._MAPS[str(db)].wal.salts
+    salts = delta_map._MAPS[str(db)].wal.salts
 
     def restart():
         _checkpoint(db, "PASSIVE")
         w.set_session_title("s30", "in the restarted WAL")
 
-    calls = _racing(monkeypatch, "_written_rows", restart)
+    calls = _racing(monkeypatch, "written_rows", restart)
     plan = watch.plan_tick([t.store], t.cursor, is_partition=_all_days)
     assert plan.scans[0].delta, plan.scans[0].full_reason
     assert len(calls) == 2
-    assert wal_delta._MAPS[str(db)].wal.salts != salts
+    assert delta_map._MAPS[str(db)].wal.salts != salts
     assert _requested(plan) == [DAYS[0], DAYS[3]]
     t.cursor = plan.cursor_json
     monkeypatch.undo()
@@ -375,17 +375,17 @@ def test_a_wal_restarted_while_the_map_was_learned_leaves_a_map(hermes, monkeypa
     _checkpoint(db, "TRUNCATE")
     for k in range(6):
         w.set_session_title("s20", f"a WAL with frames {k}")
-    wal_delta.forget()
+    delta_map.forget()
 
     def restart():
         w.set_session_title("s10", "after the full pass, before the restart")
         _checkpoint(db, "PASSIVE")
         w.set_session_title("s30", "in the restarted WAL")
 
-    calls = _racing(monkeypatch, "_map_pages", restart)
+    calls = _racing(monkeypatch, "map_pages", restart)
     first = watch.plan_tick([Store(str(db))], None, is_partition=_all_days)
     assert len(calls) == 2
-    assert str(db) in wal_delta._MAPS
+    assert str(db) in delta_map._MAPS
     monkeypatch.undo()
     plan = watch.plan_tick([Store(str(db))], first.cursor_json, is_partition=_all_days)
     assert plan.scans[0].delta, plan.scans[0].full_reason
@@ -480,8 +480,8 @@ def test_the_rotation_keeps_no_tier_2_after_a_commit_raced_the_tick(wide, monkey
     monkeypatch.setattr(wal_delta.TickFiles, "quiet", lambda self: False)
     _last_day_tick(w, t)
     monkeypatch.setattr(wal_delta.TickFiles, "quiet", real)
-    assert DAYS[3] not in wal_delta._MAPS[str(db)].clean
-    assert len(wal_delta._MAPS[str(db)].clean) == len(DAYS) - 1
+    assert DAYS[3] not in delta_map._MAPS[str(db)].clean
+    assert len(delta_map._MAPS[str(db)].clean) == len(DAYS) - 1
 
 
 def test_an_undone_rewind_is_counted_again_by_the_index_pages_written(wide, monkeypatch):
@@ -524,7 +524,7 @@ def test_the_side_maps_are_the_trees_sqlite_lists(wide):
         w.msg(f"s{n % 4}{n % 6}", "user", f"later {n}")
         if n % 20 == 19:
             t.tick()
-    side = wal_delta._MAPS[str(db)].side
+    side = delta_map._MAPS[str(db)].side
     assert side is not None and side.index is not None and side.usage is not None
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
@@ -559,7 +559,7 @@ def test_an_index_of_three_levels_is_walked_again_where_written(tmp_path):
             w.msg(sids[(n * 5) % 12], "user", f"later {n}")
             if n % 15 == 14:
                 t.tick()
-        kept = wal_delta._MAPS[str(db)].side
+        kept = delta_map._MAPS[str(db)].side
         assert kept is not None and kept.index is not None
         with wal_delta.TickFiles(str(db), None, None) as files:
             fresh = IndexTree(kept.index.root)

@@ -378,3 +378,23 @@ def wal_salts(fd: int) -> tuple[int, int] | None:
     before any frame."""
     head = os.pread(fd, _WAL_HEADER, 0)
     return struct.unpack(">2I", head[16:24]) if len(head) >= _WAL_HEADER else None
+
+
+def map_pages(pages: Pages, tree: SessionsTree) -> SessionsTree:
+    """``tree`` from its root: every interior page walked, every leaf read once (its overflow chains)."""
+    pages.walk(tree)
+    for page in tree.leaves:
+        pages.leaf_rows(page, tree)
+    return tree
+
+
+def written_rows(pages: Pages, tree: SessionsTree, new: set[int]) -> set[int]:
+    """The rowids on the written leaves and overflow pages of the tree (walked again first when
+    an interior page was written)."""
+    if new & tree.interior or tree.root in new:  # a split, a merge, a root that grew a level
+        pages.walk(tree, new)
+    rows: set[int] = set()
+    for page in sorted(new & tree.leaves):
+        rows.update(pages.leaf_rows(page, tree))
+    rows.update(tree.overflow[p] for p in new if p in tree.overflow and p not in tree.leaves)
+    return rows

@@ -89,7 +89,7 @@ from dataclasses import dataclass, field
 
 from hermes_assets.lib.basics import errors
 from hermes_assets.lib.basics.logs import get_logger
-from hermes_assets.lib.changes import usage_marks, wal_delta
+from hermes_assets.lib.changes import delta_map, usage_marks, wal_delta
 from hermes_assets.lib.changes.cursor import DayMark, FileIdentity, Rotation, StoreState
 from hermes_assets.lib.changes.fingerprint import Fingerprinter
 from hermes_assets.lib.source.state_db import ReaderFactory
@@ -202,7 +202,7 @@ def scan_store(
         return _failed(store, exc), None
     entry.files = _settled_identity(entry.files, file_identity(store.path))
     if scan.status != ROTATED:
-        wal_delta.keep(store.path, files, entry.files, _tier1_of(entry) or {}, _tier2_of(entry) or {})
+        delta_map.keep(store.path, files.learned, entry.files, _tier1_of(entry) or {}, _tier2_of(entry) or {})
     return scan, entry
 
 

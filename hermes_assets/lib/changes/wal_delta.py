@@ -11,7 +11,7 @@ since (a checkpoint copies frames into the db file unchanged: its size and time 
 module maps those pages to the ``sessions`` rows on them, so that a tick digests only the days
 those rows are on (:meth:`Fingerprinter.tier1` of those days).
 
-The map, per store, kept in this process between ticks (:data:`_MAPS`) and learned on a tick
+The map, per store, kept in this process between ticks (:mod:`~hermes_assets.lib.changes.delta_map`) and learned on a tick
 that read every row (a full tier 1): the ``sessions`` b-tree's interior pages, its leaf pages,
 and its overflow pages with the rowid whose payload they continue (a same-size update of a
 row with a long ``system_prompt``, e.g. a token count or a title of the same length, writes
@@ -33,20 +33,8 @@ in the range of a page of ``idx_messages_session_active`` written (below), or of
 the sessions no day holds by SQL (placed one by one) compared whole; ``system_prompts``
 (schema 25+) by its rows' digest.
 
-**Tier 2 kept.** The map also holds the other trees tier 2 reads (:class:`Tier2Pages`):
-``idx_messages_session_active`` (its interior pages only: each page's range of session ids is
-bounded by the divider entries above it, both ends included), every leaf of
-``session_model_usage`` with the session ids of its rows (read from the cells), and
-``system_prompts``. A day's tier 2 reads its ``sessions`` rows, the index entries of their ids
-and their usage rows, so it can move only when a page written holds one of them: a ``sessions``
-row of the day (old or new position of a row is checked by the count), an index page whose
-range (before or after the commit) holds a session of the day, a usage leaf that held or holds a
-row of a session of the day (its ids read from the page at both positions, never from a later
-state), any page of ``system_prompts``. The days none of which was written since their tier 2
-was computed on a tick that no commit raced (:meth:`TickFiles.quiet`: every statement then saw
-the state of the pages read) keep it: the rotation takes their digest from the cursor, provably
-the one it would compute (:attr:`DeltaMap.clean`). A tick that reads every row starts the set
-empty.
+**Tier 2 kept**: the map also holds the other trees tier 2 reads, so that a rotation day none
+of whose pages was written since keeps its digest (:mod:`~hermes_assets.lib.changes.tier2_pages`).
 
 The same written pages give the rows of ``session_model_usage`` written since (the rowids on
 every table leaf among them, :meth:`TickFiles.written_rowids`): the usage marks are read by
@@ -70,89 +58,39 @@ table, a cell that does not parse. The files' formats are read by
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TypeVar
 
 from hermes_assets.lib.basics.logs import get_logger
+from hermes_assets.lib.changes import delta_map
+from hermes_assets.lib.changes.delta_map import DeltaMap
 from hermes_assets.lib.changes.fingerprint import Fingerprinter, Tier1, digest
 from hermes_assets.lib.changes.sqlite_pages import (
-    Bound,
     Doubt,
-    IndexTree,
     Pages,
     Raced,
     SessionsTree,
     WalFrames,
+    map_pages,
     next_generation,
     old_tail,
     read_wal,
     wal_salts,
+    written_rows,
 )
-from hermes_assets.lib.source.text_cells import as_text
+from hermes_assets.lib.changes.tier2_pages import (
+    SideWrites,
+    Tier2Pages,
+    map_side,
+    moved_days,
+    ranged_sessions,
+    side_roots,
+    side_writes,
+)
 
 log = get_logger()
 
 T = TypeVar("T")
-
-
-@dataclass
-class Tier2Pages:
-    """The pages tier 2 reads besides the ``sessions`` tree's, mapped so that the pages a commit
-    wrote name the days whose tier 2 it may have moved: ``idx_messages_session_active`` (the
-    inactive counts; each page with the range of session ids its entries lie in),
-    ``session_model_usage`` (each leaf with the sessions its rows belong to) and
-    ``system_prompts`` (any page written: every day)."""
-
-    index: IndexTree | None  # None: the store has no inactive counts to read
-    usage: SessionsTree | None  # None: no ``session_model_usage``
-    usage_sessions: dict[int, frozenset[bytes]]  # usage leaf -> the session ids of its rows (text)
-    prompts: SessionsTree | None  # None: no ``system_prompts``
-
-
-@dataclass
-class SideWrites:
-    """What the pages written since the map say of :class:`Tier2Pages` (read before any SQL)."""
-
-    side: Tier2Pages  # the trees as of the pages read (walked again where an interior page was written)
-    ranges: list[Bound]  # session id ranges of the index pages written (before and after)
-    usage_ids: set[bytes]  # session ids of the rows on the usage leaves written, before and after
-    overflow_rows: set[int]  # usage rowids whose overflow pages were written
-    prompts: bool  # a page of ``system_prompts`` was written
-
-
-@dataclass
-class DeltaMap:
-    """What a tick that read every row left for the next one to read only the pages written since."""
-
-    files: dict  # the cursor entry's files identity, as that tick wrote it
-    db: tuple[int, int, int]  # inode, size and mtime (ns) of the db file
-    wal: WalFrames
-    schema_version: int
-    tree: SessionsTree
-    counts: dict[str, int]  # day -> sessions SQL places on it
-    odd: dict[int, tuple[str, str | None]]  # the sessions placed one by one
-    seldom: dict[str, list[int]]  # day -> rowids of the sessions tier 1 counts the inactive messages of
-    inactive: dict[int, int]  # rowid -> inactive count, of those sessions
-    prompts: str | None  # digest of the system_prompts rows (schema 25+)
-    tier1: dict[str, str]  # day -> tier 1 the tick found
-    side: Tier2Pages | None = None  # None: not mapped, every tier 2 is computed
-    #: days whose tier 2 in the cursor is provably that of the store as of the map's position
-    #: (digested on a tick no commit raced, and no page of theirs written since)
-    clean: frozenset[str] = frozenset()
-    tier2: dict[str, str | None] = field(default_factory=dict)  # day -> tier 2 of the cursor left
-
-
-#: store path -> the map its last full read left (this process only)
-_MAPS: dict[str, DeltaMap] = {}
-
-
-def forget(path: str | None = None) -> None:
-    """Drop the map of one store (or of all): its next tick reads every row."""
-    if path is None:
-        _MAPS.clear()
-    else:
-        _MAPS.pop(path, None)
 
 
 class TickFiles:
@@ -169,7 +107,9 @@ class TickFiles:
     ):
         self.path = path
         self.doubt: str | None = None
-        self.map: DeltaMap | None = _MAPS.pop(path, None)  # taken: kept again only by :func:`keep`
+        self.map: DeltaMap | None = delta_map.take(
+            path
+        )  # taken: kept again only by :func:`~hermes_assets.lib.changes.delta_map.keep`
         #: days whose tier 2 this tick may keep from the cursor (:meth:`tier1` sets it)
         self.clean: frozenset[str] = frozenset()
         self.side: Tier2Pages | None = None
@@ -323,15 +263,15 @@ class TickFiles:
     def _delta(self, fp: Fingerprinter, m: DeltaMap, new: set[int]) -> Tier1:
         def read() -> tuple[set[int], SideWrites | None]:
             pages = self._pages()
-            return _written_rows(pages, m.tree, new), None if m.side is None else _side_writes(pages, m.side, new)
+            return written_rows(pages, m.tree, new), None if m.side is None else side_writes(pages, m.side, new)
 
         rows, writes = self._settled(read)
         with fp.reader.snapshot():  # one state of the store for the statements below (the count's check)
-            ranged = None if writes is None else _ranged_sessions(fp, writes)
+            ranged = None if writes is None else ranged_sessions(fp, writes)
             tier1, days = self._digest_days(fp, m, rows, new, ranged)
             if writes is not None:
                 self.side = writes.side
-                self.clean = m.clean - days - _moved_days(fp, writes, tier1, ranged)
+                self.clean = m.clean - days - moved_days(fp, writes, tier1, ranged)
             return tier1
 
     def written_rowids(self) -> set[int] | None:
@@ -425,7 +365,7 @@ class TickFiles:
             root = fp.reader.fetch_raw("SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = 'sessions'")
             if len(root) != 1 or not isinstance(root[0][0], int):
                 return
-            roots = _side_roots(fp)
+            roots = side_roots(fp)
             tree, side = self._map_tree(root[0][0], roots)
         except Doubt as exc:
             log.debug("hermes.sensor.wal_delta_unmapped", path=self.path, reason=str(exc))
@@ -448,14 +388,14 @@ class TickFiles:
 
     def _map_tree(self, root: int, roots: dict[str, int] | None) -> tuple[SessionsTree, Tier2Pages | None]:
         """The ``sessions`` tree (every leaf read once, its overflow chains mapped), and the trees
-        tier 2 reads (``roots``, :func:`_side_roots`; None: not mapped). A commit that
+        tier 2 reads (``roots``, :func:`side_roots`; None: not mapped). A commit that
         raced the reads has the pages read again from the WAL as it is now, up to :data:`RETRIES`
         times: the structure is then a later one than the full pass saw, which is safe, as every
         page written after the position is read again by the next tick."""
 
         def read() -> tuple[SessionsTree, Tier2Pages | None]:
             pages = self._pages()
-            return _map_pages(pages, SessionsTree(root)), None if roots is None else _map_side(pages, roots)
+            return map_pages(pages, SessionsTree(root)), None if roots is None else map_side(pages, roots)
 
         for attempt in range(RETRIES + 1):
             try:
@@ -468,131 +408,6 @@ class TickFiles:
         raise AssertionError("unreachable")
 
 
-def _side_roots(fp: Fingerprinter) -> dict[str, int] | None:
-    """The root pages of the trees tier 2 reads besides ``sessions`` (those the store has), or
-    None when the page map cannot tell the days their pages hold: session ids compared other
-    than as UTF-8 text with the BINARY collation, or a tree tier 2 reads and no root found."""
-    reader = fp.reader
-    names = {"idx_messages_session_active": fp.inactive != "0", "session_model_usage": bool(fp.usage_digest)}
-    names["system_prompts"] = "system_prompts" in reader.tables
-    rows = reader.fetch_raw("SELECT name, tbl_name, rootpage, sql FROM sqlite_schema")
-    roots = {as_text(n): r for n, _, r, _ in rows if names.get(as_text(n)) and isinstance(r, int)}
-    if len(roots) != sum(names.values()):
-        return None
-    ddl = " ".join(str(as_text(q)) for _, t, _, q in rows if as_text(t) in ("sessions", "messages", *names))
-    if "collate" in ddl.lower() or reader.fetch_raw("PRAGMA encoding")[0][0] != b"UTF-8":
-        return None
-    return roots
-
-
-def _map_side(pages: Pages, roots: dict[str, int]) -> Tier2Pages:
-    """The trees tier 2 reads: the index's interior pages walked, every usage leaf read once (the
-    session ids of its rows), ``system_prompts`` whole."""
-    index = usage = prompts = None
-    sessions: dict[int, frozenset[bytes]] = {}
-    if "idx_messages_session_active" in roots:
-        index = IndexTree(roots["idx_messages_session_active"])
-        pages.walk_index(index)
-    if "session_model_usage" in roots:
-        usage = SessionsTree(roots["session_model_usage"])
-        pages.walk(usage)
-        for page in usage.leaves:
-            sessions[page] = frozenset(i for _, i in pages.leaf_cells(page, usage) if i is not None)
-    if "system_prompts" in roots:
-        prompts = _map_pages(pages, SessionsTree(roots["system_prompts"]))
-    return Tier2Pages(index, usage, sessions, prompts)
-
-
-def _map_pages(pages: Pages, tree: SessionsTree) -> SessionsTree:
-    """``tree`` from its root: every interior page walked, every leaf read once (its overflow chains)."""
-    pages.walk(tree)
-    for page in tree.leaves:
-        pages.leaf_rows(page, tree)
-    return tree
-
-
-def _written_rows(pages: Pages, tree: SessionsTree, new: set[int]) -> set[int]:
-    """The rowids on the written leaves and overflow pages of the tree (walked again first when
-    an interior page was written)."""
-    if new & tree.interior or tree.root in new:  # a split, a merge, a root that grew a level
-        pages.walk(tree, new)
-    rows: set[int] = set()
-    for page in sorted(new & tree.leaves):
-        rows.update(pages.leaf_rows(page, tree))
-    rows.update(tree.overflow[p] for p in new if p in tree.overflow and p not in tree.leaves)
-    return rows
-
-
-def _side_writes(pages: Pages, side: Tier2Pages, new: set[int]) -> SideWrites:
-    """What the pages written say of the trees tier 2 reads (the trees walked again, into new
-    objects, where an interior page was written: a raced read is read again from the old ones)."""
-    index, ranges = side.index, []
-    if index is not None:
-        if new & index.interior or index.root in new:
-            index = IndexTree(index.root, dividers=index.dividers)
-            pages.walk_index(index, new)
-        ranges = sorted({b[p] for b in (side.index.bounds, index.bounds) for p in new & b.keys()}, key=repr)  # type: ignore[union-attr]
-    usage, usage_ids, overflow, sessions = side.usage, set(), set(), dict(side.usage_sessions)
-    if usage is not None:
-        usage = SessionsTree(usage.root, overflow=dict(usage.overflow), children=dict(usage.children))
-        if new & side.usage.interior or usage.root in new:  # type: ignore[union-attr]
-            pages.walk(usage, new)
-        else:
-            usage.interior, usage.leaves = side.usage.interior, side.usage.leaves  # type: ignore[union-attr]
-        usage_ids = {i for p in new for i in side.usage_sessions.get(p, ())}  # before
-        for p in sorted(new & usage.leaves):  # after
-            sessions[p] = frozenset(i for _, i in pages.leaf_cells(p, usage) if i is not None)
-            usage_ids |= sessions[p]
-        overflow = {usage.overflow[p] for p in new if p in usage.overflow}
-    prompts = side.prompts
-    touched = prompts is not None and bool(new & (prompts.interior | prompts.leaves | prompts.overflow.keys()))
-    if prompts is not None and touched:
-        prompts = _map_pages(pages, SessionsTree(prompts.root))
-    return SideWrites(Tier2Pages(index, usage, sessions, prompts), ranges, usage_ids, overflow, touched)
-
-
-def _ranged_sessions(fp: Fingerprinter, writes: SideWrites) -> set[int] | None:
-    """Rowids of the sessions whose id lies in the range of an index page written (None: every
-    session's may, as the index's root was written; an empty set when the store has no index)."""
-    if (None, None) in writes.ranges:
-        return None
-    return {r for lo, hi in writes.ranges for r in _sessions_between(fp, lo, hi)}
-
-
-def _moved_days(fp: Fingerprinter, writes: SideWrites, tier1: Tier1, ranged: set[int] | None) -> set[str]:
-    """The days whose tier 2 the pages written since the map may have moved, besides those of the
-    ``sessions`` rows on them: of the sessions whose usage rows were or are on a usage leaf
-    written (their ids read from the pages, as they were at the two positions), and of the
-    sessions in the id range of an index page written; every day when a page of
-    ``system_prompts`` was written."""
-    if writes.prompts or ranged is None:
-        return set(tier1.days)
-    select = "SELECT u.rowid, s.rowid FROM session_model_usage AS u JOIN sessions AS s ON s.id = u.session_id"
-    sessions = ranged | {r for _, r in fp.where_in(select, "u.rowid", sorted(writes.overflow_rows))}
-    days = {d for d in fp.days_by_rowid(sessions).values() if d is not None}
-    return days | {d for d in fp.days_of(_texts(writes.usage_ids)).values() if d is not None}
-
-
-def _texts(keys: Iterable[bytes]) -> list[str]:
-    """Session ids read from pages, as SQL compares them (UTF-8 text)."""
-    try:
-        return sorted(k.decode("utf-8") for k in keys)
-    except UnicodeDecodeError as exc:
-        raise Doubt("a session id on a page is not UTF-8") from exc
-
-
-def _sessions_between(fp: Fingerprinter, lo: bytes | None, hi: bytes | None) -> list[int]:
-    """Rowids of the sessions whose id lies in ``[lo, hi]`` (None: no bound), compared as the
-    index compares them (UTF-8 text, BINARY: :func:`_side_roots` checks both)."""
-    where: list[str] = []
-    params: list[str] = []
-    for op, key in ((">=", lo), ("<=", hi)):
-        if key is not None:
-            where.append(f"id {op} ?{len(params) + 1}")
-            params += _texts([key])
-    return [r for (r,) in fp.reader.fetch_raw(f"SELECT rowid FROM sessions WHERE {' AND '.join(where)}", params)]
-
-
 #: above this many days to digest, the pass over every row costs less
 MAX_DAYS = 64
 #: times a delta that a commit raced is read again before the pass over every row
@@ -602,21 +417,6 @@ RETRIES = 2
 def _identity(fd: int) -> tuple[int, int, int]:
     st = os.fstat(fd)
     return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def keep(
-    path: str,
-    files: TickFiles,
-    entry_files: dict | None,
-    entry_tier1: dict[str, str],
-    entry_tier2: dict[str, str | None],
-) -> None:
-    """Keep what the tick learned for the next tick of ``path`` (the cursor entry it wrote)."""
-    m = files.learned
-    if m is not None and entry_files is not None and m.tier1 == entry_tier1:
-        m.files = entry_files
-        m.tier2 = dict(entry_tier2)
-        _MAPS[path] = m
 
 
 def _schema_version(fp: Fingerprinter) -> int:

@@ -1,0 +1,159 @@
+"""The pages tier 2 reads besides the ``sessions`` tree's: a rotation day none of whose pages was written keeps its digest.
+
+The map of :mod:`~hermes_assets.lib.changes.wal_delta` also holds the other trees tier 2 reads (:class:`Tier2Pages`):
+``idx_messages_session_active`` (its interior pages only: each page's range of session ids is
+bounded by the divider entries above it, both ends included), every leaf of
+``session_model_usage`` with the session ids of its rows (read from the cells), and
+``system_prompts``. A day's tier 2 reads its ``sessions`` rows, the index entries of their ids
+and their usage rows, so it can move only when a page written holds one of them: a ``sessions``
+row of the day (old or new position of a row is checked by the count), an index page whose
+range (before or after the commit) holds a session of the day, a usage leaf that held or holds a
+row of a session of the day (its ids read from the page at both positions, never from a later
+state), any page of ``system_prompts``. The days none of which was written since their tier 2
+was computed on a tick that no commit raced (:meth:`~hermes_assets.lib.changes.wal_delta.TickFiles.quiet`: every statement then saw
+the state of the pages read) keep it: the rotation takes their digest from the cursor, provably
+the one it would compute (:attr:`~hermes_assets.lib.changes.delta_map.DeltaMap.clean`). A tick that reads every row starts the set
+empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hermes_assets.lib.changes.fingerprint import Fingerprinter, Tier1
+from hermes_assets.lib.changes.sqlite_pages import Bound, Doubt, IndexTree, Pages, SessionsTree, map_pages
+from hermes_assets.lib.source.text_cells import as_text
+
+
+@dataclass
+class Tier2Pages:
+    """The pages tier 2 reads besides the ``sessions`` tree's, mapped so that the pages a commit
+    wrote name the days whose tier 2 it may have moved: ``idx_messages_session_active`` (the
+    inactive counts; each page with the range of session ids its entries lie in),
+    ``session_model_usage`` (each leaf with the sessions its rows belong to) and
+    ``system_prompts`` (any page written: every day)."""
+
+    index: IndexTree | None  # None: the store has no inactive counts to read
+    usage: SessionsTree | None  # None: no ``session_model_usage``
+    usage_sessions: dict[int, frozenset[bytes]]  # usage leaf -> the session ids of its rows (text)
+    prompts: SessionsTree | None  # None: no ``system_prompts``
+
+
+@dataclass
+class SideWrites:
+    """What the pages written since the map say of :class:`Tier2Pages` (read before any SQL)."""
+
+    side: Tier2Pages  # the trees as of the pages read (walked again where an interior page was written)
+    ranges: list[Bound]  # session id ranges of the index pages written (before and after)
+    usage_ids: set[bytes]  # session ids of the rows on the usage leaves written, before and after
+    overflow_rows: set[int]  # usage rowids whose overflow pages were written
+    prompts: bool  # a page of ``system_prompts`` was written
+
+
+def side_roots(fp: Fingerprinter) -> dict[str, int] | None:
+    """The root pages of the trees tier 2 reads besides ``sessions`` (those the store has), or
+    None when the page map cannot tell the days their pages hold: session ids compared other
+    than as UTF-8 text with the BINARY collation, or a tree tier 2 reads and no root found."""
+    reader = fp.reader
+    names = {"idx_messages_session_active": fp.inactive != "0", "session_model_usage": bool(fp.usage_digest)}
+    names["system_prompts"] = "system_prompts" in reader.tables
+    rows = reader.fetch_raw("SELECT name, tbl_name, rootpage, sql FROM sqlite_schema")
+    roots = {as_text(n): r for n, _, r, _ in rows if names.get(as_text(n)) and isinstance(r, int)}
+    if len(roots) != sum(names.values()):
+        return None
+    ddl = " ".join(str(as_text(q)) for _, t, _, q in rows if as_text(t) in ("sessions", "messages", *names))
+    if "collate" in ddl.lower() or reader.fetch_raw("PRAGMA encoding")[0][0] != b"UTF-8":
+        return None
+    return roots
+
+
+def map_side(pages: Pages, roots: dict[str, int]) -> Tier2Pages:
+    """The trees tier 2 reads: the index's interior pages walked, every usage leaf read once (the
+    session ids of its rows), ``system_prompts`` whole."""
+    index = usage = prompts = None
+    sessions: dict[int, frozenset[bytes]] = {}
+    if "idx_messages_session_active" in roots:
+        index = IndexTree(roots["idx_messages_session_active"])
+        pages.walk_index(index)
+    if "session_model_usage" in roots:
+        usage = SessionsTree(roots["session_model_usage"])
+        pages.walk(usage)
+        for page in usage.leaves:
+            sessions[page] = frozenset(i for _, i in pages.leaf_cells(page, usage) if i is not None)
+    if "system_prompts" in roots:
+        prompts = map_pages(pages, SessionsTree(roots["system_prompts"]))
+    return Tier2Pages(index, usage, sessions, prompts)
+
+
+def side_writes(pages: Pages, side: Tier2Pages, new: set[int]) -> SideWrites:
+    """What the pages written say of the trees tier 2 reads (the trees walked again, into new
+    objects, where an interior page was written: a raced read is read again from the old ones)."""
+    index, ranges = side.index, []
+    if side.index is not None:
+        before = side.index
+        if new & before.interior or before.root in new:
+            index = IndexTree(before.root, dividers=before.dividers)
+            pages.walk_index(index, new)
+        after = index or before
+        ranges = sorted({b[p] for b in (before.bounds, after.bounds) for p in new & b.keys()}, key=repr)
+    usage, usage_ids, overflow, sessions = side.usage, set(), set(), dict(side.usage_sessions)
+    if side.usage is not None:
+        old = side.usage
+        usage = SessionsTree(old.root, overflow=dict(old.overflow), children=dict(old.children))
+        if new & old.interior or old.root in new:
+            pages.walk(usage, new)
+        else:
+            usage.interior, usage.leaves = old.interior, old.leaves
+        usage_ids = {i for p in new for i in side.usage_sessions.get(p, ())}  # before
+        for p in sorted(new & usage.leaves):  # after
+            sessions[p] = frozenset(i for _, i in pages.leaf_cells(p, usage) if i is not None)
+            usage_ids |= sessions[p]
+        overflow = {usage.overflow[p] for p in new if p in usage.overflow}
+    prompts = side.prompts
+    touched = prompts is not None and bool(new & (prompts.interior | prompts.leaves | prompts.overflow.keys()))
+    if prompts is not None and touched:
+        prompts = map_pages(pages, SessionsTree(prompts.root))
+    return SideWrites(Tier2Pages(index, usage, sessions, prompts), ranges, usage_ids, overflow, touched)
+
+
+def ranged_sessions(fp: Fingerprinter, writes: SideWrites) -> set[int] | None:
+    """Rowids of the sessions whose id lies in the range of an index page written (None: every
+    session's may, as the index's root was written; an empty set when the store has no index)."""
+    if (None, None) in writes.ranges:
+        return None
+    return {r for lo, hi in writes.ranges for r in _sessions_between(fp, lo, hi)}
+
+
+def moved_days(fp: Fingerprinter, writes: SideWrites, tier1: Tier1, ranged: set[int] | None) -> set[str]:
+    """The days whose tier 2 the pages written since the map may have moved, besides those of the
+    ``sessions`` rows on them: of the sessions whose usage rows were or are on a usage leaf
+    written (their ids read from the pages, as they were at the two positions), and of the
+    sessions in the id range of an index page written; every day when a page of
+    ``system_prompts`` was written."""
+    if writes.prompts or ranged is None:
+        return set(tier1.days)
+    select = "SELECT u.rowid, s.rowid FROM session_model_usage AS u JOIN sessions AS s ON s.id = u.session_id"
+    sessions = ranged | {r for _, r in fp.where_in(select, "u.rowid", sorted(writes.overflow_rows))}
+    days = {d for d in fp.days_by_rowid(sessions).values() if d is not None}
+    return days | {d for d in fp.days_of(_texts(writes.usage_ids)).values() if d is not None}
+
+
+def _texts(keys: Iterable[bytes]) -> list[str]:
+    """Session ids read from pages, as SQL compares them (UTF-8 text)."""
+    try:
+        return sorted(k.decode("utf-8") for k in keys)
+    except UnicodeDecodeError as exc:
+        raise Doubt("a session id on a page is not UTF-8") from exc
+
+
+def _sessions_between(fp: Fingerprinter, lo: bytes | None, hi: bytes | None) -> list[int]:
+    """Rowids of the sessions whose id lies in ``[lo, hi]`` (None: no bound), compared as the
+    index compares them (UTF-8 text, BINARY: :func:`side_roots` checks both)."""
+    where: list[str] = []
+    params: list[str] = []
+    for op, key in ((">=", lo), ("<=", hi)):
+        if key is not None:
+            where.append(f"id {op} ?{len(params) + 1}")
+            params += _texts([key])
+    return [r for (r,) in fp.reader.fetch_raw(f"SELECT rowid FROM sessions WHERE {' AND '.join(where)}", params)]
