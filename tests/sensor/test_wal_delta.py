@@ -566,3 +566,34 @@ def test_an_index_of_three_levels_is_walked_again_where_written(tmp_path):
             files._pages().walk_index(fresh)
         assert len(fresh.interior) > 1 and max(len(d) for d in fresh.dividers.values()) > 1
         assert (kept.index.bounds, kept.index.dividers) == (fresh.bounds, fresh.dividers)
+
+
+@pytest.mark.parametrize(
+    "reorder",
+    [
+        "CREATE TABLE u2 AS SELECT model, session_id, task, input_tokens, last_seen FROM session_model_usage; "
+        "DROP TABLE session_model_usage; ALTER TABLE u2 RENAME TO session_model_usage",
+        "DROP INDEX idx_messages_session_active; "
+        "CREATE INDEX idx_messages_session_active ON messages(active, session_id)",
+    ],
+    ids=["usage rows without session_id first", "index without session_id first"],
+)
+def test_a_store_whose_pages_do_not_hold_the_session_id_first_keeps_no_tier_2(hermes, tmp_path, reorder):
+    """The pages name the days by the session id they hold first; where that is not the id (another
+    schema than Hermes's), no tree is mapped and every tier 2 is computed."""
+    from hermes_assets.lib.changes.fingerprint import Fingerprinter
+    from hermes_assets.lib.changes.tier2_pages import side_roots
+    from hermes_assets.lib.source.state_db import StoreReader
+
+    w, db = hermes
+    w.update_token_counts("s01", input_tokens=1)  # a usage row
+    w.close()
+    other = tmp_path / "other" / "state.db"
+    other.parent.mkdir()
+    shutil.copy(db, other)
+    with sqlite3.connect(other) as conn:
+        conn.executescript(reorder)
+    for path, mapped in ((db, True), (other, False)):
+        with StoreReader(Store(str(path), "default")) as reader:
+            roots = side_roots(Fingerprinter(reader))
+        assert (roots is not None) is mapped, path

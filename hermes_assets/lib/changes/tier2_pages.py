@@ -54,7 +54,8 @@ class SideWrites:
 def side_roots(fp: Fingerprinter) -> dict[str, int] | None:
     """The root pages of the trees tier 2 reads besides ``sessions`` (those the store has), or
     None when the page map cannot tell the days their pages hold: session ids compared other
-    than as UTF-8 text with the BINARY collation, or a tree tier 2 reads and no root found."""
+    than as UTF-8 text with the BINARY collation, not the first column of the index or of the
+    usage rows, or a tree tier 2 reads and no root found."""
     reader = fp.reader
     names = {"idx_messages_session_active": fp.inactive != "0", "session_model_usage": bool(fp.usage_digest)}
     names["system_prompts"] = "system_prompts" in reader.tables
@@ -65,6 +66,14 @@ def side_roots(fp: Fingerprinter) -> dict[str, int] | None:
     ddl = " ".join(str(as_text(q)) for _, t, _, q in rows if as_text(t) in ("sessions", "messages", *names))
     if "collate" in ddl.lower() or reader.fetch_raw("PRAGMA encoding")[0][0] != b"UTF-8":
         return None
+    # the session id must be what the pages hold first: the index's first key, the usage rows' first column
+    firsts = {
+        "idx_messages_session_active": "SELECT name FROM pragma_index_info(?) WHERE seqno = 0",
+        "session_model_usage": "SELECT name FROM pragma_table_info(?) WHERE cid = 0",
+    }
+    for name, sql in firsts.items():
+        if name in roots and [as_text(n) for (n,) in reader.fetch_raw(sql, (name,))] != ["session_id"]:
+            return None
     return roots
 
 
