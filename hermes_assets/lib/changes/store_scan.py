@@ -124,15 +124,19 @@ class StoreScan:
     new_messages: int = 0
     sessions: int = 0
     unplaced: int = 0
-    tier2_days: int = 0  # days whose tier 2 was computed (requested + rotation)
+    digested: set[str] = field(default_factory=set)  # the days whose tier 2 was computed (requested + rotation)
     #: the rotation's days whose tier 2 was kept: no page of theirs written since it was computed
     tier2_kept: int = 0
-    digested: set[str] = field(default_factory=set)  # the days whose tier 2 was computed
     #: tier 1 of the days the pages written since the last tick hold only (``wal_delta``)
     delta: bool = False
     #: why tier 1 read every row (None: it did not, or the files did not change)
     full_reason: str | None = None
     failure: errors.StoreFailure | None = None  # FAILED: its error_kind (SPEC §9) and what happened
+
+    @property
+    def tier2_days(self) -> int:
+        """How many days' tier 2 was computed (requested + rotation)."""
+        return len(self.digested)
 
 
 def file_identity(path: str) -> dict | None:
@@ -331,8 +335,7 @@ def _digest(
     rotation = _oldest({d: old_days[d] for d in present if d in old_days}, now, share)  # new days are changed
     kept = {d: old_days[d].tier2 for d in rotation if d in clean}
     tier2: dict[str, str | None] = {**fp.tier2(now | (set(rotation) - kept.keys())), **kept}
-    scan.tier2_days, scan.tier2_kept = len(tier2) - len(kept), len(kept)
-    scan.digested = set(tier2) - kept.keys()
+    scan.digested, scan.tier2_kept = set(tier2) - kept.keys(), len(kept)
     changed = set(changed) | {d for d in rotation if d not in old_days or old_days[d].tier2 != tier2[d]}
     days = {}
     for d in present:
