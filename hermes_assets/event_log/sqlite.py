@@ -159,12 +159,13 @@ class BatchedSqliteEventLogStorage(GroupedWrites, SqliteEventLogStorage):
         if self.fallback is None:
             try:
                 with engine.connect() as conn:
-                    if MigrationContext.configure(conn).get_current_revision() is not None:
+                    migrations = MigrationContext.configure(conn)
+                    if migrations.get_current_revision() is not None:
                         return
                     if not db.inspect(conn).get_table_names():
                         conn.execute(db.text("PRAGMA journal_mode=WAL;"))
                         SqlEventLogStorageMetadata.create_all(conn)
-                        MigrationContext.configure(conn).stamp(_migration_scripts(), "head")
+                        migrations.stamp(_migration_scripts(), "head")
                         safe_commit(conn)
                         return
             except (db.exc.DatabaseError, sqlite3.DatabaseError):
