@@ -308,23 +308,57 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    times, days = [], []
+    from hermes_assets.lib.changes import watch
+
+    times, days, steady = [], [], []
+    kept = {"full": 0, "emptied": 0, "dropped": 0, "since_full": 0}
     try:
         time.sleep(2)  # the writer opens the store and starts writing
         for _ in range(args.live_ticks):
             time.sleep(args.live_interval)
+            before = _kept_days(db)
             plan, ms = tick(cursor)
             cursor = plan.cursor_json
             times.append(ms)
             days.append(len(plan.requests))
+            _count_kept(kept, plan, before, _kept_days(db))
+            if kept["since_full"] > watch.ROTATION_TICKS:
+                steady.append(ms)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
     cursor = tick(cursor)[0].cursor_json  # what the writer committed after the last timed tick
     _put(figures, "live_change_tick", _stats(times))
+    if steady:
+        _put(figures, "live_steady_change_tick", _stats(steady))
     figures["live_change_tick_days_requested_mean"] = round(sum(days) / len(days), 2)
     figures["live_change_ticks_with_requests"] = sum(1 for d in days if d)
+    figures["live_full_passes"], figures["live_kept_emptied"] = kept["full"], kept["emptied"]
+    figures["live_kept_dropped_mean"] = round(kept["dropped"] / max(1, len(times) - kept["full"]), 1)
     return cursor
+
+
+def _kept_days(db: Path) -> frozenset[str]:
+    """The days whose tier 2 the next tick of the store may keep (the map this process keeps)."""
+    from hermes_assets.lib.changes import delta_map
+
+    m = delta_map._MAPS.get(str(db))
+    return frozenset() if m is None else m.clean
+
+
+def _count_kept(kept: dict, plan, before: frozenset[str], after: frozenset[str]) -> None:
+    """Count a live tick: a pass over every row (it starts the kept set empty; the rotation takes
+    ROTATION_TICKS ticks to fill it again), or a delta tick after which no day kept before it is
+    kept (the pages written named every day)."""
+    from hermes_assets.lib.changes import watch
+
+    if any(not s.delta for s in plan.scans if s.status in (watch.READ, watch.REPLACED, watch.NEW)):
+        kept["full"] += 1
+        kept["since_full"] = 0
+        return
+    kept["since_full"] += 1
+    kept["emptied"] += len(before) > 1 and not before & after
+    kept["dropped"] += len(before - after)
 
 
 def live_writer_script() -> Path:
@@ -399,6 +433,14 @@ def _report(figures: dict, as_json: bool) -> None:
                 f"target < 200 ms, n={figures['live_change_tick_n']}",
             ),
         ]
+    if "live_steady_change_tick_p50_ms" in figures:
+        steady = (
+            f"n={figures['live_steady_change_tick_n']}: after the {figures['live_full_passes']} full pass(es)' refill"
+        )
+        rows += [
+            ("live writer, steady: change tick p50 (core)", figures["live_steady_change_tick_p50_ms"], ""),
+            ("live writer, steady: change tick p95 (core)", figures["live_steady_change_tick_p95_ms"], steady),
+        ]
     rows += [
         ("breakdown: stat db + wal", figures["breakdown_stat_ms"], ""),
         ("breakdown: open + schema probe", figures["breakdown_open_ms"], ""),
@@ -423,6 +465,12 @@ def _report(figures: dict, as_json: bool) -> None:
     print(f"  {'cursor size':<{width}}  {figures['cursor_bytes']:>10,} B")
     for path, n in figures["tier1_paths"].items():
         print(f"  {'tier 1 of ticks whose files changed':<{width}}  {n:>10}  {path}")
+    if "live_kept_emptied" in figures:
+        kept = (
+            f"{figures['live_full_passes']} full pass(es), {figures['live_kept_emptied']} delta tick(s) keeping "
+            f"none, {figures['live_kept_dropped_mean']} days dropped a delta tick"
+        )
+        print(f"  {'live writer: the kept tier 2 emptied':<{width}}  {kept}")
     print(f"  {'rotation: ticks to see a prompt edit':<{width}}  {figures['rotation_bound_ticks']!s:>10}  bound 16")
     load = f"{figures['load_avg_1m_start']} / {figures['load_avg_1m_end']}"
     print(f"  {'load average (1 min), start / end':<{width}}  {load:>10}  (the machine is shared)")
