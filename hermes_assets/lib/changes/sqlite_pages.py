@@ -264,16 +264,11 @@ class Pages:
     def _dividers(self, page: int) -> tuple[list[tuple[int, bytes | None]], Entries]:
         """An index interior page's children, each with the first column (text) of the divider
         entry after it (None for the right-most child); and its entries."""
-        data = self.read(page)
-        h = 100 if page == 1 else 0
-        if data[h] != _INDEX_INTERIOR:
-            raise Doubt(f"page {page} is not an interior page of an index")
-        max_local = ((self.usable - 12) * 64 // 255) - 23
-        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        data, ptrs, max_local = self._index_cells(page, _INDEX_INTERIOR)
         out: list[tuple[int, bytes | None]] = []
         entries = set()
         try:
-            for ptr in struct.unpack_from(f">{ncell}H", data, h + 12):
+            for ptr in ptrs:
                 size, i = varint(data, ptr + 4)
                 header, j = varint(data, i)
                 kind = varint(data, j)[0]
@@ -282,23 +277,33 @@ class Pages:
                 key = bytes(data[i + header : i + header + (kind - 13) // 2])
                 out.append((int.from_bytes(data[ptr : ptr + 4], "big"), key))
                 entries.add(bytes(data[i : i + size]))
-        except (IndexError, struct.error) as exc:
+        except IndexError as exc:
             raise Doubt(f"a cell of page {page} does not parse") from exc
+        h = 100 if page == 1 else 0
         return [*out, (int.from_bytes(data[h + 8 : h + 12], "big"), None)], frozenset(entries)
+
+    def _index_cells(self, page: int, kind: int) -> tuple[bytes, tuple[int, ...], int]:
+        """A page of an index that must be of ``kind`` (interior or leaf): its bytes, its cells'
+        offsets, and the largest record a cell holds whole on it."""
+        data = self.read(page)
+        h = 100 if page == 1 else 0
+        if data[h] != kind:
+            raise Doubt(f"page {page} is no longer an index page of type {kind:#x}")
+        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        try:
+            ptrs = struct.unpack_from(f">{ncell}H", data, h + (12 if kind == _INDEX_INTERIOR else 8))
+        except struct.error as exc:
+            raise Doubt(f"the cells of page {page} do not parse") from exc
+        return data, ptrs, ((self.usable - 12) * 64 // 255) - 23
 
     def index_entries(self, page: int) -> Entries | None:
         """The entries on a leaf of an index whose first column is text (their records); None when
         one is not held whole on the page (its record overflows) or its first column is not text:
         the caller then bounds the leaf by its dividers."""
-        data = self.read(page)
-        h = 100 if page == 1 else 0
-        if data[h] != _INDEX_LEAF:
-            raise Doubt(f"page {page} is no longer a leaf of an index")
-        max_local = ((self.usable - 12) * 64 // 255) - 23
-        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        data, ptrs, max_local = self._index_cells(page, _INDEX_LEAF)
         out = set()
         try:
-            for ptr in struct.unpack_from(f">{ncell}H", data, h + 8):
+            for ptr in ptrs:
                 size, i = short_varint(data, ptr)
                 if size > max_local or i + size > len(data):
                     return None
@@ -306,7 +311,7 @@ class Pages:
                 if _first_text(record, 0, size, page) is None:
                     return None
                 out.add(record)
-        except (IndexError, struct.error) as exc:
+        except IndexError as exc:
             raise Doubt(f"a cell of page {page} does not parse") from exc
         return frozenset(out)
 

@@ -114,7 +114,10 @@ def map_side(pages: Pages, roots: dict[str, int]) -> Tier2Pages:
 def side_writes(pages: Pages, side: Tier2Pages, new: set[int]) -> SideWrites:
     """What the pages written say of the trees tier 2 reads (the trees walked again, into new
     objects, where an interior page was written: a raced read is read again from the old ones)."""
-    index, ranges, index_ids, leaves = side.index, [], set(), {}
+    index = side.index
+    ranges: list[Bound] = []
+    index_ids: set[bytes] = set()
+    leaves: dict[int, Entries] = {}
     if side.index is not None:
         before = side.index
         if new & before.interior or before.root in new:
