@@ -159,7 +159,8 @@ def _index_writes(
     was: Counter[bytes] = Counter()
     now: Counter[bytes] = Counter()
     leaves = {p: e for p, e in known.items() if p not in new and p in after.bounds and p not in after.interior}
-    for page in sorted(new | (before.bounds.keys() ^ after.bounds.keys())):
+    moved = set() if after is before else before.bounds.keys() ^ after.bounds.keys()  # walked again: a split, a merge
+    for page in sorted(new | moved):
         was.update(_entries(page, before, known.get(page), ranges) or ())
         entries = _entries(page, after, None, ranges, pages)
         now.update(entries or ())
