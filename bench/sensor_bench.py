@@ -8,7 +8,9 @@ Not a test: it measures, on a private copy of the store (never the original):
   change tick         after one real Hermes write (append_message, end_session,
                       set_session_title through hermes_state.SessionDB, real clock)
   live change tick    p50/p95 over --live-ticks ticks, one a second, while
-                      tools/live_writer.py writes the store (target p95 < 200 ms)
+                      tools/live_writer.py writes the store (target p95 < 200 ms); apart, the
+                      ticks more than ROTATION_TICKS after the phase's last full pass (which
+                      starts the kept tier 2 empty), and how often the kept set was emptied
   rotation bound      a same-length in-place edit of one system_prompt (raw SQL, on the day the
                       rotation digested last: the worst case): ticks until its day is requested
                       (bound: 16)
@@ -310,7 +312,7 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
     )
     from hermes_assets.lib.changes import watch
 
-    times, days, steady = [], [], []
+    times, days, later = [], [], []
     kept = {"full": 0, "emptied": 0, "dropped": 0, "since_full": 0}
     try:
         time.sleep(2)  # the writer opens the store and starts writing
@@ -323,17 +325,18 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
             days.append(len(plan.requests))
             _count_kept(kept, plan, before, _kept_days(db))
             if kept["since_full"] > watch.ROTATION_TICKS:
-                steady.append(ms)
+                later.append(ms)  # past the rotation's refill of the kept tier 2 (quiet ticks only add to it)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
     cursor = tick(cursor)[0].cursor_json  # what the writer committed after the last timed tick
     _put(figures, "live_change_tick", _stats(times))
-    if steady:
-        _put(figures, "live_steady_change_tick", _stats(steady))
+    if later:
+        _put(figures, "live_past_rotation_change_tick", _stats(later))
     figures["live_change_tick_days_requested_mean"] = round(sum(days) / len(days), 2)
     figures["live_change_ticks_with_requests"] = sum(1 for d in days if d)
     figures["live_full_passes"], figures["live_kept_emptied"] = kept["full"], kept["emptied"]
+    figures["live_rotation_ticks"] = watch.ROTATION_TICKS
     figures["live_kept_dropped_mean"] = round(kept["dropped"] / max(1, len(times) - kept["full"]), 1)
     return cursor
 
@@ -433,13 +436,12 @@ def _report(figures: dict, as_json: bool) -> None:
                 f"target < 200 ms, n={figures['live_change_tick_n']}",
             ),
         ]
-    if "live_steady_change_tick_p50_ms" in figures:
-        steady = (
-            f"n={figures['live_steady_change_tick_n']}: after the {figures['live_full_passes']} full pass(es)' refill"
-        )
+    if "live_past_rotation_change_tick_p50_ms" in figures:
+        n, after = figures["live_past_rotation_change_tick_n"], figures["live_rotation_ticks"]
+        later = f"n={n}: more than {after} ticks after a full pass"
         rows += [
-            ("live writer, steady: change tick p50 (core)", figures["live_steady_change_tick_p50_ms"], ""),
-            ("live writer, steady: change tick p95 (core)", figures["live_steady_change_tick_p95_ms"], steady),
+            ("live writer, past the rotation: p50 (core)", figures["live_past_rotation_change_tick_p50_ms"], ""),
+            ("live writer, past the rotation: p95 (core)", figures["live_past_rotation_change_tick_p95_ms"], later),
         ]
     rows += [
         ("breakdown: stat db + wal", figures["breakdown_stat_ms"], ""),
