@@ -131,9 +131,9 @@ def test_a_leaf_whose_entries_are_not_read_names_its_range(cron, monkeypatch):
 
 
 def test_the_leaves_known_are_the_pages_as_read_now(cron):
-    """After appends that split leaves (their parent written: its range named) and rewinds, every
-    leaf whose entries the map keeps is a leaf of the index as walked from its root, with those
-    entries."""
+    """After appends that split leaves (their parent written: its entries compared) and rewinds,
+    every leaf whose entries the map keeps is a leaf of the index as walked from its root, with
+    those entries, and the interior pages' entries are those of the walk."""
     w, db = cron
     t = Ticks(db)
     for n in range(300):
@@ -151,6 +151,26 @@ def test_the_leaves_known_are_the_pages_as_read_now(cron):
         leaves = set(fresh.bounds) - fresh.interior
         assert set(side.index_leaves) <= leaves
         assert all(pages.index_entries(p) == e for p, e in side.index_leaves.items())
+    assert side.index.entries == fresh.entries
+
+
+def test_a_split_of_the_written_leaf_keeps_the_other_days(cron):
+    """Appends that split the leaf written (entries moved to a new leaf and to its siblings, one to
+    the interior page above: every page written) name the session appended to only, once the
+    pages' entries are known: an entry moved from one page written to another is no change. (The
+    first burst rebalances siblings never read: their ranges are named.)"""
+    w, db = cron
+    t = Ticks(db)
+    _fill(w, t, db)
+    ticks = []
+    for n in range(150):  # a tick every 25 appends: Hermes checkpoints every 50 writes, the WAL restarts after
+        w.append_message(SID, "user", f"burst {n}")
+        if n % 25 == 24:
+            pages, kept = len(delta_map._MAPS[str(db)].side.index.bounds), _kept(db)
+            assert _append(w, t).scans[0].delta
+            ticks.append((len(delta_map._MAPS[str(db)].side.index.bounds) > pages, kept <= _kept(db)))
+    assert any(split for split, _ in ticks[1:]), ticks
+    assert all(kept for _, kept in ticks[1:]), ticks
 
 
 def test_the_leaves_known_beyond_the_bound_are_dropped(cron, monkeypatch):
