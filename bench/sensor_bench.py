@@ -8,9 +8,8 @@ Not a test: it measures, on a private copy of the store (never the original):
   change tick         after one real Hermes write (append_message, end_session,
                       set_session_title through hermes_state.SessionDB, real clock)
   live change tick    p50/p95 over --live-ticks ticks, one a second, while
-                      tools/live_writer.py writes the store (target p95 < 200 ms); apart, the
-                      ticks more than ROTATION_TICKS after the phase's last full pass (which
-                      starts the kept tier 2 empty), and how often the kept set was emptied
+                      tools/live_writer.py writes the store (target p95 < 200 ms); apart, those past
+                      the rotation after a full pass, and the kept tier 2 (bench/kept_tier2.py)
   rotation bound      a same-length in-place edit of one system_prompt (raw SQL, on the day the
                       rotation digested last: the worst case): ticks until its day is requested
                       (bound: 16)
@@ -310,58 +309,30 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    from hermes_assets.lib.changes import watch
+    from bench.kept_tier2 import KeptTier2
 
-    times, days, later = [], [], []
-    kept = {"full": 0, "emptied": 0, "dropped": 0, "since_full": 0}
+    times, days, kept = [], [], KeptTier2(db)
     try:
         time.sleep(2)  # the writer opens the store and starts writing
         for _ in range(args.live_ticks):
             time.sleep(args.live_interval)
-            before = _kept_days(db)
+            before = kept.days()
             plan, ms = tick(cursor)
             cursor = plan.cursor_json
             times.append(ms)
             days.append(len(plan.requests))
-            _count_kept(kept, plan, before, _kept_days(db))
-            if kept["since_full"] > watch.ROTATION_TICKS:
-                later.append(ms)  # past the rotation's refill of the kept tier 2 (quiet ticks only add to it)
+            kept.tick(plan, ms, before)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
     cursor = tick(cursor)[0].cursor_json  # what the writer committed after the last timed tick
     _put(figures, "live_change_tick", _stats(times))
-    if later:
-        _put(figures, "live_past_rotation_change_tick", _stats(later))
+    if kept.later:  # past the rotation's refill of the kept tier 2 (quiet ticks only add to it)
+        _put(figures, "live_past_rotation_change_tick", _stats(kept.later))
     figures["live_change_tick_days_requested_mean"] = round(sum(days) / len(days), 2)
     figures["live_change_ticks_with_requests"] = sum(1 for d in days if d)
-    figures["live_full_passes"], figures["live_kept_emptied"] = kept["full"], kept["emptied"]
-    figures["live_rotation_ticks"] = watch.ROTATION_TICKS
-    figures["live_kept_dropped_mean"] = round(kept["dropped"] / max(1, len(times) - kept["full"]), 1)
+    figures.update(kept.figures())
     return cursor
-
-
-def _kept_days(db: Path) -> frozenset[str]:
-    """The days whose tier 2 the next tick of the store may keep (the map this process keeps)."""
-    from hermes_assets.lib.changes import delta_map
-
-    m = delta_map._MAPS.get(str(db))
-    return frozenset() if m is None else m.clean
-
-
-def _count_kept(kept: dict, plan, before: frozenset[str], after: frozenset[str]) -> None:
-    """Count a live tick: a pass over every row (it starts the kept set empty; the rotation takes
-    ROTATION_TICKS ticks to fill it again), or a delta tick after which no day kept before it is
-    kept (the pages written named every day)."""
-    from hermes_assets.lib.changes import watch
-
-    if any(not s.delta for s in plan.scans if s.status in (watch.READ, watch.REPLACED, watch.NEW)):
-        kept["full"] += 1
-        kept["since_full"] = 0
-        return
-    kept["since_full"] += 1
-    kept["emptied"] += len(before) > 1 and not before & after
-    kept["dropped"] += len(before - after)
 
 
 def live_writer_script() -> Path:
@@ -408,6 +379,8 @@ def _put(figures: dict, name: str, stats: dict) -> None:
 
 
 def _report(figures: dict, as_json: bool) -> None:
+    from bench.kept_tier2 import KeptTier2
+
     print(
         f"\nsensor ticks on a copy of {figures['store']}: {figures['sessions']:,} sessions, "
         f"{figures['messages']:,} messages, {figures['db_mb']:,} MB file, "
@@ -436,13 +409,7 @@ def _report(figures: dict, as_json: bool) -> None:
                 f"target < 200 ms, n={figures['live_change_tick_n']}",
             ),
         ]
-    if "live_past_rotation_change_tick_p50_ms" in figures:
-        n, after = figures["live_past_rotation_change_tick_n"], figures["live_rotation_ticks"]
-        later = f"n={n}: more than {after} ticks after a full pass"
-        rows += [
-            ("live writer, past the rotation: p50 (core)", figures["live_past_rotation_change_tick_p50_ms"], ""),
-            ("live writer, past the rotation: p95 (core)", figures["live_past_rotation_change_tick_p95_ms"], later),
-        ]
+    rows += KeptTier2.rows(figures)
     rows += [
         ("breakdown: stat db + wal", figures["breakdown_stat_ms"], ""),
         ("breakdown: open + schema probe", figures["breakdown_open_ms"], ""),
@@ -468,11 +435,7 @@ def _report(figures: dict, as_json: bool) -> None:
     for path, n in figures["tier1_paths"].items():
         print(f"  {'tier 1 of ticks whose files changed':<{width}}  {n:>10}  {path}")
     if "live_kept_emptied" in figures:
-        kept = (
-            f"{figures['live_full_passes']} full pass(es), {figures['live_kept_emptied']} delta tick(s) keeping "
-            f"none, {figures['live_kept_dropped_mean']} days dropped a delta tick"
-        )
-        print(f"  {'live writer: the kept tier 2 emptied':<{width}}  {kept}")
+        print(f"  {'live writer: the kept tier 2 emptied':<{width}}  {KeptTier2.summary(figures)}")
     print(f"  {'rotation: ticks to see a prompt edit':<{width}}  {figures['rotation_bound_ticks']!s:>10}  bound 16")
     load = f"{figures['load_avg_1m_start']} / {figures['load_avg_1m_end']}"
     print(f"  {'load average (1 min), start / end':<{width}}  {load:>10}  (the machine is shared)")
