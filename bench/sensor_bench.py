@@ -8,7 +8,8 @@ Not a test: it measures, on a private copy of the store (never the original):
   change tick         after one real Hermes write (append_message, end_session,
                       set_session_title through hermes_state.SessionDB, real clock)
   live change tick    p50/p95 over --live-ticks ticks, one a second, while
-                      tools/live_writer.py writes the store (target p95 < 200 ms)
+                      tools/live_writer.py writes the store (target p95 < 200 ms); apart, those past
+                      the rotation after a full pass, and the kept tier 2 (bench/kept_tier2.py)
   rotation bound      a same-length in-place edit of one system_prompt (raw SQL, on the day the
                       rotation digested last: the worst case): ticks until its day is requested
                       (bound: 16)
@@ -308,22 +309,29 @@ def _live(figures: dict, db: Path, work: Path, tick, cursor: str, args) -> str:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    times, days = [], []
+    from bench.kept_tier2 import KeptTier2
+
+    times, days, kept = [], [], KeptTier2(db)
     try:
         time.sleep(2)  # the writer opens the store and starts writing
         for _ in range(args.live_ticks):
             time.sleep(args.live_interval)
+            before = kept.days()
             plan, ms = tick(cursor)
             cursor = plan.cursor_json
             times.append(ms)
             days.append(len(plan.requests))
+            kept.tick(plan, ms, before)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
     cursor = tick(cursor)[0].cursor_json  # what the writer committed after the last timed tick
     _put(figures, "live_change_tick", _stats(times))
+    if kept.later:  # past the rotation's refill of the kept tier 2 (quiet ticks only add to it)
+        _put(figures, "live_past_rotation_change_tick", _stats(kept.later))
     figures["live_change_tick_days_requested_mean"] = round(sum(days) / len(days), 2)
     figures["live_change_ticks_with_requests"] = sum(1 for d in days if d)
+    figures.update(kept.figures())
     return cursor
 
 
@@ -371,6 +379,8 @@ def _put(figures: dict, name: str, stats: dict) -> None:
 
 
 def _report(figures: dict, as_json: bool) -> None:
+    from bench.kept_tier2 import KeptTier2
+
     print(
         f"\nsensor ticks on a copy of {figures['store']}: {figures['sessions']:,} sessions, "
         f"{figures['messages']:,} messages, {figures['db_mb']:,} MB file, "
@@ -399,6 +409,7 @@ def _report(figures: dict, as_json: bool) -> None:
                 f"target < 200 ms, n={figures['live_change_tick_n']}",
             ),
         ]
+    rows += KeptTier2.rows(figures)
     rows += [
         ("breakdown: stat db + wal", figures["breakdown_stat_ms"], ""),
         ("breakdown: open + schema probe", figures["breakdown_open_ms"], ""),
@@ -423,6 +434,8 @@ def _report(figures: dict, as_json: bool) -> None:
     print(f"  {'cursor size':<{width}}  {figures['cursor_bytes']:>10,} B")
     for path, n in figures["tier1_paths"].items():
         print(f"  {'tier 1 of ticks whose files changed':<{width}}  {n:>10}  {path}")
+    if "live_kept_emptied" in figures:
+        print(f"  {'live writer: the kept tier 2 emptied':<{width}}  {KeptTier2.summary(figures)}")
     print(f"  {'rotation: ticks to see a prompt edit':<{width}}  {figures['rotation_bound_ticks']!s:>10}  bound 16")
     load = f"{figures['load_avg_1m_start']} / {figures['load_avg_1m_end']}"
     print(f"  {'load average (1 min), start / end':<{width}}  {load:>10}  (the machine is shared)")

@@ -168,6 +168,8 @@ class SessionsTree:
 
 #: the text of an index key's first column, as the interior pages above an index page bound it
 Bound = tuple[bytes | None, bytes | None]
+#: the entries on a page of an index whose first column is text: their records
+Entries = frozenset[bytes]
 
 
 @dataclass
@@ -181,6 +183,8 @@ class IndexTree:
     bounds: dict[int, Bound] = field(default_factory=dict)  # every page of the tree -> its range
     #: interior page -> its children, each with the first column of the divider after it
     dividers: dict[int, list[tuple[int, bytes | None]]] = field(default_factory=dict)
+    #: interior page -> its own entries (the dividers: an index's interior cells are entries)
+    entries: dict[int, Entries] = field(default_factory=dict)
 
 
 class Pages:
@@ -232,8 +236,10 @@ class Pages:
         """Learn an index tree's pages and their ranges from its root, reading its interior pages
         only (a b-tree's leaves are all at one depth: the first child tells what its siblings are).
         ``written``: the pages written since the last walk; the others' dividers are known."""
-        known = {} if written is None else {p: d for p, d in tree.dividers.items() if p not in written}
-        tree.interior, tree.bounds, tree.dividers = set(), {}, {}
+        known = (
+            {} if written is None else {p: (d, tree.entries[p]) for p, d in tree.dividers.items() if p not in written}
+        )
+        tree.interior, tree.bounds, tree.dividers, tree.entries = set(), {}, {}, {}
         level: list[tuple[int, Bound]] = [(tree.root, (None, None))]
         while level:
             tree.bounds.update(level)
@@ -248,39 +254,66 @@ class Pages:
                 if page in tree.interior or len(tree.interior) > 1 << 20:
                     raise Doubt("a cycle in an index")
                 tree.interior.add(page)
-                dividers = known.get(page)
-                tree.dividers[page] = dividers = self._dividers(page) if dividers is None else dividers
+                dividers, tree.entries[page] = known.get(page) or self._dividers(page)
+                tree.dividers[page] = dividers
                 for child, key in dividers:  # the right-most child: up to the page's own bound
                     below.append((child, (lo, hi if key is None else key)))
                     lo = key
             level = below
 
-    def _dividers(self, page: int) -> list[tuple[int, bytes | None]]:
+    def _dividers(self, page: int) -> tuple[list[tuple[int, bytes | None]], Entries]:
         """An index interior page's children, each with the first column (text) of the divider
-        entry after it (None for the right-most child)."""
-        data = self.read(page)
-        h = 100 if page == 1 else 0
-        if data[h] != _INDEX_INTERIOR:
-            raise Doubt(f"page {page} is not an interior page of an index")
-        max_local = ((self.usable - 12) * 64 // 255) - 23
-        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        entry after it (None for the right-most child); and its entries."""
+        data, ptrs, max_local = self._index_cells(page, _INDEX_INTERIOR)
         out: list[tuple[int, bytes | None]] = []
+        entries = set()
         try:
-            for ptr in struct.unpack_from(f">{ncell}H", data, h + 12):
+            for ptr in ptrs:
                 size, i = varint(data, ptr + 4)
                 header, j = varint(data, i)
                 kind = varint(data, j)[0]
-                if size > max_local or kind < 13 or kind % 2 == 0:  # a key that overflows, or not text
-                    raise Doubt(f"a key of index page {page} is not a short text")
-                out.append(
-                    (
-                        int.from_bytes(data[ptr : ptr + 4], "big"),
-                        bytes(data[i + header : i + header + (kind - 13) // 2]),
-                    )
-                )
-        except (IndexError, struct.error) as exc:
+                if size > max_local or kind < 13 or kind % 2 == 0 or i + size > len(data):
+                    raise Doubt(f"a key of index page {page} is not a short text")  # it overflows, or not text
+                key = bytes(data[i + header : i + header + (kind - 13) // 2])
+                out.append((int.from_bytes(data[ptr : ptr + 4], "big"), key))
+                entries.add(bytes(data[i : i + size]))
+        except IndexError as exc:
             raise Doubt(f"a cell of page {page} does not parse") from exc
-        return [*out, (int.from_bytes(data[h + 8 : h + 12], "big"), None)]
+        h = 100 if page == 1 else 0
+        return [*out, (int.from_bytes(data[h + 8 : h + 12], "big"), None)], frozenset(entries)
+
+    def _index_cells(self, page: int, kind: int) -> tuple[bytes, tuple[int, ...], int]:
+        """A page of an index that must be of ``kind`` (interior or leaf): its bytes, its cells'
+        offsets, and the largest record a cell holds whole on it."""
+        data = self.read(page)
+        h = 100 if page == 1 else 0
+        if data[h] != kind:
+            raise Doubt(f"page {page} is no longer an index page of type {kind:#x}")
+        ncell = int.from_bytes(data[h + 3 : h + 5], "big")
+        try:
+            ptrs = struct.unpack_from(f">{ncell}H", data, h + (12 if kind == _INDEX_INTERIOR else 8))
+        except struct.error as exc:
+            raise Doubt(f"the cells of page {page} do not parse") from exc
+        return data, ptrs, ((self.usable - 12) * 64 // 255) - 23
+
+    def index_entries(self, page: int) -> Entries | None:
+        """The entries on a leaf of an index whose first column is text (their records); None when
+        one is not held whole on the page (its record overflows) or its first column is not text:
+        the caller then bounds the leaf by its dividers."""
+        data, ptrs, max_local = self._index_cells(page, _INDEX_LEAF)
+        out = set()
+        try:
+            for ptr in ptrs:
+                size, i = short_varint(data, ptr)
+                if size > max_local or i + size > len(data):
+                    return None
+                record = bytes(data[i : i + size])
+                if _first_text(record, 0, size, page) is None:
+                    return None
+                out.add(record)
+        except IndexError as exc:
+            raise Doubt(f"a cell of page {page} does not parse") from exc
+        return frozenset(out)
 
     def _children(self, page: int) -> list[int]:
         data = self.read(page)
@@ -365,6 +398,14 @@ def _first_text(data: bytes, i: int, local: int, page: int) -> bytes | None:
     if header > local or end > local:
         raise Doubt(f"a first column on page {page} overflows")
     return data[i + header : i + end]
+
+
+def record_key(record: bytes) -> bytes:
+    """The first column (text) of an index entry's whole record (:data:`Entries`)."""
+    key = _first_text(record, 0, len(record), 0)
+    if key is None:
+        raise Doubt("an index entry's first column is not text")
+    return key
 
 
 def next_generation(old: WalFrames, new: WalFrames) -> bool:

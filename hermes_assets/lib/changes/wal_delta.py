@@ -28,8 +28,8 @@ A candidate row's day is read by SQL; a row gone (deleted) is seen by the count 
 the sum of the days' counts must be ``count(*)``, else the tick falls back to the full tier 1.
 What the ``sessions`` pages cannot say is watched apart: the inactive count of each session
 tier 1 counts it for (rewound, or without live messages: ``restore_rewound`` flips
-``messages.active`` and no ``sessions`` cell), read again by rowid for the sessions whose id lies
-in the range of a page of ``idx_messages_session_active`` written (below), or of a row written;
+``messages.active`` and no ``sessions`` cell), read again by rowid for the sessions
+whose ``idx_messages_session_active`` entries the pages written moved (below), or of a row written;
 the sessions no day holds by SQL (placed one by one) compared whole; ``system_prompts``
 (schema 25+) by its rows' digest.
 
@@ -304,8 +304,8 @@ class TickFiles:
     ) -> tuple[Tier1, set[str]]:
         """Tier 1, and the days of the ``sessions`` rows written (digested again).
 
-        ``ranged``: the sessions whose id lies in the range of an index page written (None: any
-        session may): of the sessions tier 1 counts the inactive messages of, only those and the
+        ``ranged``: the sessions whose index entries the pages written may have moved (None: any
+        session's may): of the sessions tier 1 counts the inactive messages of, only those and the
         rows written are counted again (an inactive count moves only with an index entry of the
         session's id), the others keep theirs."""
         reader = fp.reader
