@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_assets.lib.changes import delta_map, tier2_pages, wal_delta
+from hermes_assets.lib.changes import delta_map, index_walk, tier2_pages, wal_delta
+from hermes_assets.lib.changes.index_walk import walk_index
 from hermes_assets.lib.changes.sqlite_pages import IndexTree, Pages, record_key
 from tests.sensor.test_wal_delta import DAYS, Ticks, _requested
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
@@ -147,7 +148,7 @@ def test_the_leaves_known_are_the_pages_as_read_now(cron):
     with wal_delta.TickFiles(str(db), None, None) as files:
         pages = files._pages()
         fresh = IndexTree(side.index.root)
-        pages.walk_index(fresh)
+        walk_index(pages, fresh)
         leaves = set(fresh.bounds) - fresh.interior
         assert set(side.index_leaves) <= leaves
         assert all(pages.index_entries(p) == e for p, e in side.index_leaves.items())
@@ -188,3 +189,55 @@ def test_the_leaves_known_beyond_the_bound_are_dropped(cron, monkeypatch):
     _append(w, t)
     side = delta_map._MAPS[str(db)].side
     assert side is not None and len(side.index_leaves) == 1
+
+
+def _depth(tree: IndexTree) -> int:
+    page, depth = tree.root, 0
+    while page in tree.interior:
+        page, depth = tree.dividers[page][0][0], depth + 1
+    return depth
+
+
+def test_the_index_walked_again_where_written_is_the_walk_from_its_root(tmp_path, monkeypatch):
+    """Long session ids: an index that grows from two levels to four, then shrinks. Every walk
+    again (only the subtrees of the topmost interior pages written: a leaf split under a non-root
+    page, a merge dropping leaves; the whole walk when the root was written, a root split raising
+    the depth) is the walk from the root of the pages as of the tick, and ``before`` is untouched."""
+    seen: list[tuple[str, int, bool | None]] = []
+    rewalk, again = index_walk._rewalk, index_walk.walk_again
+
+    def checked(pages: Pages, before: IndexTree, written: set[int]) -> IndexTree:
+        copied = IndexTree(before.root, set(before.interior), dict(before.bounds), dict(before.dividers))
+        outcome: list[bool] = []
+        monkeypatch.setattr(index_walk, "_rewalk", lambda *a: (outcome.append(rewalk(*a)), outcome[-1])[1])
+        after = again(pages, before, written)
+        fresh = IndexTree(before.root)
+        walk_index(pages, fresh)
+        assert (after.interior, after.bounds, after.dividers, after.entries) == (
+            fresh.interior,
+            fresh.bounds,
+            fresh.dividers,
+            fresh.entries,
+        )
+        assert (copied.interior, copied.bounds, copied.dividers) == (before.interior, before.bounds, before.dividers)
+        deeper = "deeper" if _depth(after) > _depth(before) else "root"
+        case = deeper if before.root in written else "merge" if before.bounds.keys() - after.bounds.keys() else "split"
+        seen.append((case, _depth(after), outcome[0] if outcome else None))
+        return after
+
+    monkeypatch.setattr(tier2_pages, "walk_again", checked)
+    db = tmp_path / "home" / "state.db"
+    with HermesWriter(db, home=tmp_path / "home") as w:
+        sids = [w.session(f"{k:02d}" + "x" * 600, "cli") for k in range(16)]
+        w.raw_sql("SELECT 1")  # the full-text triggers dropped before the first tick
+        t = Ticks(db)
+        for n in range(1200):
+            w.msg(sids[(n * 5) % 16], "user", f"m {n}")
+            if n % 40 == 39:
+                t.tick(delta=None)
+        for sid in sids[2:14]:
+            w.clear_messages(sid)
+            t.tick(delta=None)
+    assert {"deeper", "split", "merge"} <= {case for case, _, _ in seen}, seen
+    assert any(case == "split" and depth == 3 for case, depth, _ in seen), seen  # a split two levels below the root
+    assert all(kept for case, _, kept in seen if case in ("split", "merge")), seen  # walked where written

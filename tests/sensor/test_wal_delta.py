@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from hermes_assets.lib.changes import delta_map, wal_delta, watch
+from hermes_assets.lib.changes.index_walk import walk_index
 from hermes_assets.lib.changes.sqlite_pages import IndexTree
 from hermes_assets.lib.source.stores import Store
 from tests.support.hermes_writer import DAY_S, START_S, HermesWriter
@@ -563,7 +564,7 @@ def test_an_index_of_three_levels_is_walked_again_where_written(tmp_path):
         assert kept is not None and kept.index is not None
         with wal_delta.TickFiles(str(db), None, None) as files:
             fresh = IndexTree(kept.index.root)
-            files._pages().walk_index(fresh)
+            walk_index(files._pages(), fresh)
         assert len(fresh.interior) > 1 and max(len(d) for d in fresh.dividers.values()) > 1
         assert (kept.index.bounds, kept.index.dividers) == (fresh.bounds, fresh.dividers)
 

@@ -19,7 +19,7 @@ _WAL_MAGIC = (0x377F0682, 0x377F0683)
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
 _TABLE_INTERIOR, _TABLE_LEAF = 0x05, 0x0D
-_INDEX_INTERIOR, _INDEX_LEAF = 0x02, 0x0A
+INDEX_INTERIOR, INDEX_LEAF = 0x02, 0x0A
 
 
 class Doubt(Exception):
@@ -232,39 +232,10 @@ class Pages:
                 below += children
             level = below
 
-    def walk_index(self, tree: IndexTree, written: set[int] | None = None) -> None:
-        """Learn an index tree's pages and their ranges from its root, reading its interior pages
-        only (a b-tree's leaves are all at one depth: the first child tells what its siblings are).
-        ``written``: the pages written since the last walk; the others' dividers are known."""
-        known = (
-            {} if written is None else {p: (d, tree.entries[p]) for p, d in tree.dividers.items() if p not in written}
-        )
-        tree.interior, tree.bounds, tree.dividers, tree.entries = set(), {}, {}, {}
-        level: list[tuple[int, Bound]] = [(tree.root, (None, None))]
-        while level:
-            tree.bounds.update(level)
-            if level[0][0] not in known:
-                kind = self.read(level[0][0], 101)[100 if level[0][0] == 1 else 0]
-                if kind == _INDEX_LEAF:
-                    return
-                if kind != _INDEX_INTERIOR:
-                    raise Doubt(f"page {level[0][0]} of an index is of type {kind:#x}")
-            below: list[tuple[int, Bound]] = []
-            for page, (lo, hi) in level:
-                if page in tree.interior or len(tree.interior) > 1 << 20:
-                    raise Doubt("a cycle in an index")
-                tree.interior.add(page)
-                dividers, tree.entries[page] = known.get(page) or self._dividers(page)
-                tree.dividers[page] = dividers
-                for child, key in dividers:  # the right-most child: up to the page's own bound
-                    below.append((child, (lo, hi if key is None else key)))
-                    lo = key
-            level = below
-
-    def _dividers(self, page: int) -> tuple[list[tuple[int, bytes | None]], Entries]:
+    def index_dividers(self, page: int) -> tuple[list[tuple[int, bytes | None]], Entries]:
         """An index interior page's children, each with the first column (text) of the divider
         entry after it (None for the right-most child); and its entries."""
-        data, ptrs, max_local = self._index_cells(page, _INDEX_INTERIOR)
+        data, ptrs, max_local = self._index_cells(page, INDEX_INTERIOR)
         out: list[tuple[int, bytes | None]] = []
         entries = set()
         try:
@@ -291,7 +262,7 @@ class Pages:
             raise Doubt(f"page {page} is no longer an index page of type {kind:#x}")
         ncell = int.from_bytes(data[h + 3 : h + 5], "big")
         try:
-            ptrs = struct.unpack_from(f">{ncell}H", data, h + (12 if kind == _INDEX_INTERIOR else 8))
+            ptrs = struct.unpack_from(f">{ncell}H", data, h + (12 if kind == INDEX_INTERIOR else 8))
         except struct.error as exc:
             raise Doubt(f"the cells of page {page} do not parse") from exc
         return data, ptrs, ((self.usable - 12) * 64 // 255) - 23
@@ -300,7 +271,7 @@ class Pages:
         """The entries on a leaf of an index whose first column is text (their records); None when
         one is not held whole on the page (its record overflows) or its first column is not text:
         the caller then bounds the leaf by its dividers."""
-        data, ptrs, max_local = self._index_cells(page, _INDEX_LEAF)
+        data, ptrs, max_local = self._index_cells(page, INDEX_LEAF)
         out = set()
         try:
             for ptr in ptrs:

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hermes_assets.lib.changes.fingerprint import Fingerprinter, Tier1
+from hermes_assets.lib.changes.index_walk import walk_again, walk_index
 from hermes_assets.lib.changes.sqlite_pages import (
     Bound,
     Doubt,
@@ -100,7 +101,7 @@ def map_side(pages: Pages, roots: dict[str, int]) -> Tier2Pages:
     sessions: dict[int, frozenset[bytes]] = {}
     if "idx_messages_session_active" in roots:
         index = IndexTree(roots["idx_messages_session_active"])
-        pages.walk_index(index)
+        walk_index(pages, index)
     if "session_model_usage" in roots:
         usage = SessionsTree(roots["session_model_usage"])
         pages.walk(usage)
@@ -121,8 +122,7 @@ def side_writes(pages: Pages, side: Tier2Pages, new: set[int]) -> SideWrites:
     if side.index is not None:
         before = side.index
         if new & before.interior or before.root in new:
-            index = IndexTree(before.root, dividers=before.dividers, entries=before.entries)
-            pages.walk_index(index, new)
+            index = walk_again(pages, before, new)
         ranges, index_ids, leaves = _index_writes(pages, before, index or before, side.index_leaves, new)
     usage, usage_ids, overflow, sessions = side.usage, set(), set(), dict(side.usage_sessions)
     if side.usage is not None:
