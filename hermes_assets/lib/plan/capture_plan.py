@@ -241,7 +241,7 @@ def plan_capture(
         plan.stores.append(sp)
         try:
             with readers.open(store, read_at) as reader:
-                index = reader.session_index()
+                index = reader.session_index(wanted)
                 unknown = reader.unknown_columns()
                 sp.identity = store_identity(reader)
                 statements.update(reader.statements)

@@ -27,18 +27,16 @@ from hermes_assets.lib.basics.hermes_tables import (
     V23_SESSION_COLUMNS,
 )
 from hermes_assets.lib.basics.timestamps import (
-    DAY_MS,
     DayNames,
-    day_number_sql,
     ms_day,
     sane_instant,
-    sane_interior_s,
     session_start_ms,
 )
 from hermes_assets.lib.source import columns, prompts
+from hermes_assets.lib.source.session_index import SessionIndexEntry, read_index
 from hermes_assets.lib.source.store_connection import DEFAULT_BUSY_TIMEOUT_MS, StoreConnection
 from hermes_assets.lib.source.stores import Store
-from hermes_assets.lib.source.text_cells import bad_cells, bad_text_count, text_or_none
+from hermes_assets.lib.source.text_cells import bad_cells, bad_text_count
 
 #: sessions per ``IN (...)`` statement: bounds one statement's memory and time.
 SESSION_CHUNK = 200
@@ -85,17 +83,6 @@ class DayRead:
 
 
 @dataclass
-class SessionIndexEntry:
-    """What the index scan knows of a session: enough to place it and classify it."""
-
-    raw_id: object
-    day: str | None  # None: no sane time at all
-    source: str | None = None
-    cwd: str | None = None
-    parent: str | None = None
-
-
-@dataclass
 class StoreReader(StoreConnection):
     """A reader of one store, over one read-only connection. Use as a context manager.
 
@@ -108,7 +95,7 @@ class StoreReader(StoreConnection):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.clock_s: float = time.time() if self.now_s is None else self.now_s
-        self._index: dict[str, SessionIndexEntry] | None = None
+        self._indexes: dict[frozenset[str] | None, dict[str, SessionIndexEntry]] = {}
         self._day_of = DayNames()
 
     def _probe(self) -> None:
@@ -160,37 +147,16 @@ class StoreReader(StoreConnection):
 
     # -- the session index: which day each session belongs to (SPEC §2) --------
 
-    def session_index(self) -> dict[str, SessionIndexEntry]:
-        """``sid -> (raw id, day, scope facts)`` for every session of the store: one
-        statement over ``sessions``, plus one small one per session with no sane time.
-
-        SQLite places each session whose ``started_at`` is a number well inside the sane window
-        (:func:`~hermes_assets.lib.basics.timestamps.day_number_sql`, the sensor's placement);
-        :meth:`place_session` the others (NULL, text, on an edge: few). The same days, without
-        a Python parse per session: the index of the 1M store's 59,433 sessions, read at every
-        capture run, 0.28 -> 0.23 s of CPU; the rest is the scan of the table's rows itself."""
-        if self._index is not None:
-            return self._index
-        index: dict[str, SessionIndexEntry] = {}
-        cols = self.columns["sessions"]
-        extra = ", ".join(c if c in cols else "NULL" for c in ("ended_at", "source", "cwd", "parent_session_id"))
-        rows = self._query(
-            f"SELECT id, started_at, {extra}, {day_number_sql('started_at')} FROM sessions",
-            sane_interior_s(self.clock_s),
-            what="sessions_scan",
-        )
-        for raw_id, started, ended_at, source, cwd, parent, day_number in rows:
-            index[str(raw_id)] = SessionIndexEntry(
-                raw_id,
-                self.place_session(raw_id, started, ended_at)
-                if day_number is None
-                else self._day_of(day_number * DAY_MS),
-                text_or_none(source),
-                text_or_none(cwd),
-                None if parent is None else str(parent) or None,
-            )
-        self._index = index
-        return index
+    def session_index(self, days: Collection[str] | None = None) -> dict[str, SessionIndexEntry]:
+        """``sid -> (raw id, day, scope facts)`` for every session of the store, the facts of
+        the sessions of ``days`` and of their ancestors (None: of every session); see
+        :mod:`~hermes_assets.lib.source.session_index`. The 1M store's 59,433 sessions, read at
+        every capture run: from two index-only scans, the facts of a day's sessions by rowid,
+        0.24 -> 0.16 s of CPU."""
+        key = None if days is None else frozenset(days)
+        if key not in self._indexes:
+            self._indexes[key] = read_index(self, key)
+        return self._indexes[key]
 
     def _fallback_day(self, raw_id: object, ended_at: object) -> str | None:
         """SPEC §2 for a session whose ``started_at`` is not sane (rare: one statement each)."""
